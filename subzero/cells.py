@@ -1,0 +1,201 @@
+"""Cells: integer coordinates of array elements, and their packed form.
+
+A set of cells is an ``(N, ndim)`` int64 array.  Internally cells are packed
+to one int64 per cell (C-order flat index for the array's shape) so that sets
+can be sorted, deduplicated, intersected and stored with plain numpy.  The
+set between two query steps is a boolean bitmap of the array's shape.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .errors import QueryError
+
+Shape = tuple[int, ...]
+
+
+def as_cells(cells, ndim: int | None = None) -> np.ndarray:
+    """Normalise a tuple, list of tuples or array to an ``(N, ndim)`` int64 array.
+
+    Raises ValueError (callers turn it into an error in the user's terms).
+    """
+    if isinstance(cells, np.ndarray) and cells.ndim == 2 and cells.dtype == np.int64:
+        arr = cells
+    else:
+        arr = np.asarray(cells)
+        if arr.dtype == object:
+            raise ValueError("cells must be integers of equal length")
+        if arr.size == 0:
+            return np.zeros((0, ndim or (arr.shape[-1] if arr.ndim == 2 else 0)), np.int64)
+        if not np.issubdtype(arr.dtype, np.integer):
+            if np.issubdtype(arr.dtype, np.floating) and np.all(np.mod(arr, 1) == 0):
+                arr = arr.astype(np.int64)
+            else:
+                raise ValueError(f"cells must be integers, got {arr.dtype}")
+        if arr.ndim == 1:
+            arr = arr.reshape(1, -1) if ndim is None or arr.shape[0] == ndim else arr.reshape(-1, 1)
+        elif arr.ndim != 2:
+            raise ValueError(f"cells must have shape (N, ndim), got {arr.shape}")
+        arr = arr.astype(np.int64, copy=False)
+    if ndim is not None and arr.shape[1] != ndim:
+        raise ValueError(f"cells have {arr.shape[1]} coordinates, the array has {ndim} dimensions")
+    return arr
+
+
+def first_out_of_bounds(cells: np.ndarray, shape: Shape) -> int | None:
+    """Row index of the first cell outside ``shape``, or None when all are inside."""
+    if cells.shape[0] == 0:
+        return None
+    bad = (cells < 0) | (cells >= np.asarray(shape, dtype=np.int64))
+    rows = np.flatnonzero(bad.any(axis=1))
+    return int(rows[0]) if rows.size else None
+
+
+def fmt_cell(cell: Sequence[int]) -> str:
+    return "(" + ", ".join(str(int(c)) for c in cell) + ")"
+
+
+def pack(cells: np.ndarray, shape: Shape) -> np.ndarray:
+    """Flat C-order index of each cell (cells must be in bounds)."""
+    if cells.shape[0] == 0:
+        return np.zeros(0, np.int64)
+    if len(shape) == 1:
+        return cells[:, 0].astype(np.int64, copy=True)
+    strides = np.cumprod((1,) + tuple(shape[:0:-1]))[::-1].astype(np.int64)
+    return cells @ strides
+
+
+def unpack(packed: np.ndarray, shape: Shape) -> np.ndarray:
+    """Inverse of :func:`pack`: ``(N, ndim)`` coordinates."""
+    packed = np.asarray(packed, dtype=np.int64)
+    if packed.size == 0:
+        return np.zeros((0, len(shape)), np.int64)
+    return np.stack(np.unravel_index(packed, shape), axis=1).astype(np.int64, copy=False)
+
+
+def bitmap(shape: Shape) -> np.ndarray:
+    return np.zeros(shape, dtype=bool)
+
+
+def bitmap_from_packed(packed: np.ndarray, shape: Shape) -> np.ndarray:
+    bm = np.zeros(int(np.prod(shape, dtype=np.int64)), dtype=bool)
+    bm[packed] = True
+    return bm.reshape(shape)
+
+
+def packed_from_bitmap(bm: np.ndarray) -> np.ndarray:
+    return np.flatnonzero(bm.ravel()).astype(np.int64, copy=False)
+
+
+def cells_from_bitmap(bm: np.ndarray) -> np.ndarray:
+    return np.argwhere(bm).astype(np.int64, copy=False)
+
+
+def window(cells: np.ndarray, radius: int | Sequence[int], shape: Shape) -> np.ndarray:
+    """All cells within a box of ``radius`` around each cell, clipped to ``shape``.
+
+    Vectorized: builds the offset grid once and broadcasts it over the cells.
+    Duplicates are possible (callers dedupe through bitmaps).
+    """
+    cells = as_cells(cells, len(shape))
+    r = np.broadcast_to(np.asarray(radius, dtype=np.int64), (len(shape),))
+    grids = np.meshgrid(*[np.arange(-x, x + 1) for x in r], indexing="ij")
+    offs = np.stack([g.ravel() for g in grids], axis=1)
+    out = (cells[:, None, :] + offs[None, :, :]).reshape(-1, len(shape))
+    ok = np.all((out >= 0) & (out < np.asarray(shape)), axis=1)
+    return out[ok]
+
+
+def box(lo: Sequence[int], hi: Sequence[int]) -> np.ndarray:
+    """Cells of the half-open box [lo, hi)."""
+    axes = [np.arange(a, b, dtype=np.int64) for a, b in zip(lo, hi)]
+    if any(a.size == 0 for a in axes):
+        return np.zeros((0, len(lo)), np.int64)
+    grids = np.meshgrid(*axes, indexing="ij")
+    return np.stack([g.ravel() for g in grids], axis=1)
+
+
+def parse_spec(spec: str, shape: Shape, array: str = "array") -> np.ndarray:
+    """Parse a CLI cell SPEC: ``12,40``; ``12,40;13,41``; boxes ``10:20,30:40``.
+
+    Boxes are half-open like Python slices; ``:`` alone means the whole axis.
+    Raises QueryError naming the array and its shape for malformed or
+    out-of-range cells.
+    """
+    parts = [p.strip() for p in spec.split(";") if p.strip()]
+    if not parts:
+        raise QueryError(f"empty cell SPEC {spec!r}; write e.g. 12,40 or 10:20,30:40")
+    chunks = []
+    for part in parts:
+        coords = [c.strip() for c in part.split(",")]
+        if len(coords) != len(shape):
+            raise QueryError(
+                f"cell SPEC {part!r} has {len(coords)} coordinates but {array} has "
+                f"{len(shape)} dimensions (shape {tuple(shape)})")
+        lo, hi = [], []
+        try:
+            for c, n in zip(coords, shape):
+                if ":" in c:
+                    a, _, b = c.partition(":")
+                    a = int(a) if a.strip() else 0
+                    b = int(b) if b.strip() else n
+                    if a < 0 or b > n or a >= b:
+                        raise QueryError(
+                            f"cell SPEC range {c!r} is outside {array} (shape {tuple(shape)}) or empty")
+                    lo.append(a)
+                    hi.append(b)
+                else:
+                    v = int(c)
+                    lo.append(v)
+                    hi.append(v + 1)
+        except ValueError:
+            raise QueryError(
+                f"malformed cell SPEC {part!r}; write e.g. 12,40 or 12,40;13,41 or 10:20,30:40") from None
+        chunks.append(box(lo, hi))
+    cells = np.concatenate(chunks)
+    bad = first_out_of_bounds(cells, shape)
+    if bad is not None:
+        raise QueryError(f"cell {fmt_cell(cells[bad])} is outside {array} (shape {tuple(shape)})")
+    return cells
+
+
+# --- ragged (CSR) helpers -------------------------------------------------
+
+def lengths_to_offsets(lengths: np.ndarray) -> np.ndarray:
+    off = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=off[1:])
+    return off
+
+
+def csr_take(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Concatenate the value slices of the given rows (vectorized gather)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    starts = offsets[rows]
+    lens = offsets[rows + 1] - starts
+    total = int(lens.sum())
+    if total == 0:
+        return values[:0]
+    rel = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(lens) - lens, lens)
+    return values[np.repeat(starts, lens) + rel]
+
+
+def csr_rows(offsets: np.ndarray) -> np.ndarray:
+    """Row number of every value of a CSR structure."""
+    lens = np.diff(offsets)
+    return np.repeat(np.arange(len(lens), dtype=np.int64), lens)
+
+
+def rows_hitting(values: np.ndarray, offsets: np.ndarray, bm_flat: np.ndarray) -> np.ndarray:
+    """Rows of a CSR whose values contain at least one set bit of ``bm_flat``."""
+    if values.size == 0:
+        return np.zeros(0, np.int64)
+    hit = bm_flat[values]
+    return np.unique(csr_rows(offsets)[hit])
+
+
+def iter_chunks(n: int, size: int) -> Iterable[tuple[int, int]]:
+    for a in range(0, n, size):
+        yield a, min(n, a + size)

@@ -1,0 +1,285 @@
+"""``subzero`` command line: run, trace, runs, show.
+
+Every command reads ``--store DIR`` (default ./.subzero), prints user errors
+as one line on stderr with exit status 2, and offers ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from .errors import SubZeroError
+
+EXIT_USER = 2
+
+
+def _kv(items, what: str) -> dict[str, str]:
+    out = {}
+    for it in items or []:
+        k, sep, v = it.partition("=")
+        if not sep or not k:
+            raise SubZeroError(f"malformed {what} {it!r}; write NAME=VALUE")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _params(items) -> dict:
+    out = {}
+    for k, v in _kv(items, "--param").items():
+        try:
+            out[k] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k] = v
+    return out
+
+
+def _path(text: str) -> list[tuple[str, int]]:
+    steps = []
+    for part in [p.strip() for p in text.split(",") if p.strip()]:
+        op, sep, idx = part.rpartition(":")
+        if not sep or not op:
+            raise SubZeroError(f"malformed --path step {part!r}; write OP:IDX,OP:IDX,...")
+        try:
+            steps.append((op, int(idx)))
+        except ValueError:
+            raise SubZeroError(f"malformed --path step {part!r}: input index must be an integer") from None
+    if not steps:
+        raise SubZeroError("empty --path; write OP:IDX,OP:IDX,...")
+    return steps
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def cmd_run(a) -> int:
+    from .api import open_store
+    store = open_store(a.store)
+    try:
+        run = store.run(a.workflow, inputs=_kv(a.input, "--input"),
+                        strategies=_kv(a.strategy, "--strategy"), params=_params(a.param),
+                        capture=not a.no_lineage, progress=None if not a.json else False)
+        ops = run.ops()
+        if a.json:
+            print(json.dumps({"run_id": run.id, "workflow": run.row.workflow, "ops": ops}))
+        else:
+            total = sum(o["lineage_bytes"] for o in ops)
+            print(f"run {run.id} complete: workflow {run.row.workflow}, {len(ops)} operators, "
+                  f"lineage {_fmt_bytes(total)}")
+            if a.verbose:
+                _ops_table(ops)
+            print(run.id if a.quiet else f"run id: {run.id}")
+    finally:
+        store.close()
+    return 0
+
+
+def _ops_table(ops) -> None:
+    print(f"  {'operator':<16} {'strategies':<34} {'run s':>8} {'lineage s':>9} {'pairs':>9} {'bytes':>10}")
+    for o in ops:
+        print(f"  {o['name']:<16} {'+'.join(o['strategies']):<34} {o['run_s']:8.3f} "
+              f"{o['lineage_s']:9.3f} {o['pairs']:9d} {_fmt_bytes(o['lineage_bytes']):>10}")
+
+
+def cmd_trace(a) -> int:
+    from .api import open_store
+    from .cells import parse_spec
+    store = open_store(a.store, create=False)
+    try:
+        if a.workload:
+            return _workload(store, a)
+        if not a.frm or not a.cells:
+            raise SubZeroError("trace needs --from ARRAY and --cells SPEC (or --workload FILE)")
+        run = store.get(a.run)
+        shapes = run.shapes()
+        if a.frm not in shapes:
+            raise SubZeroError(f"unknown array {a.frm!r} in run {run.id}; its arrays are: "
+                               f"{', '.join(shapes)}")
+        cells = parse_spec(a.cells, shapes[a.frm], a.frm)
+        if (a.to is None) == (a.path is None):
+            raise SubZeroError("give exactly one of --to ARRAY or --path OP:IDX,...")
+        res = run.trace(a.frm, cells, to=a.to, path=_path(a.path) if a.path else None,
+                        shortcut=not a.no_shortcut)
+        out_cells = res.cells
+        if a.json:
+            print(json.dumps({"run_id": run.id, "from": a.frm, "to": res.target,
+                              "direction": res.direction, "count": int(len(out_cells)),
+                              "seconds": res.seconds, "cells": out_cells.tolist(),
+                              "steps": [s.__dict__ for s in res.steps]}))
+        else:
+            _print_trace(res, out_cells, len(cells))
+        if a.plot:
+            from .plot import plot_trace
+            plot_trace(run, a.frm, cells, res, a.plot)
+            if not a.json:
+                print(f"plot written to {a.plot}")
+    finally:
+        store.close()
+    return 0
+
+
+def _print_trace(res, cells, n_in) -> None:
+    print(f"{res.direction} trace {res.start} -> {res.target}: {n_in} cell(s) in, "
+          f"{len(cells)} cell(s) out in {res.seconds * 1000:.1f} ms")
+    if len(cells):
+        lo, hi = cells.min(axis=0), cells.max(axis=0)
+        box = ", ".join(f"{int(a)}:{int(b) + 1}" for a, b in zip(lo, hi))
+        print(f"  bounding box: [{box}]  (shape of {res.target}: {tuple(res.bitmap.shape)})")
+        vals = res.values
+        first = ", ".join(f"{tuple(int(x) for x in c)}={_v(v)}" for c, v in zip(cells[:8], vals[:8]))
+        print(f"  first cells: {first}{' ...' if len(cells) > 8 else ''}")
+    for s in res.steps:
+        print(f"  step {s.op}:{s.input} {s.direction:<8} {s.method:<30} {s.cells_in:>8} -> "
+              f"{s.cells_out:<8} {s.seconds * 1000:8.2f} ms")
+
+
+def _v(v) -> str:
+    return f"{v:.4g}" if isinstance(v, (float, np.floating)) else str(v)
+
+
+def _workload(store, a) -> int:
+    from .workload import load_workload, run_workload
+    run = store.get(a.run)
+    queries = load_workload(a.workload)
+    rows = run_workload(run, queries)
+    if a.json:
+        print(json.dumps({"run_id": run.id, "queries": rows}))
+    else:
+        print(f"workload {a.workload} on run {run.id}:")
+        for r in rows:
+            print(f"  {r['name']:<10} {r['direction']:<8} {r['from']} -> {r['to']}: "
+                  f"{r['cells_in']} in, {r['count']} out, {r['seconds'] * 1000:.1f} ms")
+    return 0
+
+
+def cmd_runs(a) -> int:
+    from .api import open_store
+    store = open_store(a.store, create=False)
+    try:
+        rows = store.runs()
+        if a.json:
+            print(json.dumps([r.__dict__ for r in rows], default=str))
+            return 0
+        if not rows:
+            print("no runs yet")
+        for r in rows:
+            t = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started))
+            dur = f"{r.ended - r.started:.1f}s" if r.ended else "-"
+            err = f"  ({r.error})" if r.error and r.status != "complete" else ""
+            print(f"{r.id:>5}  {r.status:<11} {r.workflow:<16} {t}  {dur:>8}{err}")
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_show(a) -> int:
+    from .api import open_store
+    store = open_store(a.store, create=False)
+    try:
+        row = store.catalog.get_run(a.run)
+        ops = store.catalog.ops(row.id)
+        arrays = store.catalog.arrays(row.id)
+        if a.json:
+            print(json.dumps({"run": row.__dict__, "ops": ops, "arrays": arrays,
+                              "strategies": store.catalog.strategy_stats(row.id)}, default=str))
+            return 0
+        print(f"run {row.id}: workflow {row.workflow} ({row.source or 'in-process'}), {row.status}"
+              + (f": {row.error}" if row.error else ""))
+        for k, v in row.inputs.items():
+            print(f"  input {k} = {v}  shape {arrays.get(k, {}).get('shape')}")
+        if ops:
+            _ops_table(ops)
+            total = sum(o["lineage_bytes"] for o in ops)
+            inb = sum(v["nbytes"] for v in arrays.values() if v["kind"] == "input")
+            print(f"  lineage total {_fmt_bytes(total)} ({total / max(inb, 1):.3f}x the input bytes)")
+    finally:
+        store.close()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="subzero", description="Region lineage for array workflows.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    def common(sp):
+        sp.add_argument("--store", default=os.environ.get("SUBZERO_STORE", ".subzero"),
+                        help="store directory (default ./.subzero)")
+        sp.add_argument("--json", action="store_true", help="machine-readable output")
+        sp.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+
+    r = sub.add_parser("run", help="run a workflow and capture its lineage")
+    r.add_argument("workflow", help="workflow .py file or module name (defines workflow())")
+    r.add_argument("--input", action="append", metavar="NAME=PATH",
+                   help="bind a workflow input to a .npy/.fits/.zarr/.nc file")
+    r.add_argument("--strategy", action="append", metavar="OP=STRATEGY",
+                   help="lineage strategy of an operator: full, map, blackbox, pay, comp, or "
+                        "MODE:ENCODING:DIRECTION, several joined with +")
+    r.add_argument("--param", action="append", metavar="KEY=VALUE",
+                   help="keyword argument for the module's workflow() (JSON values allowed)")
+    r.add_argument("--no-lineage", action="store_true", help="run without capturing lineage")
+    r.add_argument("-v", "--verbose", action="store_true", help="print per-operator statistics")
+    r.add_argument("-q", "--quiet", action="store_true", help=argparse.SUPPRESS)
+    common(r)
+    r.set_defaults(fn=cmd_run)
+
+    t = sub.add_parser("trace", help="trace cells backward or forward through a run")
+    t.add_argument("--run", default="latest", help="run id or 'latest' (default)")
+    t.add_argument("--from", dest="frm", metavar="ARRAY", help="start array (operator or input name)")
+    t.add_argument("--cells", metavar="SPEC", help="cells: 12,40 or 12,40;13,41 or 10:20,30:40")
+    t.add_argument("--to", metavar="ARRAY", help="target array; every DAG path to it is traced")
+    t.add_argument("--path", metavar="OP:IDX,...", help="explicit path of (operator, input index)")
+    t.add_argument("--workload", metavar="FILE", help="run every query of a workload file")
+    t.add_argument("--plot", metavar="FILE.png", help="draw the start and result arrays")
+    t.add_argument("--no-shortcut", action="store_true",
+                   help="disable the entire-array short-cut for all-to-all operators")
+    common(t)
+    t.set_defaults(fn=cmd_trace)
+
+    ru = sub.add_parser("runs", help="list runs")
+    common(ru)
+    ru.set_defaults(fn=cmd_runs)
+
+    s = sub.add_parser("show", help="show a run's operators, strategies and statistics")
+    s.add_argument("run", nargs="?", default="latest", help="run id or 'latest'")
+    common(s)
+    s.set_defaults(fn=cmd_show)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    if not getattr(a, "fn", None):
+        parser.print_help()
+        return EXIT_USER
+    try:
+        return a.fn(a)
+    except SubZeroError as e:
+        if a.debug:
+            raise
+        print(f"subzero: error: {e}", file=sys.stderr)
+        return EXIT_USER
+    except KeyboardInterrupt:
+        print("subzero: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # an internal bug, not a user mistake: still one line
+        if a.debug:
+            raise
+        print(f"subzero: internal error: {type(e).__name__}: {e} (rerun with --debug for a "
+              f"traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""``ctx``: what an operator sees while it runs and when its mapping
+functions are called (shapes, requested lineage modes, ``lwrite``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from .capture import LineageBuffer, _ragged
+from .cells import as_cells
+from .errors import LineageError
+from .modes import Mode
+
+
+class Context:
+    """Per-operator context.
+
+    ``modes`` is the set of lineage modes the run needs from this operator;
+    an operator should skip lineage code for modes not in it.  ``lwrite``
+    calls for modes that were not requested are dropped cheaply.
+    """
+
+    def __init__(self, name: str, operator, modes=frozenset(), input_shapes=(),
+                 output_shape=None, buffer: LineageBuffer | None = None,
+                 tile_origin: Sequence[int] | None = None):
+        self.name = name
+        self.operator = operator
+        self.modes = frozenset(modes)
+        self._input_shapes = [tuple(int(x) for x in s) for s in input_shapes]
+        self._output_shape = tuple(output_shape) if output_shape is not None else None
+        self.buffer = buffer
+        self.lwrite_seconds = 0.0
+        self._supported = None
+
+    # -- shapes ----------------------------------------------------------------
+    @property
+    def n_inputs(self) -> int:
+        return len(self._input_shapes)
+
+    def input_shape(self, i: int) -> tuple[int, ...]:
+        if not 0 <= i < len(self._input_shapes):
+            raise LineageError(f"operator {self.name!r} has no input {i} "
+                               f"(it has {len(self._input_shapes)})")
+        return self._input_shapes[i]
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        if self._output_shape is None:
+            raise LineageError(
+                f"operator {self.name!r}: the output shape is not known before run() returns; "
+                f"define output_shape(*input_shapes) on {type(self.operator).__name__}")
+        return self._output_shape
+
+    # -- lineage -----------------------------------------------------------------
+    def _supports(self, mode: Mode) -> bool:
+        if self._supported is None:
+            self._supported = set(self.operator.supported_modes())
+        return mode in self._supported
+
+    def lwrite(self, outcells, *incells, payload=None, each: bool = False) -> None:
+        """Record lineage.
+
+        ``lwrite(out, in_0, ..., in_k)``: all ``out`` cells depend on all cells
+        of each ``in_i`` (one region pair).  ``lwrite(out, payload=b"...")``:
+        one payload pair, resolved later by ``map_p``.  With ``each=True``
+        every row of ``out`` is its own pair: each ``in_i`` is then per row
+        (an (N, ndim) array, an (N, K, ndim) array or a sequence of N cell
+        arrays) and ``payload`` is one bytes value for all rows or N values.
+        """
+        t0 = time.perf_counter()
+        try:
+            self._lwrite(outcells, incells, payload, each)
+        finally:
+            self.lwrite_seconds += time.perf_counter() - t0
+
+    def _lwrite(self, outcells, incells, payload, each) -> None:
+        is_pay = payload is not None
+        if is_pay and incells:
+            raise LineageError(f"operator {self.name!r}: lwrite takes input cells or a payload, not both")
+        self._check_mode(is_pay)
+        if self.buffer is None or not self._wanted(is_pay):
+            return
+        out = self._cells(outcells, self._output_shape, "output")
+        n = len(out)
+        if is_pay:
+            buf = self.buffer
+            if each:
+                if isinstance(payload, (bytes, bytearray, memoryview)):
+                    pay_ids = np.full(n, buf.payload_id(payload), np.int64)
+                else:
+                    seq = list(payload)
+                    if len(seq) != n:
+                        raise LineageError(f"operator {self.name!r}: lwrite got {len(seq)} payloads "
+                                           f"for {n} output cells")
+                    pay_ids = np.fromiter((buf.payload_id(p) for p in seq), np.int64, count=n)
+                buf.add_pay(out, np.ones(n, np.int64), pay_ids)
+            else:
+                buf.add_pay(out, np.array([n], np.int64), np.array([self._pid(payload)], np.int64))
+            return
+        if len(incells) != self.n_inputs:
+            raise LineageError(f"operator {self.name!r}: lwrite got {len(incells)} input cell sets, "
+                               f"but the operator has {self.n_inputs} inputs (pass an empty array "
+                               f"for an input the pair does not depend on)")
+        ins, lens = [], []
+        for i, c in enumerate(incells):
+            if each:
+                try:
+                    cells, ln = _ragged(c, n, len(self.input_shape(i)), f"input {i} cells",
+                                        as_cells)
+                except (ValueError, TypeError) as e:
+                    raise LineageError(f"operator {self.name!r}: lwrite(each=True): {e}") from None
+            else:
+                cells = self._cells(c, self.input_shape(i), f"input {i}")
+                ln = np.array([len(cells)], np.int64)
+            ins.append(cells)
+            lens.append(ln)
+        out_lens = np.ones(n, np.int64) if each else np.array([n], np.int64)
+        self.buffer.add_full(out, out_lens, ins, lens)
+
+    def lwrite_groups(self, outcells, out_groups, *ins, payload=None) -> None:
+        """Many multi-cell pairs in one call: cells labelled by pair id.
+
+        ``out_groups[j]`` is the pair of output cell j; each of ``ins`` is a
+        ``(cells, groups)`` tuple for one input.  One pair is made per distinct
+        output group (in sorted order); input cells of groups without output
+        cells are ignored.  ``payload`` is one bytes value for every pair, a
+        sequence aligned with the sorted distinct groups, or a dict
+        group -> bytes.
+        """
+        t0 = time.perf_counter()
+        try:
+            self._lwrite_groups(outcells, out_groups, ins, payload)
+        finally:
+            self.lwrite_seconds += time.perf_counter() - t0
+
+    def _lwrite_groups(self, outcells, out_groups, ins, payload) -> None:
+        is_pay = payload is not None
+        if is_pay and ins:
+            raise LineageError(f"operator {self.name!r}: lwrite_groups takes input cells or a payload, not both")
+        self._check_mode(is_pay)
+        if self.buffer is None or not self._wanted(is_pay):
+            return
+        out = self._cells(outcells, self._output_shape, "output")
+        g = np.asarray(out_groups).astype(np.int64, copy=False).ravel()
+        if len(g) != len(out):
+            raise LineageError(f"operator {self.name!r}: lwrite_groups got {len(g)} group labels "
+                               f"for {len(out)} output cells")
+        order = np.argsort(g, kind="stable")
+        groups, counts = np.unique(g[order], return_counts=True)
+        out = out[order]
+        if is_pay:
+            buf = self.buffer
+            if isinstance(payload, (bytes, bytearray, memoryview)):
+                pay_ids = np.full(len(groups), buf.payload_id(payload), np.int64)
+            elif isinstance(payload, dict):
+                pay_ids = np.array([buf.payload_id(payload[int(k)]) for k in groups], np.int64)
+            else:
+                seq = list(payload)
+                if len(seq) != len(groups):
+                    raise LineageError(f"operator {self.name!r}: lwrite_groups got {len(seq)} payloads "
+                                       f"for {len(groups)} groups")
+                pay_ids = np.array([buf.payload_id(p) for p in seq], np.int64)
+            buf.add_pay(out, counts, pay_ids)
+            return
+        if len(ins) != self.n_inputs:
+            raise LineageError(f"operator {self.name!r}: lwrite_groups got {len(ins)} inputs, "
+                               f"but the operator has {self.n_inputs}")
+        in_cells, in_lens = [], []
+        for i, item in enumerate(ins):
+            try:
+                cells, ig = item
+            except (TypeError, ValueError):
+                raise LineageError(f"operator {self.name!r}: lwrite_groups input {i} must be a "
+                                   f"(cells, groups) tuple") from None
+            cells = self._cells(cells, self.input_shape(i), f"input {i}")
+            ig = np.asarray(ig).astype(np.int64, copy=False).ravel()
+            if len(ig) != len(cells):
+                raise LineageError(f"operator {self.name!r}: lwrite_groups input {i} has {len(ig)} "
+                                   f"group labels for {len(cells)} cells")
+            pos = np.searchsorted(groups, ig)
+            pos_c = np.minimum(pos, len(groups) - 1) if len(groups) else pos
+            keep = (pos < len(groups)) & (groups[pos_c] == ig) if len(groups) else np.zeros(len(ig), bool)
+            pos, cells = pos[keep], cells[keep]
+            o = np.argsort(pos, kind="stable")
+            in_cells.append(cells[o])
+            in_lens.append(np.bincount(pos, minlength=len(groups)).astype(np.int64))
+        self.buffer.add_full(out, counts.astype(np.int64), in_cells, in_lens)
+
+    # -- helpers -------------------------------------------------------------------
+    def _pid(self, payload) -> int:
+        try:
+            return self.buffer.payload_id(payload)
+        except TypeError as e:
+            raise LineageError(f"operator {self.name!r}: {e}") from None
+
+    def _check_mode(self, is_pay: bool) -> None:
+        if is_pay and not (self._supports(Mode.PAY) or self._supports(Mode.COMP)):
+            raise LineageError(
+                f"operator {self.name!r} wrote a payload pair but supports neither Mode.PAY nor "
+                f"Mode.COMP; add one to supported_modes() or write region pairs")
+        if not is_pay and not self._supports(Mode.FULL):
+            raise LineageError(
+                f"operator {self.name!r} wrote region pairs but does not list Mode.FULL in "
+                f"supported_modes()")
+
+    def _wanted(self, is_pay: bool) -> bool:
+        if is_pay:
+            return Mode.PAY in self.modes or Mode.COMP in self.modes
+        return Mode.FULL in self.modes
+
+    def _cells(self, cells, shape, side: str) -> np.ndarray:
+        try:
+            return as_cells(cells, len(shape) if shape is not None else None)
+        except (ValueError, TypeError) as e:
+            raise LineageError(f"operator {self.name!r}: bad {side} cells in lwrite: {e}") from None

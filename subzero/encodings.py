@@ -1,0 +1,266 @@
+"""Lineage encodings: FullOne, FullMany, PayOne, PayMany.
+
+A stored strategy is split into *spaces*, one per key side: backward-
+optimized lineage has one space keyed by output cells (``"b"``); forward-
+optimized lineage has one space per input, keyed by that input's cells
+(``"f0"``, ``"f1"``...).  A space holds its pairs (dense ids 0..P-1) as
+
+* **record blocks** — ``REC_PAIRS`` consecutive pairs per LMDB value: the
+  value side of each pair (cells per input, output cells, or a payload) and,
+  where the lookup or ``map_p`` needs them, the key cells;
+* a **key index** that finds the pairs a query touches:
+  - *One* encodings (FullOne, PayOne): every key cell is addressable.  Key
+    cells are grouped in blocks of ``2**KEY_BITS`` consecutive packed
+    indices; a block maps each of its cells to the ids of the pairs (shared
+    entries) it belongs to.  A cell written by two pairs points at both — the
+    values are merged on write (decode, union, re-encode).
+  - *Many* encodings (FullMany, PayMany): an R-tree over the bounding box of
+    each pair's key cells (built by the store); candidates are then checked
+    against the exact key cells kept in the records.
+
+Everything here is plain numpy + bytes; the store does the I/O.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .capture import Pairs
+from .cells import csr_rows, csr_take, lengths_to_offsets, pack, unpack
+from .codec import pack_arrays, pack_bytes, unpack_arrays, unpack_bytes
+from .strategy import Strategy
+
+KEY_BITS = 12
+REC_BITS = 8
+REC_PAIRS = 1 << REC_BITS
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """One of the four encodings; ``one`` = per-cell key index, else R-tree."""
+
+    name: str
+    one: bool
+    payload: bool
+
+
+FullOne = Encoding("fullone", one=True, payload=False)
+FullMany = Encoding("fullmany", one=False, payload=False)
+PayOne = Encoding("payone", one=True, payload=True)
+PayMany = Encoding("paymany", one=False, payload=True)
+BY_NAME = {e.name: e for e in (FullOne, FullMany, PayOne, PayMany)}
+
+
+@dataclass
+class Space:
+    """The pairs of one key side, ready to encode.
+
+    ``key``/``key_off``: packed key cells per pair (in ``key_shape``);
+    ``values``: name -> (packed cells, offsets) of the value side;
+    ``pay_ids``/``payloads``: payload per pair (payload spaces only).
+    """
+
+    name: str
+    key_shape: tuple[int, ...]
+    key: np.ndarray
+    key_off: np.ndarray
+    values: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    value_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    pay_ids: np.ndarray | None = None
+    payloads: list[bytes] | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.key_off) - 1
+
+
+def _select_rows(cells, off, rows):
+    lens = (off[rows + 1] - off[rows])
+    return csr_take(cells, off, rows), lengths_to_offsets(lens)
+
+
+def spaces_for(strategy: Strategy, pairs: Pairs, out_shape, in_shapes, map_p_pairs=None) -> list[Space]:
+    """Split captured pairs into the spaces a strategy stores.
+
+    ``map_p_pairs(out_cells, offsets, payloads, pay_ids, i) -> (incells, owner)``
+    is needed only for forward-optimized payload strategies, whose key cells
+    (input cells) must be computed from the payloads at capture time.
+    """
+    out_shape = tuple(out_shape)
+    if strategy.direction == "backward":
+        if strategy.payload:
+            return [Space("b", out_shape, pairs.out, pairs.out_off,
+                          pay_ids=pairs.pay_ids, payloads=pairs.payloads)]
+        return [Space("b", out_shape, pairs.out, pairs.out_off,
+                      values={f"v{i}": (pairs.ins[i], pairs.in_offs[i]) for i in range(len(in_shapes))},
+                      value_shapes={f"v{i}": tuple(s) for i, s in enumerate(in_shapes)})]
+    spaces = []
+    for i, shp in enumerate(in_shapes):
+        if strategy.payload:
+            cells, owner = map_p_pairs(unpack(pairs.out, out_shape), pairs.out_off,
+                                       pairs.payloads, pairs.pay_ids, i)
+            order = np.argsort(owner, kind="stable")
+            key_all = pack(cells[order], tuple(shp))
+            key_off_all = lengths_to_offsets(np.bincount(owner, minlength=pairs.n))
+        else:
+            key_all, key_off_all = pairs.ins[i], pairs.in_offs[i]
+        rows = np.flatnonzero(np.diff(key_off_all) > 0)
+        key, key_off = _select_rows(key_all, key_off_all, rows)
+        v, v_off = _select_rows(pairs.out, pairs.out_off, rows)
+        spaces.append(Space(f"f{i}", tuple(shp), key, key_off, values={"v": (v, v_off)},
+                            value_shapes={"v": out_shape}))
+    return spaces
+
+
+def sort_within_pairs(cells: np.ndarray, off: np.ndarray) -> np.ndarray:
+    """Sort cells inside each pair and drop duplicates' order noise (better deltas)."""
+    if cells.size == 0:
+        return cells
+    rows = csr_rows(off)
+    order = np.lexsort((cells, rows))
+    return cells[order]
+
+
+# --- key index blocks (One encodings) -------------------------------------------
+
+def key_blocks(key: np.ndarray, key_off: np.ndarray, first_pair: int) -> dict[int, bytes]:
+    """Encode the per-cell index: block id -> bytes (cells, pairs per cell, pair ids)."""
+    if key.size == 0:
+        return {}
+    pid = csr_rows(key_off) + first_pair
+    order = np.lexsort((pid, key))
+    k, p = key[order], pid[order]
+    dup = np.zeros(len(k), bool)
+    dup[1:] = (k[1:] == k[:-1]) & (p[1:] == p[:-1])
+    k, p = k[~dup], p[~dup]
+    blk = k >> KEY_BITS
+    bounds = np.flatnonzero(np.diff(blk)) + 1
+    starts = np.concatenate(([0], bounds))
+    ends = np.concatenate((bounds, [len(k)]))
+    out = {}
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        out[int(blk[a])] = encode_key_block(k[a:b], p[a:b])
+    return out
+
+
+def encode_key_block(k: np.ndarray, p: np.ndarray) -> bytes:
+    """``k`` sorted (cell, pair) rows of one block."""
+    cells, counts = np.unique(k, return_counts=True)
+    return pack_arrays(cells, counts, p)
+
+
+def decode_key_block(blob: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """-> (cells, offsets into pair ids, pair ids)."""
+    cells, counts, pids = unpack_arrays(blob)
+    return cells, lengths_to_offsets(counts), pids
+
+
+def merge_key_blocks(old: bytes, new: bytes) -> bytes:
+    c1, o1, p1 = decode_key_block(old)
+    c2, o2, p2 = decode_key_block(new)
+    k = np.concatenate((np.repeat(c1, np.diff(o1)), np.repeat(c2, np.diff(o2))))
+    p = np.concatenate((p1, p2))
+    order = np.lexsort((p, k))
+    k, p = k[order], p[order]
+    keep = np.ones(len(k), bool)
+    keep[1:] = (k[1:] != k[:-1]) | (p[1:] != p[:-1])
+    return encode_key_block(k[keep], p[keep])
+
+
+# --- record blocks ----------------------------------------------------------------
+
+def record_fields(space: Space, enc: Encoding) -> list[str]:
+    """Which fields a record block holds, in order."""
+    f = []
+    if not enc.one or enc.payload:
+        f.append("key")          # exact key cells: Many checks them, map_p needs them
+    if space.pay_ids is not None:
+        f.append("pay")
+    f += sorted(space.values)
+    return f
+
+
+def record_blocks(space: Space, enc: Encoding, first_pair: int) -> dict[int, bytes]:
+    """Encode records, ``REC_PAIRS`` pairs per block; block id -> bytes.
+
+    ``first_pair`` must be a multiple of ``REC_PAIRS`` (appends start a new block).
+    """
+    assert first_pair % REC_PAIRS == 0
+    fields = record_fields(space, enc)
+    csr = {}
+    if "key" in fields:
+        csr["key"] = (sort_within_pairs(space.key, space.key_off), space.key_off)
+    for name, (c, o) in space.values.items():
+        csr[name] = (sort_within_pairs(c, o), o)
+    out = {}
+    n = space.n
+    for a in range(0, n, REC_PAIRS):
+        b = min(n, a + REC_PAIRS)
+        arrays = []
+        for name in fields:
+            if name == "pay":
+                continue
+            c, o = csr[name]
+            arrays.append(np.diff(o[a:b + 1]))
+            arrays.append(c[o[a]:o[b]])
+        blob = pack_arrays(*arrays)
+        if "pay" in fields:
+            ids = space.pay_ids[a:b]
+            uniq, local = np.unique(ids, return_inverse=True)
+            table = pack_bytes([space.payloads[j] for j in uniq.tolist()])
+            blob = _join(blob, pack_arrays(local, delta=False), table)
+        out[(first_pair + a) >> REC_BITS] = blob
+    return out
+
+
+def _join(*parts: bytes) -> bytes:
+    head = struct.pack("<B", len(parts)) + b"".join(struct.pack("<I", len(p)) for p in parts)
+    return head + b"".join(parts)
+
+
+def _split(blob: bytes) -> list[bytes]:
+    (k,) = struct.unpack_from("<B", blob, 0)
+    lens = struct.unpack_from(f"<{k}I", blob, 1)
+    pos = 1 + 4 * k
+    out = []
+    for n in lens:
+        out.append(blob[pos:pos + n])
+        pos += n
+    return out
+
+
+@dataclass
+class RecordBlock:
+    """Decoded records: field -> (cells, offsets); payloads per pair."""
+
+    csr: dict[str, tuple[np.ndarray, np.ndarray]]
+    pay_local: np.ndarray | None = None
+    table: list[bytes] | None = None
+
+    @property
+    def n(self) -> int:
+        for c, o in self.csr.values():
+            return len(o) - 1
+        return 0 if self.pay_local is None else len(self.pay_local)
+
+
+def decode_record_block(blob: bytes, fields: list[str]) -> RecordBlock:
+    if "pay" in fields:
+        main, local, table = _split(blob)
+        (pay_local,) = unpack_arrays(local, delta=False)
+        tab = unpack_bytes(table)
+    else:
+        main, pay_local, tab = blob, None, None
+    arrays = unpack_arrays(main)
+    csr = {}
+    j = 0
+    for name in fields:
+        if name == "pay":
+            continue
+        lens, cells = arrays[j], arrays[j + 1]
+        j += 2
+        csr[name] = (cells, lengths_to_offsets(lens))
+    return RecordBlock(csr, pay_local, tab)

@@ -1,0 +1,36 @@
+"""Errors raised for user mistakes.
+
+Every error a user can cause derives from :class:`SubZeroError`; the CLI prints
+its message as one line and exits non-zero, so messages must name the thing the
+user wrote (operator, array, cell, shape) and, where it helps, what to do.
+"""
+
+from __future__ import annotations
+
+
+class SubZeroError(Exception):
+    """A problem the user can fix; its message is shown as-is."""
+
+
+class WorkflowError(SubZeroError):
+    """The workflow module or DAG is invalid."""
+
+
+class OperatorError(SubZeroError):
+    """An operator raised or misbehaved while running."""
+
+
+class LineageError(SubZeroError):
+    """An operator wrote invalid lineage (bad cells, wrong mode, bad payload)."""
+
+
+class StrategyError(SubZeroError):
+    """A storage strategy is malformed or unsupported by an operator."""
+
+
+class QueryError(SubZeroError):
+    """A trace query is malformed: unknown run/array, bad cells, no path."""
+
+
+class StoreError(SubZeroError):
+    """The store directory or a run in it is missing or damaged."""

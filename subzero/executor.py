@@ -1,0 +1,353 @@
+"""The query executor: traces cells backward or forward through a run.
+
+A query is (start array, cells, path) where the path is a list of
+(operator, input index) steps, or every DAG path between two arrays.  The
+set between steps is a boolean bitmap of the array's shape.  Each step uses
+the cheapest available method by a simple rule: stored lineage indexed in
+the step's direction, then mapping functions, then stored lineage indexed
+the other way, then black-box re-execution.  Operators declared all-to-all
+on an input short-cut to the entire array.  Damaged stored lineage falls
+back to re-execution with a warning: a trace never answers wrongly in silence.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from . import relation
+from .cells import (as_cells, bitmap_from_packed, cells_from_bitmap, first_out_of_bounds,
+                    fmt_cell, pack, packed_from_bitmap)
+from .context import Context
+from .errors import QueryError
+from .lineagestore import CorruptLineage, LineageStore
+from .modes import Mode
+from .reexec import capture_mode, rerun
+from .strategy import Strategy, parse_one
+
+LOOKUP_CHUNK = 1 << 16
+
+
+@dataclass
+class StepStat:
+    op: str
+    input: int
+    direction: str
+    method: str
+    cells_in: int
+    cells_out: int
+    seconds: float
+
+
+@dataclass
+class TraceResult:
+    """Cells of ``target`` reached from ``cells`` of ``start``."""
+
+    run_id: int
+    start: str
+    target: str
+    direction: str
+    bitmap: np.ndarray
+    steps: list[StepStat]
+    seconds: float
+    _values: Callable | None = field(default=None, repr=False)
+
+    @property
+    def cells(self) -> np.ndarray:
+        return cells_from_bitmap(self.bitmap)
+
+    @property
+    def values(self) -> np.ndarray:
+        """Values of the target array at the result cells (same order as ``cells``)."""
+        arr = np.asarray(self._values())
+        return arr[self.bitmap]
+
+    def __len__(self) -> int:
+        return int(self.bitmap.sum())
+
+
+@dataclass
+class RunView:
+    """What the executor needs to know about a run (plain data + operators)."""
+
+    run_id: int
+    workflow: object                     # Workflow with operator instances (lazy)
+    strategies: dict[str, tuple[Strategy, ...]]
+    shapes: dict[str, tuple[int, ...]]
+    inputs_of: dict[str, list[str]]
+    arrays: object                       # ArrayStore
+    lineage_path: object
+
+
+def _warn(msg: str) -> None:
+    print(f"subzero: warning: {msg}", file=sys.stderr)
+
+
+class Executor:
+    def __init__(self, view: RunView, warn: Callable[[str], None] = _warn):
+        self.v = view
+        self.warn = warn
+        self._lineage: LineageStore | None = None
+        self._readers: dict[tuple[str, str], object] = {}
+        self._broken: set[tuple[str, str]] = set()
+        self._values: dict[str, object] = {}
+
+    # -- public -----------------------------------------------------------------------
+    def trace(self, start: str, cells, to: str | None = None,
+              path: list[tuple[str, int]] | None = None, prefer: str | None = None,
+              shortcut: bool = True) -> TraceResult:
+        t0 = time.perf_counter()
+        self._check_array(start)
+        shape = self.v.shapes[start]
+        cells = self._cells(cells, start, shape)
+        bm = bitmap_from_packed(pack(cells, shape), shape)
+        if (to is None) == (path is None):
+            raise QueryError("give either a target array (--to) or a path (--path), not both")
+        steps: list[StepStat] = []
+        if path is not None:
+            target, direction = self._follow(start, bm, path, prefer, shortcut, steps)
+            result = self._last
+        else:
+            self._check_array(to)
+            result, direction = self._between(start, to, bm, prefer, shortcut, steps)
+            target = to
+        view = self.v
+
+        def values():
+            return self._value(target)
+        return TraceResult(view.run_id, start, target, direction, result, steps,
+                           time.perf_counter() - t0, values)
+
+    # -- structure ----------------------------------------------------------------------
+    def _check_array(self, name: str) -> None:
+        if name not in self.v.shapes:
+            raise QueryError(f"unknown array {name!r} in run {self.v.run_id}; its arrays are: "
+                             f"{', '.join(self.v.shapes)}")
+
+    def _cells(self, cells, name, shape) -> np.ndarray:
+        try:
+            c = as_cells(cells, len(shape))
+        except (ValueError, TypeError) as e:
+            raise QueryError(f"bad query cells for {name!r}: {e}") from None
+        bad = first_out_of_bounds(c, shape)
+        if bad is not None:
+            raise QueryError(f"cell {fmt_cell(c[bad])} is outside {name} (shape {tuple(shape)})")
+        return c
+
+    def _follow(self, start, bm, path, prefer, shortcut, steps):
+        cur, direction = start, None
+        for op, i in path:
+            if op not in self.v.inputs_of:
+                raise QueryError(f"path step {op}:{i}: {op!r} is not an operator of run "
+                                 f"{self.v.run_id}")
+            ins = self.v.inputs_of[op]
+            if not 0 <= i < len(ins):
+                raise QueryError(f"path step {op}:{i}: operator {op!r} has {len(ins)} inputs "
+                                 f"(indexes 0..{len(ins) - 1})")
+            if op == cur:
+                d, nxt = "backward", ins[i]
+            elif ins[i] == cur:
+                d, nxt = "forward", op
+            else:
+                raise QueryError(f"path step {op}:{i} does not touch array {cur!r}: {op!r} reads "
+                                 f"{ins[i]!r} as input {i}")
+            if direction and d != direction:
+                raise QueryError(f"path mixes directions at step {op}:{i}; a trace goes either "
+                                 f"backward or forward")
+            direction = d
+            bm = self._step(op, i, d == "backward", bm, prefer, shortcut, steps)
+            cur = nxt
+        self._last = bm
+        return cur, direction or "backward"
+
+    def _reach(self, frm: str, down: bool) -> set[str]:
+        """Arrays reachable from ``frm`` downstream (consumers) or upstream (inputs)."""
+        seen, todo = set(), [frm]
+        while todo:
+            a = todo.pop()
+            nxt = ([o for o, ins in self.v.inputs_of.items() if a in ins] if down
+                   else self.v.inputs_of.get(a, []))
+            for b in nxt:
+                if b not in seen:
+                    seen.add(b)
+                    todo.append(b)
+        return seen
+
+    def _between(self, start, to, bm, prefer, shortcut, steps):
+        if start == to:
+            return bm, "backward"
+        if to in self._reach(start, down=False):
+            backward, on = True, self._reach(start, down=False) & (self._reach(to, down=True) | {to})
+        elif to in self._reach(start, down=True):
+            backward, on = False, self._reach(start, down=True) & (self._reach(to, down=False) | {to})
+        else:
+            raise QueryError(f"arrays {start!r} and {to!r} are not connected in run "
+                             f"{self.v.run_id}: no path of operators leads from one to the other")
+        on.add(start)
+        order = [a for a in self._topo() if a in on]
+        bms = {start: bm}
+        for a in (reversed(order) if backward else order):
+            if a not in bms or not bms[a].any():
+                continue
+            if backward:
+                edges = [(a, i, src) for i, src in enumerate(self.v.inputs_of.get(a, [])) if src in on]
+            else:
+                edges = [(o, i, o) for o, ins in self.v.inputs_of.items() if o in on
+                         for i, x in enumerate(ins) if x == a]
+            for op, i, dst in edges:
+                tgt = bms.get(dst)
+                if tgt is not None and tgt.all():
+                    continue          # early stop: nothing left to add
+                r = self._step(op, i, backward, bms[a], prefer, shortcut, steps)
+                bms[dst] = r if tgt is None else (tgt | r)
+        out = bms.get(to)
+        if out is None:
+            out = np.zeros(self.v.shapes[to], bool)
+        return out, "backward" if backward else "forward"
+
+    def _topo(self) -> list[str]:
+        order, seen = [], set()
+
+        def visit(a):
+            if a in seen:
+                return
+            seen.add(a)
+            for b in self.v.inputs_of.get(a, []):
+                visit(b)
+            order.append(a)
+        for a in self.v.shapes:
+            visit(a)
+        return order
+
+    # -- one step --------------------------------------------------------------------------
+    def _operator(self, name: str):
+        return self.v.workflow().steps[name].operator
+
+    def _methods(self, name: str, i: int, backward: bool, prefer: str | None):
+        op = self._operator(name)
+        strategies = self.v.strategies.get(name, ())
+        want = "backward" if backward else "forward"
+        rank = {Mode.FULL: 0, Mode.COMP: 1, Mode.PAY: 2}
+        stored = sorted((s for s in strategies if s.stored), key=lambda s: rank[s.mode])
+        methods = [("stored", s) for s in stored if s.direction == want]
+        if any(s.mode is Mode.MAP for s in strategies) and op.has_mapping():
+            methods.append(("map", None))
+        methods += [("stored", s) for s in stored if s.direction != want]
+        methods.append(("reexec", None))
+        if prefer:
+            pick = _preferred(prefer, methods, op)
+            if pick is not None:
+                methods.remove(pick) if pick in methods else None
+                methods.insert(0, pick)
+        return op, methods
+
+    def _step(self, name, i, backward, bm, prefer, shortcut, steps) -> np.ndarray:
+        t0 = time.perf_counter()
+        ins = self.v.inputs_of[name]
+        out_shape = self.v.shapes[name]
+        in_shapes = [self.v.shapes[a] for a in ins]
+        tgt_shape = in_shapes[i] if backward else out_shape
+        d = "backward" if backward else "forward"
+        n_in = int(bm.sum())
+        if n_in == 0:
+            res, method = np.zeros(tgt_shape, bool), "empty"
+        else:
+            op, methods = self._methods(name, i, backward, prefer)
+            if shortcut and op.is_all_to_all(i):
+                res, method = np.ones(tgt_shape, bool), "all-to-all"
+            else:
+                sc = relation.StepContext(name, op, Context(name, op, frozenset(), in_shapes, out_shape),
+                                          out_shape, in_shapes)
+                q, q_flat = relation.packed_query(bm)
+                res = None
+                for kind, s in methods:
+                    if kind == "stored":
+                        if (name, str(s)) in self._broken:
+                            continue
+                        try:
+                            packed = self._stored(name, s, sc, i, backward, q, q_flat, tgt_shape)
+                        except CorruptLineage as e:
+                            self._broken.add((name, str(s)))
+                            self.warn(f"{e}; re-executing operator {name!r} instead")
+                            continue
+                        method = f"stored:{s}"
+                    elif kind == "map":
+                        packed = sc.map_b(q, i) if backward else sc.map_f(q, i)
+                        method = "map"
+                    else:
+                        packed, method = self._reexec(name, op, sc, i, backward, q, q_flat)
+                    res = packed if isinstance(packed, np.ndarray) and packed.dtype == bool \
+                        else bitmap_from_packed(packed, tgt_shape)
+                    break
+        steps.append(StepStat(name, i, d, method, n_in, int(res.sum()), time.perf_counter() - t0))
+        return res
+
+    def _stored(self, name, s: Strategy, sc, i, backward, q, q_flat, tgt_shape):
+        reader = self._reader(name, s)
+        if s.mode is Mode.COMP:
+            return relation.composite(reader, s.direction, sc, i, backward, q, q_flat)
+        fn = relation.backward if backward else relation.forward
+        matched = (s.direction == "backward") == backward
+        if not matched or q.size <= LOOKUP_CHUNK:
+            return fn(reader, s.payload, s.direction, sc, i, q, q_flat)
+        out = np.zeros(int(np.prod(tgt_shape, dtype=np.int64)), bool)
+        for a in range(0, q.size, LOOKUP_CHUNK):   # chunked so a full target stops early
+            out[fn(reader, s.payload, s.direction, sc, i, q[a:a + LOOKUP_CHUNK], q_flat)] = True
+            if out.all():
+                break
+        return out.reshape(tgt_shape)
+
+    def _reader(self, name, s):
+        key = (name, str(s))
+        r = self._readers.get(key)
+        if r is None:
+            if self._lineage is None:
+                self._lineage = LineageStore(self.v.lineage_path, readonly=True)
+            r = self._readers[key] = self._lineage.reader(name, s)
+        return r
+
+    def _value(self, name):
+        v = self._values.get(name)
+        if v is None:
+            v = self._values[name] = self.v.arrays.read_value(name)
+        return v
+
+    def _reexec(self, name, op, sc, i, backward, q, q_flat):
+        mode = capture_mode(op)
+        if mode is None:
+            if op.has_mapping():
+                return (sc.map_b(q, i) if backward else sc.map_f(q, i)), "map"
+            shape = sc.in_shapes[i] if backward else sc.out_shape
+            return np.ones(shape, bool), "all-to-all"
+        inputs = [self._value(a) for a in self.v.inputs_of[name]]
+        full, pay, covered = rerun(name, op, inputs, sc.out_shape, mode, backward, i, q_flat)
+        fn = relation.backward if backward else relation.forward
+        if mode is Mode.FULL:
+            res = fn(relation.MemoryPairs(full), False, "backward", sc, i, q, q_flat) \
+                if full is not None else np.zeros(0, np.int64)
+        elif mode is Mode.PAY:
+            res = fn(relation.MemoryPairs(pay), True, "backward", sc, i, q, q_flat) \
+                if pay is not None else np.zeros(0, np.int64)
+        else:
+            from .capture import empty_pairs
+            src = relation.MemoryPairs(pay if pay is not None else empty_pairs(len(sc.in_shapes), True),
+                                       covered=covered)
+            res = relation.composite(src, "backward", sc, i, backward, q, q_flat)
+        return res, f"reexec:{mode.value}"
+
+
+def _preferred(prefer: str, methods, op):
+    if prefer == "map":
+        return ("map", None) if op.has_mapping() else None
+    if prefer == "reexec":
+        return ("reexec", None)
+    try:
+        s = parse_one(prefer)
+    except Exception:
+        return None
+    return ("stored", s) if ("stored", s) in methods else None

@@ -1,0 +1,58 @@
+"""Loading workflow inputs from files: .npy, .fits, .zarr, .nc."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from .errors import SubZeroError
+
+
+def load_path(path: str | os.PathLike, input_name: str = "input"):
+    """Load an input file as a numpy array or xarray DataArray."""
+    p = Path(path)
+    if not p.exists():
+        raise SubZeroError(f"input {input_name!r}: file not found: {p}")
+    name = p.name.lower()
+    try:
+        if name.endswith(".npy"):
+            return np.load(p, allow_pickle=False)
+        if name.endswith((".fits", ".fit", ".fits.gz", ".fts")):
+            return _load_fits(p)
+        if name.endswith(".zarr"):
+            return _single_var(xr.open_zarr(p), p, input_name).load()
+        if name.endswith((".nc", ".nc4", ".cdf")):
+            return _single_var(xr.open_dataset(p), p, input_name).load()
+    except SubZeroError:
+        raise
+    except Exception as e:
+        raise SubZeroError(f"input {input_name!r}: cannot read {p}: {type(e).__name__}: {e}") from None
+    raise SubZeroError(f"input {input_name!r}: unsupported file type {p.suffix!r} "
+                       f"(use .npy, .fits, .zarr or .nc)")
+
+
+def _single_var(ds: xr.Dataset, p: Path, input_name: str) -> xr.DataArray:
+    if "data" in ds.data_vars:
+        return ds["data"]
+    names = list(ds.data_vars)
+    if len(names) != 1:
+        raise SubZeroError(f"input {input_name!r}: {p} holds {len(names)} variables "
+                           f"({', '.join(names)}); give a file with exactly one")
+    return ds[names[0]]
+
+
+def _load_fits(p: Path) -> xr.DataArray:
+    from astropy.io import fits
+    with fits.open(p, memmap=False) as hdul:
+        for hdu in hdul:
+            if hdu.data is not None and getattr(hdu.data, "ndim", 0) >= 1:
+                data = np.array(hdu.data)
+                data = data.astype(data.dtype.newbyteorder("="))
+                attrs = {k: (v if isinstance(v, (int, float, str, bool)) else str(v))
+                         for k, v in hdu.header.items() if k and k not in ("COMMENT", "HISTORY")}
+                dims = ["y", "x"] if data.ndim == 2 else [f"dim_{k}" for k in range(data.ndim)]
+                return xr.DataArray(data, dims=dims, attrs=attrs)
+    raise SubZeroError(f"FITS file {p} has no image data")

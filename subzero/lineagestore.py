@@ -1,0 +1,422 @@
+"""LineageStore: one LMDB environment per run, a sub-database per
+(operator, strategy), and R-tree files beside it for the *Many encodings.
+
+Region lineage is a cache (it can be rebuilt by re-running the operator), so
+the environment is written without fsync; everything a strategy stores is
+put in one write transaction, so a reader sees all of it or none of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import lmdb
+import numpy as np
+from rtree import index as rindex
+
+from .capture import Pairs
+from .cells import csr_take, lengths_to_offsets, rows_hitting, unpack
+from .codec import pack_arrays, unpack_arrays
+from .encodings import (BY_NAME, KEY_BITS, REC_BITS, REC_PAIRS, RecordBlock, Space,
+                        decode_key_block, decode_record_block, key_blocks, merge_key_blocks,
+                        record_blocks, record_fields, spaces_for)
+from .errors import SubZeroError
+from .modes import Mode
+from .strategy import Strategy
+
+MAP_SIZE = 1 << 40          # virtual; LMDB files grow as needed
+META = b"\x00meta"
+COVERED_CHUNK = 1 << 20
+
+
+class CorruptLineage(SubZeroError):
+    """Stored lineage of one operator/strategy is missing or unreadable."""
+
+
+def _be(n: int) -> bytes:
+    return struct.pack(">Q", n)
+
+
+def _k(space: str, kind: bytes, n: int) -> bytes:
+    return space.encode() + b"\x00" + kind + _be(n)
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:60] + "-" + hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+@dataclass
+class WriteStats:
+    bytes: int
+    seconds: float
+    pairs: int
+
+
+class LineageStore:
+    """All stored lineage of one run."""
+
+    def __init__(self, path: str | os.PathLike, readonly: bool = False):
+        self.path = Path(path)
+        if readonly and not (self.path / "data.mdb").exists():
+            raise CorruptLineage(f"lineage store {self.path} is missing")
+        if not readonly:
+            self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.env = lmdb.open(str(self.path), map_size=MAP_SIZE, max_dbs=4096, subdir=True,
+                                 readonly=readonly, lock=not readonly, sync=False, metasync=False,
+                                 readahead=False)
+        except lmdb.Error as e:
+            raise CorruptLineage(f"cannot open lineage store {self.path}: {e}") from None
+        self._dbs: dict[bytes, object] = {}
+        self.readonly = readonly
+
+    def close(self) -> None:
+        self.env.close()
+
+    # -- names --------------------------------------------------------------------
+    @staticmethod
+    def db_name(op: str, strategy: Strategy) -> bytes:
+        return f"{op}|{strategy}".encode()
+
+    def rtree_path(self, op: str, strategy: Strategy, space: str) -> Path:
+        return self.path / "rtree" / f"{_safe(op + '|' + str(strategy))}.{space}"
+
+    def _db(self, name: bytes, create: bool):
+        db = self._dbs.get(name)
+        if db is None:
+            try:
+                db = self.env.open_db(name, create=create)
+            except lmdb.NotFoundError:
+                return None
+            except lmdb.Error as e:
+                raise CorruptLineage(f"lineage database {name.decode()} is unreadable: {e}") from None
+            self._dbs[name] = db
+        return db
+
+    def has(self, op: str, strategy: Strategy) -> bool:
+        try:
+            with self.env.begin() as txn:
+                return txn.get(self.db_name(op, strategy)) is not None
+        except lmdb.Error:
+            return False
+
+    # -- writing ----------------------------------------------------------------------
+    def write(self, op: str, strategy: Strategy, pairs: Pairs, out_shape, in_shapes,
+              map_p_pairs=None) -> WriteStats:
+        """Encode and store ``pairs`` under (op, strategy); appends if already present."""
+        import time
+        t0 = time.perf_counter()
+        enc = BY_NAME[strategy.encoding]
+        spaces = spaces_for(strategy, pairs, out_shape, in_shapes, map_p_pairs)
+        db = self._db(self.db_name(op, strategy), create=True)
+        with self.env.begin(write=True, db=db) as txn:
+            raw = txn.get(META)
+            meta = json.loads(raw) if raw else {
+                "strategy": str(strategy), "out_shape": list(out_shape),
+                "in_shapes": [list(s) for s in in_shapes], "spaces": {}, "covered_chunks": 0}
+            for sp in spaces:
+                self._write_space(txn, op, strategy, enc, sp, meta)
+            if strategy.mode is Mode.COMP:
+                cov = np.unique(pairs.out)
+                for a in range(0, len(cov), COVERED_CHUNK):
+                    txn.put(_k("c", b"C", meta["covered_chunks"]), pack_arrays(cov[a:a + COVERED_CHUNK]))
+                    meta["covered_chunks"] += 1
+            txn.put(META, json.dumps(meta).encode())
+        return WriteStats(self.bytes_of(op, strategy), time.perf_counter() - t0, pairs.n)
+
+    def _write_space(self, txn, op, strategy, enc, sp: Space, meta) -> None:
+        info = meta["spaces"].get(sp.name)
+        if info is None:
+            info = meta["spaces"][sp.name] = {
+                "next": 0, "key_shape": list(sp.key_shape), "fields": record_fields(sp, enc),
+                "value_shapes": {k: list(v) for k, v in sp.value_shapes.items()}, "blocks": []}
+        first = -(-info["next"] // REC_PAIRS) * REC_PAIRS
+        if sp.n == 0:
+            return
+        puts = []
+        for blk, blob in record_blocks(sp, enc, first).items():
+            puts.append((_k(sp.name, b"R", blk), blob))
+            info["blocks"].append(blk)
+        if enc.one:
+            for blk, blob in key_blocks(sp.key, sp.key_off, first).items():
+                key = _k(sp.name, b"K", blk)
+                old = txn.get(key)
+                puts.append((key, merge_key_blocks(old, blob) if old is not None else blob))
+        else:
+            self._write_rtree(op, strategy, sp, first)
+        puts.sort()
+        with txn.cursor() as cur:
+            cur.putmulti(puts)
+        info["next"] = first + sp.n
+
+    def _write_rtree(self, op, strategy, sp: Space, first: int) -> None:
+        coords = unpack(sp.key, sp.key_shape)
+        starts = sp.key_off[:-1]
+        mins = np.minimum.reduceat(coords, starts, axis=0).astype(np.float64)
+        maxs = np.maximum.reduceat(coords, starts, axis=0).astype(np.float64)
+        if coords.shape[1] == 1:
+            mins = np.hstack([mins, np.zeros_like(mins)])
+            maxs = np.hstack([maxs, np.zeros_like(maxs)])
+        ids = np.arange(first, first + sp.n, dtype=np.int64)
+        path = self.rtree_path(op, strategy, sp.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        props = rindex.Property()
+        props.dimension = mins.shape[1]
+        if Path(str(path) + ".idx").exists():
+            idx = rindex.Index(str(path), properties=props)
+            for j, lo, hi in zip(ids.tolist(), mins, maxs):
+                idx.insert(j, tuple(lo) + tuple(hi))
+        else:
+            idx = rindex.Index(str(path), (ids, mins, maxs), properties=props)
+        idx.close()
+
+    # -- sizes ------------------------------------------------------------------------
+    def bytes_of(self, op: str, strategy: Strategy) -> int:
+        """Bytes on disk: LMDB pages of the sub-database plus R-tree files."""
+        db = self._db(self.db_name(op, strategy), create=False)
+        if db is None:
+            return 0
+        with self.env.begin() as txn:
+            st = txn.stat(db)
+        total = (st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]) * st["psize"]
+        rdir = self.path / "rtree"
+        if rdir.is_dir():
+            prefix = _safe(op + "|" + str(strategy)) + "."
+            total += sum(f.stat().st_size for f in rdir.iterdir() if f.name.startswith(prefix))
+        return int(total)
+
+    def reader(self, op: str, strategy: Strategy) -> "StrategyReader":
+        return StrategyReader(self, op, strategy)
+
+
+class StrategyReader:
+    """Reads one (operator, strategy): key lookups, record fetches, full scans.
+
+    Any storage or decoding failure raises :class:`CorruptLineage`, which the
+    executor answers by re-executing the operator.
+    """
+
+    def __init__(self, store: LineageStore, op: str, strategy: Strategy):
+        self.store, self.op, self.strategy = store, op, strategy
+        self.enc = BY_NAME[strategy.encoding]
+        self._cache: dict[bytes, object] = {}
+        self._rtrees: dict[str, object] = {}
+        try:
+            self.db = store._db(store.db_name(op, strategy), create=False)
+            if self.db is None:
+                raise CorruptLineage(f"no stored lineage for operator {op!r} strategy {strategy}")
+            with store.env.begin(db=self.db) as txn:
+                raw = txn.get(META)
+            if raw is None:
+                raise CorruptLineage(f"stored lineage of {op!r} ({strategy}) has no metadata")
+            self.meta = json.loads(raw)
+        except (lmdb.Error, ValueError) as e:
+            raise CorruptLineage(f"stored lineage of {op!r} ({strategy}) is unreadable: {e}") from None
+
+    def _fail(self, e: Exception):
+        return CorruptLineage(f"stored lineage of operator {self.op!r} ({self.strategy}) "
+                              f"is damaged: {type(e).__name__}: {e}")
+
+    def has_space(self, space: str) -> bool:
+        return space in self.meta["spaces"]
+
+    def spaces(self) -> list[str]:
+        return list(self.meta["spaces"])
+
+    def _record(self, txn, space: str, blk: int) -> RecordBlock:
+        key = _k(space, b"R", blk)
+        rb = self._cache.get(key)
+        if rb is None:
+            raw = txn.get(key)
+            if raw is None:
+                raise CorruptLineage(f"stored lineage of {self.op!r} ({self.strategy}) misses a record block")
+            rb = decode_record_block(raw, self.meta["spaces"][space]["fields"])
+            self._cache[key] = rb
+        return rb
+
+    # -- lookups ---------------------------------------------------------------------
+    def lookup(self, space: str, q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
+        """Ids of the pairs whose key cells intersect the query.
+
+        ``q``: sorted unique packed query cells; ``q_flat``: the query as a flat
+        bitmap of the key array (for exact checks).
+        """
+        if space not in self.meta["spaces"] or q.size == 0:
+            return np.zeros(0, np.int64)
+        try:
+            with self.store.env.begin(db=self.db, buffers=False) as txn:
+                if self.enc.one:
+                    return self._lookup_one(txn, space, q)
+                return self._lookup_many(txn, space, q, q_flat)
+        except CorruptLineage:
+            raise
+        except Exception as e:  # lmdb, zstd, struct, rtree errors: damaged store
+            raise self._fail(e) from None
+
+    def _lookup_one(self, txn, space, q):
+        blocks = q >> KEY_BITS
+        bounds = np.flatnonzero(np.diff(blocks)) + 1
+        starts = np.concatenate(([0], bounds)).tolist()
+        ends = np.concatenate((bounds, [len(q)])).tolist()
+        found = []
+        for a, b in zip(starts, ends):
+            key = _k(space, b"K", int(blocks[a]))
+            dec = self._cache.get(key)
+            if dec is None:
+                raw = txn.get(key)
+                if raw is None:
+                    continue
+                dec = decode_key_block(raw)
+                self._cache[key] = dec
+            cells, off, pids = dec
+            pos = np.searchsorted(cells, q[a:b])
+            pos_c = np.minimum(pos, len(cells) - 1)
+            hit = pos_c[cells[pos_c] == q[a:b]]
+            if hit.size:
+                found.append(csr_take(pids, off, hit))
+        if not found:
+            return np.zeros(0, np.int64)
+        return np.unique(np.concatenate(found))
+
+    def _rtree(self, space: str):
+        t = self._rtrees.get(space)
+        if t is None:
+            path = self.store.rtree_path(self.op, self.strategy, space)
+            if not Path(str(path) + ".idx").exists():
+                raise CorruptLineage(f"R-tree index of {self.op!r} ({self.strategy}) is missing")
+            props = rindex.Property()
+            props.dimension = max(2, len(self.meta["spaces"][space]["key_shape"]))
+            t = self._rtrees[space] = rindex.Index(str(path), properties=props)
+        return t
+
+    def _lookup_many(self, txn, space, q, q_flat):
+        shape = tuple(self.meta["spaces"][space]["key_shape"])
+        mins, maxs = _runs_to_boxes(q, shape)
+        ids, _counts = self._rtree(space).intersection_v(mins, maxs)
+        cand = np.unique(np.asarray(ids, dtype=np.int64))
+        if cand.size == 0:
+            return cand
+        recs = self._records(txn, space, cand, ["key"])
+        cells, off = recs["key"]
+        return cand[rows_hitting(cells, off, q_flat)]
+
+    # -- records ----------------------------------------------------------------------
+    def records(self, space: str, pids: np.ndarray, fields: list[str]) -> dict:
+        """Fields of the given pairs: name -> (cells, offsets); ``"pay"`` ->
+        (pay_ids per pair, payload table)."""
+        try:
+            with self.store.env.begin(db=self.db, buffers=False) as txn:
+                return self._records(txn, space, np.asarray(pids, np.int64), fields)
+        except CorruptLineage:
+            raise
+        except Exception as e:
+            raise self._fail(e) from None
+
+    def _records(self, txn, space, pids, fields):
+        parts = {f: ([], []) for f in fields if f != "pay"}
+        pay_ids, tindex = [], {}
+        blocks = pids >> REC_BITS
+        bounds = np.flatnonzero(np.diff(blocks)) + 1
+        starts = np.concatenate(([0], bounds)).tolist()
+        ends = np.concatenate((bounds, [len(pids)])).tolist()
+        for a, b in zip(starts, ends):
+            blk = int(blocks[a])
+            rb = self._record(txn, space, blk)
+            local = pids[a:b] - (blk << REC_BITS)
+            for f in parts:
+                c, o = rb.csr[f]
+                parts[f][0].append(csr_take(c, o, local))
+                parts[f][1].append(o[local + 1] - o[local])
+            if "pay" in fields:
+                remap = np.array([tindex.setdefault(p, len(tindex)) for p in rb.table], np.int64)
+                pay_ids.append(remap[rb.pay_local[local]])
+        out = {}
+        for f, (cs, ls) in parts.items():
+            out[f] = (np.concatenate(cs) if cs else np.zeros(0, np.int64),
+                      lengths_to_offsets(np.concatenate(ls) if ls else np.zeros(0, np.int64)))
+        if "pay" in fields:
+            out["pay"] = (np.concatenate(pay_ids) if pay_ids else np.zeros(0, np.int64),
+                          list(tindex))          # dict order is id order
+        return out
+
+    def all_pairs(self, space: str) -> np.ndarray:
+        info = self.meta["spaces"].get(space)
+        if not info or not info["blocks"]:
+            return np.zeros(0, np.int64)
+        blocks = np.array(sorted(info["blocks"]), np.int64)
+        # pair ids that exist: each block holds up to REC_PAIRS; trim by decoding lengths
+        try:
+            with self.store.env.begin(db=self.db, buffers=False) as txn:
+                ids = [np.arange(b << REC_BITS, (b << REC_BITS) + self._record(txn, space, int(b)).n)
+                       for b in blocks]
+        except CorruptLineage:
+            raise
+        except Exception as e:
+            raise self._fail(e) from None
+        return np.concatenate(ids)
+
+    def scan_keys(self, space: str, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Key cells of the given pairs (sorted pids); inverts the key index for
+        One encodings that do not keep key cells in their records."""
+        if "key" in self.meta["spaces"][space]["fields"]:
+            return self.records(space, pids, ["key"])["key"]
+        try:
+            with self.store.env.begin(db=self.db, buffers=False) as txn:
+                prefix = space.encode() + b"\x00K"
+                ks, ps = [], []
+                with txn.cursor() as cur:
+                    if cur.set_range(prefix):
+                        for key, raw in cur:
+                            if not key.startswith(prefix):
+                                break
+                            cells, off, p = decode_key_block(raw)
+                            ks.append(np.repeat(cells, np.diff(off)))
+                            ps.append(p)
+        except Exception as e:
+            raise self._fail(e) from None
+        if not ks:
+            return np.zeros(0, np.int64), np.zeros(len(pids) + 1, np.int64)
+        k, p = np.concatenate(ks), np.concatenate(ps)
+        pos = np.searchsorted(pids, p)
+        pos_c = np.minimum(pos, len(pids) - 1)
+        keep = (pos < len(pids)) & (pids[pos_c] == p)
+        k, pos = k[keep], pos[keep]
+        order = np.argsort(pos, kind="stable")
+        return k[order], lengths_to_offsets(np.bincount(pos, minlength=len(pids)))
+
+    def covered(self) -> np.ndarray:
+        """Output cells covered by payload pairs (COMP strategies)."""
+        try:
+            with self.store.env.begin(db=self.db, buffers=False) as txn:
+                parts = []
+                for j in range(self.meta.get("covered_chunks", 0)):
+                    raw = txn.get(_k("c", b"C", j))
+                    if raw is None:
+                        raise CorruptLineage(f"stored lineage of {self.op!r} misses covered cells")
+                    parts.append(unpack_arrays(raw)[0])
+        except CorruptLineage:
+            raise
+        except Exception as e:
+            raise self._fail(e) from None
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _runs_to_boxes(q: np.ndarray, shape) -> tuple[np.ndarray, np.ndarray]:
+    """Turn sorted packed cells into boxes: runs of consecutive cells along the
+    last axis become one box, so a query region costs one R-tree probe per row."""
+    last = shape[-1]
+    brk = np.flatnonzero((np.diff(q) != 1) | ((q[1:] % last) == 0)) + 1
+    starts = np.concatenate(([0], brk))
+    ends = np.concatenate((brk, [len(q)])) - 1
+    lo = unpack(q[starts], shape).astype(np.float64)
+    hi = unpack(q[ends], shape).astype(np.float64)
+    if lo.shape[1] == 1:
+        lo = np.hstack([lo, np.zeros_like(lo)])
+        hi = np.hstack([hi, np.zeros_like(hi)])
+    return lo, hi

@@ -1,0 +1,148 @@
+"""The operator API: what a user subclasses to add a step to a workflow.
+
+An operator implements ``run(ctx, *inputs)``; lineage is opt-in.  Mapping
+functions (``map_b``/``map_f``) give lineage computed from coordinates alone
+(Map mode); ``ctx.lwrite`` records region pairs (Full) or payload pairs
+(Pay / Comp) which ``map_p`` turns back into input cells.  An operator that
+implements nothing beyond ``run`` is treated as all-to-all black-box: every
+output cell depends on every input cell.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from .modes import Mode
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """How an operator can be split over tiles (used by the Spark engine).
+
+    kind: ``"elementwise"`` (tile-local), ``"stencil"`` (tile-local with a halo
+    of ``radius`` cells) or ``"global"`` (needs the whole array).
+    """
+
+    kind: str = "global"
+    radius: int = 0
+
+    def __post_init__(self):
+        if self.kind not in ("elementwise", "stencil", "global"):
+            raise ValueError(f"unknown tiling {self.kind!r}")
+
+
+ELEMENTWISE = Tiling("elementwise")
+GLOBAL = Tiling("global")
+
+
+def stencil(radius: int) -> Tiling:
+    return Tiling("stencil", int(radius))
+
+
+class Operator:
+    """Base class of every workflow operator.
+
+    Class attributes an operator may override (declarations the engines and
+    the query planner rely on):
+
+    all_to_all     bool, or one bool per input: every output cell depends on
+                   every cell of that input, so a trace step through it may
+                   short-cut to the entire array.  Default: True for a pure
+                   black-box operator (no mapping functions, no lwrite modes),
+                   otherwise False.
+    tiling         :class:`Tiling` (elementwise, stencil(r), or global).
+    deterministic  re-running on the same inputs gives the same output and
+                   lineage; black-box re-execution requires it.
+    map_p_batched  ``map_p`` distributes over cells: map_p(A ∪ B) equals
+                   map_p(A) ∪ map_p(B) for one payload, so the executor may
+                   call it once for many pairs that share a payload.
+    """
+
+    all_to_all: bool | Sequence[bool] | None = None
+    tiling: Tiling = GLOBAL
+    deterministic: bool = True
+    map_p_batched: bool = False
+
+    # -- what the operator does -------------------------------------------
+    def run(self, ctx, *inputs) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError(f"{type(self).__name__} must implement run(ctx, *inputs)")
+
+    def output_shape(self, *input_shapes: tuple[int, ...]) -> tuple[int, ...] | None:
+        """Shape of the output for given input shapes, when known before running.
+
+        Only used for ``ctx.output_shape`` inside ``run``; None means unknown.
+        The default assumes the output has the first input's shape.
+        """
+        return tuple(input_shapes[0]) if input_shapes else None
+
+    # -- lineage ----------------------------------------------------------
+    def supported_modes(self) -> set[Mode]:
+        """Lineage modes this operator can provide (BLACKBOX is always possible)."""
+        modes = {Mode.BLACKBOX}
+        if self.has_mapping():
+            modes.add(Mode.MAP)
+        return modes
+
+    def map_b(self, cells: np.ndarray, i: int, ctx) -> np.ndarray:
+        """Input-``i`` cells that the given output cells depend on."""
+        return NotImplemented
+
+    def map_f(self, cells: np.ndarray, i: int, ctx) -> np.ndarray:
+        """Output cells that depend on the given cells of input ``i``."""
+        return NotImplemented
+
+    def map_p(self, cells: np.ndarray, payload: bytes, i: int, ctx) -> np.ndarray:
+        """Input-``i`` cells of one payload pair whose output cells are ``cells``."""
+        raise NotImplementedError(
+            f"{type(self).__name__} writes payload lineage but does not implement map_p")
+
+    def map_p_pairs(self, cells: np.ndarray, offsets: np.ndarray, payloads: Sequence[bytes],
+                    pay_ids: np.ndarray, i: int, ctx) -> tuple[np.ndarray, np.ndarray]:
+        """Apply ``map_p`` to many pairs at once, keeping track of which pair each
+        input cell came from (forward queries over payload lineage need that).
+
+        ``cells[offsets[k]:offsets[k+1]]`` are pair k's output cells and
+        ``payloads[pay_ids[k]]`` its payload.  Returns ``(incells, pair)``.
+        The default calls ``map_p`` once per pair; operators with many small
+        payload pairs should override it with a vectorized version.
+        """
+        from .cells import as_cells
+        ndim = len(ctx.input_shape(i))
+        outs, owners = [], []
+        for k in range(len(offsets) - 1):
+            res = as_cells(self.map_p(cells[offsets[k]:offsets[k + 1]],
+                                      payloads[pay_ids[k]], i, ctx), ndim)
+            outs.append(res)
+            owners.append(np.full(len(res), k, np.int64))
+        if not outs:
+            return np.zeros((0, ndim), np.int64), np.zeros(0, np.int64)
+        return np.concatenate(outs), np.concatenate(owners)
+
+    # -- derived declarations ----------------------------------------------
+    def has_mapping(self) -> bool:
+        cls = type(self)
+        return cls.map_b is not Operator.map_b and cls.map_f is not Operator.map_f
+
+    def n_inputs(self) -> int | None:
+        """Number of inputs ``run`` takes, or None for ``*inputs``."""
+        params = list(inspect.signature(self.run).parameters.values())[1:]  # skip ctx
+        if any(p.kind is p.VAR_POSITIONAL for p in params):
+            return None
+        return sum(1 for p in params
+                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                   and p.default is p.empty)
+
+    def is_all_to_all(self, i: int) -> bool:
+        a = self.all_to_all
+        if a is None:
+            return self.supported_modes() <= {Mode.BLACKBOX}
+        if isinstance(a, bool):
+            return a
+        return bool(a[i])
+
+    def describe(self) -> str:
+        return type(self).__name__

@@ -1,0 +1,194 @@
+"""What lineage means: one trace step over a set of pairs.
+
+The same algorithms serve stored lineage (a :class:`StrategyReader`) and
+pairs collected in memory by re-execution (:class:`MemoryPairs`), so every
+method answers with the same semantics:
+
+* full pair (O, I_0..I_k): every cell of O depends on every cell of I_i;
+* payload pair (O, p): every cell of O depends on ``map_p(O, p, i)``;
+* composite: output cells covered by a payload pair use it, every other
+  output cell uses the mapping functions ``map_b``/``map_f``.
+
+Query sets are flat boolean bitmaps (``q_flat``) plus their sorted packed
+cells (``q``); results are packed cells of the target array.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .capture import Pairs
+from .cells import (as_cells, csr_take, lengths_to_offsets, pack, packed_from_bitmap,
+                    rows_hitting, unpack)
+from .errors import LineageError
+
+
+class MemoryPairs:
+    """Captured pairs viewed through the reader interface (backward-keyed space ``b``)."""
+
+    def __init__(self, pairs: Pairs, covered: np.ndarray | None = None):
+        self.p = pairs
+        self._covered = covered
+        fields = {"key": (pairs.out, pairs.out_off)}
+        for i in range(len(pairs.ins)):
+            fields[f"v{i}"] = (pairs.ins[i], pairs.in_offs[i])
+        self.fields = fields
+
+    def has_space(self, space: str) -> bool:
+        return space == "b"
+
+    def lookup(self, space, q, q_flat):
+        return rows_hitting(self.p.out, self.p.out_off, q_flat)
+
+    def all_pairs(self, space):
+        return np.arange(self.p.n, dtype=np.int64)
+
+    def records(self, space, pids, fields):
+        out = {}
+        for f in fields:
+            if f == "pay":
+                out["pay"] = (self.p.pay_ids[pids], self.p.payloads)
+            else:
+                c, o = self.fields[f]
+                out[f] = (csr_take(c, o, pids), lengths_to_offsets(o[pids + 1] - o[pids]))
+        return out
+
+    def scan_keys(self, space, pids):
+        return self.records(space, pids, ["key"])["key"]
+
+    def covered(self):
+        return np.unique(self.p.out) if self._covered is None else self._covered
+
+
+class StepContext:
+    """Shapes and callbacks one step needs (plain data + the operator)."""
+
+    def __init__(self, name, operator, mapctx, out_shape, in_shapes):
+        self.name, self.op, self.mapctx = name, operator, mapctx
+        self.out_shape = tuple(out_shape)
+        self.in_shapes = [tuple(s) for s in in_shapes]
+
+    def checked(self, cells, shape, what: str) -> np.ndarray:
+        try:
+            c = as_cells(cells, len(shape))
+        except (ValueError, TypeError) as e:
+            raise LineageError(f"operator {self.name!r}: {what} returned bad cells: {e}") from None
+        bad = (c < 0) | (c >= np.asarray(shape))
+        if bad.any():
+            row = c[np.flatnonzero(bad.any(axis=1))[0]]
+            raise LineageError(f"operator {self.name!r}: {what} returned cell "
+                               f"{tuple(int(x) for x in row)} outside its array (shape {tuple(shape)})")
+        return pack(c, shape)
+
+    # -- mapping functions -------------------------------------------------------
+    def map_b(self, q_packed: np.ndarray, i: int) -> np.ndarray:
+        if q_packed.size == 0:
+            return q_packed
+        res = self.op.map_b(unpack(q_packed, self.out_shape), i, self.mapctx)
+        return self.checked(res, self.in_shapes[i], "map_b")
+
+    def map_f(self, q_packed: np.ndarray, i: int) -> np.ndarray:
+        if q_packed.size == 0:
+            return q_packed
+        res = self.op.map_f(unpack(q_packed, self.in_shapes[i]), i, self.mapctx)
+        return self.checked(res, self.out_shape, "map_f")
+
+    # -- payloads ---------------------------------------------------------------
+    def payload_backward(self, keys, key_off, pay_ids, payloads, i) -> np.ndarray:
+        """Union of map_p over the given pairs (output cells packed)."""
+        n = len(key_off) - 1
+        if n == 0:
+            return np.zeros(0, np.int64)
+        shape_in = self.in_shapes[i]
+        out_cells = unpack(keys, self.out_shape)
+        res = []
+        if self.op.map_p_batched:
+            for pid in np.unique(pay_ids).tolist():
+                rows = np.flatnonzero(pay_ids == pid)
+                cells = csr_take(out_cells, key_off, rows)
+                res.append(self.checked(self.op.map_p(cells, payloads[pid], i, self.mapctx),
+                                        shape_in, "map_p"))
+        else:
+            cells, _owner = self.op.map_p_pairs(out_cells, key_off, payloads, pay_ids, i, self.mapctx)
+            res.append(self.checked(cells, shape_in, "map_p"))
+        return np.concatenate(res) if res else np.zeros(0, np.int64)
+
+    def payload_owners(self, keys, key_off, pay_ids, payloads, i, q_flat) -> np.ndarray:
+        """Pairs whose map_p result intersects the query on input i."""
+        if len(key_off) <= 1:
+            return np.zeros(0, np.int64)
+        cells, owner = self.op.map_p_pairs(unpack(keys, self.out_shape), key_off, payloads,
+                                           pay_ids, i, self.mapctx)
+        packed = self.checked(cells, self.in_shapes[i], "map_p")
+        owner = np.asarray(owner, np.int64)
+        return np.unique(owner[q_flat[packed]])
+
+
+def _bits(packed: np.ndarray, size: int) -> np.ndarray:
+    bm = np.zeros(size, bool)
+    bm[packed] = True
+    return bm
+
+
+def backward(src, payload: bool, direction: str, sc: StepContext, i: int,
+             q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
+    """Input-i cells that the output cells ``q`` depend on, per stored pairs."""
+    if direction == "backward":
+        pids = src.lookup("b", q, q_flat)
+        if not payload:
+            return src.records("b", pids, [f"v{i}"])[f"v{i}"][0]
+        rec = src.records("b", pids, ["key", "pay"])
+        keys, off = rec["key"]
+        pay_ids, table = rec["pay"]
+        return sc.payload_backward(keys, off, pay_ids, table, i)
+    space = f"f{i}"
+    if not src.has_space(space):
+        return np.zeros(0, np.int64)
+    pids = src.all_pairs(space)
+    outs, off = src.records(space, pids, ["v"])["v"]
+    hit = rows_hitting(outs, off, q_flat)
+    return src.scan_keys(space, pids[hit])[0]
+
+
+def forward(src, payload: bool, direction: str, sc: StepContext, i: int,
+            q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
+    """Output cells that depend on the input-i cells ``q``, per stored pairs."""
+    if direction == "forward":
+        space = f"f{i}"
+        if not src.has_space(space):
+            return np.zeros(0, np.int64)
+        pids = src.lookup(space, q, q_flat)
+        return src.records(space, pids, ["v"])["v"][0]
+    if not src.has_space("b"):
+        return np.zeros(0, np.int64)
+    pids = src.all_pairs("b")
+    if not payload:
+        ins, off = src.records("b", pids, [f"v{i}"])[f"v{i}"]
+        hit = rows_hitting(ins, off, q_flat)
+        return src.scan_keys("b", pids[hit])[0]
+    rec = src.records("b", pids, ["key", "pay"])
+    keys, off = rec["key"]
+    pay_ids, table = rec["pay"]
+    hit = sc.payload_owners(keys, off, pay_ids, table, i, q_flat)
+    return csr_take(keys, off, hit)
+
+
+def composite(src, direction_stored: str, sc: StepContext, i: int, backward_step: bool,
+              q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
+    """Composite lineage: payload pairs where they cover, mapping elsewhere."""
+    out_size = int(np.prod(sc.out_shape, dtype=np.int64))
+    covered = _bits(src.covered(), out_size)
+    if backward_step:
+        qc = q[covered[q]]
+        qd = q[~covered[q]]
+        qc_flat = _bits(qc, out_size)
+        res = [backward(src, True, direction_stored, sc, i, qc, qc_flat), sc.map_b(qd, i)]
+        return np.concatenate(res)
+    fwd = forward(src, True, direction_stored, sc, i, q, q_flat)
+    dflt = sc.map_f(q, i)
+    return np.concatenate([fwd, dflt[~covered[dflt]]])
+
+
+def packed_query(bm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    flat = bm.ravel()
+    return packed_from_bitmap(bm), flat

@@ -1,0 +1,129 @@
+"""Storage strategies: (mode, encoding, direction) and their CLI spelling.
+
+Spelling: ``full``, ``map``, ``blackbox``, ``pay``, ``comp`` (short forms), or
+``MODE:ENCODING:DIRECTION`` such as ``comp:payone:backward``; several joined
+with ``+`` (``full:fullmany:backward+full:fullone:forward``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import StrategyError
+from .modes import Mode
+
+ENCODINGS = {Mode.FULL: ("fullone", "fullmany"), Mode.PAY: ("payone", "paymany"),
+             Mode.COMP: ("payone", "paymany")}
+DIRECTIONS = ("backward", "forward")
+_DEFAULT_ENCODING = {Mode.FULL: "fullone", Mode.PAY: "payone", Mode.COMP: "payone"}
+
+
+@dataclass(frozen=True, order=True)
+class Strategy:
+    mode: Mode
+    encoding: str | None = None      # None for MAP and BLACKBOX
+    direction: str | None = None
+
+    @property
+    def stored(self) -> bool:
+        return self.encoding is not None
+
+    @property
+    def many(self) -> bool:
+        return bool(self.encoding) and self.encoding.endswith("many")
+
+    @property
+    def payload(self) -> bool:
+        return self.mode in (Mode.PAY, Mode.COMP)
+
+    def __str__(self) -> str:
+        if not self.stored:
+            return self.mode.value
+        return f"{self.mode.value}:{self.encoding}:{self.direction}"
+
+
+MAP = Strategy(Mode.MAP)
+BLACKBOX = Strategy(Mode.BLACKBOX)
+
+
+def parse_one(text: str) -> Strategy:
+    parts = [p.strip().lower() for p in text.split(":")]
+    try:
+        mode = Mode(parts[0])
+    except ValueError:
+        raise StrategyError(f"unknown lineage mode {parts[0]!r} in strategy {text!r}; "
+                            f"use one of {', '.join(m.value for m in Mode)}") from None
+    if mode in (Mode.MAP, Mode.BLACKBOX):
+        if len(parts) > 1:
+            raise StrategyError(f"strategy {text!r}: {mode.value} stores nothing, so it takes "
+                                f"no encoding or direction")
+        return Strategy(mode)
+    if len(parts) > 3:
+        raise StrategyError(f"malformed strategy {text!r}; write MODE[:ENCODING[:DIRECTION]], "
+                            f"e.g. full:fullone:backward")
+    enc = parts[1] if len(parts) > 1 and parts[1] else _DEFAULT_ENCODING[mode]
+    direction = parts[2] if len(parts) > 2 and parts[2] else "backward"
+    if enc not in ENCODINGS[mode]:
+        raise StrategyError(f"strategy {text!r}: mode {mode.value} uses encoding "
+                            f"{' or '.join(ENCODINGS[mode])}, not {enc!r}")
+    if direction not in DIRECTIONS:
+        raise StrategyError(f"strategy {text!r}: direction must be backward or forward, "
+                            f"not {direction!r}")
+    return Strategy(mode, enc, direction)
+
+
+def parse(text: str) -> tuple[Strategy, ...]:
+    """Parse ``A+B+...`` into a tuple of strategies (deduplicated, ordered)."""
+    if not text or not text.strip():
+        raise StrategyError("empty strategy; use e.g. full, map, blackbox or comp:payone:backward")
+    out = []
+    for t in text.split("+"):
+        s = parse_one(t)
+        if s not in out:
+            out.append(s)
+    modes = {s.mode for s in out}
+    if Mode.BLACKBOX in modes and len(out) > 1:
+        raise StrategyError(f"strategy {text!r}: blackbox cannot be combined with other strategies")
+    if Mode.PAY in modes and Mode.COMP in modes:
+        raise StrategyError(f"strategy {text!r}: pay and comp both use payload pairs; choose one")
+    return tuple(out)
+
+
+def supported_strategies(operator) -> list[str]:
+    """Every single strategy spelling the operator supports (for messages)."""
+    modes = operator.supported_modes()
+    out = []
+    for m in (Mode.FULL, Mode.PAY, Mode.COMP):
+        if m in modes:
+            out += [f"{m.value}:{e}:{d}" for e in ENCODINGS[m] for d in DIRECTIONS]
+    if Mode.MAP in modes:
+        out.append("map")
+    out.append("blackbox")
+    return out
+
+
+def check_supported(op_name: str, operator, strategies: tuple[Strategy, ...]) -> None:
+    modes = operator.supported_modes() | {Mode.BLACKBOX}
+    for s in strategies:
+        ok = s.mode in modes
+        if s.mode in (Mode.MAP, Mode.COMP) and not operator.has_mapping():
+            ok = False
+        if not ok:
+            raise StrategyError(
+                f"operator {op_name!r} ({type(operator).__name__}) does not support strategy "
+                f"{s}; it supports: {', '.join(supported_strategies(operator))}")
+
+
+def default_for(operator) -> tuple[Strategy, ...]:
+    """``map`` where there are mapping functions, else ``full`` if supported, else blackbox."""
+    modes = operator.supported_modes()
+    if Mode.MAP in modes and operator.has_mapping():
+        return (MAP,)
+    if Mode.FULL in modes:
+        return (Strategy(Mode.FULL, "fullone", "backward"),)
+    return (BLACKBOX,)
+
+
+def modes_needed(strategies: tuple[Strategy, ...]) -> frozenset[Mode]:
+    """Lineage modes the operator must emit at run time for these strategies."""
+    return frozenset(s.mode for s in strategies if s.stored)
