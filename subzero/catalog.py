@@ -118,7 +118,7 @@ class Catalog:
                         (run_id, name, kind, json.dumps(list(shape)), str(dtype), int(nbytes)))
 
     def arrays(self, run_id: int) -> dict[str, dict[str, Any]]:
-        rows = self.db.execute("SELECT name, kind, shape, dtype, nbytes FROM arrays WHERE run_id=?",
+        rows = self.db.execute("SELECT name, kind, shape, dtype, nbytes FROM arrays WHERE run_id=? ORDER BY rowid",
                                (run_id,)).fetchall()
         return {r[0]: {"kind": r[1], "shape": tuple(json.loads(r[2])), "dtype": r[3], "nbytes": r[4]}
                 for r in rows}

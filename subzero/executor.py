@@ -320,7 +320,7 @@ class Executor:
     def _reexec(self, name, op, sc, i, backward, q, q_flat):
         mode = capture_mode(op)
         if mode is None:
-            if op.has_mapping():
+            if Mode.MAP in op.supported_modes() and op.has_mapping():
                 return (sc.map_b(q, i) if backward else sc.map_f(q, i)), "map"
             shape = sc.in_shapes[i] if backward else sc.out_shape
             return np.ones(shape, bool), "all-to-all"
@@ -342,8 +342,8 @@ class Executor:
 
 
 def _preferred(prefer: str, methods, op):
-    if prefer == "map":
-        return ("map", None) if op.has_mapping() else None
+    if prefer == "map":   # mapping alone is lineage only for operators that declare MAP
+        return ("map", None) if Mode.MAP in op.supported_modes() and op.has_mapping() else None
     if prefer == "reexec":
         return ("reexec", None)
     try:

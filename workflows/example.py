@@ -84,7 +84,7 @@ class HotPixels(Operator):
         self.nsigma = nsigma
 
     def supported_modes(self):
-        return {Mode.FULL, Mode.COMP, Mode.MAP, Mode.BLACKBOX}
+        return {Mode.FULL, Mode.COMP, Mode.BLACKBOX}
 
     def run(self, ctx, img):
         img = np.asarray(img, float)

@@ -1,0 +1,45 @@
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = str(ROOT / "workflows" / "example.py")
+
+
+@pytest.fixture
+def store(tmp_path):
+    import subzero
+    st = subzero.open_store(tmp_path / "store")
+    yield st
+    st.close()
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
+    from subzero.cli import main
+
+    def run(*args):
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+    return run
+
+
+def subzero_exe() -> str:
+    exe = Path(sys.executable).with_name("subzero")
+    return str(exe) if exe.exists() else shutil.which("subzero")
+
+
+@pytest.fixture
+def shell(tmp_path):
+    """Run the installed `subzero` console script in a subprocess."""
+    def run(*args, cwd=None):
+        p = subprocess.run([subzero_exe(), *map(str, args)], capture_output=True, text=True,
+                           cwd=cwd or tmp_path, timeout=300)
+        return p.returncode, p.stdout, p.stderr
+    return run

@@ -1,0 +1,159 @@
+"""lwrite forms, encodings round trips, damaged stores."""
+
+import numpy as np
+import pytest
+
+import subzero
+from subzero import LineageError, Mode, Operator, Workflow
+from subzero.capture import LineageBuffer
+from subzero.codec import pack_arrays, pack_bytes, unpack_arrays, unpack_bytes
+from subzero.context import Context
+from subzero.encodings import decode_key_block, key_blocks, merge_key_blocks
+
+from conftest import EXAMPLE
+
+
+class FullOp(Operator):
+    def supported_modes(self):
+        return {Mode.FULL, Mode.BLACKBOX}
+
+    def run(self, ctx, a, b):
+        return a
+
+
+def ctx_for(op=None, modes=(Mode.FULL,), in_shapes=((4, 5), (3,)), out_shape=(4, 5)):
+    op = op or FullOp()
+    buf = LineageBuffer("op", len(in_shapes), len(out_shape), [len(s) for s in in_shapes])
+    return Context("op", op, set(modes), in_shapes, out_shape, buf), buf
+
+
+def test_lwrite_forms_equivalent():
+    ctx, buf = ctx_for()
+    ctx.lwrite((1, 2), [(0, 0), (1, 1)], [(2,)])                          # one pair, tuple cell
+    ctx.lwrite(np.array([[0, 0], [3, 4]]), np.array([[0, 1], [3, 3]]), np.array([[0], [1]]),
+               each=True)                                                 # (N, ndim) per row
+    ctx.lwrite(np.array([[2, 2]]), [np.array([[2, 2], [2, 3]])], [np.zeros((0, 1), int)], each=True)
+    ctx.lwrite_groups(np.array([[1, 1], [1, 0], [0, 4]]), [7, 7, 9],
+                      (np.array([[3, 3], [0, 4]]), [7, 9]), (np.array([[2]]), [9]))
+    full, pay = buf.finish((4, 5), [(4, 5), (3,)])
+    assert pay is None and full.n == 1 + 2 + 1 + 2
+    outs = np.split(full.out, full.out_off[1:-1])
+    in0 = np.split(full.ins[0], full.in_offs[0][1:-1])
+    in1 = np.split(full.ins[1], full.in_offs[1][1:-1])
+    assert [o.tolist() for o in outs] == [[7], [0], [19], [12], [6, 5], [4]]
+    assert [x.tolist() for x in in0] == [[0, 6], [1], [18], [12, 13], [18], [4]]
+    assert [x.tolist() for x in in1] == [[2], [0], [1], [], [], [2]]
+
+
+def test_lwrite_errors():
+    ctx, _ = ctx_for()
+    with pytest.raises(LineageError, match="got 1 input cell sets, but the operator has 2"):
+        ctx.lwrite((0, 0), [(0, 0)])
+    with pytest.raises(LineageError, match="input cells or a payload, not both"):
+        ctx.lwrite((0, 0), [(0, 0)], [(0,)], payload=b"x")
+    with pytest.raises(LineageError, match="supports neither Mode.PAY nor Mode.COMP"):
+        ctx.lwrite((0, 0), payload=b"x")
+    with pytest.raises(LineageError, match="has 3 rows, expected 2"):
+        ctx.lwrite(np.zeros((2, 2), int), np.zeros((3, 2), int), np.zeros((2, 1), int), each=True)
+    with pytest.raises(LineageError, match="bad output cells"):
+        ctx.lwrite([(0.5, 1)], [(0, 0)], [(0,)])
+
+    class PayOnly(Operator):
+        def supported_modes(self):
+            return {Mode.PAY, Mode.BLACKBOX}
+
+    ctx2, _ = ctx_for(PayOnly(), modes=(Mode.PAY,))
+    with pytest.raises(LineageError, match="does not list Mode.FULL"):
+        ctx2.lwrite((0, 0), [(0, 0)], [(0,)])
+    with pytest.raises(LineageError, match="got 2 payloads for 1 output cells"):
+        ctx2.lwrite([(0, 0)], payload=[b"a", b"b"], each=True)
+
+
+def test_unrequested_modes_are_dropped():
+    ctx, buf = ctx_for(modes=())
+    ctx.lwrite((1, 2), [(0, 0)], [(2,)])
+    assert buf.finish((4, 5), [(4, 5), (3,)]) == (None, None)
+
+
+def test_payload_dedup_and_each():
+    class P(Operator):
+        def supported_modes(self):
+            return {Mode.PAY, Mode.BLACKBOX}
+
+    ctx, buf = ctx_for(P(), modes=(Mode.PAY,))
+    ctx.lwrite(np.array([[0, 0], [1, 1], [2, 2]]), payload=b"r3", each=True)
+    ctx.lwrite(np.array([[3, 3], [3, 4]]), payload=[b"a", b"r3"], each=True)
+    ctx.lwrite(np.array([[0, 1], [0, 2]]), payload=b"group")
+    _, pay = buf.finish((4, 5), [(4, 5), (3,)])
+    assert pay.n == 6 and pay.payloads == [b"r3", b"a", b"group"]
+    assert pay.pay_ids.tolist() == [0, 0, 0, 1, 0, 2]
+
+
+def test_codec_roundtrip():
+    rng = np.random.default_rng(0)
+    arrays = [np.array([], np.int64), np.arange(1000), rng.integers(-2**40, 2**40, 500),
+              np.sort(rng.integers(0, 10**6, 300))]
+    back = unpack_arrays(pack_arrays(*arrays))
+    for a, b in zip(arrays, back):
+        np.testing.assert_array_equal(a, b)
+    items = [b"", b"\x00\x01", b"hello" * 100]
+    assert unpack_bytes(pack_bytes(items)) == items
+
+
+def test_sorted_cells_are_compact():
+    blob = pack_arrays(np.arange(0, 10**6, 1))
+    assert len(blob) < 1000      # a dense run costs almost nothing
+
+
+def test_key_block_merge_is_union():
+    key = np.array([5, 6, 6, 4100])
+    off = np.array([0, 2, 4])                     # pair 0: {5, 6}; pair 1: {6, 4100}
+    blocks = key_blocks(key, off, 0)
+    assert set(blocks) == {0, 1}
+    cells, o, p = decode_key_block(blocks[0])
+    assert cells.tolist() == [5, 6] and np.split(p, o[1:-1])[1].tolist() == [0, 1]
+    more = key_blocks(np.array([6, 7]), np.array([0, 2]), 256)
+    merged = decode_key_block(merge_key_blocks(blocks[0], more[0]))
+    assert merged[0].tolist() == [5, 6, 7]
+    assert np.split(merged[2], merged[1][1:-1])[1].tolist() == [0, 1, 256]
+
+
+def test_damaged_lmdb_falls_back_to_reexecution(store, capfd):
+    run = store.run(EXAMPLE, strategies={"stars": "full", "clean": "comp"})
+    ref = run.trace("stars", [(40, 70)], to="raw", prefer="reexec").bitmap
+    store2 = subzero.open_store(store.path)
+    data = run.dir / "lineage" / "data.mdb"
+    raw = bytearray(data.read_bytes())
+    for k in range(8192, len(raw), 97):           # scribble over everything after the meta pages
+        raw[k] = (raw[k] * 7 + 13) % 256
+    data.write_bytes(bytes(raw))
+    capfd.readouterr()
+    res = store2.get(run.id).trace("stars", [(40, 70)], to="raw")
+    err = capfd.readouterr().err
+    assert np.array_equal(res.bitmap, ref)
+    assert "warning" in err and "re-executing" in err
+    assert all(not s.method.startswith("stored") for s in res.steps)
+
+
+def test_missing_lineage_store_falls_back(store, capfd):
+    import shutil
+    run = store.run(EXAMPLE, strategies={"stars": "full"})
+    ref = run.trace("stars", [(12, 20)], to="raw").bitmap
+    shutil.rmtree(run.dir / "lineage")
+    store2 = subzero.open_store(store.path)
+    capfd.readouterr()
+    res = store2.get(run.id).trace("stars", [(12, 20)], to="raw")
+    assert np.array_equal(res.bitmap, ref)
+    assert "missing" in capfd.readouterr().err
+
+
+def test_damaged_rtree_falls_back(store, capfd):
+    run = store.run(EXAMPLE, strategies={"stars": "full:fullmany:backward"})
+    ref = run.trace("stars", [(12, 20)], to="raw").bitmap
+    for f in (run.dir / "lineage" / "rtree").iterdir():
+        f.write_bytes(b"garbage")
+    store2 = subzero.open_store(store.path)
+    capfd.readouterr()
+    res = store2.get(run.id).trace("stars", [(12, 20)], to="raw")
+    assert np.array_equal(res.bitmap, ref)
+    assert "re-executing" in capfd.readouterr().err
