@@ -3,6 +3,11 @@
 Values are delta-encoded (sorted cell sets become runs of small numbers),
 narrowed to the smallest signed integer type that holds the deltas, and
 several arrays are packed into one zstd-compressed blob per LMDB value.
+
+Encoding many blocks at once is the capture hot path, so
+:func:`pack_blocks` does the delta and narrowing work for all blocks with
+whole-array numpy operations and leaves only slicing and one compression
+call per block.
 """
 
 from __future__ import annotations
@@ -13,33 +18,89 @@ import numpy as np
 from numcodecs import Zstd
 
 _ZSTD = Zstd(level=1)
-_DTYPES = (np.int8, np.int16, np.int32, np.int64)
+_DTYPES = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64))
+_LIMITS = np.array([[np.iinfo(t).min, np.iinfo(t).max] for t in _DTYPES], dtype=np.int64)
 _HDR = struct.Struct("<BQ")      # dtype code, length
 
 
-def _narrow(d: np.ndarray) -> tuple[int, np.ndarray]:
-    if d.size == 0:
-        return 0, d.astype(np.int8)
-    lo, hi = int(d.min()), int(d.max())
-    for code, t in enumerate(_DTYPES):
-        info = np.iinfo(t)
-        if info.min <= lo and hi <= info.max:
-            return code, d.astype(t)
-    return 3, d
+def _code(lo: int, hi: int) -> int:
+    for c, (a, b) in enumerate(_LIMITS.tolist()):
+        if a <= lo and hi <= b:
+            return c
+    return 3
+
+
+def _codes(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Vectorized dtype code per segment from its min and max."""
+    code = np.full(len(lo), 3, np.int8)
+    for c in (2, 1, 0):
+        ok = (lo >= _LIMITS[c, 0]) & (hi <= _LIMITS[c, 1])
+        code[ok] = c
+    return code
+
+
+def _blob(parts: list[tuple[int, np.ndarray]]) -> bytes:
+    head = [struct.pack("<H", len(parts))]
+    body = []
+    for code, d in parts:
+        head.append(_HDR.pack(code, d.size))
+        body.append(d.astype(_DTYPES[code], copy=False).tobytes())
+    return bytes(_ZSTD.encode(b"".join(head) + b"".join(body)))
 
 
 def pack_arrays(*arrays: np.ndarray, delta: bool = True) -> bytes:
     """Serialise int arrays into one compressed blob."""
-    head = [struct.pack("<H", len(arrays))]
-    body = []
+    parts = []
     for a in arrays:
         a = np.asarray(a, dtype=np.int64)
-        d = np.diff(a, prepend=np.int64(0)) if delta and a.size else a
-        code, n = _narrow(d)
-        head.append(_HDR.pack(code, a.size))
-        body.append(n.tobytes())
-    raw = b"".join(head) + b"".join(body)
-    return bytes(_ZSTD.encode(raw))
+        d = a.copy()
+        if delta and a.size > 1:
+            d[1:] -= a[:-1]
+        parts.append((_code(int(d.min()), int(d.max())) if d.size else 0, d))
+    return _blob(parts)
+
+
+def delta_segments(a: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Deltas of ``a`` restarting at each segment start, and each segment's dtype code.
+
+    Segment k is ``a[starts[k]:starts[k+1]]`` (the last runs to the end).
+    """
+    a = np.asarray(a, dtype=np.int64)
+    d = a.copy()
+    if a.size > 1:
+        d[1:] -= a[:-1]
+    s = starts[starts < a.size]
+    d[s] = a[s]
+    ends = np.append(starts[1:], a.size)
+    codes = np.zeros(len(starts), np.int8)
+    nonempty = ends > starts
+    if nonempty.any() and d.size:
+        idx = starts[nonempty]
+        lo = np.minimum.reduceat(d, idx)
+        hi = np.maximum.reduceat(d, idx)
+        # reduceat over a trailing segment of an index equal to the next start is fine:
+        # empty segments were removed above
+        codes[nonempty] = _codes(lo, hi)
+    return d, codes
+
+
+def pack_blocks(columns: list[tuple[np.ndarray, np.ndarray]], n_blocks: int) -> list[bytes]:
+    """Encode ``n_blocks`` blobs at once.
+
+    ``columns`` is a list of (array, segment starts with n_blocks+1 entries):
+    block b holds ``array[starts[b]:starts[b+1]]`` of every column, each
+    delta-encoded from the block's start — the same bytes :func:`pack_arrays`
+    would produce for those slices.
+    """
+    prepared = []
+    for arr, bounds in columns:
+        d, codes = delta_segments(arr, bounds[:-1])
+        prepared.append((d, codes, bounds.tolist()))
+    out = []
+    for b in range(n_blocks):
+        out.append(_blob([(int(codes[b]), d[bounds[b]:bounds[b + 1]])
+                          for d, codes, bounds in prepared]))
+    return out
 
 
 def unpack_arrays(blob: bytes, delta: bool = True) -> list[np.ndarray]:
@@ -53,7 +114,7 @@ def unpack_arrays(blob: bytes, delta: bool = True) -> list[np.ndarray]:
         specs.append((code, n))
     out = []
     for code, n in specs:
-        t = np.dtype(_DTYPES[code])
+        t = _DTYPES[code]
         a = np.frombuffer(raw, dtype=t, count=n, offset=pos).astype(np.int64)
         pos += n * t.itemsize
         out.append(np.cumsum(a) if delta and n else a)

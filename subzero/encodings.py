@@ -30,7 +30,7 @@ import numpy as np
 
 from .capture import Pairs
 from .cells import csr_rows, csr_take, lengths_to_offsets, pack, unpack
-from .codec import pack_arrays, pack_bytes, unpack_arrays, unpack_bytes
+from .codec import pack_arrays, pack_blocks, pack_bytes, unpack_arrays, unpack_bytes
 from .strategy import Strategy
 
 KEY_BITS = 12
@@ -133,17 +133,23 @@ def key_blocks(key: np.ndarray, key_off: np.ndarray, first_pair: int) -> dict[in
     pid = csr_rows(key_off) + first_pair
     order = np.lexsort((pid, key))
     k, p = key[order], pid[order]
-    dup = np.zeros(len(k), bool)
-    dup[1:] = (k[1:] == k[:-1]) & (p[1:] == p[:-1])
-    k, p = k[~dup], p[~dup]
-    blk = k >> KEY_BITS
-    bounds = np.flatnonzero(np.diff(blk)) + 1
-    starts = np.concatenate(([0], bounds))
-    ends = np.concatenate((bounds, [len(k)]))
-    out = {}
-    for a, b in zip(starts.tolist(), ends.tolist()):
-        out[int(blk[a])] = encode_key_block(k[a:b], p[a:b])
-    return out
+    keep = np.ones(len(k), bool)
+    keep[1:] = (k[1:] != k[:-1]) | (p[1:] != p[:-1])
+    k, p = k[keep], p[keep]
+    return _encode_sorted_index(k, p)
+
+
+def _encode_sorted_index(k: np.ndarray, p: np.ndarray) -> dict[int, bytes]:
+    """(cell, pair) rows sorted by cell -> one blob per key block, all blocks at once."""
+    run = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
+    cells = k[run]
+    counts = np.diff(np.append(run, len(k)))
+    blk = cells >> KEY_BITS
+    cstarts = np.flatnonzero(np.concatenate(([True], blk[1:] != blk[:-1])))
+    cbounds = np.append(cstarts, len(cells))
+    pbounds = np.append(run, len(k))[cbounds]
+    blobs = pack_blocks([(cells, cbounds), (counts, cbounds), (p, pbounds)], len(cstarts))
+    return dict(zip(blk[cstarts].tolist(), blobs))
 
 
 def encode_key_block(k: np.ndarray, p: np.ndarray) -> bytes:
@@ -190,30 +196,26 @@ def record_blocks(space: Space, enc: Encoding, first_pair: int) -> dict[int, byt
     """
     assert first_pair % REC_PAIRS == 0
     fields = record_fields(space, enc)
-    csr = {}
-    if "key" in fields:
-        csr["key"] = (sort_within_pairs(space.key, space.key_off), space.key_off)
-    for name, (c, o) in space.values.items():
-        csr[name] = (sort_within_pairs(c, o), o)
-    out = {}
     n = space.n
-    for a in range(0, n, REC_PAIRS):
-        b = min(n, a + REC_PAIRS)
-        arrays = []
-        for name in fields:
-            if name == "pay":
-                continue
-            c, o = csr[name]
-            arrays.append(np.diff(o[a:b + 1]))
-            arrays.append(c[o[a]:o[b]])
-        blob = pack_arrays(*arrays)
-        if "pay" in fields:
-            ids = space.pay_ids[a:b]
+    if n == 0:
+        return {}
+    pb = np.append(np.arange(0, n, REC_PAIRS), n)
+    columns = []
+    for name in fields:
+        if name == "pay":
+            continue
+        c, o = (space.key, space.key_off) if name == "key" else space.values[name]
+        columns.append((np.diff(o), pb))
+        columns.append((sort_within_pairs(c, o), o[pb]))
+    blobs = pack_blocks(columns, len(pb) - 1)
+    if "pay" in fields:
+        for j, a in enumerate(pb[:-1].tolist()):
+            ids = space.pay_ids[a:a + REC_PAIRS]
             uniq, local = np.unique(ids, return_inverse=True)
-            table = pack_bytes([space.payloads[j] for j in uniq.tolist()])
-            blob = _join(blob, pack_arrays(local, delta=False), table)
-        out[(first_pair + a) >> REC_BITS] = blob
-    return out
+            table = pack_bytes([space.payloads[u] for u in uniq.tolist()])
+            blobs[j] = _join(blobs[j], pack_arrays(local, delta=False), table)
+    first_blk = first_pair >> REC_BITS
+    return {first_blk + j: b for j, b in enumerate(blobs)}
 
 
 def _join(*parts: bytes) -> bytes:
