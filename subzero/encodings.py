@@ -33,8 +33,8 @@ from .cells import csr_rows, csr_take, lengths_to_offsets, pack, unpack
 from .codec import pack_arrays, pack_blocks, pack_bytes, unpack_arrays, unpack_bytes
 from .strategy import Strategy
 
-KEY_BITS = 12
-REC_BITS = 8
+KEY_BITS = 14
+REC_BITS = 10
 REC_PAIRS = 1 << REC_BITS
 
 

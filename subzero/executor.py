@@ -98,6 +98,12 @@ class Executor:
         self._values: dict[str, object] = {}
 
     # -- public -----------------------------------------------------------------------
+    def clear_cache(self) -> None:
+        """Drop decoded lineage blocks and loaded arrays (cold-query measurements)."""
+        for r in self._readers.values():
+            r.clear_cache()
+        self._values.clear()
+
     def trace(self, start: str, cells, to: str | None = None,
               path: list[tuple[str, int]] | None = None, prefer: str | None = None,
               shortcut: bool = True) -> TraceResult:

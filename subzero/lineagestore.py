@@ -219,6 +219,10 @@ class StrategyReader:
         except (lmdb.Error, ValueError) as e:
             raise CorruptLineage(f"stored lineage of {op!r} ({strategy}) is unreadable: {e}") from None
 
+    def clear_cache(self) -> None:
+        """Forget decoded blocks (benchmarks use it to measure cold lookups)."""
+        self._cache.clear()
+
     def _fail(self, e: Exception):
         return CorruptLineage(f"stored lineage of operator {self.op!r} ({self.strategy}) "
                               f"is damaged: {type(e).__name__}: {e}")
@@ -259,30 +263,34 @@ class StrategyReader:
         except Exception as e:  # lmdb, zstd, struct, rtree errors: damaged store
             raise self._fail(e) from None
 
+    def _decoded_key_block(self, txn, space, blk):
+        key = _k(space, b"K", blk)
+        dec = self._cache.get(key)
+        if dec is None:
+            raw = txn.get(key)
+            dec = decode_key_block(raw) if raw is not None else None
+            self._cache[key] = dec
+        return dec
+
     def _lookup_one(self, txn, space, q):
-        blocks = q >> KEY_BITS
-        bounds = np.flatnonzero(np.diff(blocks)) + 1
-        starts = np.concatenate(([0], bounds)).tolist()
-        ends = np.concatenate((bounds, [len(q)])).tolist()
-        found = []
-        for a, b in zip(starts, ends):
-            key = _k(space, b"K", int(blocks[a]))
-            dec = self._cache.get(key)
-            if dec is None:
-                raw = txn.get(key)
-                if raw is None:
-                    continue
-                dec = decode_key_block(raw)
-                self._cache[key] = dec
-            cells, off, pids = dec
-            pos = np.searchsorted(cells, q[a:b])
-            pos_c = np.minimum(pos, len(cells) - 1)
-            hit = pos_c[cells[pos_c] == q[a:b]]
-            if hit.size:
-                found.append(csr_take(pids, off, hit))
-        if not found:
+        """Decode every touched key block, then one vectorized search over all of them
+        (blocks are in key order, so their cells concatenate sorted)."""
+        blocks = np.unique(q >> KEY_BITS).tolist()
+        cells, counts, pids = [], [], []
+        for b in blocks:
+            dec = self._decoded_key_block(txn, space, b)
+            if dec is not None:
+                cells.append(dec[0])
+                counts.append(np.diff(dec[1]))
+                pids.append(dec[2])
+        if not cells:
             return np.zeros(0, np.int64)
-        return np.unique(np.concatenate(found))
+        cells = np.concatenate(cells)
+        off = lengths_to_offsets(np.concatenate(counts))
+        pos = np.searchsorted(cells, q)
+        pos_c = np.minimum(pos, len(cells) - 1)
+        hit = pos_c[cells[pos_c] == q]
+        return np.unique(csr_take(np.concatenate(pids), off, hit))
 
     def _rtree(self, space: str):
         t = self._rtrees.get(space)
@@ -319,30 +327,36 @@ class StrategyReader:
             raise self._fail(e) from None
 
     def _records(self, txn, space, pids, fields):
-        parts = {f: ([], []) for f in fields if f != "pay"}
-        pay_ids, tindex = [], {}
-        blocks = pids >> REC_BITS
-        bounds = np.flatnonzero(np.diff(blocks)) + 1
-        starts = np.concatenate(([0], bounds)).tolist()
-        ends = np.concatenate((bounds, [len(pids)])).tolist()
-        for a, b in zip(starts, ends):
-            blk = int(blocks[a])
-            rb = self._record(txn, space, blk)
-            local = pids[a:b] - (blk << REC_BITS)
-            for f in parts:
-                c, o = rb.csr[f]
-                parts[f][0].append(csr_take(c, o, local))
-                parts[f][1].append(o[local + 1] - o[local])
-            if "pay" in fields:
-                remap = np.array([tindex.setdefault(p, len(tindex)) for p in rb.table], np.int64)
-                pay_ids.append(remap[rb.pay_local[local]])
+        """Gather fields of the given pairs: decode each touched block once, then one
+        vectorized gather per field over the blocks laid end to end."""
+        pids = np.asarray(pids, np.int64)
+        blocks, local = np.divmod(pids, REC_PAIRS)
+        ublocks, inv = np.unique(blocks, return_inverse=True)
+        decoded = [self._record(txn, space, int(b)) for b in ublocks.tolist()]
+        base = lengths_to_offsets(np.array([rb.n for rb in decoded], np.int64))
+        rows = base[inv] + local               # row of each pid in the concatenation
         out = {}
-        for f, (cs, ls) in parts.items():
-            out[f] = (np.concatenate(cs) if cs else np.zeros(0, np.int64),
-                      lengths_to_offsets(np.concatenate(ls) if ls else np.zeros(0, np.int64)))
+        for f in fields:
+            if f == "pay":
+                continue
+            if decoded:
+                cells = np.concatenate([rb.csr[f][0] for rb in decoded])
+                lens = np.concatenate([np.diff(rb.csr[f][1]) for rb in decoded])
+            else:
+                cells, lens = np.zeros(0, np.int64), np.zeros(0, np.int64)
+            off = lengths_to_offsets(lens)
+            out[f] = (csr_take(cells, off, rows), lengths_to_offsets(lens[rows]))
         if "pay" in fields:
-            out["pay"] = (np.concatenate(pay_ids) if pay_ids else np.zeros(0, np.int64),
-                          list(tindex))          # dict order is id order
+            # only the payloads of the requested pairs get a table entry (deduplicated)
+            tbase = lengths_to_offsets(np.array([len(rb.table) for rb in decoded], np.int64))
+            glob = np.concatenate([rb.pay_local + tbase[j] for j, rb in enumerate(decoded)]) \
+                if decoded else np.zeros(0, np.int64)
+            used, inv_ids = np.unique(glob[rows], return_inverse=True)
+            flat_tables = [p for rb in decoded for p in rb.table]
+            tindex: dict[bytes, int] = {}
+            remap = np.array([tindex.setdefault(flat_tables[u], len(tindex)) for u in used.tolist()],
+                             np.int64)
+            out["pay"] = (remap[inv_ids].reshape(-1), list(tindex))   # dict order is id order
         return out
 
     def all_pairs(self, space: str) -> np.ndarray:

@@ -8,7 +8,7 @@ from subzero import LineageError, Mode, Operator, Workflow
 from subzero.capture import LineageBuffer
 from subzero.codec import pack_arrays, pack_bytes, unpack_arrays, unpack_bytes
 from subzero.context import Context
-from subzero.encodings import decode_key_block, key_blocks, merge_key_blocks
+from subzero.encodings import KEY_BITS, decode_key_block, key_blocks, merge_key_blocks
 
 from conftest import EXAMPLE
 
@@ -106,8 +106,9 @@ def test_sorted_cells_are_compact():
 
 
 def test_key_block_merge_is_union():
-    key = np.array([5, 6, 6, 4100])
-    off = np.array([0, 2, 4])                     # pair 0: {5, 6}; pair 1: {6, 4100}
+    far = (1 << KEY_BITS) + 4                     # a cell in the next key block
+    key = np.array([5, 6, 6, far])
+    off = np.array([0, 2, 4])                     # pair 0: {5, 6}; pair 1: {6, far}
     blocks = key_blocks(key, off, 0)
     assert set(blocks) == {0, 1}
     cells, o, p = decode_key_block(blocks[0])
