@@ -1,0 +1,42 @@
+"""Built-in operators: the SciDB-like library of SubZero.
+
+Every operator computes with numpy/scipy and knows its lineage from
+coordinates alone: mapping functions (Map mode) and, when asked, the same
+relation written as region pairs (Full mode, also used by black-box
+re-execution).  Modules:
+
+elementwise  unary functions, array-scalar ops, thresholds, binary arithmetic
+             and comparisons (optionally broadcasting)
+masking      where / mask / merge
+structural   slice, subarray, subsample, concat, transpose, pad, rebin
+stencil      convolve, correlate, mean/median/min/max and generic filters
+reduce       whole-array and per-axis reductions
+linalg       matrix multiply
+boundary     edge modes and the neighbourhood relation (shared)
+base         the MappedOperator skeleton and the Full-pair emitter (shared)
+testing      the perturbation oracle used by the tests, for your operators too
+"""
+
+from .base import MappedOperator, emit_full
+from .elementwise import (Abs, Add, Binary, Clip, Div, Elementwise, Eq, Exp, Ge, Gt, Le, Log, Lt,
+                          Maximum, Minimum, Mul, Ne, Negative, Pow, ScalarOp, Sqrt, Sub, Threshold,
+                          Unary)
+from .linalg import MatMul
+from .masking import Mask, Merge, Where
+from .reduce import Count, Max, Mean, Median, Min, Reduce, Sum
+from .stencil import (Convolve, Correlate, Filter, MaxFilter, MeanFilter, MedianFilter, MinFilter,
+                      Stencil)
+from .structural import Concat, Pad, Rebin, Slice, Subarray, Subsample, Transpose
+
+__all__ = [
+    "MappedOperator", "emit_full",
+    "Elementwise", "Unary", "Abs", "Negative", "Sqrt", "Exp", "Log", "Clip", "ScalarOp", "Threshold",
+    "Binary", "Add", "Sub", "Mul", "Div", "Pow", "Minimum", "Maximum", "Lt", "Le", "Gt", "Ge", "Eq",
+    "Ne",
+    "Where", "Mask", "Merge",
+    "Slice", "Subarray", "Subsample", "Concat", "Transpose", "Pad", "Rebin",
+    "Stencil", "Correlate", "Convolve", "Filter", "MeanFilter", "MedianFilter", "MinFilter",
+    "MaxFilter",
+    "Reduce", "Sum", "Mean", "Median", "Min", "Max", "Count",
+    "MatMul",
+]

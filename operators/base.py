@@ -106,7 +106,8 @@ class MappedOperator(Operator):
     # -- the relation ----------------------------------------------------------------
     def backward(self, cells: np.ndarray, i: int, ctx) -> tuple[np.ndarray, np.ndarray | None]:
         """Input-``i`` cells of each output cell, and for each the row of ``cells``
-        it belongs to (None when row k maps to exactly input cell k)."""
+        it belongs to, grouped by row in row order (None when row k maps to
+        exactly input cell k)."""
         raise NotImplementedError(f"{type(self).__name__}.backward")
 
     def forward(self, cells: np.ndarray, i: int, ctx) -> np.ndarray:
@@ -114,12 +115,14 @@ class MappedOperator(Operator):
         raise NotImplementedError(f"{type(self).__name__}.forward")
 
     def map_b(self, cells, i, ctx):
+        """Input-``i`` cells of the output ``cells`` (all of them for an all-to-all input)."""
         cells = as_cells(cells, len(ctx.output_shape))
         if self.is_all_to_all(i):
             return all_cells(ctx.input_shape(i)) if len(cells) else no_cells(len(ctx.input_shape(i)))
         return self.backward(cells, i, ctx)[0]
 
     def map_f(self, cells, i, ctx):
+        """Output cells of the input-``i`` ``cells`` (all of them for an all-to-all input)."""
         cells = as_cells(cells, len(ctx.input_shape(i)))
         if self.is_all_to_all(i):
             return all_cells(ctx.output_shape) if len(cells) else no_cells(len(ctx.output_shape))
@@ -135,8 +138,10 @@ def emit_full(op: MappedOperator, ctx) -> None:
 
     An all-to-all input gets one pair (every output cell, every cell of that
     input, nothing of the others).  The other inputs share one pair per output
-    cell, built with ``lwrite_groups`` from ``op.backward`` in batches of output
-    cells; output cells that depend on nothing get no pair.
+    cell, built from ``op.backward`` in batches of output cells: when every
+    output cell has the same number of input cells (per input) the batch is
+    one ``lwrite(each=True)`` of ``(N, K, ndim)`` arrays, otherwise one
+    ``lwrite_groups``, where output cells that depend on nothing get no pair.
     """
     out_shape = tuple(ctx.output_shape)
     n_in = ctx.n_inputs
@@ -158,16 +163,25 @@ def emit_full(op: MappedOperator, ctx) -> None:
     step = max(1, EMIT_BATCH_CELLS // fan_in)
     for a in range(0, n_out, step):
         out = unpack(np.arange(a, min(n_out, a + step), dtype=np.int64), out_shape)
-        n = len(out)
-        ins, used = [], np.zeros(n, bool)
-        for i in range(n_in):
-            if a2a[i]:
-                ins.append((no_cells(len(shapes[i])), np.zeros(0, np.int64)))
-                continue
-            cells, owner = op.backward(out, i, ctx)
-            owner = np.arange(n, dtype=np.int64) if owner is None else np.asarray(owner, np.int64)
-            used[owner] = True
-            ins.append((cells, owner))
-        keep = np.flatnonzero(used)
-        if keep.size:
-            ctx.lwrite_groups(out[keep], keep, *ins)
+        _emit_batch(op, ctx, out, shapes, a2a)
+
+
+def _emit_batch(op: MappedOperator, ctx, out: np.ndarray, shapes, a2a) -> None:
+    n = len(out)
+    rel = []
+    for i, shape in enumerate(shapes):
+        if a2a[i]:
+            rel.append((no_cells(len(shape)), np.zeros(0, np.int64), np.zeros(n, np.int64)))
+            continue
+        cells, owner = op.backward(out, i, ctx)
+        owner = np.arange(n, dtype=np.int64) if owner is None else np.asarray(owner, np.int64)
+        rel.append((cells, owner, np.bincount(owner, minlength=n)))
+    uniform = all(r[2].min() == r[2].max() for r in rel)
+    if uniform:                              # fixed K per input: no grouping needed
+        if sum(int(r[2][0]) for r in rel):
+            ctx.lwrite(out, *[c.reshape(n, int(ln[0]), len(s))
+                              for (c, _, ln), s in zip(rel, shapes)], each=True)
+        return
+    used = np.flatnonzero(sum(r[2] for r in rel))
+    if used.size:
+        ctx.lwrite_groups(out[used], used, *[(c, g) for c, g, _ in rel])

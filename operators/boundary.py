@@ -105,14 +105,20 @@ class Neighbourhood:
         n, nd = cells.shape
         k = len(self.offsets)
         v = cells[:, None, :] + self.offsets[None, :, :]
-        ok = np.ones((n, k), bool)
+        v = v.reshape(n * k, nd)
+        ok = None
         for d in range(nd):
-            idx, valid = fold(v[:, :, d], in_shape[d], self.mode)
-            v[:, :, d] = idx
-            if valid is not None:
-                ok &= valid
-        ok = ok.ravel()
-        return v.reshape(n * k, nd)[ok], rows(n, k)[ok]
+            col = v[:, d]
+            out = (col < 0) | (col >= in_shape[d])      # only edge reads need folding
+            if not out.any():
+                continue
+            if self.mode == "constant":
+                ok = ~out if ok is None else ok & ~out
+            else:
+                col[out] = fold(col[out], in_shape[d], self.mode)[0]
+        if ok is None:
+            return v, rows(n, k)
+        return v[ok], rows(n, k)[ok]
 
     def forward(self, cells: np.ndarray, in_shape, out_shape) -> np.ndarray:
         """Output cells reading any of the input ``cells``: every virtual cell
@@ -123,6 +129,8 @@ class Neighbourhood:
         enumerated with mixed-radix arithmetic instead of a loop.
         """
         n, nd = cells.shape
+        if not len(self.offsets):                     # an all-zero kernel reads nothing
+            return np.zeros((0, nd), np.int64)
         out_shape = np.asarray(out_shape, np.int64)
         lo = self.offsets.min(axis=0)
         hi = out_shape - 1 + self.offsets.max(axis=0)

@@ -153,7 +153,9 @@ def _workload(store, a) -> int:
     queries = load_workload(a.workload)
     rows = run_workload(run, queries)
     if a.json:
-        print(json.dumps({"run_id": run.id, "queries": rows}))
+        print(json.dumps({"run_id": run.id, "queries": [
+            {k: v for k, v in r.items() if k != "result"} | {"cells": r["result"].cells.tolist()}
+            for r in rows]}))
     else:
         print(f"workload {a.workload} on run {run.id}:")
         for r in rows:

@@ -26,12 +26,14 @@ def load_path(path: str | os.PathLike, input_name: str = "input"):
             return _single_var(xr.open_zarr(p), p, input_name).load()
         if name.endswith((".nc", ".nc4", ".cdf")):
             return _single_var(xr.open_dataset(p), p, input_name).load()
+        if name.endswith((".txt", ".tsv", ".csv")):
+            return _load_table(p, "," if name.endswith(".csv") else "\t")
     except SubZeroError:
         raise
     except Exception as e:
         raise SubZeroError(f"input {input_name!r}: cannot read {p}: {type(e).__name__}: {e}") from None
     raise SubZeroError(f"input {input_name!r}: unsupported file type {p.suffix!r} "
-                       f"(use .npy, .fits, .zarr or .nc)")
+                       f"(use .npy, .fits, .zarr, .nc, or .txt/.tsv/.csv tables)")
 
 
 def _single_var(ds: xr.Dataset, p: Path, input_name: str) -> xr.DataArray:
@@ -56,3 +58,18 @@ def _load_fits(p: Path) -> xr.DataArray:
                 dims = ["y", "x"] if data.ndim == 2 else [f"dim_{k}" for k in range(data.ndim)]
                 return xr.DataArray(data, dims=dims, attrs=attrs)
     raise SubZeroError(f"FITS file {p} has no image data")
+
+
+def _load_table(p: Path, sep: str) -> np.ndarray:
+    """A delimited text table as a 2-D array of strings (all rows, header included).
+
+    Numeric conversion is left to the workflow, which knows which columns are
+    labels; ragged rows are an error naming the line.
+    """
+    rows = [line.rstrip("\r\n").split(sep) for line in p.read_text().splitlines() if line.strip()]
+    widths = {len(r) for r in rows}
+    if len(widths) != 1:
+        bad = next(i for i, r in enumerate(rows) if len(r) != len(rows[0]))
+        raise SubZeroError(f"table {p} is ragged: line {bad + 1} has {len(rows[bad])} fields, "
+                           f"line 1 has {len(rows[0])}")
+    return np.array(rows, dtype=str)

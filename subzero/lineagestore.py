@@ -251,7 +251,8 @@ class StrategyReader:
         ``q``: sorted unique packed query cells; ``q_flat``: the query as a flat
         bitmap of the key array (for exact checks).
         """
-        if space not in self.meta["spaces"] or q.size == 0:
+        info = self.meta["spaces"].get(space)
+        if info is None or info["next"] == 0 or q.size == 0:   # nothing stored: no R-tree either
             return np.zeros(0, np.int64)
         try:
             with self.store.env.begin(db=self.db, buffers=False) as txn:
@@ -378,6 +379,8 @@ class StrategyReader:
     def scan_keys(self, space: str, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Key cells of the given pairs (sorted pids); inverts the key index for
         One encodings that do not keep key cells in their records."""
+        if len(pids) == 0:
+            return np.zeros(0, np.int64), np.zeros(1, np.int64)
         if "key" in self.meta["spaces"][space]["fields"]:
             return self.records(space, pids, ["key"])["key"]
         try:

@@ -158,3 +158,25 @@ def test_damaged_rtree_falls_back(store, capfd):
     res = store2.get(run.id).trace("stars", [(12, 20)], to="raw")
     assert np.array_equal(res.bitmap, ref)
     assert "re-executing" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("spec", ["full:fullmany:backward", "full:fullmany:forward",
+                                  "full:fullone:backward", "full:fullone:forward"])
+def test_empty_lineage_is_not_damage(store, capfd, spec):
+    """An operator that writes no pairs: the stored (empty) lineage answers
+    with no cells and no 'damaged' warning (regression: an empty *Many
+    strategy had no R-tree and looked corrupt)."""
+    class Silent(Operator):
+        def supported_modes(self):
+            return {Mode.FULL, Mode.BLACKBOX}
+
+        def run(self, ctx, x):
+            return x
+
+    wf = Workflow("silent")
+    wf.add("op", Silent(), wf.input("x"))
+    run = store.run(wf, inputs={"x": np.arange(4.0)}, strategies={"op": spec})
+    capfd.readouterr()
+    for res in (run.trace("op", [(1,)], to="x"), run.trace("x", [(1,)], to="op")):
+        assert len(res) == 0 and res.steps[0].method.startswith("stored:")
+    assert "warning" not in capfd.readouterr().err

@@ -1,0 +1,163 @@
+"""Query workloads as data: the scientists' questions, runnable on any run.
+
+A workload is a JSON file::
+
+    {"workflow": "astronomy",
+     "queries": [
+       {"name": "BQ1-1", "from": "stars", "to": "raw_1",
+        "cells": {"where": "stars > 0", "n": 10, "seed": 1}},
+       {"name": "BQ3", "from": "rmcr", "path": [["rmcr", 1]],
+        "cells": {"box": [[1000, 200], [1025, 220]]}},
+       {"name": "FQ0Slow", "from": "raw_1", "to": "rmoverscan_1",
+        "cells": {"box": [[100, 100], [110, 110]]}, "shortcut": false, "weight": 0.5}]}
+
+``cells`` selects cells of the start array: ``{"cells": [[y, x], ...]}``,
+``{"box": [lo, hi]}`` (half-open), or ``{"where": "ARRAY OP NUMBER", "n": N,
+"seed": S, "distinct": bool}`` — N random cells of the start array where the
+condition on ARRAY (same shape) holds; with ``distinct`` no two picked cells
+share a value of ARRAY (e.g. one pixel per star).  ``weight`` (default 1) is
+the query's share of the workload, used by the optimizer.
+"""
+
+from __future__ import annotations
+
+import json
+import operator as _op
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .cells import box
+from .errors import QueryError, SubZeroError
+
+_OPS = {"==": _op.eq, "!=": _op.ne, ">=": _op.ge, "<=": _op.le, ">": _op.gt, "<": _op.lt}
+_WHERE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.\-]*)\s*(==|!=|>=|<=|>|<)\s*(-?[0-9.eE+\-]+)\s*$")
+
+
+@dataclass
+class Query:
+    name: str
+    start: str
+    cells: dict
+    to: str | None = None
+    path: list[tuple[str, int]] | None = None
+    shortcut: bool = True
+    weight: float = 1.0
+    extra: dict = field(default_factory=dict)
+
+
+class WorkloadError(SubZeroError):
+    pass
+
+
+def parse_workload(data: Any, source: str = "workload") -> list[Query]:
+    if isinstance(data, dict):
+        items = data.get("queries")
+    else:
+        items = data
+    if not isinstance(items, list) or not items:
+        raise WorkloadError(f"{source}: expected a JSON object with a non-empty \"queries\" list")
+    out = []
+    for k, q in enumerate(items):
+        where = f"{source}: query {k + 1}"
+        if not isinstance(q, dict):
+            raise WorkloadError(f"{where} must be an object")
+        name = str(q.get("name", f"Q{k + 1}"))
+        where = f"{source}: query {name!r}"
+        if "from" not in q or "cells" not in q:
+            raise WorkloadError(f"{where} needs \"from\" and \"cells\"")
+        if ("to" in q) == ("path" in q):
+            raise WorkloadError(f"{where} needs exactly one of \"to\" or \"path\"")
+        path = None
+        if "path" in q:
+            try:
+                path = [(str(a), int(b)) for a, b in q["path"]]
+            except (TypeError, ValueError):
+                raise WorkloadError(f"{where}: \"path\" must be a list of [operator, input index]") from None
+        cells = q["cells"]
+        if isinstance(cells, list):
+            cells = {"cells": cells}
+        if not isinstance(cells, dict) or not ({"cells", "box", "where"} & set(cells)):
+            raise WorkloadError(f"{where}: \"cells\" must be a list of cells or an object with "
+                                f"\"cells\", \"box\" or \"where\"")
+        try:
+            weight = float(q.get("weight", 1.0))
+        except (TypeError, ValueError):
+            raise WorkloadError(f"{where}: \"weight\" must be a number") from None
+        if weight < 0:
+            raise WorkloadError(f"{where}: \"weight\" must not be negative")
+        out.append(Query(name, str(q["from"]), cells, q.get("to"), path,
+                         bool(q.get("shortcut", True)), weight,
+                         {k2: v for k2, v in q.items() if k2 not in
+                          ("name", "from", "to", "path", "cells", "shortcut", "weight")}))
+    return out
+
+
+def load_workload(path: str | Path) -> list[Query]:
+    p = Path(path)
+    if not p.is_file():
+        raise WorkloadError(f"workload file not found: {p}")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise WorkloadError(f"workload file {p} is not valid JSON: line {e.lineno}: {e.msg}") from None
+    return parse_workload(data, str(p))
+
+
+def select_cells(run, q: Query) -> np.ndarray:
+    """Resolve a query's cell selector against a run's arrays."""
+    shapes = run.shapes()
+    if q.start not in shapes:
+        raise QueryError(f"query {q.name!r}: unknown array {q.start!r} in run {run.id}")
+    shape = shapes[q.start]
+    sel = q.cells
+    if "cells" in sel:
+        return np.asarray(sel["cells"], dtype=np.int64).reshape(-1, len(shape))
+    if "box" in sel:
+        lo, hi = sel["box"]
+        return box(lo, hi)
+    m = _WHERE.match(str(sel["where"]))
+    if not m:
+        raise QueryError(f"query {q.name!r}: malformed condition {sel['where']!r}; write e.g. "
+                         f"\"stars > 0\"")
+    arr_name, opname, num = m.groups()
+    if arr_name not in shapes:
+        raise QueryError(f"query {q.name!r}: unknown array {arr_name!r} in condition")
+    values = np.asarray(run.array(arr_name).values)
+    if values.shape != tuple(shape):
+        raise QueryError(f"query {q.name!r}: condition array {arr_name!r} has shape {values.shape}, "
+                         f"not the start array's {tuple(shape)}")
+    cand = np.argwhere(_OPS[opname](values, float(num)))
+    if cand.size == 0:
+        raise QueryError(f"query {q.name!r}: no cell of {arr_name} satisfies {sel['where']!r}")
+    rng = np.random.default_rng(int(sel.get("seed", 0)))
+    n = int(sel.get("n", 1))
+    if sel.get("distinct"):
+        vals = values[tuple(cand.T)]
+        _, first = np.unique(vals, return_index=True)
+        cand = cand[np.sort(first)]
+    pick = rng.choice(len(cand), size=min(n, len(cand)), replace=False)
+    return cand[np.sort(pick)]
+
+
+def run_workload(run, queries: list[Query], prefer: str | None = None, repeats: int = 1,
+                 record: bool = True) -> list[dict]:
+    """Run every query; returns one row per query (median time of ``repeats``)."""
+    rows = []
+    for q in queries:
+        cells = select_cells(run, q)
+        times, res = [], None
+        for _ in range(max(1, repeats)):
+            t0 = time.perf_counter()
+            res = run.trace(q.start, cells, to=q.to, path=q.path, prefer=prefer,
+                            shortcut=q.shortcut, record=record)
+            times.append(time.perf_counter() - t0)
+        rows.append({"name": q.name, "from": q.start, "to": res.target, "direction": res.direction,
+                     "cells_in": int(len(cells)), "count": int(len(res)),
+                     "seconds": float(np.median(times)), "weight": q.weight,
+                     "methods": [s.method for s in res.steps], "result": res})
+    return rows
