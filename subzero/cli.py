@@ -154,8 +154,7 @@ def _workload(store, a) -> int:
     rows = run_workload(run, queries)
     if a.json:
         print(json.dumps({"run_id": run.id, "queries": [
-            {k: v for k, v in r.items() if k != "result"} | {"cells": r["result"].cells.tolist()}
-            for r in rows]}))
+            {k: v for k, v in r.items() if k != "result"} for r in rows]}))
     else:
         print(f"workload {a.workload} on run {run.id}:")
         for r in rows:

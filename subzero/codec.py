@@ -125,13 +125,16 @@ def pack_bytes(items: list[bytes]) -> bytes:
     """Serialise a list of byte strings (payload tables)."""
     lens = np.fromiter((len(x) for x in items), np.int64, count=len(items))
     head = pack_arrays(lens, delta=False)
-    return struct.pack("<I", len(head)) + head + bytes(_ZSTD.encode(b"".join(items)))
+    data = b"".join(items)
+    # zstd cannot round-trip an empty frame: empty payload tables store nothing
+    return struct.pack("<I", len(head)) + head + (bytes(_ZSTD.encode(data)) if data else b"")
 
 
 def unpack_bytes(blob: bytes) -> list[bytes]:
     (h,) = struct.unpack_from("<I", blob, 0)
     (lens,) = unpack_arrays(blob[4:4 + h], delta=False)
-    data = bytes(_ZSTD.decode(blob[4 + h:]))
+    rest = blob[4 + h:]
+    data = bytes(_ZSTD.decode(rest)) if rest else b""
     out, pos = [], 0
     for n in lens.tolist():
         out.append(data[pos:pos + n])

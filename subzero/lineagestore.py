@@ -58,6 +58,38 @@ class WriteStats:
     pairs: int
 
 
+# LMDB allows one open environment per path per process, so handles are
+# shared (reference-counted) between LineageStore objects of the same process.
+_ENVS: dict[str, list] = {}
+
+
+def _open_env(path: Path, readonly: bool):
+    key = str(path.resolve())
+    entry = _ENVS.get(key)
+    if entry is not None:
+        env, count, ro, dbs = entry
+        if ro and not readonly:
+            raise CorruptLineage(f"lineage store {path} is open read-only in this process")
+        entry[1] += 1
+        return env, dbs
+    env = lmdb.open(str(path), map_size=MAP_SIZE, max_dbs=4096, subdir=True, readonly=readonly,
+                    lock=not readonly, sync=False, metasync=False, readahead=False)
+    dbs: dict[bytes, object] = {}
+    _ENVS[key] = [env, 1, readonly, dbs]
+    return env, dbs
+
+
+def _close_env(path: Path) -> None:
+    key = str(path.resolve())
+    entry = _ENVS.get(key)
+    if entry is None:
+        return
+    entry[1] -= 1
+    if entry[1] == 0:
+        del _ENVS[key]
+        entry[0].close()
+
+
 class LineageStore:
     """All stored lineage of one run."""
 
@@ -68,16 +100,16 @@ class LineageStore:
         if not readonly:
             self.path.mkdir(parents=True, exist_ok=True)
         try:
-            self.env = lmdb.open(str(self.path), map_size=MAP_SIZE, max_dbs=4096, subdir=True,
-                                 readonly=readonly, lock=not readonly, sync=False, metasync=False,
-                                 readahead=False)
+            self.env, self._dbs = _open_env(self.path, readonly)
         except lmdb.Error as e:
             raise CorruptLineage(f"cannot open lineage store {self.path}: {e}") from None
-        self._dbs: dict[bytes, object] = {}
         self.readonly = readonly
+        self._closed = False
 
     def close(self) -> None:
-        self.env.close()
+        if not self._closed:
+            self._closed = True
+            _close_env(self.path)
 
     # -- names --------------------------------------------------------------------
     @staticmethod

@@ -60,12 +60,15 @@ class Operator:
     map_p_batched  ``map_p`` distributes over cells: map_p(A ∪ B) equals
                    map_p(A) ∪ map_p(B) for one payload, so the executor may
                    call it once for many pairs that share a payload.
+    default_strategy  strategy spec used when the user gives none (e.g.
+                   ``"comp:payone:backward"``); None = SubZero's default rule.
     """
 
     all_to_all: bool | Sequence[bool] | None = None
     tiling: Tiling = GLOBAL
     deterministic: bool = True
     map_p_batched: bool = False
+    default_strategy: str | None = None
 
     # -- what the operator does -------------------------------------------
     def run(self, ctx, *inputs) -> Any:  # pragma: no cover - abstract

@@ -115,7 +115,11 @@ def check_supported(op_name: str, operator, strategies: tuple[Strategy, ...]) ->
 
 
 def default_for(operator) -> tuple[Strategy, ...]:
-    """``map`` where there are mapping functions, else ``full`` if supported, else blackbox."""
+    """The operator's own ``default_strategy`` when it declares one; else ``map``
+    where there are mapping functions, ``full`` if supported, else blackbox."""
+    own = getattr(operator, "default_strategy", None)
+    if own:
+        return parse(own)
     modes = operator.supported_modes()
     if Mode.MAP in modes and operator.has_mapping():
         return (MAP,)

@@ -47,6 +47,8 @@ def test_all_strategies_agree_on_example(example_runs, q):
     for key, run in example_runs.items():
         got = run.trace(start, cells, to=to)
         assert np.array_equal(got.bitmap, ref), (key, got.steps)
+        if "blackbox" not in key:     # stored lineage really answered: no silent fallback
+            assert not any(s.method.startswith("reexec") for s in got.steps), (key, got.steps)
         for prefer in ("reexec", "map"):
             got = run.trace(start, cells, to=to, prefer=prefer)
             assert np.array_equal(got.bitmap, ref), (key, prefer, got.steps)
@@ -145,6 +147,8 @@ def test_3d_workflow_equivalence(store, strategy):
     for q in qs:
         b = run.trace("events", q, to="cube")
         assert np.array_equal(b.bitmap, ref_run.trace("events", q, to="cube", prefer="reexec").bitmap)
+        if strategy != "blackbox":
+            assert b.steps[0].method == f"stored:{strategy}", b.steps
         f = run.trace("cube", q, to="events")
         assert np.array_equal(f.bitmap, ref_run.trace("cube", q, to="events", prefer="reexec").bitmap)
     # a hot voxel's backward lineage is its 3x3x3 window in `shift`, then 2 frames of `cube`

@@ -96,8 +96,8 @@ def test_codec_roundtrip():
     back = unpack_arrays(pack_arrays(*arrays))
     for a, b in zip(arrays, back):
         np.testing.assert_array_equal(a, b)
-    items = [b"", b"\x00\x01", b"hello" * 100]
-    assert unpack_bytes(pack_bytes(items)) == items
+    for items in ([b"", b"\x00\x01", b"hello" * 100], [b""], [b"", b""], []):
+        assert unpack_bytes(pack_bytes(items)) == items     # empty payloads too (regression)
 
 
 def test_sorted_cells_are_compact():
@@ -180,3 +180,14 @@ def test_empty_lineage_is_not_damage(store, capfd, spec):
     for res in (run.trace("op", [(1,)], to="x"), run.trace("x", [(1,)], to="op")):
         assert len(res) == 0 and res.steps[0].method.startswith("stored:")
     assert "warning" not in capfd.readouterr().err
+
+
+def test_two_handles_on_one_run_in_one_process(store, capfd):
+    """Regression: LMDB allows one environment per path per process; a second
+    Store/Run object on the same run must share it, not fall back."""
+    run = store.run(EXAMPLE, strategies={"stars": "full"})
+    a = run.trace("stars", [(40, 70)], path=[("stars", 0)])
+    other = subzero.open_store(store.path).get(run.id)
+    b = other.trace("stars", [(40, 70)], path=[("stars", 0)])
+    assert np.array_equal(a.bitmap, b.bitmap)
+    assert b.steps[0].method.startswith("stored:") and "warning" not in capfd.readouterr().err
