@@ -88,6 +88,17 @@ class Elementwise(MappedOperator):
     def forward(self, cells, i, ctx):
         return broadcast_forward(cells, ctx.input_shape(i), ctx.output_shape)
 
+    def map_b_bitmap(self, bitmap, i, ctx):
+        """Same shapes: the relation is the identity, so the mask passes through."""
+        if tuple(ctx.input_shape(i)) == tuple(ctx.output_shape) == bitmap.shape:
+            return bitmap
+        return NotImplemented
+
+    def map_f_bitmap(self, bitmap, i, ctx):
+        if tuple(ctx.input_shape(i)) == tuple(ctx.output_shape) == bitmap.shape:
+            return bitmap
+        return NotImplemented
+
 
 # -- one input ---------------------------------------------------------------------
 

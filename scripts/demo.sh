@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# The main job: run the example workflow with lineage, then trace a star
-# back to the raw image and a raw region forward to the star map.
+# The main job: run the LSST astronomy workflow on the two real exposures
+# with lineage, then ask which raw pixels made a star, in each exposure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SZ=.venv/bin/subzero
 STORE=.subzero-demo
-echo "== subzero run workflows/example.py"
-$SZ run workflows/example.py --store "$STORE" --strategy clean=comp --strategy stars=full -v
+STAR=1162,112          # the peak pixel of the brightest star on this sensor
+echo "== subzero run workflows/astronomy.py   (2 LSST exposures, 26 operators)"
+$SZ run workflows/astronomy.py --store "$STORE" -v
+for j in 1 2; do
+  echo
+  echo "== which pixels of raw exposure $j made the star at ($STAR)?"
+  $SZ trace --store "$STORE" --from stars --cells "$STAR" --to "raw_$j" --plot "demo-star-raw_$j.png"
+done
 echo
-echo "== backward: which raw pixels made the star at (40, 70)?"
-$SZ trace --store "$STORE" --from stars --cells 40,70 --to raw
-echo
-echo "== forward: what did the raw region [10:12, 18:22] affect in the star map?"
-$SZ trace --store "$STORE" --from raw --cells 10:12,18:22 --to stars
+echo "== the scientists' query workload (BQ0-BQ3, FQ0)"
+$SZ trace --store "$STORE" --workload workflows/astronomy_workload.json

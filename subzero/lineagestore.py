@@ -254,6 +254,7 @@ class StrategyReader:
     def clear_cache(self) -> None:
         """Forget decoded blocks (benchmarks use it to measure cold lookups)."""
         self._cache.clear()
+        self._covered = None
 
     def _fail(self, e: Exception):
         return CorruptLineage(f"stored lineage of operator {self.op!r} ({self.strategy}) "
@@ -440,7 +441,12 @@ class StrategyReader:
         return k[order], lengths_to_offsets(np.bincount(pos, minlength=len(pids)))
 
     def covered(self) -> np.ndarray:
-        """Output cells covered by payload pairs (COMP strategies)."""
+        """Output cells covered by payload pairs (COMP strategies); read once."""
+        if getattr(self, "_covered", None) is None:
+            self._covered = self._read_covered()
+        return self._covered
+
+    def _read_covered(self) -> np.ndarray:
         try:
             with self.store.env.begin(db=self.db, buffers=False) as txn:
                 parts = []

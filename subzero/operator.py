@@ -98,6 +98,15 @@ class Operator:
         """Output cells that depend on the given cells of input ``i``."""
         return NotImplemented
 
+    def map_b_bitmap(self, bitmap: np.ndarray, i: int, ctx):
+        """Optional whole-bitmap fast path of ``map_b``: a boolean mask of the
+        output in, a boolean mask of input ``i`` out (or NotImplemented)."""
+        return NotImplemented
+
+    def map_f_bitmap(self, bitmap: np.ndarray, i: int, ctx):
+        """Optional whole-bitmap fast path of ``map_f`` (input-``i`` mask in, output mask out)."""
+        return NotImplemented
+
     def map_p(self, cells: np.ndarray, payload: bytes, i: int, ctx) -> np.ndarray:
         """Input-``i`` cells of one payload pair whose output cells are ``cells``."""
         raise NotImplementedError(

@@ -73,8 +73,8 @@ class StepContext:
             c = as_cells(cells, len(shape))
         except (ValueError, TypeError) as e:
             raise LineageError(f"operator {self.name!r}: {what} returned bad cells: {e}") from None
-        bad = (c < 0) | (c >= np.asarray(shape))
-        if bad.any():
+        if len(c) and (c.min(axis=0).min() < 0 or (c.max(axis=0) >= np.asarray(shape)).any()):
+            bad = (c < 0) | (c >= np.asarray(shape))
             row = c[np.flatnonzero(bad.any(axis=1))[0]]
             raise LineageError(f"operator {self.name!r}: {what} returned cell "
                                f"{tuple(int(x) for x in row)} outside its array (shape {tuple(shape)})")
