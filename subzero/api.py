@@ -189,7 +189,7 @@ class Store:
                 a = np.asarray(v)
                 self.catalog.add_array(run_id, name, "input", shape_of(a), a.dtype, a.nbytes)
             for seq, st in enumerate(stats):
-                self.catalog.add_array(run_id, st.name, "output", st.shape, "", 0)
+                self.catalog.add_array(run_id, st.name, "output", st.shape, st.dtype, st.nbytes)
                 self.catalog.add_op(run_id, seq, st.name, st.cls, st.inputs, st.strategies, st.shape,
                                     st.run_s, st.lwrite_s, st.lineage_s, st.pairs, st.lineage_bytes)
                 for ps in st.per_strategy:

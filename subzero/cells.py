@@ -55,7 +55,8 @@ def first_out_of_bounds(cells: np.ndarray, shape: Shape) -> int | None:
 
 
 def fmt_cell(cell: Sequence[int]) -> str:
-    return "(" + ", ".join(str(int(c)) for c in cell) + ")"
+    """A cell as Python writes the tuple: (12, 40), or (9,) in one dimension."""
+    return str(tuple(int(c) for c in cell))
 
 
 def pack(cells: np.ndarray, shape: Shape) -> np.ndarray:

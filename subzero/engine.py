@@ -17,7 +17,8 @@ import xarray as xr
 from .arraystore import ArrayStore
 from .capture import LineageBuffer, empty_pairs
 from .context import Context
-from .errors import OperatorError, SubZeroError
+from .cells import as_cells, first_out_of_bounds, fmt_cell
+from .errors import LineageError, OperatorError, SubZeroError
 from .lineagestore import LineageStore
 from .strategy import Strategy, modes_needed
 from .workflow import Workflow
@@ -30,6 +31,8 @@ class OpStats:
     inputs: list[str]
     strategies: list[str]
     shape: tuple[int, ...]
+    dtype: str = ""
+    nbytes: int = 0
     run_s: float = 0.0          # operator wall time, lwrite calls included
     lwrite_s: float = 0.0       # time spent inside lwrite (buffering)
     lineage_s: float = 0.0      # validation, encoding and writing of lineage
@@ -102,7 +105,14 @@ def store_lineage(name: str, op, strategies, full, pay, out_shape, in_shapes,
     mctx = mapping_context(name, op, in_shapes, out_shape)
 
     def map_p_pairs(cells, off, payloads, pay_ids, i):
-        return op.map_p_pairs(cells, off, payloads, pay_ids, i, mctx)
+        """map_p at capture time (forward-keyed payload strategies), checked like at query time."""
+        res, owner = op.map_p_pairs(cells, off, payloads, pay_ids, i, mctx)
+        res = as_cells(res, len(in_shapes[i])) if len(res) else np.zeros((0, len(in_shapes[i])), np.int64)
+        bad = first_out_of_bounds(res, in_shapes[i])
+        if bad is not None:
+            raise LineageError(f"operator {name!r}: map_p returned cell {fmt_cell(res[bad])} outside "
+                               f"input {i} (shape {tuple(in_shapes[i])})")
+        return res, np.asarray(owner, np.int64)
 
     for s in strategies:
         if not s.stored:
@@ -136,8 +146,10 @@ def run_local(wf: Workflow, input_values: dict[str, Any], strategies: dict[str, 
         out, full, pay, ctx = run_operator(name, op, ins, strat, capture)
         run_s = time.perf_counter() - t0
         out_shape = shape_of(out)
+        arr = out.data if isinstance(out, xr.DataArray) else out
         st = OpStats(name, type(op).__name__, list(step.inputs), [str(s) for s in strat], out_shape,
-                     run_s=run_s, lwrite_s=ctx.lwrite_seconds)
+                     dtype=str(arr.dtype), nbytes=int(arr.nbytes), run_s=run_s,
+                     lwrite_s=ctx.lwrite_seconds)
         t1 = time.perf_counter()
         if capture and lineage is not None:
             st.pairs = (full.n if full else 0) + (pay.n if pay else 0)
