@@ -144,10 +144,9 @@ class Filter(Stencil):
         fp = self._footprint(x.ndim)
         kw = self._kw()
         if self.func == "mean":
-            x = x.astype(float)
-            if self.footprint is None:
-                return ndimage.uniform_filter(x, size=fp.shape, **kw)
-            return ndimage.correlate(x, fp / fp.sum(), **kw)
+            # a direct weighted sum per output cell (not uniform_filter's running sums):
+            # the result is then bitwise the same whatever tile the cell is computed in
+            return ndimage.correlate(x.astype(float), fp / fp.sum(), **kw)
         if self.func == "median":
             return ndimage.median_filter(x, footprint=fp, **kw)
         if self.func == "min":
@@ -166,7 +165,7 @@ class _NamedFilter(Filter):
 
 
 class MeanFilter(_NamedFilter):
-    """Mean over the window (``uniform_filter``)."""
+    """Mean over the window (a direct weighted sum per cell: tiling-invariant)."""
     func = "mean"
 
 

@@ -15,11 +15,14 @@ operator's name and its partial folder removed; earlier runs are untouched.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import sys
 import time
 import uuid
+import weakref
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -27,9 +30,9 @@ import cloudpickle
 import numpy as np
 import xarray as xr
 
-from .arraystore import ArrayStore
+from .arraystore import DEFAULT_TILE, ArrayStore
 from .catalog import Catalog, RunRow
-from .engine import OpStats, run_local, shape_of
+from .engine import DiskBudget, OpStats, run_local, shape_of
 from .errors import QueryError, StoreError, StrategyError, SubZeroError, WorkflowError
 from .executor import Executor, RunView, TraceResult
 from .inputs import load_path
@@ -82,8 +85,11 @@ class Store:
         (self.path / "runs").mkdir(exist_ok=True)
         self.catalog = Catalog(self.path / "catalog.sqlite")
         self._workflows: dict[int, Workflow] = {}
+        self._open_runs: weakref.WeakSet[Run] = weakref.WeakSet()
 
     def close(self) -> None:
+        for run in list(self._open_runs):
+            run.close()
         self.catalog.close()
 
     def __enter__(self):
@@ -98,28 +104,70 @@ class Store:
     # -- running --------------------------------------------------------------------------
     def run(self, workflow: str | os.PathLike | Workflow, inputs: Mapping[str, Any] | None = None,
             strategies: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None,
-            capture: bool = True, progress: bool | None = None) -> "Run":
+            capture: bool = True, progress: bool | None = None, engine: str = "local",
+            spark=None, master: str | None = None, conf: Mapping[str, str] | None = None,
+            tile: int | None = None, log=None, plan: str | Mapping | None = None,
+            max_disk: int | str | None = None, max_runtime: float | str | None = None,
+            workload=None, profiler=None) -> "Run":
         """Run a workflow (module name, .py path or Workflow) and return the run.
 
         ``inputs`` maps input names to arrays, DataArrays or file paths;
         missing ones use the workflow's defaults.  ``strategies`` maps operator
         names to strategy specs (``"full"``, ``"comp:payone:backward"``...).
         ``capture=False`` runs with no lineage capture at all (a baseline).
+        ``engine="spark"`` runs on a SparkSession: ``spark`` (one you have),
+        or one SubZero creates from ``master`` (default ``local[*]``) and
+        ``conf``; ``tile`` is the tile size per axis (default 512).
+
+        ``plan`` (the name of a plan saved by ``subzero optimize``, or its dict)
+        chooses every operator's strategies and brings its disk budget.
+        ``max_disk`` (bytes, or a size such as ``"20MB"``) and ``max_runtime`` (a
+        factor over the no-lineage runtime) without a plan optimize first (see the
+        ``optimizer`` package; ``workload`` is its query workload) and run with the
+        new plan.  The stored lineage never exceeds the disk budget: an operator
+        that would overflow it is downgraded, with a warning and a catalog entry.
+        ``profiler`` is the optimizer's profiling hook (local engine only).
         """
+        if engine not in ("local", "spark"):
+            raise SubZeroError(f"unknown engine {engine!r}; use local or spark")
+        if plan is None and (max_disk is not None or max_runtime is not None):
+            from optimizer import optimize      # lazy: the optimizer depends on subzero, not back
+            plan = optimize(self, workflow, params=params, inputs=inputs, max_disk=max_disk,
+                            max_runtime=max_runtime, workload=workload).as_dict()
         wf = load_workflow(workflow, dict(params or {}))
+        budget = None
+        if plan is not None:
+            strategies, budget = self._plan(plan, wf, strategies, max_disk)
+        elif max_disk is not None:
+            budget = DiskBudget(_size(max_disk))
+        if profiler is not None and engine != "local":
+            raise SubZeroError("profiling runs use the local engine (--engine local)")
         strat = resolve_strategies(wf, strategies)
         values, described = self._inputs(wf, dict(inputs or {}))
+        if engine == "spark" and spark is None:
+            from .spark import session
+            spark = session(master, conf)
         source = wf.source
-        run_id = self.catalog.begin_run(wf.name, source, wf.params, described, "local")
+        run_id = self.catalog.begin_run(wf.name, source, wf.params, described, engine)
         final = self.run_dir(run_id)
         tmp = final.with_name(f"{run_id}.partial")
         try:
             tmp.mkdir(parents=True)
-            arrays = ArrayStore(tmp)
+            arrays = ArrayStore(tmp, tile=tile or DEFAULT_TILE)
             lineage = LineageStore(tmp / "lineage") if capture else None
-            bar = _progress(len(wf.steps), f"run {run_id} ({wf.name})", progress)
+            if lineage is not None:
+                lineage.budget = budget            # enforced by engine.store_lineage
+            bar = _progress(len(wf.steps), f"run {run_id} ({wf.name}, {engine})", progress)
             try:
-                stats = run_local(wf, values, strat, arrays, lineage, capture=capture, progress=bar)
+                if engine == "spark":
+                    from .spark_engine import run_spark
+                    notes: list[str] = []
+                    stats = run_spark(wf, values, strat, arrays, lineage, spark, capture=capture,
+                                      log=lambda m: (notes.append(m), log and log(m)), progress=bar)
+                    (tmp / "run.log").write_text("\n".join(notes) + "\n")
+                else:
+                    stats = run_local(wf, values, strat, arrays, lineage, capture=capture,
+                                      progress=bar, profiler=profiler)
             finally:
                 if bar is not None:
                     bar.close()
@@ -127,6 +175,11 @@ class Store:
                     lineage.close()
             self._save_workflow(wf, tmp)
             self._record(run_id, wf, values, stats, strat)
+            for d in (budget.downgrades if budget is not None and capture else []):
+                self.catalog.add_downgrade(run_id, d["op"], d["strategy"], d["predicted_bytes"],
+                                           d["needed_bytes"], d["reason"])
+                print(f"subzero: warning: {d['reason']} (run {run_id} keeps what fits; see "
+                      f"`subzero show {run_id}`)", file=sys.stderr)
             os.replace(tmp, final)
             self.catalog.finish_run(run_id, "complete")
         except BaseException as e:
@@ -138,6 +191,30 @@ class Store:
             raise
         self._workflows[run_id] = wf
         return self.get(run_id)
+
+    def _plan(self, plan, wf: Workflow, strategies, max_disk):
+        """Strategies and disk budget of a saved plan (by name) or a plan dict."""
+        if isinstance(plan, str):
+            data = self.catalog.get_plan(plan)
+            if data is None:
+                names = self.catalog.plan_names()
+                raise StoreError(f"no plan named {plan!r} in this store; "
+                                 + (f"its plans: {', '.join(names)}" if names else
+                                    "make one with `subzero optimize WORKFLOW --max-disk SIZE`"))
+        else:
+            data = dict(plan)
+        if strategies:
+            raise StrategyError("give either a plan or per-operator strategies, not both")
+        if data.get("workflow") != wf.name:
+            raise StrategyError(f"plan {data.get('name', '')!r} was made for workflow "
+                                f"{data.get('workflow')!r}, not {wf.name!r}")
+        limit = _size(max_disk) if max_disk is not None else data.get("max_disk")
+        budget = None
+        if limit is not None:
+            budget = DiskBudget(int(limit), {(op, s): int(b) for op, per in
+                                             data.get("predicted_bytes", {}).items()
+                                             for s, b in per.items()})
+        return data["strategies"], budget
 
     def _inputs(self, wf: Workflow, given: dict[str, Any]):
         unknown = [k for k in given if k not in wf.inputs]
@@ -183,6 +260,36 @@ class Store:
                 except Exception:
                     pass
 
+    def run_many(self, workflow, manifest: str | os.PathLike, strategies=None, params=None,
+                 capture: bool = True, progress: bool | None = None, spark=None,
+                 master: str | None = None, conf=None, tile: int | None = None) -> list:
+        """One run per row of a CSV manifest (columns = workflow inputs, values =
+        paths), as parallel Spark tasks; returns one InstanceResult per row."""
+        from .instances import read_manifest, run_instances
+        wf = load_workflow(workflow, dict(params or {}))
+        strat = resolve_strategies(wf, strategies)
+        rows = read_manifest(manifest, wf)
+        if spark is None:
+            from .spark import session
+            spark = session(master, conf)
+        bar = _progress(len(rows), f"{len(rows)} instances of {wf.name}", progress)
+        try:
+            return run_instances(self, wf, strat, rows, spark, capture=capture,
+                                 tile=tile or DEFAULT_TILE, progress=bar)
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def commit_instance(self, res, wf: Workflow, row: dict, strat) -> None:
+        """Move a finished instance's folder into place and record it as complete."""
+        folder = Path(res.folder)
+        arrays = ArrayStore(folder)
+        values = {name: arrays.read_value(name) for name in wf.inputs}
+        self._save_workflow(wf, folder)
+        self._record(res.run_id, wf, values, res.stats, strat)
+        os.replace(folder, self.run_dir(res.run_id))
+        self.catalog.finish_run(res.run_id, "complete")
+
     def _record(self, run_id, wf, values, stats: list[OpStats], strat) -> None:
         with self.catalog.tx():
             for name, v in values.items():
@@ -195,6 +302,8 @@ class Store:
                 for ps in st.per_strategy:
                     self.catalog.add_strategy_stat(run_id, st.name, ps["strategy"], ps["bytes"],
                                                    ps["write_s"], ps["pairs"])
+                    if "spaces" in ps:
+                        self.catalog.add_strategy_space(run_id, st.name, ps["strategy"], ps["spaces"])
 
     # -- reading -----------------------------------------------------------------------------
     def runs(self) -> list[RunRow]:
@@ -208,7 +317,9 @@ class Store:
         d = self.run_dir(row.id)
         if not d.is_dir():
             raise StoreError(f"run {row.id} is in the catalog but its folder {d} is missing")
-        return Run(self, row)
+        run = Run(self, row)
+        self._open_runs.add(run)
+        return run
 
     def workflow_of(self, row: RunRow) -> Workflow:
         wf = self._workflows.get(row.id)
@@ -243,9 +354,22 @@ class Run:
         self.dir = store.run_dir(row.id)
         self._arrays = ArrayStore(self.dir)
         self._executor: Executor | None = None
+        self.planner = None      # query-time planner used by trace() (optimizer.planner_for)
 
     def __repr__(self) -> str:
         return f"Run({self.id}, workflow={self.row.workflow!r}, status={self.row.status!r})"
+
+    def close(self) -> None:
+        """Release the run's open lineage store (a later trace reopens it)."""
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     @property
     def workflow(self) -> Workflow:
@@ -285,17 +409,49 @@ class Run:
 
     def trace(self, start: str, cells, to: str | None = None,
               path: list[tuple[str, int]] | None = None, prefer: str | None = None,
-              shortcut: bool = True, record: bool = True) -> TraceResult:
+              shortcut: bool = True, record: bool = True, planner=None) -> TraceResult:
         """Trace ``cells`` of array ``start`` to array ``to`` (every DAG path,
-        results united) or along ``path`` = [(operator, input index), ...]."""
-        res = self.executor().trace(start, cells, to=to, path=path, prefer=prefer, shortcut=shortcut)
+        results united) or along ``path`` = [(operator, input index), ...].
+
+        ``planner`` (default: ``self.planner``, e.g. ``optimizer.planner_for(run)``)
+        prices each step's methods with a cost model; without one each step
+        follows the simple rule (stored in the step's direction, map, stored the
+        other way, re-execution).  ``record`` keeps the trace in the catalog's
+        trace log, from which the optimizer derives workloads."""
+        res = self.executor().trace(start, cells, to=to, path=path, prefer=prefer, shortcut=shortcut,
+                                    planner=planner if planner is not None else self.planner)
         if record:
             tid = uuid.uuid4().hex[:12]
             now = time.time()
-            self.store.catalog.add_trace_steps([
+            cat = self.store.catalog
+            cat.add_trace_steps([
                 (tid, self.id, s.op, s.input, s.direction, s.method, s.cells_in, s.cells_out,
                  s.seconds, now) for s in res.steps])
+            sig, n_in = trace_signature(start, cells, to, path, shortcut)
+            cat.add_trace(tid, self.id, start, res.target, res.direction, sig,
+                          {"to": to, "path": path, "shortcut": shortcut}, n_in, len(res),
+                          res.seconds)
         return res
+
+
+def trace_signature(start: str, cells, to, path, shortcut: bool) -> tuple[str, int]:
+    """A query's identity in the trace log (same start, cells, target or path, short-cut),
+    and its number of distinct start cells: repeated queries are recognised by it."""
+    c = np.unique(np.atleast_2d(np.asarray(cells, dtype=np.int64)), axis=0)
+    h = hashlib.sha1(json.dumps([start, to, path and [list(p) for p in path], bool(shortcut)])
+                     .encode())
+    h.update(c.tobytes())
+    return h.hexdigest()[:16], int(len(c))
+
+
+def _size(value) -> int:
+    """Bytes from an int or a size such as "20MB" (the optimizer's parser, loaded lazily)."""
+    if isinstance(value, str):
+        from optimizer.budgets import parse_size
+        return parse_size(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer)) or value < 0:
+        raise SubZeroError(f"invalid disk budget {value!r}; give bytes or a size such as 20MB")
+    return int(value)
 
 
 def _progress(total: int, desc: str, enabled: bool | None):

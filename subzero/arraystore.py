@@ -75,6 +75,38 @@ class ArrayStore:
             ds.to_zarr(p, mode="w-", encoding=enc, zarr_format=3, consolidated=False)
         return da
 
+    # -- tiles (Spark executors read and write their own regions) -----------------
+    def create(self, name: str, shape, dtype, dims=None, attrs=None) -> None:
+        """An empty array whose regions tasks fill with :meth:`write_region`."""
+        import dask.array as da
+        p = self.path(name)
+        if p.exists():
+            raise StoreError(f"array {name!r} already stored in this run")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        shape = tuple(int(n) for n in shape)
+        chunks = tuple(min(n, self.tile) for n in shape)
+        dims = list(dims) if dims else [f"dim_{k}" for k in range(len(shape))]
+        lazy = da.zeros(shape, dtype=dtype, chunks=chunks)
+        ds = xr.Dataset({"data": (dims, lazy, _clean_attrs(attrs or {}))})
+        ds.attrs = {"subzero_name": name, "subzero_numpy": True}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ds.to_zarr(p, mode="w-", compute=False, encoding={"data": {"chunks": chunks}},
+                       zarr_format=3, consolidated=False)
+
+    def _zarr(self, name: str, mode: str):
+        import zarr
+        p = self.path(name)
+        if not p.exists():
+            raise StoreError(f"array {name!r} is missing from the run's array store ({p})")
+        return zarr.open_array(str(p / "data"), mode=mode, zarr_format=3)
+
+    def write_region(self, name: str, region: tuple[slice, ...], values) -> None:
+        self._zarr(name, "r+")[region] = np.asarray(values)
+
+    def read_region(self, name: str, region: tuple[slice, ...]) -> np.ndarray:
+        return np.asarray(self._zarr(name, "r")[region])
+
     def read(self, name: str) -> xr.DataArray:
         p = self.path(name)
         if not p.exists():

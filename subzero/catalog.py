@@ -37,6 +37,20 @@ CREATE TABLE IF NOT EXISTS trace_steps (
   id INTEGER PRIMARY KEY AUTOINCREMENT, trace_id TEXT, run_id INTEGER, op TEXT,
   input_idx INTEGER, direction TEXT, method TEXT, cells_in INTEGER, cells_out INTEGER,
   seconds REAL, ts REAL);
+CREATE TABLE IF NOT EXISTS traces (
+  trace_id TEXT PRIMARY KEY, run_id INTEGER, start TEXT, target TEXT, direction TEXT,
+  signature TEXT, spec TEXT, cells_in INTEGER, cells_out INTEGER, seconds REAL, ts REAL);
+CREATE TABLE IF NOT EXISTS strategy_spaces (
+  run_id INTEGER, op TEXT, strategy TEXT, data TEXT, PRIMARY KEY (run_id, op, strategy));
+CREATE TABLE IF NOT EXISTS profiles (
+  run_id INTEGER PRIMARY KEY, workflow TEXT, params TEXT, base_s REAL, data TEXT, created REAL);
+CREATE TABLE IF NOT EXISTS calibrations (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, host TEXT, created REAL, seconds REAL, data TEXT);
+CREATE TABLE IF NOT EXISTS plans (
+  name TEXT PRIMARY KEY, workflow TEXT, created REAL, data TEXT);
+CREATE TABLE IF NOT EXISTS downgrades (
+  run_id INTEGER, op TEXT, strategy TEXT, predicted_bytes INTEGER, needed_bytes INTEGER,
+  reason TEXT, ts REAL);
 """
 
 
@@ -162,6 +176,94 @@ class Catalog:
                                (() if run_id is None else (run_id,))).fetchall()
         keys = ("trace_id", "run_id", "op", "input", "direction", "method", "cells_in",
                 "cells_out", "seconds")
+        return [dict(zip(keys, r)) for r in rows]
+
+    # -- optimizer bookkeeping: traces, lineage sizes, profiles, calibrations, plans ---------
+    def add_trace(self, trace_id, run_id, start, target, direction, signature, spec,
+                  cells_in, cells_out, seconds) -> None:
+        """One row per query (its steps are in trace_steps): the workload feedback loop."""
+        self.db.execute("INSERT OR REPLACE INTO traces VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (trace_id, run_id, start, target, direction, signature,
+                         json.dumps(spec), cells_in, cells_out, seconds, time.time()))
+
+    def traces(self, workflow: str | None = None, signature: str | None = None) -> list[dict]:
+        q = ("SELECT t.trace_id, t.run_id, t.start, t.target, t.direction, t.signature, t.spec,"
+             " t.cells_in, t.cells_out, t.seconds, r.workflow, r.params FROM traces t"
+             " JOIN runs r ON r.id = t.run_id WHERE 1=1")
+        args: list = []
+        if workflow is not None:
+            q += " AND r.workflow=?"
+            args.append(workflow)
+        if signature is not None:
+            q += " AND t.signature=?"
+            args.append(signature)
+        keys = ("trace_id", "run_id", "start", "target", "direction", "signature", "spec",
+                "cells_in", "cells_out", "seconds", "workflow", "params")
+        out = []
+        for r in self.db.execute(q + " ORDER BY t.ts", args).fetchall():
+            d = dict(zip(keys, r))
+            d["spec"], d["params"] = json.loads(d["spec"] or "{}"), json.loads(d["params"] or "{}")
+            out.append(d)
+        return out
+
+    def steps_of(self, trace_id: str) -> list[dict[str, Any]]:
+        rows = self.db.execute("SELECT op, input_idx, direction, method, cells_in, cells_out, seconds"
+                               " FROM trace_steps WHERE trace_id=? ORDER BY id", (trace_id,)).fetchall()
+        keys = ("op", "input", "direction", "method", "cells_in", "cells_out", "seconds")
+        return [dict(zip(keys, r)) for r in rows]
+
+    def add_strategy_space(self, run_id, op, strategy, data: dict) -> None:
+        self.db.execute("INSERT OR REPLACE INTO strategy_spaces VALUES (?, ?, ?, ?)",
+                        (run_id, op, strategy, json.dumps(data)))
+
+    def strategy_spaces(self, run_id: int) -> dict[tuple[str, str], dict]:
+        rows = self.db.execute("SELECT op, strategy, data FROM strategy_spaces WHERE run_id=?",
+                               (run_id,)).fetchall()
+        return {(r[0], r[1]): json.loads(r[2]) for r in rows}
+
+    def add_profile(self, run_id, workflow, params, base_s, data: dict) -> None:
+        self.db.execute("INSERT OR REPLACE INTO profiles VALUES (?, ?, ?, ?, ?, ?)",
+                        (run_id, workflow, json.dumps(params, sort_keys=True, default=str), base_s,
+                         json.dumps(data), time.time()))
+
+    def latest_profile(self, workflow: str, params: dict) -> dict | None:
+        """The newest profile of ``workflow`` with exactly these parameters (whose run still exists)."""
+        r = self.db.execute(
+            "SELECT p.run_id, p.base_s, p.data FROM profiles p JOIN runs r ON r.id = p.run_id"
+            " WHERE p.workflow=? AND p.params=? AND r.status='complete' ORDER BY p.run_id DESC LIMIT 1",
+            (workflow, json.dumps(params, sort_keys=True, default=str))).fetchone()
+        return None if r is None else {"run_id": r[0], "base_s": r[1], "ops": json.loads(r[2])}
+
+    def add_calibration(self, host: str, seconds: float, data: dict) -> int:
+        cur = self.db.execute("INSERT INTO calibrations (host, created, seconds, data) VALUES (?, ?, ?, ?)",
+                              (host, time.time(), seconds, json.dumps(data)))
+        return int(cur.lastrowid)
+
+    def latest_calibration(self, host: str) -> dict | None:
+        r = self.db.execute("SELECT id, created, seconds, data FROM calibrations WHERE host=?"
+                            " ORDER BY id DESC LIMIT 1", (host,)).fetchone()
+        return None if r is None else {"id": r[0], "created": r[1], "seconds": r[2],
+                                       **json.loads(r[3])}
+
+    def save_plan(self, name: str, workflow: str, data: dict) -> None:
+        self.db.execute("INSERT OR REPLACE INTO plans VALUES (?, ?, ?, ?)",
+                        (name, workflow, time.time(), json.dumps(data)))
+
+    def get_plan(self, name: str) -> dict | None:
+        r = self.db.execute("SELECT data FROM plans WHERE name=?", (name,)).fetchone()
+        return None if r is None else json.loads(r[0])
+
+    def plan_names(self) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT name FROM plans ORDER BY created").fetchall()]
+
+    def add_downgrade(self, run_id, op, strategy, predicted_bytes, needed_bytes, reason) -> None:
+        self.db.execute("INSERT INTO downgrades VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (run_id, op, strategy, predicted_bytes, needed_bytes, reason, time.time()))
+
+    def downgrades(self, run_id: int) -> list[dict[str, Any]]:
+        rows = self.db.execute("SELECT op, strategy, predicted_bytes, needed_bytes, reason FROM"
+                               " downgrades WHERE run_id=? ORDER BY rowid", (run_id,)).fetchall()
+        keys = ("op", "strategy", "predicted_bytes", "needed_bytes", "reason")
         return [dict(zip(keys, r)) for r in rows]
 
 

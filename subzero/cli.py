@@ -62,13 +62,37 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _engine(a) -> str:
+    """--engine, else $SUBZERO_ENGINE, else spark — falling back to the local engine
+    (with a warning) when Java is missing and no engine was asked for."""
+    engine = a.engine or os.environ.get("SUBZERO_ENGINE") or "spark"
+    if engine not in ("local", "spark"):
+        raise SubZeroError(f"unknown engine {engine!r}; use --engine local or --engine spark")
+    if engine == "spark" and not a.engine and not a.master:
+        from .spark import java_version
+        v = java_version()
+        if v is None or v < 17:
+            print("subzero: warning: Java 17+ was not found, so this run uses the local engine; "
+                  "install Java 17+ for the Spark engine (or pass --engine local)", file=sys.stderr)
+            return "local"
+    return engine
+
+
 def cmd_run(a) -> int:
     from .api import open_store
+    engine = _engine(a)
+    conf = _kv(a.conf, "--conf")
+    if engine == "local" and (a.master or conf or a.inputs_from):
+        raise SubZeroError("--master, --conf and --inputs-from need the Spark engine (--engine spark)")
     store = open_store(a.store)
     try:
+        if a.inputs_from:
+            return _run_many(store, a, conf)
+        log = (lambda m: print(f"  spark: {m}", file=sys.stderr)) if a.verbose and not a.json else None
         run = store.run(a.workflow, inputs=_kv(a.input, "--input"),
                         strategies=_kv(a.strategy, "--strategy"), params=_params(a.param),
-                        capture=not a.no_lineage, progress=None if not a.json else False)
+                        capture=not a.no_lineage, progress=None if not a.json else False,
+                        engine=engine, master=a.master, conf=conf, tile=a.tile, log=log)
         ops = run.ops()
         if a.json:
             print(json.dumps({"run_id": run.id, "workflow": run.row.workflow, "ops": ops}))
@@ -82,6 +106,25 @@ def cmd_run(a) -> int:
     finally:
         store.close()
     return 0
+
+
+def _run_many(store, a, conf) -> int:
+    if a.input:
+        raise SubZeroError("give inputs either with --input or with --inputs-from, not both")
+    results = store.run_many(a.workflow, a.inputs_from, strategies=_kv(a.strategy, "--strategy"),
+                             params=_params(a.param), capture=not a.no_lineage,
+                             progress=None if not a.json else False, master=a.master, conf=conf,
+                             tile=a.tile)
+    ok = [r for r in results if r.ok]
+    if a.json:
+        print(json.dumps({"runs": [{"run_id": r.run_id, "ok": r.ok, "error": r.error or None,
+                                    "seconds": r.seconds} for r in results]}))
+    else:
+        for r in results:
+            print(f"  run {r.run_id}: " + (f"complete in {r.seconds:.1f}s" if r.ok else f"failed: {r.error}"))
+        print(f"{len(ok)} of {len(results)} instances complete"
+              + (f"; run ids {ok[0].run_id}-{ok[-1].run_id}" if ok else ""))
+    return 0 if len(ok) == len(results) else EXIT_USER
 
 
 def _ops_table(ops) -> None:
@@ -229,6 +272,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--param", action="append", metavar="KEY=VALUE",
                    help="keyword argument for the module's workflow() (JSON values allowed)")
     r.add_argument("--no-lineage", action="store_true", help="run without capturing lineage")
+    r.add_argument("--engine", choices=("spark", "local"), default=None,
+                   help="spark (default; local mode unless --master) or local (in-process)")
+    r.add_argument("--master", metavar="URL", help="Spark master, e.g. spark://host:7077 or local[4]")
+    r.add_argument("--conf", action="append", metavar="KEY=VALUE", help="Spark configuration")
+    r.add_argument("--tile", type=int, metavar="N", help="tile size per axis (default 512)")
+    r.add_argument("--inputs-from", metavar="MANIFEST.csv",
+                   help="one workflow instance per row (columns = inputs, values = paths), "
+                        "run as parallel Spark tasks")
     r.add_argument("-v", "--verbose", action="store_true", help="print per-operator statistics")
     r.add_argument("-q", "--quiet", action="store_true", help=argparse.SUPPRESS)
     common(r)

@@ -91,11 +91,15 @@ def spaces_for(strategy: Strategy, pairs: Pairs, out_shape, in_shapes, map_p_pai
     """
     out_shape = tuple(out_shape)
     if strategy.direction == "backward":
+        # a pair without output cells can never be reached backward (nor forward): drop it
+        rows = np.flatnonzero(np.diff(pairs.out_off) > 0)
+        key, key_off = _select_rows(pairs.out, pairs.out_off, rows)
         if strategy.payload:
-            return [Space("b", out_shape, pairs.out, pairs.out_off,
-                          pay_ids=pairs.pay_ids, payloads=pairs.payloads)]
-        return [Space("b", out_shape, pairs.out, pairs.out_off,
-                      values={f"v{i}": (pairs.ins[i], pairs.in_offs[i]) for i in range(len(in_shapes))},
+            return [Space("b", out_shape, key, key_off,
+                          pay_ids=pairs.pay_ids[rows], payloads=pairs.payloads)]
+        return [Space("b", out_shape, key, key_off,
+                      values={f"v{i}": _select_rows(pairs.ins[i], pairs.in_offs[i], rows)
+                              for i in range(len(in_shapes))},
                       value_shapes={f"v{i}": tuple(s) for i, s in enumerate(in_shapes)})]
     spaces = []
     for i, shp in enumerate(in_shapes):
@@ -107,7 +111,7 @@ def spaces_for(strategy: Strategy, pairs: Pairs, out_shape, in_shapes, map_p_pai
             key_off_all = lengths_to_offsets(np.bincount(owner, minlength=pairs.n))
         else:
             key_all, key_off_all = pairs.ins[i], pairs.in_offs[i]
-        rows = np.flatnonzero(np.diff(key_off_all) > 0)
+        rows = np.flatnonzero((np.diff(key_off_all) > 0) & (np.diff(pairs.out_off) > 0))
         key, key_off = _select_rows(key_all, key_off_all, rows)
         v, v_off = _select_rows(pairs.out, pairs.out_off, rows)
         spaces.append(Space(f"f{i}", tuple(shp), key, key_off, values={"v": (v, v_off)},

@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 import time
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -98,8 +99,16 @@ class Executor:
         self._values: dict[str, object] = {}
         self._reach_cache: dict[tuple[str, bool], frozenset] = {}
         self._topo_cache: list[str] | None = None
+        self._planner = None
 
     # -- public -----------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the run's lineage store (readers become unusable)."""
+        self._readers.clear()
+        if self._lineage is not None:
+            self._lineage.close()
+            self._lineage = None
+
     def clear_cache(self) -> None:
         """Drop decoded lineage blocks and loaded arrays (cold-query measurements)."""
         for r in self._readers.values():
@@ -108,8 +117,9 @@ class Executor:
 
     def trace(self, start: str, cells, to: str | None = None,
               path: list[tuple[str, int]] | None = None, prefer: str | None = None,
-              shortcut: bool = True) -> TraceResult:
+              shortcut: bool = True, planner=None) -> TraceResult:
         self.v.workflow()          # load the operators (imports) before the clock starts
+        self._planner = planner
         t0 = time.perf_counter()
         self._check_array(start)
         shape = self.v.shapes[start]
@@ -305,7 +315,7 @@ class Executor:
                             packed = self._stored(name, s, sc, i, backward, q, q_flat, tgt_shape)
                         except CorruptLineage as e:
                             self._broken.add((name, str(s)))
-                            self.warn(f"{e}; re-executing operator {name!r} instead")
+                            self.warn(f"{e}; answering this step another way")
                             continue
                         method = f"stored:{s}"
                     elif kind == "map":
@@ -357,6 +367,7 @@ class Executor:
         if r is None:
             if self._lineage is None:
                 self._lineage = LineageStore(self.v.lineage_path, readonly=True)
+                weakref.finalize(self, self._lineage.close)   # released with the executor
             r = self._readers[key] = self._lineage.reader(name, s)
         return r
 

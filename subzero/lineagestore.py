@@ -72,7 +72,12 @@ def _open_env(path: Path, readonly: bool):
             raise CorruptLineage(f"lineage store {path} is open read-only in this process")
         entry[1] += 1
         return env, dbs
-    env = lmdb.open(str(path), map_size=MAP_SIZE, max_dbs=4096, subdir=True, readonly=readonly,
+    # a reader maps only the file (a writer reserves address space to grow into):
+    # thousands of runs can then be open in one process
+    size = MAP_SIZE
+    if readonly:
+        size = max(1 << 20, (path / "data.mdb").stat().st_size)
+    env = lmdb.open(str(path), map_size=size, max_dbs=4096, subdir=True, readonly=readonly,
                     lock=not readonly, sync=False, metasync=False, readahead=False)
     dbs: dict[bytes, object] = {}
     _ENVS[key] = [env, 1, readonly, dbs]
@@ -222,6 +227,22 @@ class LineageStore:
             prefix = _safe(op + "|" + str(strategy)) + "."
             total += sum(f.stat().st_size for f in rdir.iterdir() if f.name.startswith(prefix))
         return int(total)
+
+    def drop(self, op: str, strategy: Strategy) -> None:
+        """Delete one (operator, strategy): its sub-database and R-tree files (a run's
+        disk budget undoes a write that overflowed it this way)."""
+        name = self.db_name(op, strategy)
+        db = self._db(name, create=False)
+        if db is not None:
+            with self.env.begin(write=True) as txn:
+                txn.drop(db, delete=True)
+            self._dbs.pop(name, None)
+        rdir = self.path / "rtree"
+        if rdir.is_dir():
+            prefix = _safe(op + "|" + str(strategy)) + "."
+            for f in rdir.iterdir():
+                if f.name.startswith(prefix):
+                    f.unlink()
 
     def reader(self, op: str, strategy: Strategy) -> "StrategyReader":
         return StrategyReader(self, op, strategy)

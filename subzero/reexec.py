@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from .capture import LineageBuffer, Pairs
-from .cells import lengths_to_offsets, pack, rows_hitting
+from .cells import first_out_of_bounds, fmt_cell, lengths_to_offsets, pack, rows_hitting
 from .context import Context
-from .errors import OperatorError, QueryError, SubZeroError
+from .errors import LineageError, OperatorError, QueryError, SubZeroError
 from .modes import Mode
 
 
@@ -71,8 +71,13 @@ class QueryBuffer(LineageBuffer):
             rows = rows_hitting(o, oo, self.q_flat)
         else:
             cells, owner = self.map_p_pairs(out, oo, self.payloads, pay_ids, self.i)
-            packed = pack(np.asarray(cells, np.int64).reshape(-1, len(self.in_shapes[self.i])),
-                          self.in_shapes[self.i]) if len(cells) else np.zeros(0, np.int64)
+            cells = np.asarray(cells, np.int64).reshape(-1, len(self.in_shapes[self.i]))
+            bad = first_out_of_bounds(cells, self.in_shapes[self.i])
+            if bad is not None:
+                raise LineageError(f"operator {self.op_name!r}: map_p returned cell "
+                                   f"{fmt_cell(cells[bad])} outside input {self.i} "
+                                   f"(shape {tuple(self.in_shapes[self.i])})")
+            packed = pack(cells, self.in_shapes[self.i]) if len(cells) else np.zeros(0, np.int64)
             rows = np.unique(np.asarray(owner, np.int64)[self.q_flat[packed]]) if len(cells) \
                 else np.zeros(0, np.int64)
         if rows.size:

@@ -43,3 +43,25 @@ def shell(tmp_path):
                            cwd=cwd or tmp_path, timeout=300)
         return p.returncode, p.stdout, p.stderr
     return run
+
+
+# The CLI's default engine is Spark; tests of everything else run the
+# in-process engine (the Spark tests ask for Spark explicitly).
+os.environ.setdefault("SUBZERO_ENGINE", "local")
+
+
+def java_ok() -> bool:
+    from subzero.spark import java_version
+    v = java_version()
+    return v is not None and v >= 17
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One SparkSession for the whole test session (local mode, task retries on)."""
+    if not java_ok():
+        pytest.skip("Java 17+ is not installed: the Spark engine cannot run (install "
+                    "openjdk-17-jre-headless)")
+    from subzero.spark import session
+    s = session("local[2,2]")
+    yield s

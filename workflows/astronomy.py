@@ -193,7 +193,7 @@ class CosmicRays(Operator):
     """
 
     default_strategy = "comp:payone:backward"
-    tiling = stencil(CR_RADIUS)
+    tiling = GLOBAL      # iterative L.A.Cosmic reaches beyond any fixed radius: whole image
     map_p_batched = True
 
     def __init__(self, sky: float = 600.0, satlevel: float = 50000.0, sigclip: float = 5.0,

@@ -1,0 +1,207 @@
+"""Profiling mode: one cheap run that tells the cost model what every strategy
+an operator could store would cost, without storing any of them.
+
+The profiling run is an ordinary, complete run with nothing stored (mapping
+functions where operators have them, black-box elsewhere), so it is queryable
+by re-execution.  After each operator runs, the profiler
+
+* re-runs it once per lineage mode it supports (Full, Pay, Comp), lineage kept
+  in memory, to time the lineage work of each mode (fast operators: best of 3);
+* counts what ``lwrite`` produced (pairs, cells on each side, payload bytes);
+* encodes a sample of the pairs with every candidate encoding and direction
+  into a scratch store and extrapolates bytes and write time to all pairs.
+  Sampling matters for operators with a million pairs; a small lineage is
+  encoded whole, so its prediction is exact.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from subzero.capture import Pairs, empty_pairs
+from subzero.cells import csr_take, lengths_to_offsets
+from subzero.encodings import REC_PAIRS
+from subzero.engine import OpStats, run_operator, shape_of, space_stats, store_lineage
+from subzero.lineagestore import LineageStore
+from subzero.modes import Mode
+from subzero.operator import Operator
+from subzero.reexec import capture_mode
+from subzero.strategy import DIRECTIONS, ENCODINGS, Strategy
+from subzero.workflow import load_workflow
+
+SAMPLE_PAIRS = 32 * REC_PAIRS        # pairs encoded per candidate at most (then extrapolated)
+SMALL_SAMPLE_BYTES = 64 * 4096       # a sample smaller than this is grown before extrapolating
+FAST_OP_S = 0.05                     # operators faster than this are timed best-of-3
+LWRITE_MODES = (Mode.FULL, Mode.PAY, Mode.COMP)
+
+
+def lineage_modes(op) -> list[Mode]:
+    """The lwrite modes an operator can be asked for (Comp needs mapping functions)."""
+    sup = op.supported_modes()
+    return [m for m in LWRITE_MODES if m in sup and (m is not Mode.COMP or op.has_mapping())]
+
+
+def take_pairs(p: Pairs, rows: np.ndarray) -> Pairs:
+    """The given pairs (rows) of ``p``, as a Pairs of their own."""
+    def part(c, o):
+        return csr_take(c, o, rows), lengths_to_offsets(o[rows + 1] - o[rows])
+    out, off = part(p.out, p.out_off)
+    if p.is_payload:
+        return Pairs(out, off, pay_ids=p.pay_ids[rows], payloads=p.payloads)
+    ins = [part(c, o) for c, o in zip(p.ins, p.in_offs)]
+    return Pairs(out, off, [c for c, _ in ins], [o for _, o in ins])
+
+
+def _sample_rows(n: int, size: int) -> np.ndarray:
+    """``size`` pairs in runs of REC_PAIRS spread evenly over all ``n`` (keeps locality)."""
+    runs = max(1, size // REC_PAIRS)
+    starts = np.linspace(0, n - REC_PAIRS, runs).astype(np.int64)
+    return np.unique((starts[:, None] + np.arange(REC_PAIRS)[None, :]).ravel())
+
+
+class Profiler:
+    """The engine's profiling hook (``run_local(..., profiler=...)``)."""
+
+    def __init__(self, scratch: Path, sample_pairs: int = SAMPLE_PAIRS, all_ops: bool = False):
+        self.scratch = LineageStore(scratch)
+        self.all_ops = all_ops
+        self.sample_pairs = sample_pairs
+        self.ops: dict[str, dict] = {}
+        self.seconds = 0.0          # time spent profiling (not part of the workflow's runtime)
+        self._n = 0
+
+    def close(self) -> None:
+        self.scratch.close()
+
+    def __call__(self, name: str, op, inputs: list, out, run_s: float) -> None:
+        t0 = time.perf_counter()
+        try:
+            self.ops[name] = self._profile(name, op, inputs, out, run_s)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def _profile(self, name, op, inputs, out, run_s) -> dict:
+        in_shapes = [shape_of(x) for x in inputs]
+        out_shape = shape_of(out)
+        mode = capture_mode(op)
+        rec = {"class": type(op).__name__, "in_shapes": [list(s) for s in in_shapes],
+               "out_shape": list(out_shape),
+               "in_bytes": int(sum(np.asarray(x).nbytes for x in inputs)),
+               "out_bytes": int(np.asarray(out).nbytes),
+               "supports": sorted(m.value for m in op.supported_modes()),
+               "has_mapping": op.has_mapping(),
+               "all_to_all": [bool(op.is_all_to_all(i)) for i in range(len(inputs))],
+               "map_p_batched": bool(op.map_p_batched),
+               "map_p_vectorized": type(op).map_p_pairs is not Operator.map_p_pairs,
+               "deterministic": bool(op.deterministic),
+               "reexec_mode": mode.value if mode else None, "modes": {}, "strategies": {}}
+        reps = 3 if run_s < FAST_OP_S else 1
+        base = min([run_s] + [self._time(name, op, inputs, ())[0] for _ in range(reps - 1)])
+        rec["run_s"] = base
+        mapped = Mode.MAP in op.supported_modes() and op.has_mapping()
+        rec["profiled"] = self.all_ops or not mapped
+        for m in (lineage_modes(op) if rec["profiled"] else []):
+            probe = (Strategy(m, ENCODINGS[m][0], "backward"),)
+            best, pairs, lw = min((self._time(name, op, inputs, probe) for _ in range(reps)),
+                                  key=lambda t: t[0])
+            if pairs is None:
+                pairs = empty_pairs(len(inputs), m is not Mode.FULL)
+            # a slow operator's own jitter can hide its lineage work: lwrite time is a floor
+            info = {"run_s": best, "gen_s": max(lw, best - base), "pairs": pairs.n,
+                    "out_cells": int(pairs.out.size),
+                    "in_cells": [int(a.size) for a in pairs.ins],
+                    "cells": pairs.n_cells()}
+            if pairs.is_payload and pairs.n:
+                lens = np.array([len(p) for p in pairs.payloads], np.int64)
+                info["payload_bytes"] = float(lens[pairs.pay_ids].mean())
+                info["payloads"] = int(np.unique(pairs.pay_ids).size)
+            rec["modes"][m.value] = info
+            for enc in ENCODINGS[m]:
+                for d in DIRECTIONS:
+                    s = Strategy(m, enc, d)
+                    rec["strategies"][str(s)] = self._encode(name, op, s, pairs, out_shape, in_shapes)
+            if m is not Mode.FULL:        # cells that map_p expands payloads to, per input
+                info["expanded"] = [rec["strategies"][f"{m.value}:{ENCODINGS[m][0]}:forward"]
+                                    ["spaces"].get(f"f{i}", {}).get("key_cells", 0)
+                                    for i in range(len(inputs))]
+        return rec
+
+    @staticmethod
+    def _time(name, op, inputs, strategies):
+        t0 = time.perf_counter()
+        _out, full, pay, ctx = run_operator(name, op, inputs, strategies, capture=bool(strategies))
+        dt = time.perf_counter() - t0
+        return dt, (pay if strategies and strategies[0].payload else full), ctx.lwrite_seconds
+
+    def _write(self, name, op, s, pairs, out_shape, in_shapes) -> dict:
+        self._n += 1
+        st = OpStats(name, "", [], [], out_shape)
+        full, pay = (None, pairs) if s.payload else (pairs, None)
+        store_lineage(f"{name}#{self._n}", op, (s,), full, pay, out_shape, in_shapes,
+                      self.scratch, st)
+        return st.per_strategy[0]
+
+    def _encode(self, name, op, s, pairs, out_shape, in_shapes) -> dict:
+        """Bytes, write seconds and space sizes of ``s`` over all pairs, from a sample."""
+        n, size = pairs.n, self.sample_pairs
+        while True:
+            if n <= size:
+                w = self._write(name, op, s, pairs, out_shape, in_shapes)
+                return {"bytes": w["bytes"], "write_s": w["write_s"], "spaces": w["spaces"],
+                        "exact": True}
+            rows = _sample_rows(n, size)
+            big = self._write(name, op, s, take_pairs(pairs, rows), out_shape, in_shapes)
+            if big["bytes"] >= SMALL_SAMPLE_BYTES:
+                break
+            size *= 4        # a few LMDB pages extrapolate badly; small lineage is cheap to encode
+        half = rows[: len(rows) // 2]
+        small = self._write(name, op, s, take_pairs(pairs, half), out_shape, in_shapes)
+        scale = n / len(rows)
+        spaces = space_stats(s, pairs, out_shape, in_shapes)
+        for sp, d in big["spaces"].items():           # map_p expansions: only sampled
+            if s.payload and s.direction == "forward":
+                spaces[sp] = {**d, "pairs": int(d["pairs"] * scale),
+                              "key_cells": int(d["key_cells"] * scale),
+                              "key_blocks": int(min(d["key_blocks"] * scale,
+                                                    -(-d["key_size"] // 2**14))),
+                              "value_cells": int(d["value_cells"] * scale),
+                              "record_cells": int(d["record_cells"] * scale)}
+        return {"bytes": int(_extrapolate(small["bytes"], big["bytes"], len(half), len(rows), n)),
+                "write_s": _extrapolate(small["write_s"], big["write_s"], len(half), len(rows), n),
+                "spaces": spaces, "exact": False}
+
+
+def _extrapolate(y1: float, y2: float, n1: int, n2: int, n: int) -> float:
+    """Linear through two sample sizes (fixed overhead + per pair), never below proportional
+    scaling's lower bound."""
+    slope = max(0.0, (y2 - y1) / max(n2 - n1, 1))
+    fixed = max(0.0, y2 - slope * n2)
+    return max(fixed + slope * n, y2)
+
+
+def profile_workflow(store, workflow, params: dict | None = None, inputs: dict | None = None,
+                     progress: bool | None = False, all_ops: bool = False) -> dict:
+    """Run ``workflow`` once in profiling mode; save the profile in the catalog and return it.
+
+    Operators with mapping functions are timed but their stored strategies are not
+    priced (the optimizer prefers mapping there) unless ``all_ops``."""
+    wf = load_workflow(workflow, dict(params or {}))
+    plain = {n: ("map" if Mode.MAP in st.operator.supported_modes() and st.operator.has_mapping()
+                 else "blackbox") for n, st in wf.steps.items()}
+    tmp = Path(tempfile.mkdtemp(prefix="subzero-profile-"))
+    prof = Profiler(tmp / "scratch", all_ops=all_ops)
+    try:
+        t0 = time.perf_counter()
+        run = store.run(wf, inputs=inputs, strategies=plain, profiler=prof, progress=progress)
+        wall = time.perf_counter() - t0
+    finally:
+        prof.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    base_s = max(wall - prof.seconds, 1e-6)
+    store.catalog.add_profile(run.id, wf.name, wf.params, base_s, prof.ops)
+    return {"run_id": run.id, "base_s": base_s, "ops": prof.ops}

@@ -1,0 +1,128 @@
+"""The SparkSession SubZero runs on: created on demand (``local[*]`` by
+default, ``--master``/``--conf`` pass through), or handed in by the user.
+
+Checks come first so that a missing Java or an unreachable master is one
+clear line, not a JVM stack trace or a minute-long hang.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import warnings
+from typing import Mapping
+
+from .errors import SubZeroError
+
+JAVA_HINT = ("install Java 17+ (e.g. 'apt-get install openjdk-17-jre-headless') or set JAVA_HOME, "
+             "or run with --engine local")
+
+
+class SparkError(SubZeroError):
+    """Spark or Java is unusable (missing, unreachable, failed)."""
+
+
+def java_version() -> int | None:
+    """Major version of the java Spark would use, or None when there is none."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        return None
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=20).stderr
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+    if not m:
+        return None
+    major = int(m.group(1))
+    return int(m.group(2) or 0) if major == 1 else major
+
+
+def check_java() -> None:
+    v = java_version()
+    if v is None:
+        raise SparkError(f"the Spark engine needs Java, which was not found: {JAVA_HINT}")
+    if v < 17:
+        raise SparkError(f"the Spark engine needs Java 17+, found Java {v}: {JAVA_HINT}")
+
+
+def check_master(master: str) -> None:
+    """Fail fast when a spark:// master does not accept connections."""
+    m = re.match(r"^spark://([^:/,]+):(\d+)$", master or "")
+    if not m:
+        return
+    host, port = m.group(1), int(m.group(2))
+    try:
+        with socket.create_connection((host, port), timeout=5):
+            pass
+    except OSError as e:
+        raise SparkError(f"cannot reach the Spark master {master}: {e.strerror or e}; check --master "
+                         f"or run with --engine local") from None
+
+
+def session(master: str | None = None, conf: Mapping[str, str] | None = None):
+    """A SparkSession (an existing active one is reused)."""
+    check_java()
+    master = master or "local[*]"
+    check_master(master)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from pyspark.sql import SparkSession
+    except ImportError as e:
+        raise SparkError(f"PySpark is not installed ({e}); reinstall SubZero or use --engine local") from None
+    builder = (SparkSession.builder.appName("subzero").master(master)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.python.worker.reuse", "true"))
+    for k, v in (conf or {}).items():
+        builder = builder.config(k, v)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            spark = builder.getOrCreate()
+    except Exception as e:  # JVM failed to start: report it as one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SparkError(f"could not start Spark ({master}): {first}; try --engine local") from None
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _installed(mod) -> bool:
+    """True for modules Spark workers can import themselves: installed packages,
+    SubZero's own, and the standard library."""
+    name = getattr(mod, "__name__", "")
+    if name.split(".")[0] in ("subzero", "operators", "workflows", "numpy", "scipy"):
+        return True
+    path = getattr(mod, "__file__", None) or ""
+    return not path or "site-packages" in path or "dist-packages" in path \
+        or path.startswith(sys.base_prefix)
+
+
+def ship_workflow_modules(wf=None) -> None:
+    """Send the code of the workflow's operators to Spark workers by value when
+    workers could not import it themselves: workflow files loaded by path
+    (made-up module names) and modules that are only on the driver's path
+    (a notebook's folder, a test directory)."""
+    try:
+        from pyspark import cloudpickle as pcp
+    except ImportError:
+        return
+    mods = [m for n, m in list(sys.modules.items()) if n.startswith("subzero_wf_")]
+    if wf is not None:
+        for step in wf.steps.values():
+            m = sys.modules.get(type(step.operator).__module__)
+            if m is not None and m.__name__ != "__main__" and not _installed(m):
+                mods.append(m)
+    for mod in mods:
+        try:
+            pcp.register_pickle_by_value(mod)
+        except Exception:
+            pass

@@ -1,0 +1,126 @@
+"""Tiles: how an array is split for tile-parallel execution, and how a tile's
+lineage, written in tile-local coordinates, becomes the array's lineage.
+
+A tile's *core* is the part of the output it is responsible for (a Zarr
+chunk); it *reads* the core plus a halo of the operator's stencil radius
+(clipped at the array's edges).  The operator runs on the read region; the
+runtime keeps the core of the output and the lineage of core output cells,
+shifted by the read region's origin.  Plain data and numpy only: this code
+runs inside Spark tasks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+from typing import Sequence
+
+import numpy as np
+
+from .capture import Pairs
+from .cells import csr_rows, lengths_to_offsets, pack, unpack
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Tile:
+    index: tuple[int, ...]
+    core: tuple[tuple[int, int], ...]      # [start, stop) per axis, in array coordinates
+    read: tuple[tuple[int, int], ...]
+
+    @property
+    def origin(self) -> tuple[int, ...]:
+        return tuple(a for a, _ in self.read)
+
+    def core_slices(self) -> tuple[slice, ...]:
+        return tuple(slice(a, b) for a, b in self.core)
+
+    def read_slices(self) -> tuple[slice, ...]:
+        return tuple(slice(a, b) for a, b in self.read)
+
+    def core_in_read(self) -> tuple[slice, ...]:
+        return tuple(slice(c0 - r0, c1 - r0) for (c0, c1), (r0, _) in zip(self.core, self.read))
+
+    def read_shape(self) -> Shape:
+        return tuple(b - a for a, b in self.read)
+
+    def describe(self) -> str:
+        return "[" + ", ".join(f"{a}:{b}" for a, b in self.core) + "]"
+
+
+def tile_shape(shape: Shape, tile: int | Sequence[int]) -> Shape:
+    """Per-axis tile size: ``tile`` (an int applies to every axis), capped by the shape."""
+    t = (tile,) * len(shape) if np.ndim(tile) == 0 else tuple(tile)
+    if len(t) != len(shape):
+        raise ValueError(f"tile shape {tuple(t)} does not match an array of {len(shape)} dimensions")
+    return tuple(max(1, min(int(n), int(k))) for n, k in zip(shape, t))
+
+
+def tiles_for(shape: Shape, tile: int | Sequence[int], halo: int = 0) -> list[Tile]:
+    ts = tile_shape(shape, tile)
+    grids = [range(-(-n // k)) for n, k in zip(shape, ts)]
+    out = []
+    for idx in product(*grids):
+        core = tuple((i * k, min(n, (i + 1) * k)) for i, k, n in zip(idx, ts, shape))
+        read = tuple((max(0, a - halo), min(n, b + halo)) for (a, b), n in zip(core, shape))
+        out.append(Tile(tuple(idx), core, read))
+    return out
+
+
+def globalize(pairs: Pairs | None, tile: Tile, out_shape: Shape, in_shapes: Sequence[Shape],
+              local_in_shapes: Sequence[Shape]) -> Pairs | None:
+    """Translate a tile's pairs to array coordinates and keep only core output cells.
+
+    A pair whose output cells straddle the core keeps its core cells (every
+    one of them still depends on all of the pair's input cells); a pair with
+    no core output cell is dropped.  Input cells of tiled inputs are shifted
+    by the tile's origin; an input read whole (``local_in_shapes[i] ==
+    in_shapes[i]`` and not tiled) keeps its coordinates.
+    """
+    if pairs is None:
+        return None
+    origin = np.asarray(tile.origin, np.int64)
+    local_out = tile.read_shape()
+    oc = unpack(pairs.out, local_out) + origin
+    lo = np.asarray([a for a, _ in tile.core])
+    hi = np.asarray([b for _, b in tile.core])
+    keep = np.all((oc >= lo) & (oc < hi), axis=1)
+    rows = csr_rows(pairs.out_off)
+    n_keep = np.bincount(rows[keep], minlength=pairs.n)
+    live = n_keep > 0
+    out = pack(oc[keep], tuple(out_shape))
+    out_off = lengths_to_offsets(n_keep[live])
+    if pairs.is_payload:
+        return Pairs(out, out_off, pay_ids=pairs.pay_ids[live], payloads=pairs.payloads)
+    ins, offs = [], []
+    for i, (c, o) in enumerate(zip(pairs.ins, pairs.in_offs)):
+        tiled = tuple(local_in_shapes[i]) == local_out and tuple(in_shapes[i]) == tuple(out_shape)
+        cells = unpack(c, tuple(local_in_shapes[i]))
+        if tiled:
+            cells = cells + origin
+        r = csr_rows(o)
+        sel = live[r]
+        ins.append(pack(cells[sel], tuple(in_shapes[i])))
+        offs.append(lengths_to_offsets(np.diff(o)[live]))
+    return Pairs(out, out_off, ins, offs)
+
+
+def concat_pairs(parts: list[Pairs | None], n_inputs: int) -> Pairs | None:
+    """One Pairs from many (tiles), merging payload tables."""
+    parts = [p for p in parts if p is not None and p.n]
+    if not parts:
+        return None
+    out = np.concatenate([p.out for p in parts])
+    out_off = lengths_to_offsets(np.concatenate([np.diff(p.out_off) for p in parts]))
+    if parts[0].is_payload:
+        table: dict[bytes, int] = {}
+        ids = []
+        for p in parts:
+            remap = np.array([table.setdefault(b, len(table)) for b in p.payloads], np.int64)
+            ids.append(remap[p.pay_ids] if len(remap) else p.pay_ids)
+        return Pairs(out, out_off, pay_ids=np.concatenate(ids), payloads=list(table))
+    ins = [np.concatenate([p.ins[i] for p in parts]) for i in range(n_inputs)]
+    offs = [lengths_to_offsets(np.concatenate([np.diff(p.in_offs[i]) for p in parts]))
+            for i in range(n_inputs)]
+    return Pairs(out, out_off, ins, offs)

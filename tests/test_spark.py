@@ -1,0 +1,191 @@
+"""The Spark engine: identical arrays and lineage to the local engine for every
+strategy, tile boundaries and halos, retry safety, failures, manifests."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import subzero
+from operators import MeanFilter, Mul
+from subzero import Mode, Operator, OperatorError, Workflow
+from subzero.spark import SparkError, check_master, java_version, session
+
+from conftest import EXAMPLE, ROOT
+
+STRATS = ["full:fullone:backward", "full:fullmany:backward", "full:fullone:forward",
+          "full:fullmany:forward", "blackbox"]
+QUERIES = [("stars", [(40, 70)], "raw"), ("raw", [(30, 40), (12, 19)], "stars"),
+           ("smooth", [(0, 0), (31, 31), (32, 32), (63, 95)], "raw"), ("raw", [(31, 31), (32, 64)], "smooth"),
+           ("clean", [(5, 5), (33, 10)], "calib")]
+
+
+def same_runs(a, b, queries):
+    for name in a.array_names():
+        x, y = a.array(name).values, b.array(name).values
+        assert x.shape == y.shape and np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), name
+    for start, cells, to in queries:
+        ra, rb = a.trace(start, cells, to=to), b.trace(start, cells, to=to)
+        assert np.array_equal(ra.bitmap, rb.bitmap), (start, cells, to, ra.steps, rb.steps)
+
+
+@pytest.mark.parametrize("strategy", STRATS + ["comp:payone:backward", "comp:paymany:forward"])
+def test_example_identical_to_local(spark, store, strategy):
+    strat = {"clean": strategy if not strategy.startswith("pay") else "full",
+             "stars": strategy.replace("comp", "pay")}
+    sp = store.run(EXAMPLE, engine="spark", spark=spark, tile=32, strategies=strat, progress=False)
+    lo = store.run(EXAMPLE, strategies=strat)
+    same_runs(sp, lo, QUERIES)
+    assert sp.row.engine == "spark" and lo.row.engine == "local"
+    log = (sp.dir / "run.log").read_text()
+    assert "smooth: 6 tile task(s)" in log and "halo 1" in log
+    assert "clean: global operator, one task on the whole array" in log
+
+
+def cube_wf():
+    wf = Workflow("cube")
+    c = wf.input("cube")
+    s = wf.add("smooth", MeanFilter(size=3, mode="reflect"), c)
+    wf.add("scaled", Mul(), s, c)
+    return wf
+
+
+def test_3d_tiles_and_halo(spark, store):
+    cube = np.random.default_rng(5).normal(size=(7, 9, 5))
+    strat = {"smooth": "full:fullmany:backward+full:fullone:forward", "scaled": "full"}
+    sp = store.run(cube_wf(), inputs={"cube": cube}, engine="spark", spark=spark, tile=3,
+                   strategies=strat, progress=False)
+    lo = store.run(cube_wf(), inputs={"cube": cube}, strategies=strat)
+    q = [("scaled", [(0, 0, 0), (3, 4, 2), (6, 8, 4)], "cube"), ("cube", [(2, 2, 2), (3, 3, 3)], "scaled")]
+    same_runs(sp, lo, q)
+    assert "smooth: 18 tile task(s)" in (sp.dir / "run.log").read_text()
+    for s in ("full:fullmany:backward", "full:fullone:forward"):
+        a = sp.trace("scaled", [(3, 3, 3)], to="cube", prefer=s)
+        assert np.array_equal(a.bitmap, lo.trace("scaled", [(3, 3, 3)], to="cube", prefer=s).bitmap)
+
+
+class FailFirstAttempt(Operator):
+    """Writes its lineage, then fails on the first attempt of every task."""
+
+    tiling = subzero.ELEMENTWISE
+
+    def supported_modes(self):
+        return {Mode.FULL, Mode.BLACKBOX}
+
+    def run(self, ctx, x):
+        cells = np.argwhere(np.ones(np.shape(x), bool))
+        if Mode.FULL in ctx.modes:
+            ctx.lwrite(cells, cells, each=True)
+        from pyspark import TaskContext
+        tc = TaskContext.get()
+        if tc is not None and tc.attemptNumber() == 0:
+            raise RuntimeError("injected failure of a first attempt")
+        return np.asarray(x) * 2
+
+
+def test_retried_attempts_neither_duplicate_nor_lose_lineage(spark, store):
+    wf = Workflow("retry")
+    wf.add("twice", FailFirstAttempt(), wf.input("x"))
+    x = np.arange(40.0).reshape(8, 5)
+    run = store.run(wf, inputs={"x": x}, engine="spark", spark=spark, tile=4,
+                    strategies={"twice": "full"}, progress=False)
+    op = run.ops()[0]
+    assert op["pairs"] == x.size                     # each pair exactly once
+    np.testing.assert_array_equal(run.array("twice").values, x * 2)
+    for c in ([(0, 0)], [(7, 4)], [(3, 2), (4, 3)]):
+        assert run.trace("twice", c, to="x").cells.tolist() == sorted(map(list, c))
+
+
+class Explode(Operator):
+    tiling = subzero.ELEMENTWISE
+
+    def run(self, ctx, x):
+        if np.asarray(x).max() > 30:
+            raise ValueError("saturated tile")
+        return x
+
+
+def test_operator_failure_names_operator_and_tile(spark, store):
+    good = store.run(EXAMPLE, engine="spark", spark=spark, progress=False)
+    wf = Workflow("bad")
+    wf.add("explode", Explode(), wf.input("x"))
+    with pytest.raises(OperatorError, match=r"operator 'explode' \(Explode\) failed: ValueError: saturated tile "
+                                            r"\(on tile \[4:8, (0:4|4:5)\]\).*--engine local"):
+        store.run(wf, inputs={"x": np.arange(40.0).reshape(8, 5)}, engine="spark", spark=spark,
+                  tile=4, progress=False)
+    rows = store.runs()
+    assert rows[-1].status == "failed" and "explode" in rows[-1].error
+    assert store.get(good.id).trace("stars", [(40, 70)], to="raw").bitmap.any()
+
+
+def test_unreachable_master_fails_fast():
+    with pytest.raises(SparkError, match="cannot reach the Spark master spark://127.0.0.1:9"):
+        check_master("spark://127.0.0.1:9")
+
+
+def test_missing_java_is_one_clear_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-java"))
+    assert java_version() is None
+    with pytest.raises(SparkError, match=r"needs Java.*--engine local"):
+        session()
+
+
+def test_cli_engine_flags(cli, tmp_path, spark):
+    st = tmp_path / "st"
+    code, out, err = cli("run", EXAMPLE, "--store", st, "--engine", "spark", "--tile", "32", "--json")
+    assert code == 0, err
+    assert json.loads(out)["run_id"] == 1
+    code, out, err = cli("runs", "--store", st, "--json")
+    assert json.loads(out)[0]["engine"] == "spark"
+    code, out, err = cli("run", EXAMPLE, "--store", st, "--engine", "local", "--master", "local[2]")
+    assert code == 2 and "need the Spark engine" in err
+    code, out, err = cli("run", EXAMPLE, "--store", st, "--engine", "spark", "--master",
+                         "spark://127.0.0.1:9")
+    assert code == 2 and "cannot reach the Spark master" in err and len(err.strip().splitlines()) == 1
+
+
+def test_manifest_instances(spark, store, tmp_path, cli):
+    from workflows.example import flat_field, synthetic_sky
+    for k in range(3):
+        np.save(tmp_path / f"raw{k}.npy", synthetic_sky(seed=k))
+    np.save(tmp_path / "flat.npy", flat_field())
+    (tmp_path / "bad.npy").write_bytes(b"not an array")
+    manifest = tmp_path / "night.csv"
+    manifest.write_text("raw,flat\nraw0.npy,flat.npy\nraw1.npy,flat.npy\nbad.npy,flat.npy\n"
+                        "raw2.npy,flat.npy\n")
+    results = store.run_many(EXAMPLE, manifest, strategies={"stars": "full"}, spark=spark,
+                             progress=False)
+    assert [r.ok for r in results] == [True, True, False, True]
+    assert "input 'raw'" in results[2].error
+    status = {r.id: r.status for r in store.runs()}
+    assert [status[r.run_id] for r in results] == ["complete", "complete", "failed", "complete"]
+    assert not list((store.path / "runs").glob("*.partial*"))
+    for r, k in zip([results[0], results[1], results[3]], (0, 1, 2)):
+        run = store.get(r.run_id)
+        lo = store.run(EXAMPLE, inputs={"raw": synthetic_sky(seed=k), "flat": flat_field()},
+                       strategies={"stars": "full"})
+        same_runs(run, lo, QUERIES[:2])
+    code, out, err = cli("run", EXAMPLE, "--store", store.path, "--engine", "spark",
+                         "--inputs-from", manifest)
+    assert code == 2 and "3 of 4 instances complete" in out
+    manifest.write_text("raw,moon\nraw0.npy,x\n")
+    code, out, err = cli("run", EXAMPLE, "--store", store.path, "--engine", "spark",
+                         "--inputs-from", manifest)
+    assert code == 2 and "column 'moon' is not an input" in err
+
+
+@pytest.mark.parametrize("wf,params", [("astronomy.py", {}), ("genomics.py", {"replicate": 2})])
+def test_ready_workflows_identical_on_spark(spark, store, wf, params):
+    path = str(ROOT / "workflows" / wf)
+    sp = store.run(path, params=params, engine="spark", spark=spark, progress=False)
+    lo = store.run(path, params=params)
+    from subzero.workload import load_workload, run_workload
+    queries = load_workload(str(ROOT / "workflows" / wf.replace(".py", "_workload.json")))
+    for name in sp.array_names():
+        x, y = sp.array(name).values, lo.array(name).values
+        assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), name
+    a = run_workload(sp, queries, record=False)
+    b = run_workload(lo, queries, record=False)
+    for ra, rb in zip(a, b):
+        assert np.array_equal(ra["result"].bitmap, rb["result"].bitmap), ra["name"]
