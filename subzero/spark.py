@@ -72,6 +72,10 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None):
     check_master(master)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")     # no network needed in local mode
+    log4j = os.path.join(os.path.dirname(__file__), "log4j2.properties")
+    java_opts = f"-Dlog4j2.configurationFile=file:{log4j}"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -81,16 +85,20 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None):
     builder = (SparkSession.builder.appName("subzero").master(master)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.python.worker.reuse", "true"))
+               .config("spark.python.worker.reuse", "true")
+               .config("spark.driver.extraJavaOptions", java_opts)
+               .config("spark.executor.extraJavaOptions", java_opts))
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
+    log = jvm_log_path()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _stderr_to(log):
             warnings.simplefilter("ignore")
             spark = builder.getOrCreate()
     except Exception as e:  # JVM failed to start: report it as one line
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise SparkError(f"could not start Spark ({master}): {first}; try --engine local") from None
+        raise SparkError(f"could not start Spark ({master}): {first} (JVM log: {log}); "
+                         f"try --engine local") from None
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -104,6 +112,36 @@ def _installed(mod) -> bool:
     path = getattr(mod, "__file__", None) or ""
     return not path or "site-packages" in path or "dist-packages" in path \
         or path.startswith(sys.base_prefix)
+
+
+def jvm_log_path() -> str:
+    import tempfile
+    return os.path.join(tempfile.gettempdir(), f"subzero-spark-{os.getpid()}.log")
+
+
+class _stderr_to:
+    """Point file descriptor 2 at a log file while the JVM starts: the JVM keeps
+    it, so its startup chatter lands in the log, not in the user's terminal."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __enter__(self):
+        try:
+            sys.stderr.flush()
+            self.saved = os.dup(2)
+            self.f = open(self.path, "ab")
+            os.dup2(self.f.fileno(), 2)
+        except OSError:
+            self.saved = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            os.dup2(self.saved, 2)
+            os.close(self.saved)
+            self.f.close()
+        return False
 
 
 def ship_workflow_modules(wf=None) -> None:
