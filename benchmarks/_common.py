@@ -56,3 +56,32 @@ def update_section(name: str, body: str) -> None:
 
 def command_line() -> str:
     return " ".join([".venv/bin/python", os.path.relpath(sys.argv[0])] + sys.argv[1:])
+
+
+def strategy_figure(path, names, summary, rows, queries, disk_label: str) -> None:
+    """The Table II figure: runtime ratio, disk ratio and query times per strategy."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6), gridspec_kw={"width_ratios": [1, 1, 2]})
+    axes[0].bar(names, [summary[n]["runtime"] for n in names], color="tab:blue")
+    axes[0].axhline(1.0, color="k", lw=0.8)
+    axes[0].set_title("workflow runtime / no-lineage run")
+    axes[1].bar(names, [max(summary[n]["disk"], 1e-4) for n in names], color="tab:orange")
+    axes[1].set_yscale("log")
+    axes[1].set_title(disk_label)
+    width = 0.8 / len(names)
+    for k, n in enumerate(names):
+        axes[2].bar(np.arange(len(queries)) + k * width, [rows[(n, q.name)][0] for q in queries],
+                    width, label=n)
+    axes[2].set_xticks(np.arange(len(queries)) + 0.4 - width / 2)
+    axes[2].set_xticklabels([q.name for q in queries])
+    axes[2].set_yscale("log")
+    axes[2].set_ylabel("seconds")
+    axes[2].set_title("query time (cold block cache, median)")
+    axes[2].legend(fontsize=7, ncol=2)
+    for ax in axes[:2]:
+        ax.tick_params(axis="x", rotation=35)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)

@@ -20,7 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import command_line, machine, update_section  # noqa: E402
+from _common import command_line, machine, strategy_figure, update_section  # noqa: E402
 
 import subzero  # noqa: E402
 from subzero.workload import load_workload, select_cells  # noqa: E402
@@ -112,31 +112,9 @@ def main() -> None:
 
 
 def write_results(a, summary, rows, queries, strats, values_bytes, base) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     names = list(strats)
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6), gridspec_kw={"width_ratios": [1, 1, 1.6]})
-    axes[0].bar(names, [summary[n]["runtime"] for n in names], color="tab:blue")
-    axes[0].axhline(1.0, color="k", lw=0.8)
-    axes[0].set_title("workflow runtime / no-lineage run")
-    axes[1].bar(names, [max(summary[n]["disk"], 1e-4) for n in names], color="tab:orange")
-    axes[1].set_yscale("log")
-    axes[1].set_title("lineage bytes / training matrix bytes")
-    width = 0.8 / len(names)
-    for k, n in enumerate(names):
-        axes[2].bar(np.arange(len(queries)) + k * width, [rows[(n, q.name)][0] for q in queries],
-                    width, label=n)
-    axes[2].set_xticks(np.arange(len(queries)) + 0.4 - width / 2)
-    axes[2].set_xticklabels([q.name for q in queries])
-    axes[2].set_yscale("log")
-    axes[2].set_ylabel("seconds")
-    axes[2].set_title("query time (cold block cache, median)")
-    axes[2].legend(fontsize=7, ncol=2)
-    for ax in axes[:2]:
-        ax.tick_params(axis="x", rotation=35)
-    fig.tight_layout()
-    fig.savefig(Path(__file__).resolve().parent / "genomics.png", dpi=90)
+    strategy_figure(Path(__file__).resolve().parent / "genomics.png", names, summary, rows, queries,
+                    "lineage bytes / training matrix bytes")
     lines = ["## Genomics (issue 4, paper section VIII-B / Figure 6)", "",
              f"Command: `{command_line()}` — machine: {machine()}.", "",
              f"The medulloblastoma relapse workflow on the real matrix, patients replicated "

@@ -176,7 +176,31 @@ class BlockBackground(MappedOperator):
 
 # --- UDF A/B: cosmic-ray detection ----------------------------------------------------------
 
-class CosmicRays(Operator):
+class WindowComposite(Operator):
+    """Composite lineage shared by the cosmic-ray UDFs: by default an output
+    pixel depends on the same input pixel; a payload pair (one byte, the
+    radius) makes a pixel depend on the square window around it."""
+
+    default_strategy = "comp:payone:backward"
+    map_p_batched = True
+
+    def supported_modes(self):
+        return {Mode.FULL, Mode.COMP, Mode.BLACKBOX}
+
+    def map_b(self, cells, i, ctx):
+        return cells
+
+    def map_f(self, cells, i, ctx):
+        return cells
+
+    def map_p(self, cells, payload, i, ctx):
+        return window(cells, payload[0], ctx.input_shape(i))
+
+    def map_p_pairs(self, cells, offsets, payloads, pay_ids, i, ctx):
+        return window_pairs(cells, offsets, payloads, pay_ids, ctx.input_shape(i))
+
+
+class CosmicRays(WindowComposite):
     """L.A.Cosmic (van Dokkum 2001) through astroscrappy: Laplacian edge
     detection on the 2x subsampled image with a median-filter noise model,
     a fine-structure image to spare stars, and growing of the hits.
@@ -186,15 +210,14 @@ class CosmicRays(Operator):
     same input pixel.  The prescan strip is masked (it is not sky data and its
     edge would pass for a cosmic-ray column).  Tuned on the two exposures: the
     three real hits (39 pixels at sky level in the other exposure) are all
-    found, with 0.015% of pixels flagged.  ``sky`` (counts) re-adds the subtracted sky level,
-    which L.A.Cosmic's Poisson noise model needs; pixels above ``satlevel``
+    found, with 0.015% of pixels flagged.  ``sky`` (counts) re-adds the
+    subtracted sky level, which L.A.Cosmic's Poisson noise model needs; pixels
+    above ``satlevel``
     (in the calibrated input's counts: saturated cores land near 59,000) are
     saturated stars, never cosmic rays.
     """
 
-    default_strategy = "comp:payone:backward"
     tiling = GLOBAL      # iterative L.A.Cosmic reaches beyond any fixed radius: whole image
-    map_p_batched = True
 
     def __init__(self, sky: float = 600.0, satlevel: float = 50000.0, sigclip: float = 5.0,
                  sigfrac: float = 0.5, objlim: float = 5.0, readnoise: float = 5.0,
@@ -202,9 +225,6 @@ class CosmicRays(Operator):
         self.sky, self.satlevel = sky, satlevel
         self.sigclip, self.sigfrac, self.objlim, self.readnoise = sigclip, sigfrac, objlim, readnoise
         self.fsmode = fsmode
-
-    def supported_modes(self):
-        return {Mode.FULL, Mode.COMP, Mode.BLACKBOX}
 
     def run(self, ctx, img):
         import astroscrappy
@@ -220,18 +240,6 @@ class CosmicRays(Operator):
         if Mode.FULL in ctx.modes:
             write_window_pairs(ctx, mask, CR_RADIUS)
         return mask.astype(np.uint8)
-
-    def map_b(self, cells, i, ctx):
-        return cells
-
-    def map_f(self, cells, i, ctx):
-        return cells
-
-    def map_p(self, cells, payload, i, ctx):
-        return window(cells, payload[0], ctx.input_shape(i))
-
-    def map_p_pairs(self, cells, offsets, payloads, pay_ids, i, ctx):
-        return window_pairs(cells, offsets, payloads, pay_ids, ctx.input_shape(i))
 
 
 def write_window_pairs(ctx, flagged: np.ndarray, radius: int, n_inputs: int = 1) -> None:
@@ -273,7 +281,7 @@ def window_pairs(cells, offsets, payloads, pay_ids, shape):
 
 # --- UDF C: cosmic-ray removal -------------------------------------------------------------
 
-class RemoveCosmicRays(Operator):
+class RemoveCosmicRays(WindowComposite):
     """Replace each flagged pixel by the median of the unflagged pixels of its
     5x5 neighbourhood (0 = the subtracted background when all are flagged).
 
@@ -282,12 +290,7 @@ class RemoveCosmicRays(Operator):
     on the same pixel of both.
     """
 
-    default_strategy = "comp:payone:backward"
     tiling = stencil(RMCR_RADIUS)
-    map_p_batched = True
-
-    def supported_modes(self):
-        return {Mode.FULL, Mode.COMP, Mode.BLACKBOX}
 
     def run(self, ctx, img, mask):
         img = np.asarray(img, dtype=np.float64)
@@ -312,18 +315,6 @@ class RemoveCosmicRays(Operator):
         if Mode.FULL in ctx.modes:
             write_window_pairs(ctx, flagged, RMCR_RADIUS, n_inputs=2)
         return out
-
-    def map_b(self, cells, i, ctx):
-        return cells
-
-    def map_f(self, cells, i, ctx):
-        return cells
-
-    def map_p(self, cells, payload, i, ctx):
-        return window(cells, payload[0], ctx.input_shape(i))
-
-    def map_p_pairs(self, cells, offsets, payloads, pay_ids, i, ctx):
-        return window_pairs(cells, offsets, payloads, pay_ids, ctx.input_shape(i))
 
 
 # --- UDF D: star detection -------------------------------------------------------------------
