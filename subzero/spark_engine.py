@@ -32,7 +32,7 @@ import xarray as xr
 from .arraystore import ArrayStore
 from .capture import Pairs
 from .engine import OpStats, run_operator, shape_of, store_lineage
-from .errors import LineageError, OperatorError, SubZeroError
+from .errors import OperatorError, SubZeroError
 from .lineagestore import LineageStore
 from .spark import SparkError, ship_workflow_modules
 from .strategy import Strategy
@@ -123,9 +123,18 @@ def _collect(rdd, name: str) -> list[TaskResult]:
         if MARK in text:
             msg = text.split(MARK)[1]
             raise OperatorError(f"{msg} [Spark engine; --engine local runs it in-process]") from None
-        first = next((line for line in text.splitlines() if line.strip()), type(e).__name__)
-        raise SparkError(f"Spark failed while running operator {name!r}: {first.strip()[:300]}; "
+        raise SparkError(f"Spark failed while running operator {name!r}: {_reason(text, e)}; "
                          f"try --engine local") from None
+
+
+def _reason(text: str, e: Exception) -> str:
+    """The informative line of a Py4J error: Spark's stage failure or root cause."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for key in ("Job aborted due to stage failure", "Caused by:", "Exception:"):
+        for ln in lines:
+            if key in ln and "Py4JJavaError" not in ln:
+                return ln[:300]
+    return (lines[0] if lines else type(e).__name__)[:300]
 
 
 def run_spark(wf: Workflow, input_values: dict[str, Any], strategies: dict[str, tuple[Strategy, ...]],
