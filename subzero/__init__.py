@@ -6,11 +6,11 @@ from .errors import (LineageError, OperatorError, QueryError, StoreError, Strate
                      SubZeroError, WorkflowError)
 from .executor import TraceResult
 from .modes import Mode
-from .operator import ELEMENTWISE, GLOBAL, Operator, Tiling, stencil
+from .operator import AGGREGATE, ELEMENTWISE, GLOBAL, Operator, Tiling, stencil
 from .strategy import Strategy
 from .workflow import Node, Workflow, load_workflow
 
-__all__ = ["Operator", "Workflow", "Mode", "Node", "Tiling", "ELEMENTWISE", "GLOBAL", "stencil",
+__all__ = ["Operator", "Workflow", "Mode", "Node", "Tiling", "ELEMENTWISE", "AGGREGATE", "GLOBAL", "stencil",
            "Store", "Run", "open_store", "load_workflow", "TraceResult", "Strategy", "window",
            "SubZeroError", "WorkflowError", "OperatorError", "LineageError", "StrategyError",
            "QueryError", "StoreError"]

@@ -24,18 +24,22 @@ class Tiling:
     """How an operator can be split over tiles (used by the Spark engine).
 
     kind: ``"elementwise"`` (tile-local), ``"stencil"`` (tile-local with a halo
-    of ``radius`` cells) or ``"global"`` (needs the whole array).
+    of ``radius`` cells), ``"aggregate"`` (a whole-array reduction combined from
+    per-tile partial results: the operator implements ``partial(*tiles)``,
+    ``merge(a, b)`` and ``finish(state)``, and ``merge`` must make the result
+    independent of the tiling) or ``"global"`` (needs the whole array).
     """
 
     kind: str = "global"
     radius: int = 0
 
     def __post_init__(self):
-        if self.kind not in ("elementwise", "stencil", "global"):
+        if self.kind not in ("elementwise", "stencil", "aggregate", "global"):
             raise ValueError(f"unknown tiling {self.kind!r}")
 
 
 ELEMENTWISE = Tiling("elementwise")
+AGGREGATE = Tiling("aggregate")
 GLOBAL = Tiling("global")
 
 

@@ -53,6 +53,15 @@ class TaskResult:
     lwrite_s: float
 
 
+def _aggregates(op, in_shapes, strategies) -> bool:
+    """Run as a Spark aggregation: declared so, one input, all-to-all, and only
+    Full (or no) lineage asked for (its pair is written by the runtime)."""
+    return (getattr(op.tiling, "kind", "") == "aggregate" and len(in_shapes) == 1
+            and all(hasattr(op, f) for f in ("partial", "merge", "finish"))
+            and op.is_all_to_all(0)
+            and all(s.mode.value in ("full", "map", "blackbox") for s in strategies))
+
+
 def tile_plan(op, in_shapes) -> int | None:
     """The halo radius when the operator can run per tile, else None (global)."""
     kind = getattr(op.tiling, "kind", "global")
@@ -114,17 +123,59 @@ def _global_task(run_dir: str, tile_size, name: str, op, inputs: list[str], stra
     return TaskResult((0,), full, pay, shape_of(out), str(arr.dtype), run_s, ctx.lwrite_seconds)
 
 
+def _partial_task(run_dir: str, tile_size, name: str, op, inputs: list[str], tile: Tile):
+    """One tile's partial result of an aggregating operator (e.g. a whole-array sum)."""
+    arrays = ArrayStore(run_dir, tile=tile_size)
+    try:
+        return op.partial(*[arrays.read_region(a, tile.read_slices()) for a in inputs])
+    except Exception as e:
+        raise _fail(name, f"tile {tile.describe()}", e) from None
+
+
+def _aggregate(sc, name, op, inputs, in_shapes, strategies, arrays: ArrayStore, capture: bool):
+    """A whole-array reduction as a Spark aggregation: partials per tile, merged
+    on the executors in a tree, finished on the driver.  Its lineage is one
+    all-to-all pair, written by the runtime."""
+    from .capture import LineageBuffer
+    from .context import Context
+    from .engine import normalise_output
+    tiles = tiles_for(in_shapes[0], arrays.tile, 0)
+    fn = partial(_partial_task, str(arrays.dir.parent), arrays.tile, name, op, list(inputs))
+    rdd = sc.parallelize(tiles, len(tiles)).map(fn)
+    try:
+        state = rdd.treeReduce(op.merge)
+    except Exception as e:
+        _raise_from_spark(e, name)
+    t0 = time.perf_counter()
+    out = normalise_output(name, op, op.finish(state))
+    arrays.write(name, out)
+    full = None
+    if capture and any(s.stored for s in strategies):
+        buf = LineageBuffer(name, len(inputs), out.ndim, [len(s) for s in in_shapes])
+        ctx = Context(name, op, frozenset(s.mode for s in strategies if s.stored), in_shapes,
+                      out.shape, buf)
+        every = [np.argwhere(np.ones(s, bool)) for s in in_shapes]
+        ctx.lwrite(np.argwhere(np.ones(out.shape, bool)), *every)
+        full, _ = buf.finish(out.shape, in_shapes)
+    arr = out.data if isinstance(out, xr.DataArray) else out
+    return [TaskResult((0,), full, None, shape_of(out), str(arr.dtype), time.perf_counter() - t0, 0.0)]
+
+
+def _raise_from_spark(e: Exception, name: str):
+    text = str(e)
+    if MARK in text:
+        msg = text.split(MARK)[1]
+        raise OperatorError(f"{msg} [Spark engine; --engine local runs it in-process]") from None
+    raise SparkError(f"Spark failed while running operator {name!r}: {_reason(text, e)}; "
+                     f"try --engine local") from None
+
+
 def _collect(rdd, name: str) -> list[TaskResult]:
     """Run a job; an operator failure in a task becomes one clear line."""
     try:
         return rdd.collect()
     except Exception as e:
-        text = str(e)
-        if MARK in text:
-            msg = text.split(MARK)[1]
-            raise OperatorError(f"{msg} [Spark engine; --engine local runs it in-process]") from None
-        raise SparkError(f"Spark failed while running operator {name!r}: {_reason(text, e)}; "
-                         f"try --engine local") from None
+        _raise_from_spark(e, name)
 
 
 def _reason(text: str, e: Exception) -> str:
@@ -157,7 +208,11 @@ def run_spark(wf: Workflow, input_values: dict[str, Any], strategies: dict[str, 
         strat = strategies[name]
         halo = tile_plan(op, in_shapes)
         t0 = time.perf_counter()
-        if halo is None:
+        if _aggregates(op, in_shapes, strat):
+            log(f"{name}: aggregation over {len(tiles_for(in_shapes[0], arrays.tile))} tile(s), "
+                f"merged in a tree")
+            results = _aggregate(sc, name, op, step.inputs, in_shapes, strat, arrays, capture)
+        elif halo is None:
             log(f"{name}: {op.tiling.kind} operator, one task on the whole array")
             fn = partial(_global_task, run_dir, arrays.tile, name, op, list(step.inputs), strat, capture)
             results = _collect(sc.parallelize([0], 1).map(fn), name)

@@ -95,7 +95,10 @@ def test_errors():
 
 
 def test_declarations():
+    assert O.Sum().tiling == O.Mean().tiling == subzero.AGGREGATE       # partials per tile
+    assert O.Median().tiling == subzero.GLOBAL                           # no exact partials
     for op in (O.Sum(), O.Mean(axis=1), O.MatMul()):
-        assert op.tiling == subzero.GLOBAL and op.deterministic and op.has_mapping()
+        assert op.tiling in (subzero.GLOBAL, subzero.AGGREGATE) and op.deterministic
+        assert op.has_mapping()
         assert subzero.Mode.FULL in op.supported_modes()
     assert O.MatMul().n_inputs() == 2 and not O.MatMul().is_all_to_all(1)
