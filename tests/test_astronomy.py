@@ -9,7 +9,6 @@ import pytest
 from astropy.io import fits
 from scipy import ndimage
 
-import operators
 import subzero
 from subzero.workload import load_workload, run_workload
 

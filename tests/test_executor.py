@@ -4,7 +4,6 @@ concatenate counter-example, early stop, multi-input paths, step statistics."""
 import numpy as np
 import pytest
 
-import subzero
 from operators import Add, Concat, Mean, Sub
 from subzero import LineageError, Mode, Operator, Workflow
 

@@ -1,11 +1,8 @@
 """Runs: atomicity, failures, array store, inputs from files, xarray."""
 
-import json
-import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest

@@ -2,7 +2,6 @@
 strategy, tile boundaries and halos, retry safety, failures, manifests."""
 
 import json
-import os
 
 import numpy as np
 import pytest

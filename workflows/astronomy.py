@@ -31,7 +31,7 @@ from scipy import ndimage
 
 from operators import Binary, Div, Maximum, Mean, Slice, Sub, Unary
 from operators.base import MappedOperator
-from subzero import ELEMENTWISE, GLOBAL, Mode, Operator, Workflow, stencil, window
+from subzero import GLOBAL, Mode, Operator, Workflow, stencil, window
 
 EXPOSURES = ("data/lsst/imsim_85408556_R23_S11_C04_E000.fits",
              "data/lsst/imsim_85408556_R23_S11_C04_E001.fits")
