@@ -88,6 +88,11 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None):
                .config("spark.python.worker.reuse", "true")
                .config("spark.driver.extraJavaOptions", java_opts)
                .config("spark.executor.extraJavaOptions", java_opts))
+    if master.startswith("local"):
+        # the driver JVM is also the executor and relays task results (lineage pairs):
+        # the 1 GB defaults are too small for full lineage of large arrays
+        builder = (builder.config("spark.driver.memory", "4g")
+                   .config("spark.driver.maxResultSize", "4g"))
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
     log = jvm_log_path()
