@@ -39,7 +39,11 @@ def parse_size(text) -> int:
     if m is None or unit not in _UNITS:
         raise BudgetError(f"invalid disk budget {text!r}; write a size such as 500KB, 20MB or "
                           f"1.5GB (units B, KB, MB, GB, TB; KiB, MiB, GiB)")
-    return int(round(float(m.group(1)) * _UNITS[unit]))
+    value = float(m.group(1)) * _UNITS[unit]
+    if not math.isfinite(value):
+        raise BudgetError(f"invalid disk budget {text!r}; it must be a size of 0 or more, "
+                          f"such as 500KB, 20MB or 1.5GB")
+    return int(round(value))
 
 
 def parse_factor(text) -> float:

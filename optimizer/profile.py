@@ -173,7 +173,7 @@ class Profiler:
                               "record_cells": int(d["record_cells"] * scale)}
         return {"bytes": int(_extrapolate(small["bytes"], big["bytes"], len(half), len(rows), n)),
                 "write_s": _extrapolate(small["write_s"], big["write_s"], len(half), len(rows), n),
-                "spaces": spaces, "exact": False}
+                "spaces": spaces, "exact": False, "sample_frac": len(rows) / n}
 
 
 def _extrapolate(y1: float, y2: float, n1: int, n2: int, n: int) -> float:

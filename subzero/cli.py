@@ -1,4 +1,4 @@
-"""``subzero`` command line: run, trace, runs, show.
+"""``subzero`` command line: run, trace, optimize, runs, show.
 
 Every command reads ``--store DIR`` (default ./.subzero), prints user errors
 as one line on stderr with exit status 2, and offers ``--json``.
@@ -89,10 +89,12 @@ def cmd_run(a) -> int:
         if a.inputs_from:
             return _run_many(store, a, conf)
         log = (lambda m: print(f"  spark: {m}", file=sys.stderr)) if a.verbose and not a.json else None
+        plan = _run_plan(store, a)
         run = store.run(a.workflow, inputs=_kv(a.input, "--input"),
                         strategies=_kv(a.strategy, "--strategy"), params=_params(a.param),
                         capture=not a.no_lineage, progress=None if not a.json else False,
-                        engine=engine, master=a.master, conf=conf, tile=a.tile, log=log)
+                        engine=engine, master=a.master, conf=conf, tile=a.tile, log=log,
+                        plan=plan, max_disk=a.max_disk)
         ops = run.ops()
         if a.json:
             print(json.dumps({"run_id": run.id, "workflow": run.row.workflow, "ops": ops}))
@@ -103,6 +105,53 @@ def cmd_run(a) -> int:
             if a.verbose:
                 _ops_table(ops)
             print(run.id if a.quiet else f"run id: {run.id}")
+    finally:
+        store.close()
+    return 0
+
+
+def _run_plan(store, a) -> str | None:
+    """``run --plan NAME``, or ``run --max-disk/--max-runtime``: optimize first (the plan
+    is printed and saved), then run with it."""
+    budgeted = a.max_disk is not None or a.max_runtime is not None
+    if (a.plan or budgeted) and (a.strategy or a.no_lineage or a.inputs_from):
+        raise SubZeroError("--plan, --max-disk and --max-runtime choose the strategies; they "
+                           "cannot be combined with --strategy, --no-lineage or --inputs-from")
+    if a.plan and a.max_runtime is not None:
+        raise SubZeroError("--max-runtime optimizes a new plan; give it without --plan")
+    if a.plan or not budgeted:
+        return a.plan
+    from optimizer import optimize            # lazy: the optimizer builds on subzero
+    plan = optimize(store, a.workflow, params=_params(a.param), inputs=_kv(a.input, "--input"),
+                    max_disk=a.max_disk, max_runtime=a.max_runtime, workload=a.workload)
+    if not a.json:
+        print(plan.table())
+    return plan.name
+
+
+def _planner(run, a):
+    """The query-time planner when this machine is calibrated (see `subzero optimize`)."""
+    if getattr(a, "no_planner", False):
+        return None
+    from optimizer import planner_for
+    return planner_for(run)
+
+
+def cmd_optimize(a) -> int:
+    from optimizer import optimize
+    from .api import open_store
+    store = open_store(a.store)
+    try:
+        plan = optimize(store, a.workflow, params=_params(a.param), inputs=_kv(a.input, "--input"),
+                        max_disk=a.max_disk, max_runtime=a.max_runtime, workload=a.workload,
+                        pins=a.pin or None, name=a.name, recalibrate=a.recalibrate,
+                        reprofile=a.reprofile)
+        if a.json:
+            print(json.dumps(plan.as_dict(), default=str))
+        else:
+            print(plan.table())
+            print(f"saved as plan {plan.name!r}; run it with: subzero run {a.workflow} "
+                  f"--plan {plan.name}")
     finally:
         store.close()
     return 0
@@ -152,7 +201,7 @@ def cmd_trace(a) -> int:
         if (a.to is None) == (a.path is None):
             raise SubZeroError("give exactly one of --to ARRAY or --path OP:IDX,...")
         res = run.trace(a.frm, cells, to=a.to, path=_path(a.path) if a.path else None,
-                        shortcut=not a.no_shortcut)
+                        shortcut=not a.no_shortcut, planner=_planner(run, a))
         out_cells = res.cells
         if a.json:
             print(json.dumps({"run_id": run.id, "from": a.frm, "to": res.target,
@@ -194,6 +243,7 @@ def _workload(store, a) -> int:
     from .workload import load_workload, run_workload
     run = store.get(a.run)
     queries = load_workload(a.workload)
+    run.planner = _planner(run, a)
     rows = run_workload(run, queries)
     if a.json:
         print(json.dumps({"run_id": run.id, "queries": [
@@ -235,7 +285,8 @@ def cmd_show(a) -> int:
         arrays = store.catalog.arrays(row.id)
         if a.json:
             print(json.dumps({"run": row.__dict__, "ops": ops, "arrays": arrays,
-                              "strategies": store.catalog.strategy_stats(row.id)}, default=str))
+                              "strategies": store.catalog.strategy_stats(row.id),
+                              "downgrades": store.catalog.downgrades(row.id)}, default=str))
             return 0
         print(f"run {row.id}: workflow {row.workflow} ({row.source or 'in-process'}), {row.status}"
               + (f": {row.error}" if row.error else ""))
@@ -246,6 +297,8 @@ def cmd_show(a) -> int:
             total = sum(o["lineage_bytes"] for o in ops)
             inb = sum(v["nbytes"] for v in arrays.values() if v["kind"] == "input")
             print(f"  lineage total {_fmt_bytes(total)} ({total / max(inb, 1):.3f}x the input bytes)")
+        for d in store.catalog.downgrades(row.id):
+            print(f"  downgraded: {d['reason']}")
     finally:
         store.close()
     return 0
@@ -280,6 +333,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--inputs-from", metavar="MANIFEST.csv",
                    help="one workflow instance per row (columns = inputs, values = paths), "
                         "run as parallel Spark tasks")
+    r.add_argument("--plan", metavar="NAME", help="store what a saved plan chose (subzero optimize)")
+    r.add_argument("--max-disk", metavar="SIZE",
+                   help="optimize for this lineage disk budget (e.g. 500KB, 20MB, 1.5GB), then run")
+    r.add_argument("--max-runtime", metavar="FACTOR",
+                   help="with --max-disk: allowed runtime over the no-lineage run, e.g. 1.5")
+    r.add_argument("--workload", metavar="FILE", help="the query workload to optimize for")
     r.add_argument("-v", "--verbose", action="store_true", help="print per-operator statistics")
     r.add_argument("-q", "--quiet", action="store_true", help=argparse.SUPPRESS)
     common(r)
@@ -295,8 +354,29 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--plot", metavar="FILE.png", help="draw the start and result arrays")
     t.add_argument("--no-shortcut", action="store_true",
                    help="disable the entire-array short-cut for all-to-all operators")
+    t.add_argument("--no-planner", action="store_true",
+                   help="choose each step's method by the simple rule, not the cost model")
     common(t)
     t.set_defaults(fn=cmd_trace)
+
+    o = sub.add_parser("optimize", help="choose lineage strategies for a disk/runtime budget")
+    o.add_argument("workflow", help="workflow .py file or module name")
+    o.add_argument("--max-disk", metavar="SIZE", help="lineage disk budget, e.g. 500KB, 20MB, 1.5GB")
+    o.add_argument("--max-runtime", metavar="FACTOR",
+                   help="allowed runtime with lineage over the run without, e.g. 1.5")
+    o.add_argument("--workload", metavar="FILE",
+                   help="query workload (default: the trace log, else WORKFLOW_workload.json)")
+    o.add_argument("--pin", action="append", metavar="OP=STRATEGY",
+                   help="keep this operator's strategy fixed (repeatable)")
+    o.add_argument("--name", metavar="NAME", help="save the plan under this name")
+    o.add_argument("--param", action="append", metavar="KEY=VALUE",
+                   help="keyword argument for the module's workflow()")
+    o.add_argument("--input", action="append", metavar="NAME=PATH", help="workflow input file")
+    o.add_argument("--recalibrate", action="store_true",
+                   help="re-run the machine's calibration benchmark")
+    o.add_argument("--reprofile", action="store_true", help="profile the workflow again")
+    common(o)
+    o.set_defaults(fn=cmd_optimize)
 
     ru = sub.add_parser("runs", help="list runs")
     common(ru)

@@ -3,9 +3,12 @@
 A query is (start array, cells, path) where the path is a list of
 (operator, input index) steps, or every DAG path between two arrays.  The
 set between steps is a boolean bitmap of the array's shape.  Each step uses
-the cheapest available method by a simple rule: stored lineage indexed in
-the step's direction, then mapping functions, then stored lineage indexed
-the other way, then black-box re-execution.  Operators declared all-to-all
+the cheapest available method.  With a query-time planner (a cost model
+passed in, see ``optimizer.planner``) the methods are priced per step, and
+reading stored lineage gives up for re-execution once it has taken longer
+than re-executing is predicted to.  Without one, a simple rule orders them:
+stored lineage indexed in the step's direction, then mapping functions, then
+stored lineage indexed the other way, then black-box re-execution.  Operators declared all-to-all
 on an input short-cut to the entire array.  Damaged stored lineage falls
 back to re-execution with a warning: a trace never answers wrongly in silence.
 """
@@ -23,7 +26,8 @@ import numpy as np
 
 from . import relation
 from .cells import (as_cells, bitmap_from_packed, cells_from_bitmap, first_out_of_bounds,
-                    fmt_cell, pack, packed_from_bitmap)
+                    fmt_cell, lengths_to_offsets, pack, packed_from_bitmap)
+from .encodings import KEY_BITS, REC_PAIRS
 from .context import Context
 from .errors import QueryError
 from .lineagestore import CorruptLineage, LineageStore
@@ -32,6 +36,7 @@ from .reexec import capture_mode, rerun
 from .strategy import Strategy, parse_one
 
 LOOKUP_CHUNK = 1 << 16
+KEY_BLOCK = 1 << KEY_BITS
 
 
 @dataclass
@@ -43,6 +48,24 @@ class StepStat:
     cells_in: int
     cells_out: int
     seconds: float
+    blocks_in: int = 0          # key blocks the input cells span (taken when a planner runs)
+    note: str = ""              # e.g. why the planner switched to re-execution
+
+
+@dataclass
+class StepInfo:
+    """What a query-time planner knows about a step before it runs."""
+
+    op: str
+    input: int
+    backward: bool
+    cells_in: int
+    blocks_in: int              # distinct 2**KEY_BITS-cell blocks of the input cells
+    loaded: bool                # the operator's inputs are already in memory (re-execution)
+
+
+class _Deadline(Exception):
+    """Reading stored lineage took longer than re-executing is predicted to."""
 
 
 @dataclass
@@ -293,6 +316,7 @@ class Executor:
         tgt_shape = in_shapes[i] if backward else out_shape
         d = "backward" if backward else "forward"
         n_in = int(np.count_nonzero(bm)) if n_in is None else n_in
+        budget, blocks, note = None, 0, ""
         if n_in == 0:
             res, method = np.zeros(tgt_shape, bool), "empty"
         else:
@@ -300,6 +324,11 @@ class Executor:
             if shortcut and op.is_all_to_all(i):
                 res, method = np.ones(tgt_shape, bool), "all-to-all"
             else:
+                if self._planner is not None and not prefer:
+                    blocks = blocks_spanned(bm)
+                    info = StepInfo(name, i, backward, n_in, blocks,
+                                    all(a in self._values for a in ins))
+                    methods, budget = self._planner.plan(info, methods)
                 sc = relation.StepContext(name, op, Context(name, op, frozenset(), in_shapes, out_shape),
                                           out_shape, in_shapes)
                 q_flat = bm.ravel()
@@ -312,11 +341,22 @@ class Executor:
                         if (name, str(s)) in self._broken:
                             continue
                         try:
-                            packed = self._stored(name, s, sc, i, backward, q, q_flat, tgt_shape)
+                            until = None if budget is None else t0 + budget
+                            packed = self._stored(name, s, sc, i, backward, q, q_flat, tgt_shape,
+                                                  until)
                         except CorruptLineage as e:
                             self._broken.add((name, str(s)))
                             self.warn(f"{e}; answering this step another way")
                             continue
+                        except _Deadline:
+                            note = (f"stored:{s} took longer than its budget ({budget * 1000:.1f}"
+                                    f" ms, from the predicted re-execution); switched to "
+                                    f"re-execution")
+                            packed, method = self._reexec(name, op, sc, i, backward, q, q_flat)
+                            res = bitmap_from_packed(packed, tgt_shape) \
+                                if not (isinstance(packed, np.ndarray) and packed.dtype == bool) \
+                                else packed
+                            break
                         method = f"stored:{s}"
                     elif kind == "map":
                         packed = self._map(op, sc, bm, i, backward, q)
@@ -327,7 +367,10 @@ class Executor:
                         else bitmap_from_packed(packed, tgt_shape)
                     break
         n_out = res.size if method == "all-to-all" else int(np.count_nonzero(res))
-        steps.append(StepStat(name, i, d, method, n_in, n_out, time.perf_counter() - t0))
+        st = StepStat(name, i, d, method, n_in, n_out, time.perf_counter() - t0, blocks, note)
+        steps.append(st)
+        if self._planner is not None and not prefer and method not in ("empty", "all-to-all"):
+            self._planner.observe(st)
         return res, n_out
 
     @staticmethod
@@ -346,8 +389,10 @@ class Executor:
             q = relation.packed_query(bm)[0]
         return sc.map_b(q, i) if backward else sc.map_f(q, i)
 
-    def _stored(self, name, s: Strategy, sc, i, backward, q, q_flat, tgt_shape):
+    def _stored(self, name, s: Strategy, sc, i, backward, q, q_flat, tgt_shape, until=None):
         reader = self._reader(name, s)
+        if until is not None:
+            reader = _TimedReader(reader, until)
         if s.mode is Mode.COMP:
             return relation.composite(reader, s.direction, sc, i, backward, q, q_flat)
         fn = relation.backward if backward else relation.forward
@@ -399,6 +444,80 @@ class Executor:
                                        covered=covered)
             res = relation.composite(src, "backward", sc, i, backward, q, q_flat)
         return res, f"reexec:{mode.value}"
+
+
+def blocks_spanned(bm: np.ndarray) -> int:
+    """Distinct key blocks (2**KEY_BITS consecutive cells) a query bitmap touches: how
+    clustered its cells are, which decides how many stored blocks a lookup decodes."""
+    flat = bm.ravel()
+    if flat.size <= KEY_BLOCK:
+        return 1
+    return int(np.count_nonzero(np.logical_or.reduceat(flat, np.arange(0, flat.size, KEY_BLOCK))))
+
+
+class _TimedReader:
+    """A StrategyReader that gives up (raises _Deadline) once ``until`` has passed,
+    checked between chunks of record blocks: the query-time planner's switch to
+    re-execution when reading stored lineage costs more than re-running would."""
+
+    CHUNK = 4 * REC_PAIRS        # pairs per records() call
+    QUERY_CHUNK = 1024           # query cells per lookup() call (R-tree probes are slow)
+
+    def __init__(self, reader, until: float):
+        self.r, self.until = reader, until
+
+    def _check(self) -> None:
+        if time.perf_counter() > self.until:
+            raise _Deadline()
+
+    def has_space(self, space):
+        return self.r.has_space(space)
+
+    def covered(self):
+        self._check()
+        return self.r.covered()
+
+    def lookup(self, space, q, q_flat):
+        self._check()
+        if len(q) <= self.QUERY_CHUNK:
+            return self.r.lookup(space, q, q_flat)
+        ids = []                  # pairs hit by any chunk of the query are hit by the query
+        for a in range(0, len(q), self.QUERY_CHUNK):
+            self._check()
+            ids.append(self.r.lookup(space, q[a:a + self.QUERY_CHUNK], q_flat))
+        return np.unique(np.concatenate(ids))
+
+    def all_pairs(self, space):
+        self._check()
+        return self.r.all_pairs(space)
+
+    def scan_keys(self, space, pids):
+        self._check()
+        return self.r.scan_keys(space, pids)
+
+    def records(self, space, pids, fields):
+        if len(pids) <= self.CHUNK:
+            self._check()
+            return self.r.records(space, pids, fields)
+        parts = []
+        for a in range(0, len(pids), self.CHUNK):
+            self._check()
+            parts.append(self.r.records(space, pids[a:a + self.CHUNK], fields))
+        out = {}
+        for f in fields:
+            if f == "pay":        # one payload table for all chunks
+                table: dict[bytes, int] = {}
+                ids = []
+                for p in parts:
+                    local, tab = p["pay"]
+                    remap = np.array([table.setdefault(b, len(table)) for b in tab], np.int64)
+                    ids.append(remap[local] if len(tab) else np.zeros(0, np.int64))
+                out["pay"] = (np.concatenate(ids), list(table))
+            else:
+                cells = np.concatenate([p[f][0] for p in parts])
+                lens = np.concatenate([np.diff(p[f][1]) for p in parts])
+                out[f] = (cells, lengths_to_offsets(lens))
+        return out
 
 
 def _preferred(prefer: str, methods, op):

@@ -331,16 +331,16 @@ class StrategyReader:
         """Decode every touched key block, then one vectorized search over all of them
         (blocks are in key order, so their cells concatenate sorted)."""
         blocks = np.unique(q >> KEY_BITS).tolist()
-        cells, counts, pids = [], [], []
-        for b in blocks:
-            dec = self._decoded_key_block(txn, space, b)
-            if dec is not None:
-                cells.append(dec[0])
-                counts.append(np.diff(dec[1]))
-                pids.append(dec[2])
-        if not cells:
+        decs = [d for d in (self._decoded_key_block(txn, space, b) for b in blocks) if d is not None]
+        if not decs:
             return np.zeros(0, np.int64)
-        cells = np.concatenate(cells)
+        if len(decs) == 1:       # one block: search it as decoded (work ~ the query, not the block)
+            c, off, p = decs[0]
+            pos = np.minimum(np.searchsorted(c, q), len(c) - 1)
+            return np.unique(csr_take(p, off, pos[c[pos] == q]))
+        cells = np.concatenate([d[0] for d in decs])
+        counts = [np.diff(d[1]) for d in decs]
+        pids = [d[2] for d in decs]
         off = lengths_to_offsets(np.concatenate(counts))
         pos = np.searchsorted(cells, q)
         pos_c = np.minimum(pos, len(cells) - 1)

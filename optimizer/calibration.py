@@ -1,0 +1,316 @@
+"""The calibration benchmark: fits the cost model's coefficients on this machine.
+
+It runs a small synthetic workflow whose operators write region pairs of
+three shapes (one output cell from a 3x3 window, 4x4 tiles from 8x8 windows,
+32x32 tiles from 48x48 windows), stores every encoding and direction of Full,
+Pay and Comp lineage, then traces queries of 1, 64 and 2048 scattered cells
+and a 32x32 box through
+every method — stored lineage with the matched and the mismatched index,
+mapping functions, re-execution — with the real executor.  The cost model's
+features for each observed step (computed by the same code that prices real
+workflows) are fit to the observed seconds by non-negative least squares on
+relative errors.  R-tree bulk loads are timed separately: they slow down as
+the file grows, which a sample cannot show.
+
+Takes about 10-20 s; the result is stored in the catalog per host and reused
+until ``subzero optimize --recalibrate``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import nnls
+
+from subzero import Mode, Operator, Workflow
+from subzero.executor import blocks_spanned
+from subzero.strategy import DIRECTIONS, ENCODINGS, Strategy
+
+from .costmodel import FEATURES, CostModel, method_family
+from .profile import profile_workflow
+from .stats import for_run
+
+VERSION = 3
+
+
+class CalibrationPatches(Operator):
+    """Output tiles of ``out`` x ``out`` cells, each depending on the ``inp`` x
+    ``inp`` input window around it (Full pairs, or a 16-byte box payload);
+    identity mapping functions are the Map and Comp default, and every 10th
+    tile is a Comp exception.  ``spin`` adds work that is not lineage."""
+
+    map_p_batched = True
+
+    def __init__(self, out: int, inp: int, spin: int = 0):
+        self.out, self.inp, self.spin = out, inp, spin
+
+    def supported_modes(self):
+        return {Mode.FULL, Mode.PAY, Mode.COMP, Mode.MAP, Mode.BLACKBOX}
+
+    def run(self, ctx, a):
+        res = np.asarray(a, float) * 2.0 + 1.0
+        for _ in range(self.spin):
+            res = res + np.sort(res, axis=None).reshape(res.shape) * 0.0
+        if not ctx.modes:
+            return res
+        shape = res.shape
+        cells = np.argwhere(np.ones(shape, bool))
+        ntx = -(-shape[1] // self.out)
+        tile = (cells[:, 0] // self.out) * ntx + cells[:, 1] // self.out
+        ntiles = int(tile.max()) + 1
+        origin = np.column_stack([np.arange(ntiles) // ntx, np.arange(ntiles) % ntx]) * self.out
+        lo = np.clip(origin - (self.inp - self.out) // 2, 0, None)
+        hi = np.minimum(lo + self.inp, shape)
+        boxes = np.column_stack([lo, hi]).astype("<i4")
+        if Mode.FULL in ctx.modes:
+            off = np.stack(np.meshgrid(np.arange(self.inp), np.arange(self.inp), indexing="ij"),
+                           -1).reshape(-1, 2)
+            win = lo[:, None, :] + off[None, :, :]
+            ok = (win < hi[:, None, :]).all(-1)
+            groups = np.repeat(np.arange(ntiles), len(off)).reshape(ntiles, -1)
+            ctx.lwrite_groups(cells, tile, (win[ok], groups[ok]))
+        if Mode.PAY in ctx.modes:
+            ctx.lwrite_groups(cells, tile, payload=[b.tobytes() for b in boxes])
+        if Mode.COMP in ctx.modes:
+            keep = tile % 10 == 0
+            ctx.lwrite_groups(cells[keep], tile[keep],
+                              payload=[b.tobytes() for b in boxes[::10]])
+        return res
+
+    def map_b(self, cells, i, ctx):
+        return cells
+
+    def map_f(self, cells, i, ctx):
+        return cells
+
+    def map_p(self, cells, payload, i, ctx):
+        r0, c0, r1, c1 = np.frombuffer(payload, "<i4").tolist()
+        return np.argwhere(np.ones((r1 - r0, c1 - c0), bool)) + [r0, c0]
+
+    def map_p_pairs(self, cells, offsets, payloads, pay_ids, i, ctx):
+        b = np.frombuffer(b"".join(payloads), "<i4").reshape(-1, 4)[np.asarray(pay_ids)]
+        b = b[np.diff(offsets) > 0]
+        owner_ids = np.flatnonzero(np.diff(offsets) > 0)
+        h, w = b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]
+        n = h * w
+        owner = np.repeat(owner_ids, n)
+        k = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+        ww = np.repeat(w, n)
+        return np.column_stack([np.repeat(b[:, 0], n) + k // ww, np.repeat(b[:, 1], n) + k % ww]), owner
+
+
+def calibration_workflow() -> Workflow:
+    wf = Workflow("subzero-calibration")
+    small = wf.input("small")
+    big = wf.input("big")
+    wf.add("p1", CalibrationPatches(1, 3), small)
+    wf.add("p4", CalibrationPatches(4, 8), big)
+    wf.add("p32", CalibrationPatches(32, 48, spin=4), big)
+    return wf
+
+
+def _queries(shape, rng) -> list[np.ndarray]:
+    cells = np.argwhere(np.ones(shape, bool))
+    out = [cells[rng.choice(len(cells), n, replace=False)] for n in (1, 64, 2048)]
+    y, x = shape[0] // 3, shape[1] // 3
+    out.append(np.argwhere(np.ones((32, 32), bool)) + [y, x])
+    return out
+
+
+def _observe(run, start, cells, op, method, prefer, repeats):
+    bm = np.zeros(run.shapes()[start], bool)
+    bm[tuple(cells.T)] = True
+    blocks = blocks_spanned(bm)
+    best = None
+    for _ in range(repeats):
+        run.executor().clear_cache()
+        res = run.trace(start, cells, path=[(op, 0)], prefer=prefer, record=False)
+        st = res.steps[0]
+        ok = st.method == method if method != "reexec" else st.method.startswith("reexec")
+        if not ok:
+            return None
+        if best is None or st.seconds < best["seconds"]:
+            best = {"op": op, "method": st.method, "input": 0, "direction": st.direction,
+                    "cells_in": st.cells_in, "cells_out": st.cells_out, "seconds": st.seconds,
+                    "blocks_in": blocks}
+    return best
+
+
+def _load_rate() -> float:
+    """Seconds per byte to load an input array from the array store (re-execution
+    reads its operator's inputs), from arrays of 1, 4 and 16 MB."""
+    from subzero.arraystore import ArrayStore
+    tmp = Path(tempfile.mkdtemp(prefix="subzero-load-"))
+    rng = np.random.default_rng(1)
+    sizes, times = [], []
+    try:
+        store = ArrayStore(tmp)
+        for k, n in enumerate((2**17, 2**19, 2**21)):
+            store.write(f"a{k}", rng.random((n // 512, 512)))
+            store.read_value(f"a{k}")                         # first touch: imports, metadata
+            ts = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                store.read_value(f"a{k}")
+                ts.append(time.perf_counter() - t0)
+            sizes.append(n * 8)
+            times.append(min(ts))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    slope = np.polyfit(np.asarray(sizes, float), np.asarray(times), 1)[0]
+    return float(max(slope, 0.0))
+
+
+def _rtree_quadratic() -> float:
+    """b in t(n) = a n + b n^2 for an R-tree bulk load of n boxes (written to disk)."""
+    from rtree import index as rindex
+    rng = np.random.default_rng(0)
+    tmp = Path(tempfile.mkdtemp(prefix="subzero-rtree-"))
+    ns, ts = [], []
+    try:
+        for k, n in enumerate((16384, 65536, 262144)):
+            lo = rng.random((n, 2)) * 1000
+            props = rindex.Property()
+            props.dimension = 2
+            t0 = time.perf_counter()
+            idx = rindex.Index(str(tmp / f"t{k}"), (np.arange(n, dtype=np.int64), lo, lo + 1),
+                               properties=props)
+            idx.close()
+            ns.append(n)
+            ts.append(time.perf_counter() - t0)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    n = np.asarray(ns, float)
+    coef, _ = nnls(np.column_stack([n, n * n]) / np.asarray(ts)[:, None], np.ones(len(n)))
+    return float(coef[1])
+
+
+def _capture_overheads(store, wf, inputs, repeats: int = 5) -> tuple[float, float]:
+    """Runtime a run pays for lineage beyond each operator's own lineage work: once
+    per run with capture (the LMDB environment) and once per stored strategy (its
+    sub-database, statistics and catalog rows).  From alternating runs of the
+    calibration workflow: no capture, capture storing nothing, one small strategy."""
+    plain = {o: "map" for o in wf.steps}
+    one = {**plain, "p32": "full:fullone:backward"}
+    times: dict[str, list[float]] = {"none": [], "empty": [], "one": []}
+    inner = []
+    for _ in range(repeats):
+        for key, kw in (("none", {"capture": False}), ("empty", {"strategies": plain}),
+                        ("one", {"strategies": one})):
+            t0 = time.perf_counter()
+            run = store.run(wf, inputs=inputs, progress=False, **kw)
+            times[key].append(time.perf_counter() - t0)
+            op = {o["name"]: o for o in run.ops()}["p32"]
+            if key == "empty":
+                base_op = op["run_s"]
+            elif key == "one":
+                inner.append(op["run_s"] - base_op + op["lineage_s"])
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    return (max(0.0, med["empty"] - med["none"]),
+            max(0.0, med["one"] - med["empty"] - float(np.median(inner))))
+
+
+def fit(observations: list[dict], model: CostModel, load_rate: float = 0.0) -> tuple[dict, dict]:
+    """NNLS on relative errors, per method family; returns (coef, quality).  The
+    re-execution's load coefficient is measured directly (``load_rate``): the
+    calibration's inputs are too alike in size to separate it from the constant."""
+    rows: dict[str, list] = {f: [] for f in FEATURES}
+    for o in observations:
+        fam = method_family(o["method"])
+        got = model.features(o["op"], o["method"] if fam == "stored" else fam, o["input"],
+                             o["direction"] == "backward", o["cells_in"], o["cells_out"],
+                             blocks=o["blocks_in"])
+        if got is None or got[0] != fam:
+            continue
+        rows[fam].append((got[1], o["seconds"]))
+    coef, quality = {}, {}
+    for fam, obs in rows.items():
+        if not obs:
+            raise RuntimeError(f"calibration observed no {fam} steps")
+        X = np.array([x for x, _ in obs])
+        t = np.array([s for _, s in obs])
+        fixed = np.zeros(X.shape[1])
+        if fam == "reexec":
+            fixed[FEATURES[fam].index("load")] = load_rate
+        rest = np.clip(t - X @ fixed, 1e-6, None)
+        free = fixed == 0
+        c = fixed.copy()
+        c[free], _ = nnls(X[:, free] / t[:, None], rest / t)
+        coef[fam] = c.tolist()
+        err = np.abs(X @ c / t - 1)
+        quality[fam] = {"observations": len(t), "median_rel_error": float(np.median(err)),
+                        "p90_rel_error": float(np.quantile(err, 0.9))}
+    return coef, quality
+
+
+def calibrate(repeats: int = 2, seed: int = 0, progress=None) -> dict:
+    """Run the calibration benchmark; returns the calibration (not yet stored)."""
+    import subzero
+    t0 = time.perf_counter()
+    tmp = Path(tempfile.mkdtemp(prefix="subzero-calibration-"))
+    rng = np.random.default_rng(seed)
+    inputs = {"small": rng.random((192, 192)), "big": rng.random((384, 384))}
+    wf = calibration_workflow()
+    ops = list(wf.steps)
+    store = subzero.open_store(tmp / "store")
+    try:
+        profile_workflow(store, wf, inputs=inputs, all_ops=True)
+        full_pay = [Strategy(m, e, d) for m in (Mode.FULL, Mode.PAY) for e in ENCODINGS[m]
+                    for d in DIRECTIONS]
+        comp = [Strategy(Mode.COMP, e, d) for e in ENCODINGS[Mode.COMP] for d in DIRECTIONS]
+        runs = [(store.run(wf, inputs=inputs, progress=False,
+                           strategies={o: tuple(group) for o in ops}), group)
+                for group in (full_pay, comp + [Strategy(Mode.MAP)])]
+        obs = []
+        for run, group in runs:
+            for op in ops:
+                for backward in (True, False):
+                    start = op if backward else wf.steps[op].inputs[0]
+                    for cells in _queries(run.shapes()[start], rng):
+                        methods = [(f"stored:{s}", str(s)) for s in group if s.stored]
+                        if run is runs[1][0]:
+                            methods += [("map", "map"), ("reexec", "reexec")]
+                        for method, prefer in methods:
+                            o = _observe(run, start, cells, op, method, prefer, repeats)
+                            if o is not None:
+                                obs.append(o)
+                        if progress is not None:
+                            progress()
+        uncalibrated = {"coef": {f: [1.0] * len(v) for f, v in FEATURES.items()}}
+        model = CostModel(uncalibrated, for_run(store, runs[0][0]))
+        for s, info in for_run(store, runs[1][0]).ops.items():      # both runs' stored sizes
+            model.stats.ops[s].strategies.update(info.strategies)
+        coef, quality = fit(obs, model, _load_rate())
+        capture_s, strategy_s = _capture_overheads(store, wf, inputs)
+    finally:
+        store.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {"version": VERSION, "coef": coef, "features": {f: list(v) for f, v in FEATURES.items()},
+            "rtree_quadratic": _rtree_quadratic(), "quality": quality,
+            "capture_fixed_s": capture_s, "strategy_fixed_s": strategy_s,
+            "seconds": time.perf_counter() - t0, "host": os.uname().nodename}
+
+
+def ensure_calibration(store, recalibrate: bool = False, progress=None) -> dict:
+    """The stored calibration of this host, running the benchmark when there is none
+    (or when asked)."""
+    host = os.uname().nodename
+    if not recalibrate:
+        cal = store.catalog.latest_calibration(host)
+        features = {f: list(v) for f, v in FEATURES.items()}
+        if cal is not None and cal.get("version") == VERSION and cal.get("features") == features:
+            return cal                        # same machine, same cost model: still valid
+    cal = calibrate(progress=progress)
+    store.catalog.add_calibration(host, cal["seconds"], cal)
+    return store.catalog.latest_calibration(host)
+
+
+def quality_summary(cal: dict) -> str:
+    q = cal.get("quality", {})
+    return ", ".join(f"{f} median error {v['median_rel_error']:.0%} ({v['observations']} steps)"
+                     for f, v in q.items())

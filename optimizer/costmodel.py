@@ -1,0 +1,255 @@
+"""The cost model: what storing a strategy costs (disk bytes, runtime
+overhead) and what a query step costs with each method.
+
+Storage costs come straight from the statistics (profile or real runs).  A
+query step's cost is a linear function of a few *features* computed from the
+step's sizes and what is stored — cells decoded from LMDB blocks, cells in and
+out, Python ``map_p`` calls, cells ``map_p`` expands to, R-tree probes, bitmap
+sizes; for re-execution the operator's own runtime, the pairs it regenerates
+and the input bytes it loads.  The coefficients are not guesses: they are fit
+on this machine by the calibration benchmark (``calibration.py``), which runs
+the very same executor over synthetic lineage and fits these same features.
+The trace log then corrects them per operator (``learn``).
+
+Block counts assume query cells fall uniformly over the key array: the
+expected number of distinct blocks hit by ``n`` cells among ``B`` blocks is
+``B (1 - (1 - 1/B)^n)``.  That over-counts for compact boxes, so predictions
+err on the slow side, which keeps the planner conservative.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+
+import numpy as np
+
+from subzero.encodings import KEY_BITS, REC_PAIRS
+from subzero.modes import Mode
+from subzero.strategy import Strategy, parse_one
+
+from .stats import OpInfo, WorkflowStats
+
+FEATURES = {
+    "stored": ("one", "many", "dec", "blk", "scan", "kscan", "sblk", "io", "call", "exp", "sexp",
+               "ptab", "box", "arr"),
+    "map": ("const", "io", "arr"),
+    "reexec": ("const", "run", "pcells", "io", "load", "arr"),
+}
+CORRECTION_RANGE = (0.25, 4.0)
+
+
+def touched(n: float, bins: float) -> float:
+    """Expected distinct bins hit by ``n`` uniform draws among ``bins``."""
+    if n <= 0 or bins <= 0:
+        return 0.0
+    if bins <= 1:
+        return 1.0
+    return bins * -math.expm1(n * math.log1p(-1.0 / bins))
+
+
+def method_family(method) -> str:
+    """'stored', 'map' or 'reexec' for a Strategy or a method name."""
+    if isinstance(method, Strategy):
+        return "stored"
+    m = str(method)
+    if m.startswith("stored:"):
+        return "stored"
+    if m.startswith("reexec"):
+        return "reexec"
+    return "map"
+
+
+def correction_key(method, backward: bool) -> str:
+    """What a learned correction applies to: mapping, re-execution, or one stored
+    strategy read through its index or by a scan (their costs scale differently)."""
+    fam = method_family(method)
+    if fam != "stored":
+        return fam
+    s = method if isinstance(method, Strategy) else parse_one(str(method)[len("stored:"):])
+    return f"stored:{s}:" + ("index" if (s.direction == "backward") == backward else "scan")
+
+
+class CostModel:
+    """Prices storage and query steps for one workflow (its statistics) on one
+    machine (its calibration)."""
+
+    def __init__(self, calibration: dict, stats: WorkflowStats,
+                 corrections: dict[tuple[str, str], float] | None = None):
+        self.calibration = calibration
+        self.coef = {f: np.asarray(calibration["coef"][f], float) for f in FEATURES}
+        self.rtree_b = float(calibration.get("rtree_quadratic", 0.0))
+        self.capture_fixed_s = float(calibration.get("capture_fixed_s", 0.0))
+        self.strategy_fixed_s = float(calibration.get("strategy_fixed_s", 0.0))
+        self.stats = stats
+        self.corrections = dict(corrections or {})
+
+    # -- storage and capture --------------------------------------------------------
+    def info(self, op: str) -> OpInfo:
+        return self.stats.op(op)
+
+    def disk(self, op: str, s: Strategy) -> float:
+        return self.info(op).strategies[str(s)].bytes
+
+    def write_s(self, op: str, s: Strategy) -> float:
+        """Encoding + writing time (without the fixed per-strategy cost).  A sampled R-tree build is extrapolated with the
+        calibrated super-linear term (bulk loads slow down as the file grows)."""
+        si = self.info(op).strategies[str(s)]
+        w = si.write_s
+        if s.many and not si.measured and si.sample_frac < 1:
+            w += sum(self.rtree_b * sp["pairs"] ** 2 * (1 - si.sample_frac)
+                     for sp in si.spaces.values())
+        return w
+
+    def gen_s(self, op: str, mode: Mode | str) -> float:
+        m = self.info(op).modes.get(Mode(mode).value)
+        return 0.0 if m is None else float(m["gen_s"])
+
+    def runtime(self, op: str, strategies) -> float:
+        """Runtime overhead of storing ``strategies`` together: each lineage mode's
+        work is paid once however many encodings share it, each encoding is paid
+        (and its fixed cost: sub-database, statistics).  A run that stores anything
+        also pays ``capture_fixed_s`` once (``ilp.Problem.fixed_runtime_s``)."""
+        stored = [s for s in strategies if s.stored]
+        return (sum(self.gen_s(op, m) for m in {s.mode for s in stored})
+                + sum(self.write_s(op, s) + self.strategy_fixed_s for s in stored))
+
+    # -- queries ----------------------------------------------------------------------------
+    def cost(self, op: str, method, i: int, backward: bool, n_in: float, n_out: float,
+             loaded: bool = False, blocks: int = 0) -> float | None:
+        """Predicted seconds of one step; None when the statistics cannot price it.
+
+        ``blocks``: distinct key blocks the step's input cells span (0 = unknown:
+        assume they are scattered)."""
+        got = self.features(op, method, i, backward, n_in, n_out, loaded, blocks)
+        if got is None:
+            return None
+        fam, x = got
+        if fam == "none":
+            return 0.0
+        corr = self.corrections.get((op, correction_key(method, backward)), 1.0)
+        load = 0.0
+        if fam == "reexec":            # loading inputs is I/O: corrections are for the compute
+            k = FEATURES["reexec"].index("load")
+            load = float(self.coef[fam][k] * x[k])
+        return max(float(self.coef[fam] @ x) - load, 1e-6) * corr + load
+
+    def features(self, op: str, method, i: int, backward: bool, n_in: float, n_out: float,
+                 loaded: bool = False, blocks: int = 0):
+        info = self.stats.ops.get(op)
+        if info is None:
+            return None
+        src = math.prod(info.out_shape if backward else info.in_shapes[i])
+        tgt = math.prod(info.in_shapes[i] if backward else info.out_shape)
+        if isinstance(method, str) and method.startswith("stored:"):
+            method = parse_one(method[len("stored:"):])
+        if isinstance(method, Strategy):
+            si = info.strategies.get(str(method))
+            if si is None:
+                return None
+            return "stored", self._stored(info, method, si.spaces, i, backward, n_in, n_out,
+                                          src + tgt, blocks)
+        if method_family(method) == "reexec":
+            mode = info.reexec_mode
+            if mode is None:                # nothing to regenerate: mapping or all-to-all
+                return ("map", _vec("map", const=1, io=n_in + n_out, arr=src + tgt)) \
+                    if info.has_map else ("none", None)
+            m = info.modes.get(mode, {"run_s": info.run_s, "cells": 0})
+            return "reexec", _vec("reexec", const=1, run=m["run_s"], pcells=m["cells"],
+                                  io=n_in + n_out, load=0 if loaded else info.in_bytes,
+                                  arr=src + tgt)
+        return "map", _vec("map", const=1, io=n_in + n_out, arr=src + tgt)
+
+    def _stored(self, info: OpInfo, s: Strategy, spaces: dict, i: int, backward: bool,
+                n_in: float, n_out: float, arr: float, blocks: int) -> np.ndarray:
+        """Features of reading stored lineage.  Matched index: the key blocks the query
+        touches and the record blocks of the pairs it hits are decoded.  Mismatched
+        index: every record (and, for FullOne, every key block) is decoded and
+        scanned.  Payloads add ``map_p`` calls and the cells they expand to."""
+        f = dict(arr=arr, io=n_in + n_out)
+        f["one" if not s.many else "many"] = 1
+        sp = spaces.get("b" if s.direction == "backward" else f"f{i}")
+        if not sp or not sp["pairs"]:
+            return _vec("stored", **f)
+        P, K, KB, N = sp["pairs"], sp["key_cells"], max(sp["key_blocks"], 1), max(sp["key_size"], 1)
+        R = -(-P // REC_PAIRS)
+        rec_cells = sp["record_cells"]
+        mode = info.modes.get(s.mode.value, {})
+        expanded = (mode.get("expanded") or [0] * len(info.in_shapes))[i] or K
+        q, density = float(n_in), K / N
+        u = (sp.get("payloads", mode.get("payloads", P)) or P) if s.payload else 0
+        per_block = min(REC_PAIRS, u / R)                 # payload table entries per record block
+        f["scan"] = f["sblk"] = 0.0
+        if s.mode is Mode.COMP and backward:
+            covered = mode.get("out_cells", sp.get("covered", 0))
+            f["scan"] += covered                          # the covered set is read first
+            q = n_in * min(1.0, covered / max(math.prod(info.out_shape), 1))
+            density = 1.0                                 # those cells all have payload pairs
+        if (s.direction == "backward") == backward:       # the index matches the step
+            # scattered query cells hit one pair each; a compact region hits the pairs
+            # that tile it; the blocks the cells span say where in between a query is
+            nb = -(-N // (1 << KEY_BITS))
+            spread = touched(q, nb)
+            local = min(1.0, blocks / spread) if blocks and spread else 1.0
+            hit_s = touched(max(q * density, 1.0) if q > 0 else 0.0, P)
+            hit_c = min(hit_s, max(1.0, q * P / max(K, 1)))
+            hit = hit_c + (hit_s - hit_c) * local
+            rb_c = -(-hit // REC_PAIRS)
+            rb = rb_c + (touched(hit, R) - rb_c) * local
+            kb = 0.0 if s.many else spread * local * min(1.0, KB / nb)
+            f.update(dec=kb * K / KB + rb * rec_cells / R, blk=kb + rb, ptab=rb * per_block,
+                     box=q * local * math.log2(max(P, 2)) if s.many else 0.0)   # probes x depth
+            if s.payload and s.direction == "backward":
+                f["call"] = touched(hit, u) if info.map_p_batched else \
+                    (1.0 if info.map_p_vectorized else hit)
+                f["exp"] = min(hit * expanded / P, max(n_out, 1.0) * 8)
+        else:                                              # a full scan of the other index
+            one_full = not s.many and not s.payload
+            f["scan"] += rec_cells
+            f["kscan"] = K if one_full else 0.0
+            f["sblk"] = R + (KB if one_full else 0)
+            f["ptab"] = R * per_block
+            if s.payload and s.direction == "backward":    # map_p over every pair
+                f["sexp"] = expanded
+                f["call"] = 1.0 if info.map_p_vectorized else P
+        return _vec("stored", **f)
+
+    def predict_out(self, op: str, i: int, backward: bool, n_in: float) -> float:
+        """Expected cells a step reaches (before running it): the lineage's cells per
+        side, saturated at the target array's size."""
+        info = self.stats.ops.get(op)
+        if info is None:
+            return n_in
+        tgt = math.prod(info.in_shapes[i] if backward else info.out_shape)
+        for m in info.modes.values():
+            ins = m.get("in_cells") or []
+            if m.get("out_cells") and i < len(ins) and ins[i]:
+                ratio = ins[i] / m["out_cells"] if backward else m["out_cells"] / ins[i]
+                return touched(n_in * ratio, tgt)
+        return min(n_in, tgt)
+
+    # -- feedback from the trace log ----------------------------------------------------------
+    def learn(self, steps: list[dict], min_obs: int = 2, recent: int = 20) -> None:
+        """Per operator and method (``correction_key``): the median of observed /
+        predicted over the latest traced steps corrects the calibration (clamped)."""
+        ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
+        self.corrections = {}
+        for st in steps:
+            method = st["method"]
+            if method in ("all-to-all", "empty") or st["op"] not in self.stats.ops:
+                continue
+            fam = method_family(method)
+            m, backward = (method if fam == "stored" else fam), st["direction"] == "backward"
+            pred = self.cost(st["op"], m, st["input"], backward, st["cells_in"], st["cells_out"],
+                             loaded=True, blocks=st.get("blocks_in") or 0)
+            if pred and st["seconds"] > 0:
+                ratios[(st["op"], correction_key(m, backward))].append(st["seconds"] / pred)
+        lo, hi = CORRECTION_RANGE
+        for key, rs in ratios.items():
+            if len(rs) >= min_obs:
+                self.corrections[key] = min(hi, max(lo, statistics.median(rs[-recent:])))
+
+
+def _vec(family: str, **values) -> np.ndarray:
+    return np.array([float(values.get(k, 0.0)) for k in FEATURES[family]])

@@ -1,0 +1,241 @@
+"""The integer program of the SubZero paper, solved with GLPK (swiglpk).
+
+Minimise   sum_k w_k sum_j c_kj y_kj  +  eps_d * disk  +  eps_r * runtime
+over       x_c  in {0,1}   store candidate strategy c
+           b_o  in {0,1}   operator o stores nothing (black-box; always possible)
+           m_oM in {0,1}   operator o runs lineage mode M (its lineage work is paid once)
+           y_kj in [0,1]   query step k is answered by option j
+subject to sum_j y_kj = 1                     every step is answered
+           y_kj <= x_c                        ... by a stored strategy only if it is stored
+           sum_c x_c + b_o >= 1,  x_c + b_o <= 1   at least one strategy per operator
+           x_c <= m_o,mode(c)                 storing c runs its mode
+           x_a + x_b <= 1                     strategies that cannot be stored together
+           sum_c bytes_c x_c <= MaxDISK
+           sum gen_oM m_oM + sum write_c x_c + F z <= MaxRUNTIME
+           x_c <= z                           (z: the run stores anything; F its fixed cost)
+           pinned x fixed.
+
+``y`` selects the cheapest stored strategy per step: the paper's min over an
+operator's strategies, linearised.  Options with no candidate (mapping
+functions, re-execution) are always available.  With ``x`` integral the best
+``y`` is integral, so only ``x``, ``b`` and ``m`` are integer variables.
+``brute_force`` enumerates every combination instead; tests check both agree.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+
+import swiglpk as glp
+
+from .budgets import BudgetError
+
+
+@dataclass
+class Candidate:
+    op: str
+    strategy: str
+    mode: str
+    bytes: float
+    write_s: float
+
+
+@dataclass
+class Option:
+    cand: int | None       # candidate that must be stored, or None (mapping, re-execution)
+    cost: float            # seconds
+    label: str = ""
+
+
+@dataclass
+class Step:
+    op: str
+    weight: float
+    options: list[Option]
+
+
+@dataclass
+class Problem:
+    ops: list[str]
+    candidates: list[Candidate]
+    gen_s: dict[tuple[str, str], float]          # (op, mode) -> lineage work, paid once
+    steps: list[Step]
+    max_disk: float | None = None
+    max_runtime_s: float | None = None
+    pinned: dict[str, list[int]] = field(default_factory=dict)   # op -> its stored candidates
+    exclusive: list[tuple[int, int]] = field(default_factory=list)
+    eps_disk: float = 0.0                        # tie-breaking penalty per byte
+    eps_runtime: float = 0.0                     # ... per second of runtime overhead
+    fixed_runtime_s: float = 0.0                 # paid once by a run that stores anything
+
+    def cands_of(self, op: str) -> list[int]:
+        return [k for k, c in enumerate(self.candidates) if c.op == op]
+
+
+@dataclass
+class Solution:
+    chosen: list[int]
+    objective: float
+    query_cost: float
+    disk: float
+    runtime_s: float
+    solve_s: float
+    status: str = "optimal"
+
+
+def evaluate(p: Problem, chosen) -> tuple[float, float, float, float]:
+    """(objective, query cost, disk, runtime) of storing exactly ``chosen``."""
+    chosen = set(chosen)
+    q = sum(st.weight * min(o.cost for o in st.options if o.cand is None or o.cand in chosen)
+            for st in p.steps)
+    disk = sum(p.candidates[k].bytes for k in chosen)
+    modes = {(p.candidates[k].op, p.candidates[k].mode) for k in chosen}
+    rt = sum(p.gen_s.get(m, 0.0) for m in modes) + sum(p.candidates[k].write_s for k in chosen)
+    rt += p.fixed_runtime_s if chosen else 0.0
+    return q + p.eps_disk * disk + p.eps_runtime * rt, q, disk, rt
+
+
+def _feasible(p: Problem, disk: float, rt: float) -> bool:
+    tol = 1e-9
+    return ((p.max_disk is None or disk <= p.max_disk * (1 + tol) + tol)
+            and (p.max_runtime_s is None or rt <= p.max_runtime_s * (1 + tol) + tol))
+
+
+def brute_force(p: Problem) -> Solution:
+    """Every combination of candidates (tests, and a check on tiny instances)."""
+    t0 = time.perf_counter()
+    excl = {frozenset(e) for e in p.exclusive}
+    per_op = []
+    for op in p.ops:
+        if op in p.pinned:
+            per_op.append([tuple(p.pinned[op])])
+            continue
+        ks = p.cands_of(op)
+        subsets = [s for r in range(len(ks) + 1) for s in itertools.combinations(ks, r)
+                   if not any(frozenset(pair) in excl for pair in itertools.combinations(s, 2))]
+        per_op.append(subsets)
+    best = None
+    for combo in itertools.product(*per_op):
+        chosen = [k for s in combo for k in s]
+        obj, q, disk, rt = evaluate(p, chosen)
+        if _feasible(p, disk, rt) and (best is None or obj < best[0] - 1e-12):
+            best = (obj, q, disk, rt, sorted(chosen))
+    if best is None:
+        return Solution([], math.inf, math.inf, 0, 0, time.perf_counter() - t0, "infeasible")
+    return Solution(best[4], best[0], best[1], best[2], best[3], time.perf_counter() - t0)
+
+
+class _Builder:
+    def __init__(self):
+        self.cols: list[tuple[str, float, float, float, bool]] = []   # name, obj, lo, hi, integer
+        self.rows: list[tuple[dict[int, float], float, float]] = []    # coefs, lo, hi
+
+    def col(self, name, obj, lo=0.0, hi=1.0, integer=True) -> int:
+        self.cols.append((name, obj, lo, hi, integer))
+        return len(self.cols)
+
+    def row(self, coefs: dict[int, float], lo=-math.inf, hi=math.inf) -> None:
+        self.rows.append((coefs, lo, hi))
+
+
+def _bounds(lo, hi):
+    if lo == hi:
+        return glp.GLP_FX
+    if math.isinf(lo) and math.isinf(hi):
+        return glp.GLP_FR
+    if math.isinf(hi):
+        return glp.GLP_LO
+    if math.isinf(lo):
+        return glp.GLP_UP
+    return glp.GLP_DB
+
+
+def solve(p: Problem) -> Solution:
+    """Solve the integer program with GLPK's branch and cut."""
+    t0 = time.perf_counter()
+    b = _Builder()
+    x = [b.col(f"x{k}", p.eps_disk * c.bytes + p.eps_runtime * c.write_s)
+         for k, c in enumerate(p.candidates)]
+    modes = sorted({(c.op, c.mode) for c in p.candidates})
+    m = {om: b.col(f"m{j}", p.eps_runtime * p.gen_s.get(om, 0.0)) for j, om in enumerate(modes)}
+    z = b.col("z", p.eps_runtime * p.fixed_runtime_s)
+    bb = {}
+    for o, op in enumerate(p.ops):
+        pins = p.pinned.get(op)
+        v = (0.0, 1.0) if pins is None else ((0.0, 0.0) if pins else (1.0, 1.0))
+        bb[op] = b.col(f"b{o}", 0.0, *v)
+    for k, c in enumerate(p.candidates):
+        pins = p.pinned.get(c.op)
+        if pins is not None:                       # pinned operator: exactly its pins
+            v = 1.0 if k in pins else 0.0
+            b.cols[x[k] - 1] = (*b.cols[x[k] - 1][:2], v, v, True)
+        b.row({x[k]: 1.0, m[(c.op, c.mode)]: -1.0}, hi=0.0)
+        b.row({x[k]: 1.0, z: -1.0}, hi=0.0)
+        b.row({x[k]: 1.0, bb[c.op]: 1.0}, hi=1.0)
+    for op in p.ops:
+        b.row({**{x[k]: 1.0 for k in p.cands_of(op)}, bb[op]: 1.0}, lo=1.0)
+    for a, c in p.exclusive:
+        b.row({x[a]: 1.0, x[c]: 1.0}, hi=1.0)
+    if p.max_disk is not None:
+        b.row({x[k]: c.bytes for k, c in enumerate(p.candidates)}, hi=float(p.max_disk))
+    if p.max_runtime_s is not None:
+        b.row({**{x[k]: c.write_s for k, c in enumerate(p.candidates)},
+               **{m[om]: p.gen_s.get(om, 0.0) for om in modes}, z: p.fixed_runtime_s},
+              hi=float(p.max_runtime_s))
+    ys = []
+    for s, st in enumerate(p.steps):
+        cols = [b.col(f"y{s}_{j}", st.weight * o.cost, integer=False) for j, o in enumerate(st.options)]
+        ys.append(cols)
+        b.row({c: 1.0 for c in cols}, lo=1.0, hi=1.0)
+        for c, o in zip(cols, st.options):
+            if o.cand is not None:
+                b.row({c: 1.0, x[o.cand]: -1.0}, hi=0.0)
+    status, values = _glpk(b)
+    solve_s = time.perf_counter() - t0
+    if status != "optimal":
+        return Solution([], math.inf, math.inf, 0, 0, solve_s, status)
+    chosen = [k for k in range(len(p.candidates)) if values[x[k] - 1] > 0.5]
+    obj, q, disk, rt = evaluate(p, chosen)     # exact, free of GLPK's tolerances
+    return Solution(chosen, obj, q, disk, rt, solve_s)
+
+
+def _glpk(b: _Builder):
+    lp = glp.glp_create_prob()
+    try:
+        glp.glp_set_obj_dir(lp, glp.GLP_MIN)
+        glp.glp_add_cols(lp, len(b.cols))
+        for j, (name, obj, lo, hi, integer) in enumerate(b.cols, start=1):
+            glp.glp_set_col_name(lp, j, name)
+            glp.glp_set_obj_coef(lp, j, obj)
+            glp.glp_set_col_bnds(lp, j, _bounds(lo, hi), lo, hi)
+            if integer:
+                glp.glp_set_col_kind(lp, j, glp.GLP_BV if (lo, hi) == (0.0, 1.0) else glp.GLP_IV)
+        if b.rows:
+            glp.glp_add_rows(lp, len(b.rows))
+        nz = sum(len(c) for c, _, _ in b.rows)
+        ia, ja, ar = glp.intArray(nz + 1), glp.intArray(nz + 1), glp.doubleArray(nz + 1)
+        n = 0
+        for i, (coefs, lo, hi) in enumerate(b.rows, start=1):
+            glp.glp_set_row_bnds(lp, i, _bounds(lo, hi), 0.0 if math.isinf(lo) else lo,
+                                 0.0 if math.isinf(hi) else hi)
+            for j, v in coefs.items():
+                n += 1
+                ia[n], ja[n], ar[n] = i, j, float(v)
+        glp.glp_load_matrix(lp, n, ia, ja, ar)
+        parm = glp.glp_iocp()
+        glp.glp_init_iocp(parm)
+        parm.presolve = glp.GLP_ON
+        parm.msg_lev = glp.GLP_MSG_OFF
+        ret = glp.glp_intopt(lp, parm)
+        st = glp.glp_mip_status(lp)
+        if ret == glp.GLP_ENOPFS or st == glp.GLP_NOFEAS:
+            return "infeasible", None
+        if ret != 0 or st not in (glp.GLP_OPT, glp.GLP_FEAS):
+            raise BudgetError(f"GLPK could not solve the storage plan (code {ret}, status {st})")
+        values = [glp.glp_mip_col_val(lp, j) for j in range(1, len(b.cols) + 1)]
+        return "optimal", values
+    finally:
+        glp.glp_delete_prob(lp)

@@ -1,0 +1,240 @@
+"""Storage plans: what ``subzero optimize`` decides, prints and saves.
+
+``optimize()`` is the whole loop: calibrate the machine (once), profile the
+workflow (once per workflow and parameters), read the workload (a file, or
+the trace log), build and solve the integer program, and save the plan under
+a name that ``subzero run --plan NAME`` (or ``Store.run(plan=...)``) uses.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from subzero.strategy import Strategy, parse
+from subzero.workflow import load_workflow
+
+from .budgets import Budgets, BudgetError, OptimizerError, fmt_size
+from .calibration import ensure_calibration
+from .costmodel import CostModel
+from .ilp import solve
+from .planner import QueryPlanner
+from .problem import build
+from .profile import profile_workflow
+from .stats import collect, for_run
+from .workloads import WorkloadError, from_trace_log, measure, read_file, sibling_file
+
+
+@dataclass
+class PlanRow:
+    op: str
+    strategies: str            # what `subzero run` stores: "map", "blackbox" or "A+B"
+    disk: float
+    runtime_s: float
+    query_s: float             # workload-weighted seconds of this operator's steps
+
+
+@dataclass
+class Plan:
+    name: str
+    workflow: str
+    params: dict
+    max_disk: int | None
+    max_runtime: float | None
+    base_s: float
+    rows: list[PlanRow]
+    query_s: float
+    blackbox_query_s: float
+    queries: dict[str, float] = field(default_factory=dict)    # predicted seconds per query
+    predicted_bytes: dict[str, dict[str, float]] = field(default_factory=dict)
+    solve_s: float = 0.0
+    candidates: int = 0
+    pruned: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    capture_s: float = 0.0     # paid once by a run that stores anything (LMDB environment)
+
+    @property
+    def strategies(self) -> dict[str, str]:
+        return {r.op: r.strategies for r in self.rows}
+
+    @property
+    def disk(self) -> float:
+        return sum(r.disk for r in self.rows)
+
+    @property
+    def runtime_s(self) -> float:
+        return sum(r.runtime_s for r in self.rows) + (self.capture_s if self.disk else 0.0)
+
+    @property
+    def runtime_factor(self) -> float:
+        return 1.0 + self.runtime_s / self.base_s if self.base_s > 0 else math.nan
+
+    @property
+    def blackbox(self) -> bool:
+        return all(r.strategies in ("map", "blackbox") for r in self.rows)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(strategies=self.strategies, disk=self.disk, runtime_s=self.runtime_s,
+                 runtime_factor=self.runtime_factor)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Plan":
+        keys = cls.__dataclass_fields__
+        kw = {k: v for k, v in d.items() if k in keys}
+        kw["rows"] = [PlanRow(**r) for r in d["rows"]]
+        return cls(**kw)
+
+    def table(self) -> str:
+        w = max([len(r.strategies) for r in self.rows] + [10])
+        lines = [f"plan {self.name!r} for workflow {self.workflow}"
+                 + (f" ({', '.join(f'{k}={v}' for k, v in self.params.items())})" if self.params else "")
+                 + f": disk budget {fmt_size(self.max_disk)}, runtime budget "
+                 + ("unbounded" if self.max_runtime is None else f"{self.max_runtime:g}x"),
+                 f"  {'operator':<16} {'strategies':<{w}} {'disk':>11} {'runtime':>10} {'query cost':>11}"]
+        for r in self.rows:
+            lines.append(f"  {r.op:<16} {r.strategies:<{w}} {fmt_size(r.disk):>11} "
+                         f"{r.runtime_s:9.3f}s {r.query_s * 1000:9.1f}ms")
+        budget = "" if self.max_disk is None else f" of {fmt_size(self.max_disk)}"
+        rt = "" if self.max_runtime is None else f" (budget {self.max_runtime:g}x)"
+        lines.append(f"  {'total':<16} {'':<{w}} {fmt_size(self.disk):>11} {self.runtime_s:9.3f}s "
+                     f"{self.query_s * 1000:9.1f}ms")
+        lines.append(f"  disk {fmt_size(self.disk)}{budget}; runtime {self.runtime_factor:.2f}x the "
+                     f"no-lineage run ({self.base_s:.2f}s){rt}; workload cost "
+                     f"{self.query_s * 1000:.1f} ms, {self.blackbox_query_s * 1000:.1f} ms without "
+                     f"stored lineage")
+        lines.append(f"  ILP: {self.candidates} candidate strategies after pruning "
+                     f"{sum(self.pruned.values())}, solved in {self.solve_s * 1000:.1f} ms")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def parse_pins(pins, wf) -> dict[str, tuple[Strategy, ...]]:
+    """``{"op": "spec"}`` or ``["op=spec", ...]`` -> strategies per operator."""
+    if pins is None:
+        return {}
+    items = pins.items() if isinstance(pins, dict) else []
+    if not isinstance(pins, dict):
+        items = []
+        for it in pins:
+            op, sep, spec = str(it).partition("=")
+            if not sep or not op.strip() or not spec.strip():
+                raise OptimizerError(f"malformed --pin {it!r}; write OPERATOR=STRATEGY, e.g. "
+                                     f"model=pay:payone:backward")
+            items.append((op.strip(), spec.strip()))
+    out = {}
+    for op, spec in items:
+        if op not in wf.steps:
+            raise OptimizerError(f"--pin names unknown operator {op!r}; operators of "
+                                 f"{wf.name!r}: {', '.join(wf.steps)}")
+        out[op] = parse(spec) if isinstance(spec, str) else tuple(spec)
+    return out
+
+
+def _default_name(wf, budgets: Budgets) -> str:
+    disk = "unbounded" if budgets.max_disk is None else fmt_size(budgets.max_disk).replace(" ", "")
+    rt = "" if budgets.max_runtime is None else f"-{budgets.max_runtime:g}x"
+    return f"{wf.name}-{disk}{rt}"
+
+
+def _workload(store, model, stats, workload, wf, progress):
+    prun = store.get(stats.profile_run)
+    planner = QueryPlanner(CostModel(model.calibration, for_run(store, prun)))
+    if workload is not None:
+        return measure(store, prun, read_file(workload), planner, progress)
+    logged = from_trace_log(store, wf.name, wf.params)
+    if logged:
+        return logged
+    f = sibling_file(wf.source)
+    if f is not None:
+        return measure(store, prun, read_file(f), planner, progress)
+    raise WorkloadError(f"no workload for {wf.name!r}: give --workload FILE, or trace some queries "
+                        f"first (the optimizer learns the workload from the trace log)")
+
+
+def optimize(store, workflow, params: dict | None = None, inputs: dict | None = None,
+             max_disk=None, max_runtime=None, workload=None, pins=None, name: str | None = None,
+             recalibrate: bool = False, reprofile: bool = False, save: bool = True,
+             progress=None) -> Plan:
+    """Choose every operator's strategies for the workload within the budgets."""
+    wf = load_workflow(workflow, dict(params or {}))
+    budgets = Budgets.parse(max_disk, max_runtime)
+    pins = parse_pins(pins, wf)
+    if workload is not None:
+        read_file(workload)                        # a malformed file fails before any work
+    cal = ensure_calibration(store, recalibrate)
+    stats = None if reprofile else collect(store, wf.name, wf.params)
+    missing = stats is not None and any(
+        s.stored and str(s) not in stats.ops[op].strategies for op, ss in pins.items() for s in ss)
+    if stats is None or missing:
+        profile_workflow(store, wf, inputs=inputs, all_ops=missing or bool(pins))
+        stats = collect(store, wf.name, wf.params)
+    model = CostModel(cal, stats)
+    same = {r.id for r in store.catalog.runs() if r.workflow == wf.name and r.params == wf.params}
+    model.learn([s for s in store.catalog.trace_steps() if s["run_id"] in same])
+    queries = _workload(store, model, stats, workload, wf, progress)
+    built = build(model, queries, budgets, pins)
+    sol = solve(built.problem)
+    if sol.status != "optimal":
+        raise BudgetError(f"no plan fits {budgets.describe()}" + (" with the pinned strategies"
+                                                                   if pins else ""))
+    return _assemble(store, wf, budgets, stats, model, built, sol, pins,
+                     name or _default_name(wf, budgets), save)
+
+
+def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) -> Plan:
+    p = built.problem
+    chosen = {k: p.candidates[k] for k in sol.chosen}
+    op_cost = dict(built.fixed_cost)
+    for st in p.steps:
+        op_cost[st.op] = op_cost.get(st.op, 0.0) + st.weight * min(
+            o.cost for o in st.options if o.cand is None or o.cand in chosen)
+    rows, predicted = [], {}
+    for op, info in stats.ops.items():
+        mine = [c for c in chosen.values() if c.op == op]
+        strats = tuple(parse(c.strategy)[0] for c in mine)
+        if op in pins:
+            spec = "+".join(str(s) for s in pins[op])
+        elif mine:
+            spec = "+".join((["map"] if info.has_map else []) + [c.strategy for c in mine])
+        else:
+            spec = "map" if info.has_map else "blackbox"
+        predicted[op] = {c.strategy: c.bytes for c in mine}
+        rows.append(PlanRow(op, spec, sum(c.bytes for c in mine), model.runtime(op, strats),
+                            op_cost.get(op, 0.0)))
+    queries = {}
+    for qname, steps in built.query_steps.items():
+        queries[qname] = sum(min(o.cost for o in opts if o.cand is None or o.cand in chosen)
+                             for _, opts, _ in steps)
+    blackbox = sum(w * min(o.cost for o in opts if o.cand is None)
+                   for steps in built.query_steps.values() for _, opts, w in steps)
+    plan = Plan(name, wf.name, dict(wf.params), budgets.max_disk, budgets.max_runtime, stats.base_s,
+                rows, sol.query_cost + sum(built.fixed_cost.values()), blackbox, queries,
+                predicted, sol.solve_s,
+                len(p.candidates), {r: len(v) for r, v in built.pruned.items()},
+                capture_s=model.capture_fixed_s)
+    if not chosen:
+        small = built.smallest
+        if budgets.max_disk is not None and small is not None and small[0] > budgets.max_disk:
+            plan.notes.append(f"the disk budget of {fmt_size(budgets.max_disk)} is too small for any "
+                              f"stored lineage (the smallest candidate, {small[1]}, needs "
+                              f"{fmt_size(small[0])}): black-box plan — operators answer with "
+                              f"mapping functions or re-execution")
+        else:
+            plan.notes.append("black-box plan: no stored lineage makes this workload faster "
+                              "within the budgets")
+    for reason, ks in built.pruned.items():
+        plan.notes.append(f"pruned {len(ks)}: {reason}")
+    if save:
+        store.catalog.save_plan(name, wf.name, plan.as_dict())
+    return plan
+
+
+def load_plan(store, name: str) -> Plan:
+    d = store.catalog.get_plan(name)
+    if d is None:
+        names = store.catalog.plan_names()
+        raise OptimizerError(f"no plan named {name!r}; " + (f"saved plans: {', '.join(names)}"
+                                                             if names else "run `subzero optimize` first"))
+    return Plan.from_dict(d)

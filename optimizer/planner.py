@@ -1,0 +1,109 @@
+"""The query-time planner: per trace step, price every available method with
+the cost model and current statistics, run the cheapest first, and give up on
+stored lineage for re-execution once reading it has cost more than
+re-executing is predicted to.
+
+That switch bounds the damage of a wrong guess: a step never costs much more
+than half its predicted re-execution plus the re-execution itself, so a query
+stays within about 1.5x of black-box even when stored lineage is useless for
+it (a forward-only index asked backward, say; the paper allowed 2x).  Observed step times feed back into
+per-operator corrections while the process runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+from subzero.executor import StepInfo, StepStat
+from subzero.strategy import Strategy
+
+from .costmodel import CORRECTION_RANGE, FEATURES, CostModel, correction_key, method_family
+from .stats import for_run
+
+MIN_BUDGET_S = 0.002       # never give up on stored lineage sooner than this
+SWITCH_FACTOR = 0.5        # stored lineage may take this share of the predicted re-execution
+
+
+class QueryPlanner:
+    """The executor's planner (``Run.trace(planner=...)``) for one run."""
+
+    def __init__(self, model: CostModel, switch_factor: float = SWITCH_FACTOR,
+                 min_budget_s: float = MIN_BUDGET_S):
+        self.model = model
+        self.switch_factor = switch_factor
+        self.min_budget_s = min_budget_s
+        self.decisions: list[tuple[str, list[tuple[str, float]]]] = []   # for inspection
+        self._tried: dict[tuple, Strategy] = {}    # step -> the stored method it tries first
+        self._too_slow: set[tuple] = set()         # (op, method) that ran out of time before
+
+    def _price(self, step: StepInfo, kind: str, s, n_out: float) -> float | None:
+        method = s if kind == "stored" else kind
+        return self.model.cost(step.op, method, step.input, step.backward, step.cells_in, n_out,
+                               loaded=step.loaded, blocks=step.blocks_in)
+
+    def plan(self, step: StepInfo, methods: list[tuple]) -> tuple[list[tuple], float | None]:
+        """Methods cheapest first, and the seconds after which reading stored lineage
+        should switch to re-execution (None: never)."""
+        n_out = self.model.predict_out(step.op, step.input, step.backward, step.cells_in)
+        priced = []
+        for k, (kind, s) in enumerate(methods):
+            c = self._price(step, kind, s, n_out)
+            if c is None:                       # no statistics: keep the simple rule
+                return methods, None
+            priced.append((c, k, (kind, s)))
+        reexec = next((c for c, _, (kind, _) in priced if kind == "reexec"), None)
+        if reexec is not None:                  # once timed out: after re-execution from now on
+            for j, (c, k, (kind, s)) in enumerate(priced):
+                if kind == "stored" and (step.op, correction_key(s, step.backward)) in self._too_slow:
+                    priced[j] = (max(c, 1.05 * reexec), k, (kind, s))
+        priced.sort(key=lambda t: (t[0], t[1]))
+        self.decisions = self.decisions[-99:] + [
+            (step.op, [(f"{kind}:{s}" if s else kind, c) for c, _, (kind, s) in priced])]
+        order = [m for _, _, m in priced]
+        budget = None
+        if order[0][0] == "stored" and reexec is not None:
+            budget = max(reexec * self.switch_factor, self.min_budget_s)
+            self._tried[(step.op, step.input, step.backward)] = order[0][1]
+        return order, budget
+
+    def observe(self, st: StepStat) -> None:
+        """Keep a running correction per operator and method from what steps took."""
+        fam = method_family(st.method)
+        method, backward = (st.method if fam == "stored" else fam), st.direction == "backward"
+        key = (st.op, correction_key(method, backward))
+        corr = self.model.corrections
+        old = corr.pop(key, None)
+        pred = self.model.cost(st.op, method, st.input, backward, st.cells_in, st.cells_out,
+                               loaded=True, blocks=st.blocks_in)
+        if old is not None:
+            corr[key] = old
+        tried = self._tried.pop((st.op, st.input, backward), None)
+        if st.note and tried is not None:
+            # stored lineage ran out of time: a repeated query re-executes at once
+            # instead of paying twice
+            self._too_slow.add((st.op, correction_key(tried, backward)))
+            return
+        if not pred or st.seconds <= 0 or st.note:
+            return
+        lo, hi = CORRECTION_RANGE
+        ratio = min(hi, max(lo, st.seconds / pred))
+        corr[key] = ratio if old is None else 0.7 * old + 0.3 * ratio
+
+
+def planner_for(run, calibration: dict | None = None) -> QueryPlanner | None:
+    """A planner for ``run`` from the store's calibration of this host and the run's
+    statistics; None when the machine was never calibrated (the executor then uses
+    its simple rule)."""
+    store = run.store
+    cal = calibration or store.catalog.latest_calibration(os.uname().nodename)
+    if cal is None or cal.get("features") != {f: list(v) for f, v in FEATURES.items()}:
+        return None                           # never calibrated, or for another cost model
+    stats = for_run(store, run)
+    if stats is None:
+        return None
+    model = CostModel(cal, stats)
+    same = {r.id for r in store.catalog.runs()
+            if r.workflow == run.row.workflow and r.params == run.row.params}
+    steps = [s for s in store.catalog.trace_steps() if s["run_id"] in same]
+    model.learn(steps)
+    return QueryPlanner(model)

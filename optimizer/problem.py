@@ -1,0 +1,194 @@
+"""From statistics, a workload and budgets to the integer program.
+
+Every operator's candidates are the strategies its profile priced.  Before
+the solver sees them, candidates that cannot matter are pruned, each with its
+reason (pinned strategies are exempt):
+
+* the operator has mapping functions — they answer its steps for free, so
+  SubZero prefers them (the paper's built-ins);
+* no workload query steps through the operator in the direction its index
+  serves;
+* it breaks the disk or runtime budget on its own;
+* it is never faster than mapping functions or re-execution on any step;
+* another strategy of the same mode is at least as small, as fast to write
+  and as fast on every step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from subzero.errors import StrategyError
+from subzero.modes import Mode
+from subzero.strategy import Strategy
+
+from .budgets import Budgets, BudgetError, OptimizerError, fmt_size
+from .costmodel import CostModel
+from .ilp import Candidate, Option, Problem, Step
+from .workloads import WorkloadQuery
+
+UNANSWERABLE_S = 1e4        # re-executing a non-deterministic operator is impossible
+TIE_BREAK = 1e-3
+
+
+@dataclass
+class Built:
+    problem: Problem
+    pruned: dict[str, list[str]] = field(default_factory=dict)     # reason -> ["op strategy"]
+    fixed_cost: dict[str, float] = field(default_factory=dict)     # op -> weighted cost, no choice
+    query_steps: dict[str, list[tuple[str, list[Option], float]]] = field(default_factory=dict)
+    smallest: tuple[float, str] | None = None                      # cheapest candidate on disk
+
+
+def _supported(info, s: Strategy) -> bool:
+    if s.mode is Mode.MAP:
+        return info.has_map
+    if s.mode is Mode.BLACKBOX:
+        return True
+    return s.mode.value in info.supports and (s.mode is not Mode.COMP or info.has_mapping)
+
+
+def check_pins(model: CostModel, pins: dict[str, tuple[Strategy, ...]]) -> None:
+    ops = model.stats.ops
+    for op, strats in pins.items():
+        if op not in ops:
+            raise OptimizerError(f"--pin names unknown operator {op!r}; operators of "
+                                 f"{model.stats.workflow!r}: {', '.join(ops)}")
+        info = ops[op]
+        for s in strats:
+            if not _supported(info, s):
+                known = sorted(info.strategies) + (["map"] if info.has_map else []) + ["blackbox"]
+                raise StrategyError(f"--pin {op}={s}: operator {op!r} does not support {s}; it "
+                                    f"supports: {', '.join(known)}")
+            if s.stored and str(s) not in info.strategies:
+                raise OptimizerError(f"--pin {op}={s}: no statistics for it (the profile skips "
+                                     f"stored strategies of operators with mapping functions)")
+
+
+def build(model: CostModel, queries: list[WorkloadQuery], budgets: Budgets,
+          pins: dict[str, tuple[Strategy, ...]] | None = None) -> Built:
+    pins = dict(pins or {})
+    check_pins(model, pins)
+    stats = model.stats
+    max_rt = budgets.runtime_seconds(stats.base_s)
+    cands: list[tuple[str, Strategy]] = [(op, s) for op, info in stats.ops.items()
+                                         for s in info.candidates()]
+    # every step of every query, priced for every method
+    raw: dict[tuple, dict] = {}
+    built = Built(Problem(list(stats.ops), [], {}, []))
+    for q in queries:
+        plan_steps = built.query_steps.setdefault(q.name, [])
+        for st in q.steps:
+            if st["method"] in ("all-to-all", "empty") or st["op"] not in stats.ops:
+                continue
+            op, info = st["op"], stats.ops[st["op"]]
+            args = (st["input"], st["direction"] == "backward", st["cells_in"], st["cells_out"])
+            blocks = st.get("blocks_in") or 0
+            always = [Option(None, model.cost(op, "reexec", *args, blocks=blocks)
+                             if info.deterministic or info.has_map else UNANSWERABLE_S, "reexec")]
+            if info.has_map:
+                always.append(Option(None, model.cost(op, "map", *args, blocks=blocks), "map"))
+            costs = {k: model.cost(op, s, *args, blocks=blocks)
+                     for k, (o, s) in enumerate(cands) if o == op}
+            key = (op, *args, blocks)
+            ent = raw.setdefault(key, {"op": op, "weight": 0.0, "always": always, "costs": costs,
+                                       "dir": st["direction"]})
+            ent["weight"] += q.weight
+            plan_steps.append((op, always + [Option(k, c, str(cands[k][1]))
+                                             for k, c in costs.items() if c is not None], q.weight))
+    keep = _prune(model, cands, raw, budgets, max_rt, pins, built)
+    index = {k: j for j, k in enumerate(keep)}
+    p = built.problem
+    p.candidates = [Candidate(cands[k][0], str(cands[k][1]), cands[k][1].mode.value,
+                              model.disk(*cands[k]), model.write_s(*cands[k]) + model.strategy_fixed_s)
+                    for k in keep]
+    p.fixed_runtime_s = model.capture_fixed_s
+    p.gen_s = {(c.op, c.mode): model.gen_s(c.op, c.mode) for c in p.candidates}
+    p.max_disk, p.max_runtime_s = budgets.max_disk, max_rt
+    p.pinned = {op: [index[k] for k in keep if cands[k][0] == op and cands[k][1] in strats]
+                for op, strats in pins.items()}
+    p.exclusive = [(a, b) for a in range(len(p.candidates)) for b in range(a + 1, len(p.candidates))
+                   if p.candidates[a].op == p.candidates[b].op
+                   and {p.candidates[a].mode, p.candidates[b].mode} == {"pay", "comp"}]
+    for ent in raw.values():
+        opts = list(ent["always"]) + [Option(index[k], c, str(cands[k][1]))
+                                      for k, c in ent["costs"].items() if k in index and c is not None]
+        if len(opts) == len(ent["always"]):
+            built.fixed_cost[ent["op"]] = built.fixed_cost.get(ent["op"], 0.0) + \
+                ent["weight"] * min(o.cost for o in opts)
+        else:
+            p.steps.append(Step(ent["op"], ent["weight"], opts))
+    for steps in built.query_steps.values():           # reporting: surviving candidates only
+        for j, (op, opts, w) in enumerate(steps):
+            steps[j] = (op, [Option(index.get(o.cand) if o.cand is not None else None, o.cost,
+                                    o.label) for o in opts
+                             if o.cand is None or o.cand in index], w)
+    blackbox = sum(e["weight"] * min(o.cost for o in e["always"]) for e in raw.values())
+    total_b = sum(c.bytes for c in p.candidates) or 1.0
+    total_r = sum(c.write_s for c in p.candidates) + sum(p.gen_s.values()) or 1.0
+    # a small penalty breaks ties: storing every candidate would cost 0.1% of the workload
+    # without stored lineage, so megabytes are not spent on microseconds
+    p.eps_disk = TIE_BREAK * blackbox / total_b
+    p.eps_runtime = TIE_BREAK * blackbox / total_r
+    pinned_bytes = sum(c.bytes for k, c in enumerate(p.candidates)
+                       if any(k in v for v in p.pinned.values()))
+    if budgets.max_disk is not None and pinned_bytes > budgets.max_disk:
+        raise BudgetError(f"the pinned strategies alone need {fmt_size(pinned_bytes)}, more than "
+                          f"the disk budget of {fmt_size(budgets.max_disk)}")
+    return built
+
+
+def _prune(model, cands, raw, budgets, max_rt, pins, built) -> list[int]:
+    def drop(reason, k):
+        built.pruned.setdefault(reason, []).append(f"{cands[k][0]} {cands[k][1]}")
+
+    by_op: dict[str, list[dict]] = {}
+    for ent in raw.values():
+        by_op.setdefault(ent["op"], []).append(ent)
+    keep = []
+    for k, (op, s) in enumerate(cands):
+        info = model.stats.ops[op]
+        if op in pins:
+            if s in pins[op]:
+                keep.append(k)
+            continue
+        size = model.disk(op, s)
+        if built.smallest is None or size < built.smallest[0]:
+            built.smallest = (size, f"{op} {s}")
+        steps = by_op.get(op, [])
+        if info.has_map:
+            drop("mapping functions answer it", k)
+        elif s.direction not in {e["dir"] for e in steps}:
+            drop("no workload query uses its index", k)
+        elif budgets.max_disk is not None and size > budgets.max_disk:
+            drop("breaks the disk budget on its own", k)
+        elif max_rt is not None and model.runtime(op, (s,)) > max_rt:
+            drop("breaks the runtime budget on its own", k)
+        elif all(e["costs"].get(k) is None or e["costs"][k] >= min(o.cost for o in e["always"])
+                 for e in steps):
+            drop("never faster than mapping or re-execution", k)
+        else:
+            keep.append(k)
+    survivors = []
+    for k in keep:                                     # Pareto dominance within a mode
+        op, s = cands[k]
+        if op in pins:
+            survivors.append(k)
+            continue
+        steps = by_op.get(op, [])
+        mine = (model.disk(op, s), model.write_s(op, s), [e["costs"][k] for e in steps])
+        dominated = False
+        for j in keep:
+            o2, s2 = cands[j]
+            if j == k or o2 != op or s2.mode is not s.mode:
+                continue
+            other = (model.disk(o2, s2), model.write_s(o2, s2), [e["costs"][j] for e in steps])
+            if other[0] <= mine[0] and other[1] <= mine[1] and \
+                    all(a <= b for a, b in zip(other[2], mine[2])) and (other != mine or j < k):
+                dominated = True
+                break
+        if dominated:
+            drop("dominated by another strategy of the same mode", k)
+        else:
+            survivors.append(k)
+    return survivors

@@ -1,0 +1,191 @@
+"""Statistics the cost model works from, gathered from the catalog.
+
+* the workflow's latest **profile** (a profiling run, see ``profile.py``):
+  per operator its runtime with and without each lineage mode, pairs and
+  cells per side (fan-in, fan-out), payload sizes, and for every candidate
+  strategy its predicted bytes, write time and stored sizes;
+* earlier **runs** of the same workflow and parameters: bytes and write time
+  of every strategy actually stored replace the predictions;
+* the **trace log** (per query step: method, cells in and out, seconds) is
+  read by the cost model to correct its per-operator constants.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from subzero.reexec import capture_mode
+from subzero.strategy import Strategy, parse_one
+
+from .budgets import OptimizerError
+
+
+@dataclass
+class StrategyInfo:
+    """What storing one strategy of one operator costs, and what it holds."""
+
+    bytes: float
+    write_s: float
+    spaces: dict                 # key side -> sizes (engine.space_stats)
+    measured: bool = False       # from a real run (else predicted by the profile)
+    sample_frac: float = 1.0     # share of the pairs the profile encoded (1 = all, exact)
+
+
+@dataclass
+class OpInfo:
+    name: str
+    inputs: list[str]
+    in_shapes: list[tuple[int, ...]]
+    out_shape: tuple[int, ...]
+    in_bytes: int
+    run_s: float                          # without lineage work
+    supports: frozenset[str]
+    has_mapping: bool
+    all_to_all: list[bool]
+    map_p_batched: bool
+    map_p_vectorized: bool
+    deterministic: bool
+    reexec_mode: str | None
+    modes: dict[str, dict] = field(default_factory=dict)      # mode -> run_s, gen_s, pairs, cells
+    strategies: dict[str, StrategyInfo] = field(default_factory=dict)
+    profiled: bool = True
+
+    @property
+    def has_map(self) -> bool:
+        """Mapping functions are this operator's lineage (Map mode, nothing stored)."""
+        return "map" in self.supports and self.has_mapping
+
+    def candidates(self) -> list[Strategy]:
+        return [parse_one(s) for s in self.strategies]
+
+    def fan(self, mode: str) -> tuple[float, float]:
+        """(input cells, output cells) per pair of a lineage mode: fan-in and fan-out."""
+        m = self.modes.get(mode)
+        if not m or not m["pairs"]:
+            return 0.0, 0.0
+        return sum(m.get("in_cells", [])) / m["pairs"], m["out_cells"] / m["pairs"]
+
+
+@dataclass
+class WorkflowStats:
+    workflow: str
+    params: dict
+    base_s: float                         # the workflow's runtime without lineage
+    ops: dict[str, OpInfo]
+    profile_run: int | None = None
+
+    def op(self, name: str) -> OpInfo:
+        try:
+            return self.ops[name]
+        except KeyError:
+            raise OptimizerError(f"no statistics for operator {name!r} of workflow "
+                                 f"{self.workflow!r}") from None
+
+
+def _op_info(name: str, inputs: list[str], rec: dict) -> OpInfo:
+    return OpInfo(
+        name=name, inputs=inputs, in_shapes=[tuple(s) for s in rec["in_shapes"]],
+        out_shape=tuple(rec["out_shape"]), in_bytes=int(rec["in_bytes"]), run_s=float(rec["run_s"]),
+        supports=frozenset(rec["supports"]), has_mapping=bool(rec["has_mapping"]),
+        all_to_all=list(rec["all_to_all"]), map_p_batched=bool(rec["map_p_batched"]),
+        map_p_vectorized=bool(rec.get("map_p_vectorized", False)),
+        deterministic=bool(rec["deterministic"]), reexec_mode=rec.get("reexec_mode"),
+        modes=dict(rec.get("modes", {})), profiled=bool(rec.get("profiled", True)),
+        strategies={s: StrategyInfo(float(v["bytes"]), float(v["write_s"]), v["spaces"],
+                                    sample_frac=float(v.get("sample_frac", 1.0)))
+                    for s, v in rec.get("strategies", {}).items()})
+
+
+def from_profile(store, profile: dict, workflow: str, params: dict) -> WorkflowStats:
+    run_ops = {o["name"]: o for o in store.catalog.ops(profile["run_id"])}
+    ops = {n: _op_info(n, run_ops[n]["inputs"] if n in run_ops else [], rec)
+           for n, rec in profile["ops"].items()}
+    base = base_runtime(store, workflow, params, float(profile["base_s"]))
+    stats = WorkflowStats(workflow, params, base, ops, profile["run_id"])
+    _apply_measured(store, stats)
+    return stats
+
+
+def base_runtime(store, workflow: str, params: dict, profiled: float, recent: int = 20) -> float:
+    """The workflow's runtime without lineage: the median over its recent runs (each
+    run's wall time minus its lineage work) and the profiling run's measurement.  One
+    measurement of a sub-second workflow is noise; the runs log holds many."""
+    xs = [profiled]
+    rows = [r for r in store.catalog.runs() if r.status == "complete" and r.workflow == workflow
+            and r.params == params and r.ended]
+    for r in rows[-recent:]:
+        ops = store.catalog.ops(r.id)
+        xs.append(r.ended - r.started - sum(o["lineage_s"] + o["lwrite_s"] for o in ops))
+    return statistics.median(xs)
+
+
+def collect(store, workflow: str, params: dict) -> WorkflowStats | None:
+    """Statistics of ``workflow`` with ``params``, or None when it was never profiled."""
+    prof = store.catalog.latest_profile(workflow, params)
+    return None if prof is None else from_profile(store, prof, workflow, params)
+
+
+def _apply_measured(store, stats: WorkflowStats, only_run: int | None = None) -> None:
+    """Bytes and write time of strategies stored by real runs replace the predictions
+    (the newest run wins; ``only_run`` restricts to one run)."""
+    for row in store.catalog.runs():
+        if row.status != "complete" or row.workflow != stats.workflow:
+            continue
+        if only_run is not None and row.id != only_run:
+            continue
+        if only_run is None and row.params != stats.params:
+            continue
+        spaces = store.catalog.strategy_spaces(row.id)
+        for st in store.catalog.strategy_stats(row.id):
+            op = stats.ops.get(st["op"])
+            sp = spaces.get((st["op"], st["strategy"]))
+            if op is None or sp is None:
+                continue
+            op.strategies[st["strategy"]] = StrategyInfo(float(st["bytes"]), float(st["write_s"]),
+                                                         sp, measured=True)
+
+
+def for_run(store, run) -> WorkflowStats | None:
+    """Statistics for planning the queries of one run: its own stored strategies
+    (exact sizes), plus the profile of its workflow and parameters for re-execution
+    costs; without a profile, the run's own operator times stand in."""
+    prof = store.catalog.latest_profile(run.row.workflow, run.row.params)
+    if prof is not None:
+        stats = from_profile(store, prof, run.row.workflow, run.row.params)
+        for op in stats.ops.values():          # this run's lineage, not other runs'
+            op.strategies = {k: v for k, v in op.strategies.items() if not v.measured}
+        _apply_measured(store, stats, only_run=run.id)
+        return stats
+    spaces = store.catalog.strategy_spaces(run.id)
+    shapes = run.shapes()
+    arrays = store.catalog.arrays(run.id)
+    try:
+        wf = run.workflow
+    except Exception:
+        return None
+    ops = {}
+    for o in run.ops():
+        op = wf.steps[o["name"]].operator
+        mode = capture_mode(op)
+        info = OpInfo(
+            name=o["name"], inputs=o["inputs"], in_shapes=[tuple(shapes[a]) for a in o["inputs"]],
+            out_shape=tuple(o["shape"]),
+            in_bytes=int(sum(arrays[a]["nbytes"] for a in o["inputs"])),
+            run_s=max(o["run_s"] - o["lwrite_s"], 0.0),
+            supports=frozenset(m.value for m in op.supported_modes()), has_mapping=op.has_mapping(),
+            all_to_all=[bool(op.is_all_to_all(i)) for i in range(len(o["inputs"]))],
+            map_p_batched=bool(op.map_p_batched), map_p_vectorized=False,
+            deterministic=bool(op.deterministic), reexec_mode=mode.value if mode else None,
+            profiled=False)
+        if mode is not None:   # re-running costs at least the operator's own run
+            info.modes[mode.value] = {"run_s": o["run_s"], "gen_s": o["lwrite_s"],
+                                      "pairs": o["pairs"], "cells": 2 * o["pairs"]}
+        ops[o["name"]] = info
+    stats = WorkflowStats(run.row.workflow, run.row.params, 0.0, ops, None)
+    for st in store.catalog.strategy_stats(run.id):
+        sp = spaces.get((st["op"], st["strategy"]))
+        if sp is not None and st["op"] in ops:
+            ops[st["op"]].strategies[st["strategy"]] = StrategyInfo(
+                float(st["bytes"]), float(st["write_s"]), sp, measured=True)
+    return stats

@@ -1,0 +1,137 @@
+"""Query workloads for the optimizer: what is asked, how often, how big.
+
+A workload is a list of queries (from/to or an explicit path, start cells or
+a typical size, weight).  It comes from a JSON file (the format of
+``subzero trace --workload``, plus ``"size": N`` as a shorthand for N random
+cells of the start array, and an optional ``"direction"`` to check), or from
+the catalog's trace log of earlier runs — the paper's feedback loop: the
+queries scientists actually asked, weighted by how often.
+
+The optimizer prices queries step by step, so each query needs the cells in
+and out of every step.  Those do not depend on how lineage is stored, so they
+are measured once by tracing the query on a run of the workflow (usually the
+profiling run) and then reused from the trace log by the query's signature.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from subzero.api import trace_signature
+from subzero.workload import Query, WorkloadError, parse_workload, select_cells
+
+
+@dataclass
+class WorkloadQuery:
+    name: str
+    weight: float
+    direction: str
+    start: str
+    target: str
+    steps: list[dict] = field(default_factory=list)   # op, input, direction, cells_in/out, blocks_in
+
+
+def read_file(path: str | Path) -> list[tuple[Query, int | None]]:
+    """Parse a workload file; returns (query, size) with size for ``"size"`` queries."""
+    p = Path(path)
+    if not p.is_file():
+        raise WorkloadError(f"workload file not found: {p}")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise WorkloadError(f"workload file {p} is not valid JSON: line {e.lineno}: {e.msg}") from None
+    items = data.get("queries") if isinstance(data, dict) else data
+    sizes = []
+    if isinstance(items, list):
+        for k, q in enumerate(items):
+            size = None
+            if isinstance(q, dict) and "size" in q and "cells" not in q:
+                try:
+                    size = int(q["size"])
+                except (TypeError, ValueError):
+                    size = -1
+                if size < 1:
+                    raise WorkloadError(f"{p}: query {q.get('name', k + 1)!r}: \"size\" must be a "
+                                        f"positive number of cells")
+                q = {**q, "cells": {"cells": []}}
+                items[k] = q
+            sizes.append(size)
+            if isinstance(q, dict) and q.get("direction") not in (None, "backward", "forward"):
+                raise WorkloadError(f"{p}: query {q.get('name', k + 1)!r}: \"direction\" must be "
+                                    f"backward or forward")
+    queries = parse_workload({"queries": items} if isinstance(data, dict) else items, str(p))
+    return list(zip(queries, sizes))
+
+
+def _cells(run, q: Query, size: int | None) -> np.ndarray:
+    if size is None:
+        return select_cells(run, q)
+    shape = run.shapes().get(q.start)
+    if shape is None:
+        raise WorkloadError(f"query {q.name!r}: unknown array {q.start!r} in run {run.id}")
+    rng = np.random.default_rng(0)
+    flat = rng.choice(int(np.prod(shape)), size=min(size, int(np.prod(shape))), replace=False)
+    return np.column_stack(np.unravel_index(np.sort(flat), shape)).astype(np.int64)
+
+
+def measure(store, run, queries: list[tuple[Query, int | None]], planner=None,
+            progress=None) -> list[WorkloadQuery]:
+    """Per-step sizes of every query on ``run``: from the trace log when this query
+    was traced before on a run of the same workflow and parameters, else traced now
+    (and so logged for next time)."""
+    out = []
+    for q, size in queries:
+        cells = _cells(run, q, size)
+        sig, _ = trace_signature(q.start, cells, q.to, q.path, q.shortcut)
+        steps, target, direction = None, None, None
+        for t in reversed(store.catalog.traces(run.row.workflow, sig)):
+            if t["params"] == run.row.params:
+                steps = store.catalog.steps_of(t["trace_id"])
+                target, direction = t["target"], t["direction"]
+                break
+        if steps is None:
+            res = run.trace(q.start, cells, to=q.to, path=q.path, shortcut=q.shortcut,
+                            planner=planner)
+            steps = [dict(op=s.op, input=s.input, direction=s.direction, method=s.method,
+                          cells_in=s.cells_in, cells_out=s.cells_out, seconds=s.seconds,
+                          blocks_in=s.blocks_in) for s in res.steps]
+            target, direction = res.target, res.direction
+        want = q.extra.get("direction")
+        if want and want != direction:
+            raise WorkloadError(f"query {q.name!r} says it goes {want}, but {q.start} -> "
+                                f"{target} is {direction}")
+        out.append(WorkloadQuery(q.name, q.weight, direction, q.start, target, steps))
+        if progress is not None:
+            progress()
+    return out
+
+
+def from_trace_log(store, workflow: str, params: dict, limit: int = 1000) -> list[WorkloadQuery]:
+    """The workload scientists actually ran: every distinct query of the trace log
+    (same start, cells and target or path) on runs of this workflow and parameters,
+    weighted by how often it was asked; its latest trace gives the step sizes."""
+    groups: dict[str, list[dict]] = {}
+    for t in store.catalog.traces(workflow)[-limit:]:
+        if t["params"] == params:
+            groups.setdefault(t["signature"], []).append(t)
+    out = []
+    for sig, ts in groups.items():
+        last = ts[-1]
+        to = last["spec"].get("to")
+        name = f"{last['start']}->{to or last['target']} ({last['cells_in']} cells)"
+        out.append(WorkloadQuery(name, float(len(ts)), last["direction"], last["start"],
+                                 last["target"], store.catalog.steps_of(last["trace_id"])))
+    return out
+
+
+def sibling_file(source: str | None) -> Path | None:
+    """``workflows/genomics.py`` ships ``workflows/genomics_workload.json``."""
+    if not source or not source.endswith(".py"):
+        return None
+    p = Path(source)
+    f = p.with_name(p.stem + "_workload.json")
+    return f if f.is_file() else None

@@ -1,0 +1,277 @@
+"""The storage-budget optimizer end to end on the genomics workflow (1x): plans
+under budgets, pins, black-box plans, clear errors, runs that keep to the
+plan's disk budget (downgrading when a prediction was wrong), the query-time
+planner and its switch to re-execution, workloads from the trace log, and the
+CLI.  One real calibration (quick) is shared by the whole module."""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import subzero
+from optimizer import BudgetError, OptimizerError, load_plan, optimize, planner_for
+from optimizer.calibration import calibrate
+from optimizer.planner import QueryPlanner
+from optimizer.workloads import from_trace_log
+from subzero.errors import StrategyError, SubZeroError
+from subzero.workload import load_workload, select_cells
+
+ROOT = Path(__file__).resolve().parent.parent
+WF = str(ROOT / "workflows" / "genomics.py")
+WORKLOAD = str(ROOT / "workflows" / "genomics_workload.json")
+UDFS = ("extract", "model", "predict")
+
+
+@pytest.fixture(scope="module")
+def calibration():
+    return calibrate(repeats=1)
+
+
+def _store(path, calibration):
+    st = subzero.open_store(path)
+    st.catalog.add_calibration(os.uname().nodename, calibration["seconds"], calibration)
+    return st
+
+
+@pytest.fixture(scope="module")
+def gstore(tmp_path_factory, calibration):
+    st = _store(tmp_path_factory.mktemp("opt") / "store", calibration)
+    optimize(st, WF, workload=WORKLOAD)          # profiles and measures the workload once
+    yield st
+    st.close()
+
+
+def _answers(run, queries):
+    out = {}
+    for q in queries:
+        res = run.trace(q.start, select_cells(run, q), to=q.to, path=q.path, record=False)
+        out[q.name] = res.bitmap
+    return out
+
+
+def test_budget_sweep_fits_and_cost_falls(gstore):
+    plans = [optimize(gstore, WF, max_disk=b, workload=WORKLOAD, save=False)
+             for b in (0, "6KB", "15KB", "40KB", "100KB", None)]
+    for p in plans:
+        assert p.max_disk is None or p.disk <= p.max_disk
+        assert p.solve_s < 0.1
+        assert set(p.strategies) == {"names", "values", "transpose", "extract", "model", "predict",
+                                     "cumodds", "probability", "classify", "validate"}
+        assert all(p.strategies[o] == "map" for o in ("values", "transpose", "cumodds"))
+    costs = [p.query_s for p in plans]
+    assert all(b <= a * 1.001 for a, b in zip(costs, costs[1:]))
+    assert costs[-1] < costs[0] / 3                          # stored lineage pays off
+    assert plans[0].blackbox and not plans[-1].blackbox
+    assert plans[-1].disk > plans[1].disk
+
+
+def test_too_small_budget_gives_black_box_plan_and_says_so(gstore):
+    p = optimize(gstore, WF, max_disk="1KB", workload=WORKLOAD)
+    assert p.blackbox and p.disk == 0
+    assert all(p.strategies[u] == "blackbox" for u in UDFS)
+    assert any("too small for any stored lineage" in n for n in p.notes)
+    assert "too small" in p.table()
+
+
+def test_runtime_budget_is_respected(gstore):
+    free = optimize(gstore, WF, workload=WORKLOAD, save=False)
+    tight = optimize(gstore, WF, max_runtime=1 + free.runtime_s / free.base_s / 3,
+                     workload=WORKLOAD, save=False)
+    assert tight.runtime_factor <= tight.max_runtime + 1e-9
+    assert tight.runtime_s < free.runtime_s and tight.query_s >= free.query_s
+
+
+def test_pins_are_kept(gstore):
+    p = optimize(gstore, WF, max_disk="40KB", workload=WORKLOAD,
+                 pins=["model=pay:paymany:backward", "extract=blackbox"])
+    assert p.strategies["model"] == "pay:paymany:backward"
+    assert p.strategies["extract"] == "blackbox"
+    assert p.disk <= 40_000
+
+
+@pytest.mark.parametrize("pin,err,match", [
+    (["nosuch=full"], OptimizerError, "unknown operator 'nosuch'.*extract, model"),
+    (["model"], OptimizerError, "malformed --pin 'model'"),
+    (["model=full:fullzero"], StrategyError, "uses encoding"),
+    (["cumodds=comp"], StrategyError, "does not support"),
+])
+def test_bad_pins_are_clear_errors(gstore, pin, err, match):
+    with pytest.raises(err, match=match):
+        optimize(gstore, WF, workload=WORKLOAD, pins=pin)
+
+
+@pytest.mark.parametrize("text,match", [
+    ("{not json", "not valid JSON: line 1"),
+    ('{"queries": []}', "non-empty \"queries\" list"),
+    ('{"queries": [{"to": "model", "cells": [[0, 1]]}]}', "needs \"from\" and \"cells\""),
+    ('{"queries": [{"from": "model", "to": "transpose", "size": -3}]}', "positive number"),
+    ('{"queries": [{"from": "model", "to": "transpose", "size": 2, "direction": "up"}]}',
+     "backward or forward"),
+])
+def test_malformed_workload_file(tmp_path, gstore, text, match):
+    f = tmp_path / "w.json"
+    f.write_text(text)
+    with pytest.raises(SubZeroError, match=match):
+        optimize(gstore, WF, workload=f)
+
+
+def test_invalid_budgets(gstore):
+    with pytest.raises(BudgetError, match="500KB"):
+        optimize(gstore, WF, max_disk="lots")
+    with pytest.raises(BudgetError, match="at least 1"):
+        optimize(gstore, WF, max_runtime=0.8)
+
+
+def test_size_queries_and_direction_check(tmp_path, gstore):
+    f = tmp_path / "w.json"
+    f.write_text('{"queries": [{"name": "B", "from": "model", "to": "transpose", "size": 3, '
+                 '"direction": "backward", "weight": 2}]}')
+    p = optimize(gstore, WF, workload=f, save=False)
+    assert set(p.queries) == {"B"} and p.queries["B"] > 0
+    f.write_text('{"queries": [{"name": "B", "from": "model", "to": "transpose", "size": 3, '
+                 '"direction": "forward"}]}')
+    with pytest.raises(SubZeroError, match="says it goes forward"):
+        optimize(gstore, WF, workload=f, save=False)
+
+
+def test_run_with_plan_keeps_the_budget_and_the_answers(gstore):
+    p = optimize(gstore, WF, max_disk="20KB", workload=WORKLOAD, name="g20")
+    run = gstore.run(WF, plan="g20", progress=False)
+    assert run.lineage_bytes() <= 20_000
+    assert {o["name"]: "+".join(o["strategies"]) for o in run.ops()} == p.strategies
+    assert gstore.catalog.downgrades(run.id) == []
+    assert run.lineage_bytes() == pytest.approx(p.disk, rel=0.25)
+    bb = gstore.run(WF, strategies={s: "blackbox" for s in p.strategies}, progress=False)
+    queries = load_workload(WORKLOAD)
+    got, want = _answers(run, queries), _answers(bb, queries)
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+
+
+def test_wrong_prediction_is_downgraded_never_over_budget(gstore, capfd):
+    full = optimize(gstore, WF, workload=WORKLOAD, save=False)
+    plan = full.as_dict()
+    # pretend every strategy takes 1 byte: the writes themselves must catch the overflow
+    plan["predicted_bytes"] = {op: {s: 1 for s in per} for op, per in plan["predicted_bytes"].items()}
+    budget = int(full.disk * 0.5)
+    plan["max_disk"] = budget
+    capfd.readouterr()
+    run = gstore.run(WF, plan=plan, progress=False)
+    err = capfd.readouterr().err
+    downs = gstore.catalog.downgrades(run.id)
+    assert downs and run.lineage_bytes() <= budget
+    assert "warning" in err and "disk budget" in err
+    kept = {o["name"]: o["strategies"] for o in run.ops()}
+    assert all(d["strategy"] not in kept[d["op"]] for d in downs)
+    assert any((d["needed_bytes"] or 0) > budget - run.lineage_bytes() for d in downs)
+    stored = {(s["op"], s["strategy"]) for s in run.strategy_stats()}
+    assert stored == {(o, s) for o, ss in kept.items() for s in ss if ":" in s}
+    bb = gstore.run(WF, strategies={s: "blackbox" for s in kept}, progress=False)
+    queries = load_workload(WORKLOAD)
+    got, want = _answers(run, queries), _answers(bb, queries)
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+    # a prediction over the budget is caught before anything is written
+    plan["predicted_bytes"] = {op: {s: budget + 1 for s in per}
+                               for op, per in plan["predicted_bytes"].items()}
+    run2 = gstore.run(WF, plan=plan, progress=False)
+    assert run2.lineage_bytes() == 0
+    assert all(d["needed_bytes"] is None for d in gstore.catalog.downgrades(run2.id))
+
+
+def test_planner_picks_the_matching_index_and_switches_when_reading_is_slow(gstore):
+    both = gstore.run(WF, strategies={u: "full:fullone:backward+full:fullone:forward" for u in UDFS},
+                      progress=False)
+    planner = planner_for(both)
+    assert planner is not None
+    res = both.trace("model", [(0, 1)], to="transpose", planner=planner, record=False)
+    fwd = both.trace("transpose", [(0, 3)], to="model", planner=planner, record=False)
+    # at 1x re-execution is about as cheap as a lookup; a mismatched index never wins
+    assert [s.method for s in res.steps if s.method.startswith("stored")] in (
+        [], ["stored:full:fullone:backward"], ["stored:full:fullone:backward"] * 2)
+    assert "stored:full:fullone:backward" not in [s.method for s in fwd.steps]
+    assert len(planner.decisions) >= 4 and all(len(d[1]) == 3 for d in planner.decisions)
+    # forward-only lineage asked backward: an impatient planner gives up and re-executes
+    forw = gstore.run(WF, strategies={u: "full:fullone:forward" for u in UDFS}, progress=False)
+    ref = forw.trace("model", [(0, 1)], to="transpose", record=False)
+    assert ref.steps[0].method.startswith("stored:")
+    class Impatient(QueryPlanner):
+        """Believes stored lineage is free, and gives it no time at all."""
+
+        def _price(self, step, kind, s, n_out):
+            return 0.0 if kind == "stored" else 1.0
+
+    impatient = Impatient(planner_for(forw).model, switch_factor=0.0, min_budget_s=0.0)
+    res = forw.trace("model", [(0, 1)], to="transpose", planner=impatient, record=False)
+    assert np.array_equal(res.bitmap, ref.bitmap)
+    assert all(s.method.startswith("reexec") and "switched to re-execution" in s.note
+               for s in res.steps)
+
+
+def test_cli_trace_uses_the_planner(gstore, cli):
+    run = gstore.run(WF, strategies={u: "full:fullone:forward" for u in UDFS}, progress=False)
+    code, out, err = cli("trace", "--store", gstore.path, "--run", run.id, "--from", "model",
+                         "--cells", "0,1", "--to", "transpose", "--json")
+    assert code == 0, err
+    planned = json.loads(out)
+    code, out, err = cli("trace", "--store", gstore.path, "--run", run.id, "--from", "model",
+                         "--cells", "0,1", "--to", "transpose", "--json", "--no-planner")
+    static = json.loads(out)
+    assert planned["cells"] == static["cells"]
+    assert all(s["blocks_in"] > 0 for s in planned["steps"])
+    assert all(s["blocks_in"] == 0 for s in static["steps"])
+
+
+def test_workload_from_trace_log(tmp_path, calibration):
+    st = _store(tmp_path / "store", calibration)
+    run = st.run(WF, progress=False)
+    for _ in range(3):
+        run.trace("model", [(0, 1)], to="transpose")
+    run.trace("transpose", [(0, 3), (1, 3)], to="model")
+    log = {q.name: q for q in from_trace_log(st, "genomics", {})}
+    assert sorted(q.weight for q in log.values()) == [1.0, 3.0]
+    back = next(q for q in log.values() if q.weight == 3.0)
+    assert back.direction == "backward" and back.start == "model" and back.target == "transpose"
+    assert [s["op"] for s in back.steps] == ["model", "extract"]
+    p = optimize(st, WF)                       # no file given: the trace log is the workload
+    assert set(p.queries) == set(log)
+    st.close()
+
+
+def test_cli_optimize_and_run(tmp_path, calibration, cli):
+    store = tmp_path / "store"
+    _store(store, calibration).close()
+    code, out, err = cli("optimize", WF, "--store", store, "--max-disk", "30KB", "--workload",
+                         WORKLOAD, "--pin", "predict=pay:payone:backward", "--name", "p30")
+    assert code == 0, err
+    assert "operator" in out and "predict" in out and "p30" in out and "of 30.00 KB" in out
+    code, out, err = cli("optimize", WF, "--store", store, "--max-disk", "30KB", "--workload",
+                         WORKLOAD, "--json")
+    plan = json.loads(out)
+    assert plan["disk"] <= 30_000 and plan["strategies"]["values"] == "map"
+    code, out, err = cli("run", WF, "--store", store, "--plan", "p30", "--json")
+    assert code == 0, err
+    ops = {o["name"]: o for o in json.loads(out)["ops"]}
+    assert ops["predict"]["strategies"] == ["pay:payone:backward"]
+    assert sum(o["lineage_bytes"] for o in ops.values()) <= 30_000
+    code, out, err = cli("run", WF, "--store", store, "--max-disk", "8KB", "--workload", WORKLOAD)
+    assert code == 0, err
+    assert "run id" in out and "disk budget 8.00 KB" in out
+    assert load_plan(subzero.open_store(store), "genomics-8.00KB").max_disk == 8000
+
+
+@pytest.mark.parametrize("args,match", [
+    (["optimize", WF, "--max-disk", "20parsecs"], "invalid disk budget '20parsecs'"),
+    (["optimize", WF, "--max-runtime", "0.5"], "at least 1"),
+    (["optimize", WF, "--pin", "nosuch=full"], "unknown operator 'nosuch'"),
+    (["optimize", WF, "--workload", "/nonexistent.json"], "workload file not found"),
+    (["run", WF, "--plan", "nope"], "no plan named 'nope'"),
+    (["run", WF, "--plan", "x", "--strategy", "model=full"], "cannot be combined"),
+])
+def test_cli_errors_are_one_line(tmp_path, cli, args, match):
+    code, out, err = cli(*args, "--store", tmp_path / "store")
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("subzero: error:") and \
+        __import__("re").search(match, lines[0]), err

@@ -1,0 +1,142 @@
+"""The storage-plan integer program (GLPK) against brute-force enumeration, and
+the budget parsers.  Pure and fast: no workflow runs."""
+
+import math
+import random
+
+import pytest
+
+from optimizer.budgets import BudgetError, Budgets, parse_factor, parse_size
+from optimizer.ilp import Candidate, Option, Problem, Step, brute_force, evaluate, solve
+
+
+def random_problem(rng: random.Random, n_ops=3, max_cands=4, n_steps=8, pins=False) -> Problem:
+    ops = [f"op{i}" for i in range(n_ops)]
+    cands, gen = [], {}
+    for op in ops:
+        for j in range(rng.randint(1, max_cands)):
+            mode = rng.choice(["full", "pay", "comp"])
+            cands.append(Candidate(op, f"{mode}:enc{j}", mode, rng.uniform(1, 100), rng.uniform(0, 1)))
+            gen[(op, mode)] = rng.uniform(0, 1)
+    steps = []
+    for _ in range(n_steps):
+        op = rng.choice(ops)
+        opts = [Option(None, rng.uniform(0.5, 2), "reexec")]
+        if rng.random() < 0.3:
+            opts.append(Option(None, rng.uniform(0.2, 2), "map"))
+        opts += [Option(k, rng.uniform(0, 1.5)) for k, c in enumerate(cands)
+                 if c.op == op and rng.random() < 0.8]
+        steps.append(Step(op, rng.uniform(0.1, 2), opts))
+    excl = [(a, b) for a in range(len(cands)) for b in range(a + 1, len(cands))
+            if cands[a].op == cands[b].op and {cands[a].mode, cands[b].mode} == {"pay", "comp"}]
+    p = Problem(ops, cands, gen, steps, max_disk=rng.uniform(20, 600),
+                max_runtime_s=rng.uniform(0.5, 6), exclusive=excl, eps_disk=1e-4, eps_runtime=1e-3,
+                fixed_runtime_s=rng.uniform(0, 0.5))
+    if pins:
+        op = rng.choice(ops)
+        mine = p.cands_of(op)
+        p.pinned[op] = [rng.choice(mine)] if rng.random() < 0.7 else []
+    return p
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_ilp_equals_brute_force(seed):
+    rng = random.Random(seed)
+    p = random_problem(rng, pins=seed % 3 == 0)
+    ilp, brute = solve(p), brute_force(p)
+    assert ilp.status == brute.status
+    if brute.status == "optimal":
+        assert ilp.chosen == brute.chosen
+        assert ilp.objective == pytest.approx(brute.objective, rel=1e-9, abs=1e-12)
+
+
+def test_brute_force_cases_are_not_trivial():
+    """Guard against a comparison that cannot fail: optima store different things,
+    often several strategies of one operator, and budgets bind."""
+    chosen_sets, binding, multi = set(), 0, 0
+    for seed in range(40):
+        p = random_problem(random.Random(seed))
+        sol = brute_force(p)
+        chosen_sets.add(tuple(sol.chosen))
+        unbounded = brute_force(Problem(p.ops, p.candidates, p.gen_s, p.steps,
+                                        exclusive=p.exclusive, eps_disk=p.eps_disk,
+                                        eps_runtime=p.eps_runtime,
+                                        fixed_runtime_s=p.fixed_runtime_s))
+        binding += unbounded.objective < sol.objective - 1e-9
+        ops = [p.candidates[k].op for k in sol.chosen]
+        multi += len(ops) != len(set(ops))
+    assert len(chosen_sets) >= 15 and 5 < binding < 35 and multi >= 2
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_plans_never_exceed_budgets(seed):
+    rng = random.Random(100 + seed)
+    p = random_problem(rng, n_ops=4, max_cands=5, n_steps=12)
+    p.max_disk = rng.uniform(0, 150)
+    p.max_runtime_s = rng.uniform(0, 2)
+    sol = solve(p)
+    assert sol.status == "optimal"          # storing nothing always fits
+    _, _, disk, rt = evaluate(p, sol.chosen)
+    assert disk <= p.max_disk + 1e-9 and rt <= p.max_runtime_s + 1e-9
+    assert not any(frozenset(e) <= set(sol.chosen) for e in map(frozenset, p.exclusive))
+
+
+def test_pins_are_kept_even_when_costly():
+    rng = random.Random(7)
+    p = random_problem(rng, n_ops=3, max_cands=4)
+    p.max_disk = p.max_runtime_s = None
+    free = solve(p)
+    op = p.candidates[0].op
+    others = [k for k in p.cands_of(op) if k not in free.chosen] or p.cands_of(op)
+    p.pinned[op] = [others[0]]
+    sol = solve(p)
+    assert [k for k in sol.chosen if p.candidates[k].op == op] == [others[0]]
+    assert sol.objective >= free.objective - 1e-12
+    p.pinned[op] = []                        # pinned black-box: nothing stored for op
+    assert not [k for k in solve(p).chosen if p.candidates[k].op == op]
+
+
+def test_zero_budget_stores_nothing():
+    p = random_problem(random.Random(3))
+    p.max_disk = 0
+    sol = solve(p)
+    assert sol.chosen == [] and sol.disk == 0
+    assert sol.query_cost == pytest.approx(sum(
+        st.weight * min(o.cost for o in st.options if o.cand is None) for st in p.steps))
+
+
+def test_infeasible_pins_are_reported():
+    p = random_problem(random.Random(4))
+    k = max(range(len(p.candidates)), key=lambda j: p.candidates[j].bytes)
+    p.pinned[p.candidates[k].op] = [k]
+    p.max_disk = p.candidates[k].bytes / 2
+    assert solve(p).status == "infeasible" and brute_force(p).status == "infeasible"
+
+
+def test_solve_time_is_milliseconds():
+    p = random_problem(random.Random(5), n_ops=6, max_cands=8, n_steps=40)
+    times = sorted(solve(p).solve_s for _ in range(5))
+    assert times[2] < 0.05
+
+
+@pytest.mark.parametrize("text,n", [("500KB", 500_000), ("20MB", 20_000_000), ("1.5GB", 1_500_000_000),
+                                    ("20 mb", 20_000_000), ("1000", 1000), ("2MiB", 2 * 2**20),
+                                    ("0", 0)])
+def test_parse_size(text, n):
+    assert parse_size(text) == n
+
+
+@pytest.mark.parametrize("text", ["20 parsecs", "-5MB", "", "MB", "1e400GB", "nan"])
+def test_bad_sizes_say_what_to_write(text):
+    with pytest.raises(BudgetError, match="500KB, 20MB or 1.5GB|size of 0 or more"):
+        parse_size(text)
+
+
+def test_runtime_factor():
+    assert parse_factor("1.5") == 1.5 and parse_factor("2x") == 2.0
+    for bad in ("0.5", "fast", "-1", "inf"):
+        with pytest.raises(BudgetError, match="factor"):
+            parse_factor(bad)
+    b = Budgets.parse("1MB", "1.5")
+    assert b.runtime_seconds(2.0) == pytest.approx(1.0) and Budgets().runtime_seconds(2.0) is None
+    assert math.isclose(Budgets.parse(None, 3).max_runtime, 3.0)
