@@ -85,3 +85,37 @@ def strategy_figure(path, names, summary, rows, queries, disk_label: str) -> Non
         ax.tick_params(axis="x", rotation=35)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
+
+
+def sandwiched_runtimes(run_baseline, run_strategy, strategies: dict, repeats: int, bar=None):
+    """Runtime ratio per strategy, each strategy run divided by the mean of the
+    no-lineage runs just before and after it (position effects cancel).
+
+    ``run_baseline()`` and ``run_strategy(spec)`` run the workflow and return
+    the run; returns (ratios per strategy, baseline seconds, the last run of each).
+    """
+    ratios = {k: [] for k in strategies}
+    base_times, kept = [], {}
+
+    def baseline():
+        t0 = time.perf_counter()
+        run_baseline()
+        base_times.append(time.perf_counter() - t0)
+        return base_times[-1]
+
+    for rep in range(repeats):
+        before = baseline()
+        if bar is not None:
+            bar.update(1)
+        for name, spec in strategies.items():
+            t0 = time.perf_counter()
+            run = run_strategy(spec)
+            took = time.perf_counter() - t0
+            after = baseline()
+            ratios[name].append(took / ((before + after) / 2))
+            before = after
+            if rep == repeats - 1:
+                kept[name] = run
+            if bar is not None:
+                bar.update(1)
+    return ratios, base_times, kept

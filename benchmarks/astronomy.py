@@ -19,7 +19,8 @@ import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import command_line, machine, strategy_figure, update_section  # noqa: E402
+from _common import (command_line, machine, sandwiched_runtimes, strategy_figure,  # noqa: E402
+                     update_section)
 
 import subzero  # noqa: E402
 from subzero.workload import load_workload, select_cells  # noqa: E402
@@ -69,31 +70,11 @@ def main() -> None:
     queries = load_workload(WORKLOAD)
     total = a.repeats * (1 + len(strats)) + len(strats) * len(queries)
     bar = tqdm(total=total, desc="astronomy benchmark", unit="step", file=sys.stderr)
-    runtime = {k: [] for k in strats}
-    base_times, kept = [], {}
     try:
-        st.run(WF, **({"params": params} if "genomics" in WF else {}), capture=False,
-               progress=False)                     # warm-up (imports, caches): not measured
-        def baseline():
-            t0 = time.perf_counter()
-            st.run(WF, capture=False, progress=False)
-            base_times.append(time.perf_counter() - t0)
-            return base_times[-1]
-
-        for rep in range(a.repeats):
-            # every strategy run sits between two no-lineage runs: position effects cancel
-            before = baseline()
-            bar.update(1)
-            for name, spec in strats.items():
-                t0 = time.perf_counter()
-                run = st.run(WF, strategies=spec, progress=False)
-                took = time.perf_counter() - t0
-                after = baseline()
-                runtime[name].append(took / ((before + after) / 2))
-                before = after
-                if rep == a.repeats - 1:
-                    kept[name] = run
-                bar.update(1)
+        st.run(WF, capture=False, progress=False)   # warm-up (imports, caches): not measured
+        runtime, base_times, kept = sandwiched_runtimes(
+            lambda: st.run(WF, capture=False, progress=False),
+            lambda spec: st.run(WF, strategies=spec, progress=False), strats, a.repeats, bar)
         raw_bytes = sum(v["nbytes"] for k, v in st.catalog.arrays(kept["SubZero"].id).items()
                         if k.startswith("raw_"))
         rows, answers = {}, {}

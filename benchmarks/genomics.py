@@ -20,7 +20,8 @@ import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import command_line, machine, strategy_figure, update_section  # noqa: E402
+from _common import (command_line, machine, sandwiched_runtimes, strategy_figure,  # noqa: E402
+                     update_section)
 
 import subzero  # noqa: E402
 from subzero.workload import load_workload, select_cells  # noqa: E402
@@ -64,31 +65,13 @@ def main() -> None:
     queries = load_workload(WORKLOAD)
     bar = tqdm(total=a.repeats * (1 + len(strats)) + len(strats) * len(queries),
                desc="genomics benchmark", unit="step", file=sys.stderr)
-    runtime = {k: [] for k in strats}
-    base_times, kept, rows, answers = [], {}, {}, {}
+    rows, answers = {}, {}
     try:
-        st.run(WF, **({"params": params} if "genomics" in WF else {}), capture=False,
-               progress=False)                     # warm-up (imports, caches): not measured
-        def baseline():
-            t0 = time.perf_counter()
-            st.run(WF, params=params, capture=False, progress=False)
-            base_times.append(time.perf_counter() - t0)
-            return base_times[-1]
-
-        for rep in range(a.repeats):
-            # every strategy run sits between two no-lineage runs: position effects cancel
-            before = baseline()
-            bar.update(1)
-            for name, spec in strats.items():
-                t0 = time.perf_counter()
-                run = st.run(WF, params=params, strategies=spec, progress=False)
-                took = time.perf_counter() - t0
-                after = baseline()
-                runtime[name].append(took / ((before + after) / 2))
-                before = after
-                if rep == a.repeats - 1:
-                    kept[name] = run
-                bar.update(1)
+        st.run(WF, params=params, capture=False, progress=False)   # warm-up: not measured
+        runtime, base_times, kept = sandwiched_runtimes(
+            lambda: st.run(WF, params=params, capture=False, progress=False),
+            lambda spec: st.run(WF, params=params, strategies=spec, progress=False), strats,
+            a.repeats, bar)
         values_bytes = st.catalog.arrays(kept["FullOne"].id)["values"]["nbytes"]
         for name, run in kept.items():
             for q in queries:
