@@ -282,10 +282,11 @@ def _plots(res):
                title=f"{flow}: workload cost vs disk budget (Figure 7)")
         ax.legend(fontsize=7, ncol=2)
         ax = axes[row][1]
-        ax.plot(x, [r["plan"].disk / MB for r in rows], "s-", label="predicted")
-        ax.plot(x, [r["disk"] / MB for r in rows], "o--", label="measured")
-        ax.plot(x, x, ":", color="grey", label="budget")
-        ax.set(xscale="log", yscale="symlog", xlabel="disk budget (MB)", ylabel="lineage MB",
+        ax.plot(x, [max(r["plan"].disk / 1e3, 0.1) for r in rows], "s-", label="predicted")
+        ax.plot(x, [max(r["disk"] / 1e3, 0.1) for r in rows], "o--", label="measured")
+        ax.plot(x, [b * 1e3 for b in x], ":", color="grey", label="budget")
+        ax.set(xscale="log", yscale="log", xlabel="disk budget (MB)",
+               ylabel="lineage KB (0 drawn at 0.1)",
                title=f"{flow}: lineage disk, predicted vs measured")
         ax.legend(fontsize=8)
         sd = res[f"{flow}-sd"]
