@@ -220,7 +220,7 @@ def write_results(a, sizes, inst, lat, mosaic, pair_bytes) -> None:
                      + f" | {inst[(n, 'SubZero')]['ratio']:.2f}x | {inst[(n, 'FullOne')]['ratio']:.2f}x | "
                      f"{inst[(n, 'SubZero')]['bytes'] / (n * pair_bytes):.4f} | "
                      f"{inst[(n, 'FullOne')]['bytes'] / (n * pair_bytes):.3f} |")
-    lines += ["", f"Time per pair with no lineage: " + ", ".join(
+    lines += ["", "Time per pair with no lineage: " + ", ".join(
         f"{n}: {p:.2f} s" for n, p in zip(sizes, per)) + " (2 cores: pairs run two at a time).", ""]
     if mosaic:
         lines += [f"(b) Mosaic: the real sensor tiled to {mosaic['shape'][0]}x{mosaic['shape'][1]} "
