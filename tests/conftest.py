@@ -65,3 +65,19 @@ def spark():
     from subzero.spark import session
     s = session("local[2,2]")
     yield s
+
+
+from subzero import Operator  # noqa: E402
+
+
+class Ident(Operator):
+    """The identity operator with mapping functions, shared by the tests."""
+
+    def run(self, ctx, x):
+        return x
+
+    def map_b(self, cells, i, ctx):
+        return cells
+
+    def map_f(self, cells, i, ctx):
+        return cells

@@ -12,18 +12,7 @@ import subzero
 from subzero import Mode, Operator, Workflow
 from subzero.errors import LineageError, OperatorError, QueryError
 
-from conftest import EXAMPLE
-
-
-class Ident(Operator):
-    def run(self, ctx, x):
-        return x
-
-    def map_b(self, cells, i, ctx):
-        return cells
-
-    def map_f(self, cells, i, ctx):
-        return cells
+from conftest import EXAMPLE, Ident
 
 
 class Boom(Operator):

@@ -6,16 +6,7 @@ import pytest
 import subzero
 from subzero import Operator, Workflow, WorkflowError, load_workflow
 
-
-class Ident(Operator):
-    def run(self, ctx, x):
-        return x
-
-    def map_b(self, cells, i, ctx):
-        return cells
-
-    def map_f(self, cells, i, ctx):
-        return cells
+from conftest import Ident
 
 
 class Add(Operator):
