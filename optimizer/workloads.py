@@ -15,14 +15,13 @@ profiling run) and then reused from the trace log by the query's signature.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from subzero.api import trace_signature
-from subzero.workload import Query, WorkloadError, parse_workload, select_cells
+from subzero.workload import Query, WorkloadError, parse_workload, read_workload_json, select_cells
 
 
 @dataclass
@@ -38,12 +37,7 @@ class WorkloadQuery:
 def read_file(path: str | Path) -> list[tuple[Query, int | None]]:
     """Parse a workload file; returns (query, size) with size for ``"size"`` queries."""
     p = Path(path)
-    if not p.is_file():
-        raise WorkloadError(f"workload file not found: {p}")
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as e:
-        raise WorkloadError(f"workload file {p} is not valid JSON: line {e.lineno}: {e.msg}") from None
+    data = read_workload_json(p)
     items = data.get("queries") if isinstance(data, dict) else data
     sizes = []
     if isinstance(items, list):

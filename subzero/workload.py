@@ -97,15 +97,19 @@ def parse_workload(data: Any, source: str = "workload") -> list[Query]:
     return out
 
 
-def load_workload(path: str | Path) -> list[Query]:
+def read_workload_json(path: str | Path):
+    """The decoded JSON of a workload file, or a clear error."""
     p = Path(path)
     if not p.is_file():
         raise WorkloadError(f"workload file not found: {p}")
     try:
-        data = json.loads(p.read_text())
+        return json.loads(p.read_text())
     except json.JSONDecodeError as e:
         raise WorkloadError(f"workload file {p} is not valid JSON: line {e.lineno}: {e.msg}") from None
-    return parse_workload(data, str(p))
+
+
+def load_workload(path: str | Path) -> list[Query]:
+    return parse_workload(read_workload_json(path), str(path))
 
 
 def select_cells(run, q: Query) -> np.ndarray:
