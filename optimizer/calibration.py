@@ -3,8 +3,8 @@
 It runs a small synthetic workflow whose operators write region pairs of
 three shapes (one output cell from a 3x3 window, 4x4 tiles from 8x8 windows,
 32x32 tiles from 48x48 windows), stores every encoding and direction of Full,
-Pay and Comp lineage, then traces queries of 1, 64 and 2048 scattered cells
-and a 32x32 box through
+Pay and Comp lineage, then traces queries of 1, 64, 2048 and 16384 scattered cells
+and 32x32 and 96x96 boxes through
 every method — stored lineage with the matched and the mismatched index,
 mapping functions, re-execution — with the real executor.  The cost model's
 features for each observed step (computed by the same code that prices real
@@ -35,7 +35,7 @@ from .costmodel import FEATURES, CostModel, method_family
 from .profile import profile_workflow
 from .stats import for_run
 
-VERSION = 3
+VERSION = 4
 
 
 class CalibrationPatches(Operator):
@@ -116,9 +116,10 @@ def calibration_workflow() -> Workflow:
 
 def _queries(shape, rng) -> list[np.ndarray]:
     cells = np.argwhere(np.ones(shape, bool))
-    out = [cells[rng.choice(len(cells), n, replace=False)] for n in (1, 64, 2048)]
+    out = [cells[rng.choice(len(cells), n, replace=False)] for n in (1, 64, 2048, 16384)]
     y, x = shape[0] // 3, shape[1] // 3
     out.append(np.argwhere(np.ones((32, 32), bool)) + [y, x])
+    out.append(np.argwhere(np.ones((96, 96), bool)) + [y // 2, x // 2])
     return out
 
 
@@ -141,9 +142,10 @@ def _observe(run, start, cells, op, method, prefer, repeats):
     return best
 
 
-def _load_rate() -> float:
-    """Seconds per byte to load an input array from the array store (re-execution
-    reads its operator's inputs), from arrays of 1, 4 and 16 MB."""
+def _load_costs() -> tuple[float, float]:
+    """(seconds per array, seconds per byte) to load an input array from the array
+    store (re-execution reads its operator's inputs), from arrays of 1, 4 and 16 MB.
+    Opening a Zarr array costs milliseconds whatever its size, so both terms count."""
     from subzero.arraystore import ArrayStore
     tmp = Path(tempfile.mkdtemp(prefix="subzero-load-"))
     rng = np.random.default_rng(1)
@@ -162,8 +164,8 @@ def _load_rate() -> float:
             times.append(min(ts))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    slope = np.polyfit(np.asarray(sizes, float), np.asarray(times), 1)[0]
-    return float(max(slope, 0.0))
+    slope, intercept = np.polyfit(np.asarray(sizes, float), np.asarray(times), 1)
+    return float(max(intercept, 0.0)), float(max(slope, 0.0))
 
 
 def _rtree_quadratic() -> float:
@@ -215,10 +217,11 @@ def _capture_overheads(store, wf, inputs, repeats: int = 5) -> tuple[float, floa
             max(0.0, med["one"] - med["empty"] - float(np.median(inner))))
 
 
-def fit(observations: list[dict], model: CostModel, load_rate: float = 0.0) -> tuple[dict, dict]:
+def fit(observations: list[dict], model: CostModel) -> tuple[dict, dict]:
     """NNLS on relative errors, per method family; returns (coef, quality).  The
-    re-execution's load coefficient is measured directly (``load_rate``): the
-    calibration's inputs are too alike in size to separate it from the constant."""
+    re-execution's ``load`` feature is already in seconds (measured directly by
+    ``_load_costs``: the calibration's inputs are too alike in size to separate
+    loading from the constant), so its coefficient is fixed at 1."""
     rows: dict[str, list] = {f: [] for f in FEATURES}
     for o in observations:
         fam = method_family(o["method"])
@@ -236,7 +239,7 @@ def fit(observations: list[dict], model: CostModel, load_rate: float = 0.0) -> t
         t = np.array([s for _, s in obs])
         fixed = np.zeros(X.shape[1])
         if fam == "reexec":
-            fixed[FEATURES[fam].index("load")] = load_rate
+            fixed[FEATURES[fam].index("load")] = 1.0
         rest = np.clip(t - X @ fixed, 1e-6, None)
         free = fixed == 0
         c = fixed.copy()
@@ -281,11 +284,13 @@ def calibrate(repeats: int = 2, seed: int = 0, progress=None) -> dict:
                                 obs.append(o)
                         if progress is not None:
                             progress()
-        uncalibrated = {"coef": {f: [1.0] * len(v) for f, v in FEATURES.items()}}
+        load_fixed_s, load_byte_s = _load_costs()
+        uncalibrated = {"coef": {f: [1.0] * len(v) for f, v in FEATURES.items()},
+                        "load_fixed_s": load_fixed_s, "load_byte_s": load_byte_s}
         model = CostModel(uncalibrated, for_run(store, runs[0][0]))
         for s, info in for_run(store, runs[1][0]).ops.items():      # both runs' stored sizes
             model.stats.ops[s].strategies.update(info.strategies)
-        coef, quality = fit(obs, model, _load_rate())
+        coef, quality = fit(obs, model)
         capture_s, strategy_s = _capture_overheads(store, wf, inputs)
     finally:
         store.close()
@@ -293,6 +298,7 @@ def calibrate(repeats: int = 2, seed: int = 0, progress=None) -> dict:
     return {"version": VERSION, "coef": coef, "features": {f: list(v) for f, v in FEATURES.items()},
             "rtree_quadratic": _rtree_quadratic(), "quality": quality,
             "capture_fixed_s": capture_s, "strategy_fixed_s": strategy_s,
+            "load_fixed_s": load_fixed_s, "load_byte_s": load_byte_s,
             "seconds": time.perf_counter() - t0, "host": os.uname().nodename}
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from functools import lru_cache
 
 import numpy as np
 
@@ -61,6 +62,7 @@ def method_family(method) -> str:
     return "map"
 
 
+@lru_cache(maxsize=4096)
 def correction_key(method, backward: bool) -> str:
     """What a learned correction applies to: mapping, re-execution, or one stored
     strategy read through its index or by a scan (their costs scale differently)."""
@@ -82,8 +84,11 @@ class CostModel:
         self.rtree_b = float(calibration.get("rtree_quadratic", 0.0))
         self.capture_fixed_s = float(calibration.get("capture_fixed_s", 0.0))
         self.strategy_fixed_s = float(calibration.get("strategy_fixed_s", 0.0))
+        self.load_fixed_s = float(calibration.get("load_fixed_s", 0.0))
+        self.load_byte_s = float(calibration.get("load_byte_s", 0.0))
         self.stats = stats
         self.corrections = dict(corrections or {})
+        self._memo: dict[tuple, tuple | None] = {}
 
     # -- storage and capture --------------------------------------------------------
     def info(self, op: str) -> OpInfo:
@@ -122,18 +127,36 @@ class CostModel:
 
         ``blocks``: distinct key blocks the step's input cells span (0 = unknown:
         assume they are scattered)."""
+        key = (op, method, i, backward, n_in, n_out, loaded, blocks)
+        base = self._memo.get(key)
+        if base is None:
+            # the planner prices the same steps again and again (every method of every
+            # step, then the step it observed); the calibrated part is a pure function
+            base = self._memo[key] = self._base_cost(op, method, i, backward, n_in, n_out,
+                                                      loaded, blocks)
+            if len(self._memo) > 50_000:
+                self._memo.clear()
+        if base is None:
+            return None
+        compute, load = base
+        if compute is None:
+            return 0.0
+        corr = self.corrections.get((op, correction_key(method, backward)), 1.0)
+        return compute * corr + load
+
+    def _base_cost(self, op, method, i, backward, n_in, n_out, loaded, blocks):
+        """(compute seconds before corrections, load seconds) or None."""
         got = self.features(op, method, i, backward, n_in, n_out, loaded, blocks)
         if got is None:
             return None
         fam, x = got
         if fam == "none":
-            return 0.0
-        corr = self.corrections.get((op, correction_key(method, backward)), 1.0)
+            return (None, 0.0)
         load = 0.0
         if fam == "reexec":            # loading inputs is I/O: corrections are for the compute
             k = FEATURES["reexec"].index("load")
             load = float(self.coef[fam][k] * x[k])
-        return max(float(self.coef[fam] @ x) - load, 1e-6) * corr + load
+        return max(float(self.coef[fam] @ x) - load, 1e-6), load
 
     def features(self, op: str, method, i: int, backward: bool, n_in: float, n_out: float,
                  loaded: bool = False, blocks: int = 0):
@@ -157,9 +180,13 @@ class CostModel:
                     if info.has_map else ("none", None)
             m = info.modes.get(mode, {"run_s": info.run_s, "cells": 0})
             return "reexec", _vec("reexec", const=1, run=m["run_s"], pcells=m["cells"],
-                                  io=n_in + n_out, load=0 if loaded else info.in_bytes,
+                                  io=n_in + n_out, load=0 if loaded else self.load_s(info),
                                   arr=src + tgt)
         return "map", _vec("map", const=1, io=n_in + n_out, arr=src + tgt)
+
+    def load_s(self, info: OpInfo) -> float:
+        """Seconds to load an operator's inputs from the array store (re-execution)."""
+        return len(info.in_shapes) * self.load_fixed_s + info.in_bytes * self.load_byte_s
 
     def _stored(self, info: OpInfo, s: Strategy, spaces: dict, i: int, backward: bool,
                 n_in: float, n_out: float, arr: float, blocks: int) -> np.ndarray:

@@ -22,6 +22,7 @@ from .stats import for_run
 
 MIN_BUDGET_S = 0.002       # never give up on stored lineage sooner than this
 SWITCH_FACTOR = 0.5        # stored lineage may take this share of the predicted re-execution
+STORED_SLACK = 2.0         # ... or this multiple of its own predicted cost, up to re-execution
 
 
 class QueryPlanner:
@@ -62,7 +63,12 @@ class QueryPlanner:
         order = [m for _, _, m in priced]
         budget = None
         if order[0][0] == "stored" and reexec is not None:
-            budget = max(reexec * self.switch_factor, self.min_budget_s)
+            # the read may take its share of re-execution, or twice its own predicted
+            # cost when that is more (a read predicted close to re-execution would
+            # otherwise be abandoned by a small misprediction and pay both), never
+            # more than the predicted re-execution itself
+            budget = max(reexec * self.switch_factor, self.min_budget_s,
+                         min(STORED_SLACK * priced[0][0], reexec))
             self._tried[(step.op, step.input, step.backward)] = order[0][1]
         return order, budget
 

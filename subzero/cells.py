@@ -174,6 +174,9 @@ def lengths_to_offsets(lengths: np.ndarray) -> np.ndarray:
 def csr_take(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Concatenate the value slices of the given rows (vectorized gather)."""
     rows = np.asarray(rows, dtype=np.int64)
+    if rows.size == 1:                    # a point query: one slice, no gather
+        r = int(rows[0])
+        return values[offsets[r]:offsets[r + 1]]
     starts = offsets[rows]
     lens = offsets[rows + 1] - starts
     total = int(lens.sum())

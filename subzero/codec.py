@@ -13,14 +13,34 @@ call per block.
 from __future__ import annotations
 
 import struct
+import threading
 
 import numpy as np
-from numcodecs import Zstd
+import zstandard
 
-_ZSTD = Zstd(level=1)
+_LOCAL = threading.local()
 _DTYPES = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64))
 _LIMITS = np.array([[np.iinfo(t).min, np.iinfo(t).max] for t in _DTYPES], dtype=np.int64)
 _HDR = struct.Struct("<BQ")      # dtype code, length
+
+
+def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+    """This thread's zstd (de)compressor.  Reused because creating one costs ~10 us,
+    more than decoding a small key block; per thread because they are not thread-safe.
+    Frames are plain zstd (level 1, content size in the header), as numcodecs wrote them
+    in stores made before."""
+    z = getattr(_LOCAL, "zstd", None)
+    if z is None:
+        z = _LOCAL.zstd = (zstandard.ZstdCompressor(level=1), zstandard.ZstdDecompressor())
+    return z
+
+
+def _compress(data: bytes) -> bytes:
+    return _zstd()[0].compress(data)
+
+
+def _decompress(blob) -> bytes:
+    return _zstd()[1].decompress(blob)
 
 
 def _code(lo: int, hi: int) -> int:
@@ -45,7 +65,7 @@ def _blob(parts: list[tuple[int, np.ndarray]]) -> bytes:
     for code, d in parts:
         head.append(_HDR.pack(code, d.size))
         body.append(d.astype(_DTYPES[code], copy=False).tobytes())
-    return bytes(_ZSTD.encode(b"".join(head) + b"".join(body)))
+    return _compress(b"".join(head) + b"".join(body))
 
 
 def pack_arrays(*arrays: np.ndarray, delta: bool = True) -> bytes:
@@ -104,7 +124,7 @@ def pack_blocks(columns: list[tuple[np.ndarray, np.ndarray]], n_blocks: int) -> 
 
 
 def unpack_arrays(blob: bytes, delta: bool = True) -> list[np.ndarray]:
-    raw = memoryview(bytes(_ZSTD.decode(blob)))
+    raw = memoryview(_decompress(blob))
     (k,) = struct.unpack_from("<H", raw, 0)
     pos = 2
     specs = []
@@ -115,9 +135,10 @@ def unpack_arrays(blob: bytes, delta: bool = True) -> list[np.ndarray]:
     out = []
     for code, n in specs:
         t = _DTYPES[code]
-        a = np.frombuffer(raw, dtype=t, count=n, offset=pos).astype(np.int64)
+        a = np.frombuffer(raw, dtype=t, count=n, offset=pos)
         pos += n * t.itemsize
-        out.append(np.cumsum(a) if delta and n else a)
+        # widen while summing (one pass) rather than astype then cumsum (two)
+        out.append(np.cumsum(a, dtype=np.int64) if delta and n else a.astype(np.int64))
     return out
 
 
@@ -127,14 +148,14 @@ def pack_bytes(items: list[bytes]) -> bytes:
     head = pack_arrays(lens, delta=False)
     data = b"".join(items)
     # zstd cannot round-trip an empty frame: empty payload tables store nothing
-    return struct.pack("<I", len(head)) + head + (bytes(_ZSTD.encode(data)) if data else b"")
+    return struct.pack("<I", len(head)) + head + (_compress(data) if data else b"")
 
 
 def unpack_bytes(blob: bytes) -> list[bytes]:
     (h,) = struct.unpack_from("<I", blob, 0)
     (lens,) = unpack_arrays(blob[4:4 + h], delta=False)
     rest = blob[4 + h:]
-    data = bytes(_ZSTD.decode(rest)) if rest else b""
+    data = _decompress(rest) if rest else b""
     out, pos = [], 0
     for n in lens.tolist():
         out.append(data[pos:pos + n])

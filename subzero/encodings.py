@@ -33,7 +33,12 @@ from .cells import csr_rows, csr_take, lengths_to_offsets, pack, unpack
 from .codec import pack_arrays, pack_blocks, pack_bytes, unpack_arrays, unpack_bytes
 from .strategy import Strategy
 
-KEY_BITS = 14
+#: Key-index block size (2**KEY_BITS cells) for new writes.  Small blocks keep a
+#: point lookup cheap: a query decodes whole blocks, and a cell of a high fan-in
+#: pair carries many pair ids.  Older stores keep the size they were written with
+#: (``key_bits`` in a space's metadata; absent = LEGACY_KEY_BITS).
+KEY_BITS = 10
+LEGACY_KEY_BITS = 14
 REC_BITS = 10
 REC_PAIRS = 1 << REC_BITS
 
@@ -130,7 +135,8 @@ def sort_within_pairs(cells: np.ndarray, off: np.ndarray) -> np.ndarray:
 
 # --- key index blocks (One encodings) -------------------------------------------
 
-def key_blocks(key: np.ndarray, key_off: np.ndarray, first_pair: int) -> dict[int, bytes]:
+def key_blocks(key: np.ndarray, key_off: np.ndarray, first_pair: int,
+               key_bits: int = KEY_BITS) -> dict[int, bytes]:
     """Encode the per-cell index: block id -> bytes (cells, pairs per cell, pair ids)."""
     if key.size == 0:
         return {}
@@ -140,15 +146,15 @@ def key_blocks(key: np.ndarray, key_off: np.ndarray, first_pair: int) -> dict[in
     keep = np.ones(len(k), bool)
     keep[1:] = (k[1:] != k[:-1]) | (p[1:] != p[:-1])
     k, p = k[keep], p[keep]
-    return _encode_sorted_index(k, p)
+    return _encode_sorted_index(k, p, key_bits)
 
 
-def _encode_sorted_index(k: np.ndarray, p: np.ndarray) -> dict[int, bytes]:
+def _encode_sorted_index(k: np.ndarray, p: np.ndarray, key_bits: int) -> dict[int, bytes]:
     """(cell, pair) rows sorted by cell -> one blob per key block, all blocks at once."""
     run = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
     cells = k[run]
     counts = np.diff(np.append(run, len(k)))
-    blk = cells >> KEY_BITS
+    blk = cells >> key_bits
     cstarts = np.flatnonzero(np.concatenate(([True], blk[1:] != blk[:-1])))
     cbounds = np.append(cstarts, len(cells))
     pbounds = np.append(run, len(k))[cbounds]

@@ -36,6 +36,7 @@ from .reexec import capture_mode, rerun
 from .strategy import Strategy, parse_one
 
 LOOKUP_CHUNK = 1 << 16
+SMALL_QUERY = 4096          # below this many cells, work from packed cells, not bitmaps
 KEY_BLOCK = 1 << KEY_BITS
 
 
@@ -122,6 +123,8 @@ class Executor:
         self._values: dict[str, object] = {}
         self._reach_cache: dict[tuple[str, bool], frozenset] = {}
         self._topo_cache: list[str] | None = None
+        self._methods_cache: dict[tuple, tuple] = {}
+        self._sc_cache: dict[str, relation.StepContext] = {}
         self._planner = None
 
     # -- public -----------------------------------------------------------------------
@@ -147,7 +150,9 @@ class Executor:
         self._check_array(start)
         shape = self.v.shapes[start]
         cells = self._cells(cells, start, shape)
-        bm = bitmap_from_packed(pack(cells, shape), shape)
+        q0 = np.unique(pack(cells, shape))
+        bm = bitmap_from_packed(q0, shape)
+        self._q0 = q0 if q0.size <= SMALL_QUERY else None
         if (to is None) == (path is None):
             raise QueryError("give either a target array (--to) or a path (--path), not both")
         steps: list[StepStat] = []
@@ -182,7 +187,7 @@ class Executor:
         return c
 
     def _follow(self, start, bm, path, prefer, shortcut, steps):
-        cur, direction = start, None
+        cur, direction, q = start, None, None
         for op, i in path:
             if op not in self.v.inputs_of:
                 raise QueryError(f"path step {op}:{i}: {op!r} is not an operator of run "
@@ -202,7 +207,8 @@ class Executor:
                 raise QueryError(f"path mixes directions at step {op}:{i}; a trace goes either "
                                  f"backward or forward")
             direction = d
-            bm, _ = self._step(op, i, d == "backward", bm, prefer, shortcut, steps)
+            q = self._q0 if cur == start else q
+            bm, _, q = self._step(op, i, d == "backward", bm, prefer, shortcut, steps, q_in=q)
             cur = nxt
         self._last = bm
         return cur, direction or "backward"
@@ -241,7 +247,11 @@ class Executor:
         on.add(start)
         order = [a for a in self._topo() if a in on]
         bms = {start: bm}
-        counts = {start: int(np.count_nonzero(bm))}     # one count per bitmap, reused
+        # sorted packed cells of small sets, kept beside their bitmaps: a small query
+        # never scans a whole bitmap to count or list its cells
+        packed = {start: self._q0} if self._q0 is not None else {}
+        counts = {start: int(self._q0.size) if self._q0 is not None
+                  else int(np.count_nonzero(bm))}       # one count per bitmap, reused
         for a in (reversed(order) if backward else order):
             if a not in bms or not counts[a]:
                 continue
@@ -254,12 +264,16 @@ class Executor:
                 tgt = bms.get(dst)
                 if tgt is not None and counts[dst] == tgt.size:
                     continue          # early stop: nothing left to add
-                r, n = self._step(op, i, backward, bms[a], prefer, shortcut, steps, counts[a])
+                r, n, rq = self._step(op, i, backward, bms[a], prefer, shortcut, steps, counts[a],
+                                      q_in=packed.get(a))
                 if tgt is None:
                     bms[dst], counts[dst] = r, n
+                    if rq is not None:
+                        packed[dst] = rq
                 elif n:
                     bms[dst] = tgt | r
                     counts[dst] = int(np.count_nonzero(bms[dst]))
+                    packed.pop(dst, None)
         out = bms.get(to)
         if out is None:
             out = np.zeros(self.v.shapes[to], bool)
@@ -289,6 +303,22 @@ class Executor:
         return self.v.workflow().steps[name].operator
 
     def _methods(self, name: str, i: int, backward: bool, prefer: str | None):
+        """The operator and its methods for a step in the simple rule's order (cached:
+        the run's strategies never change)."""
+        key = (name, i, backward, prefer)
+        hit = self._methods_cache.get(key)
+        if hit is None:
+            hit = self._methods_cache[key] = self._methods_uncached(name, i, backward, prefer)
+        return hit[0], list(hit[1])
+
+    def _step_context(self, name, op, out_shape, in_shapes) -> relation.StepContext:
+        sc = self._sc_cache.get(name)
+        if sc is None:
+            sc = self._sc_cache[name] = relation.StepContext(
+                name, op, Context(name, op, frozenset(), in_shapes, out_shape), out_shape, in_shapes)
+        return sc
+
+    def _methods_uncached(self, name: str, i: int, backward: bool, prefer: str | None):
         op = self._operator(name)
         strategies = self.v.strategies.get(name, ())
         want = "backward" if backward else "forward"
@@ -307,8 +337,10 @@ class Executor:
         return op, methods
 
     def _step(self, name, i, backward, bm, prefer, shortcut, steps,
-              n_in: int | None = None) -> tuple[np.ndarray, int]:
-        """One step; returns the target bitmap and its number of set cells."""
+              n_in: int | None = None, q_in: np.ndarray | None = None):
+        """One step; returns the target bitmap, its number of set cells and, for a small
+        result, its sorted packed cells (else None).  ``q_in``: the sorted packed cells
+        of ``bm`` when known."""
         t0 = time.perf_counter()
         ins = self.v.inputs_of[name]
         out_shape = self.v.shapes[name]
@@ -317,6 +349,7 @@ class Executor:
         d = "backward" if backward else "forward"
         n_in = int(np.count_nonzero(bm)) if n_in is None else n_in
         budget, blocks, note = None, 0, ""
+        res_q = None
         if n_in == 0:
             res, method = np.zeros(tgt_shape, bool), "empty"
         else:
@@ -324,15 +357,18 @@ class Executor:
             if shortcut and op.is_all_to_all(i):
                 res, method = np.ones(tgt_shape, bool), "all-to-all"
             else:
+                q = q_in
                 if self._planner is not None and not prefer:
-                    blocks = blocks_spanned(bm)
+                    if n_in <= SMALL_QUERY:      # the packed cells are needed anyway
+                        q = relation.packed_query(bm)[0] if q is None else q
+                        blocks = blocks_of_packed(q)
+                    else:
+                        blocks = blocks_spanned(bm)
                     info = StepInfo(name, i, backward, n_in, blocks,
                                     all(a in self._values for a in ins))
                     methods, budget = self._planner.plan(info, methods)
-                sc = relation.StepContext(name, op, Context(name, op, frozenset(), in_shapes, out_shape),
-                                          out_shape, in_shapes)
+                sc = self._step_context(name, op, out_shape, in_shapes)
                 q_flat = bm.ravel()
-                q = None
                 res = None
                 for kind, s in methods:
                     if kind != "map" and q is None:
@@ -363,15 +399,23 @@ class Executor:
                         method = "map"
                     else:
                         packed, method = self._reexec(name, op, sc, i, backward, q, q_flat)
-                    res = packed if isinstance(packed, np.ndarray) and packed.dtype == bool \
-                        else bitmap_from_packed(packed, tgt_shape)
+                    if isinstance(packed, np.ndarray) and packed.dtype == bool:
+                        res = packed
+                    elif packed.size <= SMALL_QUERY:
+                        res_q = np.unique(packed)
+                        res = bitmap_from_packed(res_q, tgt_shape)
+                    else:
+                        res = bitmap_from_packed(packed, tgt_shape)
                     break
-        n_out = res.size if method == "all-to-all" else int(np.count_nonzero(res))
+        if res_q is not None:
+            n_out = int(res_q.size)
+        else:
+            n_out = res.size if method == "all-to-all" else int(np.count_nonzero(res))
         st = StepStat(name, i, d, method, n_in, n_out, time.perf_counter() - t0, blocks, note)
         steps.append(st)
         if self._planner is not None and not prefer and method not in ("empty", "all-to-all"):
             self._planner.observe(st)
-        return res, n_out
+        return res, n_out, res_q
 
     @staticmethod
     def _map(op, sc, bm, i, backward, q):
@@ -444,6 +488,14 @@ class Executor:
                                        covered=covered)
             res = relation.composite(src, "backward", sc, i, backward, q, q_flat)
         return res, f"reexec:{mode.value}"
+
+
+def blocks_of_packed(q: np.ndarray) -> int:
+    """``blocks_spanned`` from sorted packed cells (cheaper for small queries)."""
+    if q.size == 0:
+        return 0
+    b = q >> KEY_BITS
+    return int(np.count_nonzero(b[1:] != b[:-1])) + 1
 
 
 def blocks_spanned(bm: np.ndarray) -> int:

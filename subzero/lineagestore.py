@@ -23,7 +23,7 @@ from rtree import index as rindex
 from .capture import Pairs
 from .cells import csr_take, lengths_to_offsets, rows_hitting, unpack
 from .codec import pack_arrays, unpack_arrays
-from .encodings import (BY_NAME, KEY_BITS, REC_BITS, REC_PAIRS, RecordBlock, Space,
+from .encodings import (BY_NAME, KEY_BITS, LEGACY_KEY_BITS, REC_BITS, REC_PAIRS, RecordBlock, Space,
                         decode_key_block, decode_record_block, key_blocks, merge_key_blocks,
                         record_blocks, record_fields, spaces_for)
 from .errors import SubZeroError
@@ -172,7 +172,8 @@ class LineageStore:
         if info is None:
             info = meta["spaces"][sp.name] = {
                 "next": 0, "key_shape": list(sp.key_shape), "fields": record_fields(sp, enc),
-                "value_shapes": {k: list(v) for k, v in sp.value_shapes.items()}, "blocks": []}
+                "value_shapes": {k: list(v) for k, v in sp.value_shapes.items()}, "blocks": [],
+                "key_bits": KEY_BITS}
         first = -(-info["next"] // REC_PAIRS) * REC_PAIRS
         if sp.n == 0:
             return
@@ -181,7 +182,8 @@ class LineageStore:
             puts.append((_k(sp.name, b"R", blk), blob))
             info["blocks"].append(blk)
         if enc.one:
-            for blk, blob in key_blocks(sp.key, sp.key_off, first).items():
+            bits = info.get("key_bits", LEGACY_KEY_BITS)
+            for blk, blob in key_blocks(sp.key, sp.key_off, first, bits).items():
                 key = _k(sp.name, b"K", blk)
                 old = txn.get(key)
                 puts.append((key, merge_key_blocks(old, blob) if old is not None else blob))
@@ -330,7 +332,8 @@ class StrategyReader:
     def _lookup_one(self, txn, space, q):
         """Decode every touched key block, then one vectorized search over all of them
         (blocks are in key order, so their cells concatenate sorted)."""
-        blocks = np.unique(q >> KEY_BITS).tolist()
+        bits = self.meta["spaces"][space].get("key_bits", LEGACY_KEY_BITS)
+        blocks = np.unique(q >> bits).tolist()
         decs = [d for d in (self._decoded_key_block(txn, space, b) for b in blocks) if d is not None]
         if not decs:
             return np.zeros(0, np.int64)
@@ -388,6 +391,10 @@ class StrategyReader:
         blocks, local = np.divmod(pids, REC_PAIRS)
         ublocks, inv = np.unique(blocks, return_inverse=True)
         decoded = [self._record(txn, space, int(b)) for b in ublocks.tolist()]
+        if len(decoded) == 1 and "pay" not in fields:     # the common small query: no concatenation
+            rb = decoded[0]
+            return {f: (csr_take(rb.csr[f][0], rb.csr[f][1], local),
+                        lengths_to_offsets(np.diff(rb.csr[f][1])[local])) for f in fields}
         base = lengths_to_offsets(np.array([rb.n for rb in decoded], np.int64))
         rows = base[inv] + local               # row of each pid in the concatenation
         out = {}

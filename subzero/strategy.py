@@ -8,6 +8,7 @@ with ``+`` (``full:fullmany:backward+full:fullone:forward``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .errors import StrategyError
 from .modes import Mode
@@ -37,9 +38,16 @@ class Strategy:
         return self.mode in (Mode.PAY, Mode.COMP)
 
     def __str__(self) -> str:
-        if not self.stored:
-            return self.mode.value
-        return f"{self.mode.value}:{self.encoding}:{self.direction}"
+        return _spelling(self)
+
+
+@lru_cache(maxsize=256)
+def _spelling(s: Strategy) -> str:
+    """A strategy's name; cached because the query planner keys its statistics by it
+    on every step."""
+    if not s.stored:
+        return s.mode.value
+    return f"{s.mode.value}:{s.encoding}:{s.direction}"
 
 
 MAP = Strategy(Mode.MAP)
@@ -47,6 +55,12 @@ BLACKBOX = Strategy(Mode.BLACKBOX)
 
 
 def parse_one(text: str) -> Strategy:
+    """One strategy from its spelling (cached: the planner parses method names per step)."""
+    return _parse_one(text)
+
+
+@lru_cache(maxsize=1024)
+def _parse_one(text: str) -> Strategy:
     parts = [p.strip().lower() for p in text.split(":")]
     try:
         mode = Mode(parts[0])
