@@ -36,6 +36,7 @@ from .reexec import capture_mode, rerun
 from .strategy import Strategy, parse_one
 
 LOOKUP_CHUNK = 1 << 16
+FIRST_CHUNK = 8             # first chunk of a matched lookup (see Executor._stored)
 SMALL_QUERY = 4096          # below this many cells, work from packed cells, not bitmaps
 KEY_BLOCK = 1 << KEY_BITS
 
@@ -441,13 +442,24 @@ class Executor:
             return relation.composite(reader, s.direction, sc, i, backward, q, q_flat)
         fn = relation.backward if backward else relation.forward
         matched = (s.direction == "backward") == backward
-        if not matched or q.size <= LOOKUP_CHUNK:
+        if not matched or q.size <= FIRST_CHUNK:
             return fn(reader, s.payload, s.direction, sc, i, q, q_flat)
-        out = np.zeros(int(np.prod(tgt_shape, dtype=np.int64)), bool)
-        for a in range(0, q.size, LOOKUP_CHUNK):   # chunked so a full target stops early
-            out[fn(reader, s.payload, s.direction, sc, i, q[a:a + LOOKUP_CHUNK], q_flat)] = True
-            if np.count_nonzero(out) == out.size:
+        # Chunked so that a step whose target fills up stops early: a high fan-out step
+        # (a model cell feeds thousands of predictions) often fills it from its first
+        # few cells.  Chunks grow 8x while the cells so far could still fill the target
+        # at their fan-out; otherwise the rest goes in LOOKUP_CHUNK pieces.  Only the
+        # speed depends on this: the answer is the union over chunks either way.
+        size = int(np.prod(tgt_shape, dtype=np.int64))
+        out = np.zeros(size, bool)
+        a, step = 0, FIRST_CHUNK
+        while a < q.size:
+            b = min(q.size, a + step)
+            out[fn(reader, s.payload, s.direction, sc, i, q[a:b], q_flat)] = True
+            n = int(np.count_nonzero(out))
+            if n == size:
                 break
+            step = min(step * 8, LOOKUP_CHUNK) if n * q.size >= size * b else LOOKUP_CHUNK
+            a = b
         return out.reshape(tgt_shape)
 
     def _reader(self, name, s):

@@ -191,3 +191,73 @@ def test_two_handles_on_one_run_in_one_process(store, capfd):
     b = other.trace("stars", [(40, 70)], path=[("stars", 0)])
     assert np.array_equal(a.bitmap, b.bitmap)
     assert b.steps[0].method.startswith("stored:") and "warning" not in capfd.readouterr().err
+
+
+def test_blocks_written_by_numcodecs_zstd_still_decode():
+    """Stores made before the zstandard codec hold frames written by numcodecs."""
+    from numcodecs import Zstd
+    from subzero.codec import _decompress
+    raw = np.arange(5000, dtype=np.int16).tobytes()
+    assert _decompress(bytes(Zstd(level=1).encode(raw))) == raw
+
+
+class Fan(Operator):
+    """Output cell (r, c) depends on input row r (a forward fan-out of a whole row)."""
+
+    def supported_modes(self):
+        return {Mode.FULL, Mode.BLACKBOX}
+
+    def run(self, ctx, a):
+        out = np.argwhere(np.ones(a.shape, bool))
+        cols = np.arange(a.shape[1])
+        ins = [np.column_stack([np.full(a.shape[1], r), cols]) for r, _ in out]
+        ctx.lwrite(out, ins, each=True)
+        return a * 2
+
+
+def _fan_workflow():
+    wf = Workflow("fan")
+    wf.add("fan", Fan(), wf.input("a"))
+    return wf
+
+
+def test_key_block_size_of_an_older_store_is_kept(store, monkeypatch):
+    """A store written with 2**14-cell key blocks (no key_bits in its metadata) answers
+    the same after the block size changed, and appends keep its block size."""
+    import json
+    import subzero.lineagestore as ls
+    a = np.arange(150 * 150, dtype=float).reshape(150, 150)
+    for strategy in ("full:fullone:backward", "full:fullone:forward"):
+        monkeypatch.setattr(ls, "KEY_BITS", 14)
+        old = store.run(_fan_workflow(), inputs={"a": a}, strategies={"fan": strategy})
+        monkeypatch.undo()
+        lin = ls.LineageStore(old.dir / "lineage")
+        db = lin._db(f"fan|{strategy}".encode(), create=False)
+        with lin.env.begin(write=True, db=db) as txn:     # as an older version wrote it
+            meta = json.loads(txn.get(ls.META))
+            for sp in meta["spaces"].values():
+                assert sp.pop("key_bits") == 14
+            txn.put(ls.META, json.dumps(meta).encode())
+        lin.close()
+        reopened = subzero.open_store(store.path).get(old.id)
+        for cells in ([(0, 0)], [(149, 149), (20, 37)], [(r, 3) for r in range(0, 150, 7)]):
+            start = "fan" if strategy.endswith("backward") else "a"
+            got = reopened.trace(start, cells, path=[("fan", 0)], prefer=strategy, record=False)
+            want = reopened.trace(start, cells, path=[("fan", 0)], prefer="reexec", record=False)
+            assert got.steps[0].method == f"stored:{strategy}"
+            assert np.array_equal(got.bitmap, want.bitmap)
+        reopened.close()
+
+
+def test_high_fan_out_lookup_stops_early_with_the_same_answer(store):
+    """A forward lookup whose first cells already reach the whole output stops there;
+    one that never fills it reads every chunk."""
+    a = np.zeros((40, 30))
+    run = store.run(_fan_workflow(), inputs={"a": a}, strategies={"fan": "full:fullone:forward"})
+    every_row = [(r, 0) for r in range(40)] + [(r, 5) for r in range(40)]
+    few_rows = [(r, c) for r in range(0, 40, 3) for c in range(30)]
+    for cells in (every_row, few_rows):
+        got = run.trace("a", cells, path=[("fan", 0)], record=False)
+        want = run.trace("a", cells, path=[("fan", 0)], prefer="reexec", record=False)
+        assert got.steps[0].method == "stored:full:fullone:forward"
+        assert np.array_equal(got.bitmap, want.bitmap)
