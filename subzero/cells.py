@@ -167,7 +167,8 @@ def parse_spec(spec: str, shape: Shape, array: str = "array") -> np.ndarray:
 
 def lengths_to_offsets(lengths: np.ndarray) -> np.ndarray:
     off = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=off[1:])
+    if len(off) > 1:
+        np.add.accumulate(lengths, out=off[1:])
     return off
 
 
@@ -197,7 +198,27 @@ def rows_hitting(values: np.ndarray, offsets: np.ndarray, bm_flat: np.ndarray) -
     if values.size == 0:
         return np.zeros(0, np.int64)
     hit = bm_flat[values]
-    return np.unique(csr_rows(offsets)[hit])
+    return sorted_unique(csr_rows(offsets)[hit])
+
+
+def sorted_unique(a: np.ndarray) -> np.ndarray:
+    """``np.unique`` of an already sorted array, in one pass."""
+    if a.size <= 1:
+        return a
+    keep = np.empty(a.size, bool)
+    keep[0] = True
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return a[keep]
+
+
+def unique_ids(ids: np.ndarray, bound: int) -> np.ndarray:
+    """Sorted distinct values of ``ids`` (all in [0, bound)).  Many ids over a small
+    range are deduplicated with a bitmap, far cheaper than np.unique's hash and sort."""
+    if ids.size > 64 and bound <= 32 * ids.size:
+        mark = np.zeros(bound, bool)
+        mark[ids] = True
+        return np.flatnonzero(mark)
+    return np.unique(ids)
 
 
 def iter_chunks(n: int, size: int) -> Iterable[tuple[int, int]]:

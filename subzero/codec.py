@@ -138,7 +138,7 @@ def unpack_arrays(blob: bytes, delta: bool = True) -> list[np.ndarray]:
         a = np.frombuffer(raw, dtype=t, count=n, offset=pos)
         pos += n * t.itemsize
         # widen while summing (one pass) rather than astype then cumsum (two)
-        out.append(np.cumsum(a, dtype=np.int64) if delta and n else a.astype(np.int64))
+        out.append(np.add.accumulate(a, dtype=np.int64) if delta and n else a.astype(np.int64))
     return out
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from rtree import index as rindex
 
 from .capture import Pairs
-from .cells import csr_take, lengths_to_offsets, rows_hitting, unpack
+from .cells import csr_take, lengths_to_offsets, rows_hitting, sorted_unique, unique_ids, unpack
 from .codec import pack_arrays, unpack_arrays
 from .encodings import (BY_NAME, KEY_BITS, LEGACY_KEY_BITS, REC_BITS, REC_PAIRS, RecordBlock, Space,
                         decode_key_block, decode_record_block, key_blocks, merge_key_blocks,
@@ -332,15 +332,16 @@ class StrategyReader:
     def _lookup_one(self, txn, space, q):
         """Decode every touched key block, then one vectorized search over all of them
         (blocks are in key order, so their cells concatenate sorted)."""
-        bits = self.meta["spaces"][space].get("key_bits", LEGACY_KEY_BITS)
-        blocks = np.unique(q >> bits).tolist()
+        info = self.meta["spaces"][space]
+        bits, n_pairs = info.get("key_bits", LEGACY_KEY_BITS), int(info["next"])
+        blocks = sorted_unique(q >> bits).tolist()      # q is sorted
         decs = [d for d in (self._decoded_key_block(txn, space, b) for b in blocks) if d is not None]
         if not decs:
             return np.zeros(0, np.int64)
         if len(decs) == 1:       # one block: search it as decoded (work ~ the query, not the block)
             c, off, p = decs[0]
             pos = np.minimum(np.searchsorted(c, q), len(c) - 1)
-            return np.unique(csr_take(p, off, pos[c[pos] == q]))
+            return unique_ids(csr_take(p, off, pos[c[pos] == q]), n_pairs)
         cells = np.concatenate([d[0] for d in decs])
         counts = [np.diff(d[1]) for d in decs]
         pids = [d[2] for d in decs]
@@ -348,7 +349,7 @@ class StrategyReader:
         pos = np.searchsorted(cells, q)
         pos_c = np.minimum(pos, len(cells) - 1)
         hit = pos_c[cells[pos_c] == q]
-        return np.unique(csr_take(np.concatenate(pids), off, hit))
+        return unique_ids(csr_take(np.concatenate(pids), off, hit), n_pairs)
 
     def _rtree(self, space: str):
         t = self._rtrees.get(space)
@@ -389,7 +390,14 @@ class StrategyReader:
         vectorized gather per field over the blocks laid end to end."""
         pids = np.asarray(pids, np.int64)
         blocks, local = np.divmod(pids, REC_PAIRS)
-        ublocks, inv = np.unique(blocks, return_inverse=True)
+        if blocks.size and (blocks.size == 1 or bool(np.all(blocks[1:] >= blocks[:-1]))):
+            # sorted pair ids (what lookups return): blocks and their inverse in one pass
+            first = np.empty(blocks.size, bool)
+            first[0] = True
+            np.not_equal(blocks[1:], blocks[:-1], out=first[1:])
+            ublocks, inv = blocks[first], np.cumsum(first) - 1
+        else:
+            ublocks, inv = np.unique(blocks, return_inverse=True)
         decoded = [self._record(txn, space, int(b)) for b in ublocks.tolist()]
         if len(decoded) == 1 and "pay" not in fields:     # the common small query: no concatenation
             rb = decoded[0]
