@@ -244,13 +244,34 @@ def _split(blob: bytes) -> list[bytes]:
     return out
 
 
-@dataclass
 class RecordBlock:
-    """Decoded records: field -> (cells, offsets); payloads per pair."""
+    """Decoded records: field -> (cells, offsets); payloads per pair.
 
-    csr: dict[str, tuple[np.ndarray, np.ndarray]]
-    pay_local: np.ndarray | None = None
-    table: list[bytes] | None = None
+    The payload part (per-pair payload ids and the payload table) is decoded on
+    first use: a forward lookup of a payload strategy reads only the value cells."""
+
+    def __init__(self, csr: dict[str, tuple[np.ndarray, np.ndarray]], pay_blob: bytes | None = None):
+        self.csr = csr
+        self._pay_blob = pay_blob
+        self._pay = None
+
+    def _payloads(self):
+        if self._pay is None:
+            if self._pay_blob is None:
+                self._pay = (None, None)
+            else:
+                local, table = self._pay_blob
+                (pay_local,) = unpack_arrays(local, delta=False)
+                self._pay = (pay_local, unpack_bytes(table))
+        return self._pay
+
+    @property
+    def pay_local(self) -> np.ndarray | None:
+        return self._payloads()[0]
+
+    @property
+    def table(self) -> list[bytes] | None:
+        return self._payloads()[1]
 
     @property
     def n(self) -> int:
@@ -262,10 +283,9 @@ class RecordBlock:
 def decode_record_block(blob: bytes, fields: list[str]) -> RecordBlock:
     if "pay" in fields:
         main, local, table = _split(blob)
-        (pay_local,) = unpack_arrays(local, delta=False)
-        tab = unpack_bytes(table)
+        pay = (local, table)
     else:
-        main, pay_local, tab = blob, None, None
+        main, pay = blob, None
     arrays = unpack_arrays(main)
     csr = {}
     j = 0
@@ -275,4 +295,4 @@ def decode_record_block(blob: bytes, fields: list[str]) -> RecordBlock:
         lens, cells = arrays[j], arrays[j + 1]
         j += 2
         csr[name] = (cells, lengths_to_offsets(lens))
-    return RecordBlock(csr, pay_local, tab)
+    return RecordBlock(csr, pay)
