@@ -9,7 +9,8 @@ sizes; for re-execution the operator's own runtime, the pairs it regenerates
 and the input bytes it loads.  The coefficients are not guesses: they are fit
 on this machine by the calibration benchmark (``calibration.py``), which runs
 the very same executor over synthetic lineage and fits these same features.
-The trace log then corrects them per operator (``learn``).
+The trace log then corrects them per operator input and method (``learn``): one
+operator can be cheap to trace through one input and costly through another.
 
 Block counts assume query cells fall uniformly over the key array: the
 expected number of distinct blocks hit by ``n`` cells among ``B`` blocks is
@@ -78,7 +79,7 @@ class CostModel:
     machine (its calibration)."""
 
     def __init__(self, calibration: dict, stats: WorkflowStats,
-                 corrections: dict[tuple[str, str], float] | None = None):
+                 corrections: dict[tuple[str, int, str], float] | None = None):
         self.calibration = calibration
         self.coef = {f: np.asarray(calibration["coef"][f], float) for f in FEATURES}
         self.rtree_b = float(calibration.get("rtree_quadratic", 0.0))
@@ -141,7 +142,7 @@ class CostModel:
         compute, load = base
         if compute is None:
             return 0.0
-        corr = self.corrections.get((op, correction_key(method, backward)), 1.0)
+        corr = self.corrections.get((op, i, correction_key(method, backward)), 1.0)
         return compute * corr + load
 
     def _base_cost(self, op, method, i, backward, n_in, n_out, loaded, blocks):
@@ -258,7 +259,7 @@ class CostModel:
 
     # -- feedback from the trace log ----------------------------------------------------------
     def learn(self, steps: list[dict], min_obs: int = 2, recent: int = 20) -> None:
-        """Per operator and method (``correction_key``): the median of observed /
+        """Per operator, input and method (``correction_key``): the median of observed /
         predicted over the latest traced steps corrects the calibration (clamped)."""
         ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
         self.corrections = {}
@@ -271,7 +272,8 @@ class CostModel:
             pred = self.cost(st["op"], m, st["input"], backward, st["cells_in"], st["cells_out"],
                              loaded=True, blocks=st.get("blocks_in") or 0)
             if pred and st["seconds"] > 0:
-                ratios[(st["op"], correction_key(m, backward))].append(st["seconds"] / pred)
+                ratios[(st["op"], st["input"], correction_key(m, backward))].append(
+                    st["seconds"] / pred)
         lo, hi = CORRECTION_RANGE
         for key, rs in ratios.items():
             if len(rs) >= min_obs:

@@ -3,11 +3,16 @@ the cost model and current statistics, run the cheapest first, and give up on
 stored lineage for re-execution once reading it has cost more than
 re-executing is predicted to.
 
-That switch bounds the damage of a wrong guess: a step never costs much more
-than half its predicted re-execution plus the re-execution itself, so a query
-stays within about 1.5x of black-box even when stored lineage is useless for
-it (a forward-only index asked backward, say; the paper allowed 2x).  Observed step times feed back into
-per-operator corrections while the process runs.
+That switch bounds the damage of a wrong guess.  A stored read may take half
+the predicted re-execution, or twice its own predicted cost when that is more
+(never more than the predicted re-execution), so a query stays within about
+1.5x of black-box when stored lineage is useless for it (a forward-only index
+asked backward, say; the paper allowed 2x), and a read predicted close to
+re-execution is not abandoned over a small misprediction.  A read that timed
+out is skipped for the next few steps of the same kind (re-execution goes
+first), then tried again: the timeout may have been a stall of the machine.
+Observed step times feed back into corrections per operator input and method
+while the process runs.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from .stats import for_run
 
 MIN_BUDGET_S = 0.002       # never give up on stored lineage sooner than this
 SWITCH_FACTOR = 0.5        # stored lineage may take this share of the predicted re-execution
+TOO_SLOW_STEPS = 3         # a stored read that timed out waits this many steps to be tried again
 STORED_SLACK = 2.0         # ... or this multiple of its own predicted cost, up to re-execution
 
 
@@ -35,7 +41,8 @@ class QueryPlanner:
         self.min_budget_s = min_budget_s
         self.decisions: list[tuple[str, list[tuple[str, float]]]] = []   # for inspection
         self._tried: dict[tuple, Strategy] = {}    # step -> the stored method it tries first
-        self._too_slow: set[tuple] = set()         # (op, method) that ran out of time before
+        # (op, input, method) that ran out of time -> steps left before it is tried again
+        self._too_slow: dict[tuple, int] = {}
 
     def _price(self, step: StepInfo, kind: str, s, n_out: float) -> float | None:
         method = s if kind == "stored" else kind
@@ -53,10 +60,16 @@ class QueryPlanner:
                 return methods, None
             priced.append((c, k, (kind, s)))
         reexec = next((c for c, _, (kind, _) in priced if kind == "reexec"), None)
-        if reexec is not None:                  # once timed out: after re-execution from now on
+        if reexec is not None:     # timed out lately: after re-execution for a few steps
             for j, (c, k, (kind, s)) in enumerate(priced):
-                if kind == "stored" and (step.op, correction_key(s, step.backward)) in self._too_slow:
+                key = (step.op, step.input, correction_key(s, step.backward))
+                left = self._too_slow.get(key)
+                if kind == "stored" and left:
                     priced[j] = (max(c, 1.05 * reexec), k, (kind, s))
+                    if left > 1:
+                        self._too_slow[key] = left - 1
+                    else:                # then try it again: the timeout may have been a stall
+                        del self._too_slow[key]
         priced.sort(key=lambda t: (t[0], t[1]))
         self.decisions = self.decisions[-99:] + [
             (step.op, [(f"{kind}:{s}" if s else kind, c) for c, _, (kind, s) in priced])]
@@ -73,10 +86,10 @@ class QueryPlanner:
         return order, budget
 
     def observe(self, st: StepStat) -> None:
-        """Keep a running correction per operator and method from what steps took."""
+        """Keep a running correction per operator input and method from what steps took."""
         fam = method_family(st.method)
         method, backward = (st.method if fam == "stored" else fam), st.direction == "backward"
-        key = (st.op, correction_key(method, backward))
+        key = (st.op, st.input, correction_key(method, backward))
         corr = self.model.corrections
         old = corr.pop(key, None)
         pred = self.model.cost(st.op, method, st.input, backward, st.cells_in, st.cells_out,
@@ -87,7 +100,7 @@ class QueryPlanner:
         if st.note and tried is not None:
             # stored lineage ran out of time: a repeated query re-executes at once
             # instead of paying twice
-            self._too_slow.add((st.op, correction_key(tried, backward)))
+            self._too_slow[(st.op, st.input, correction_key(tried, backward))] = TOO_SLOW_STEPS
             return
         if not pred or st.seconds <= 0 or st.note:
             return

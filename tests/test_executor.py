@@ -3,6 +3,8 @@ concatenate counter-example, early stop, multi-input paths, step statistics."""
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from operators import Add, Concat, Mean, Sub
 from subzero import LineageError, Mode, Operator, Workflow
@@ -109,3 +111,16 @@ def test_map_p_out_of_range_at_capture_fails_the_run(store):
     wf.add("op", BadMapP(), wf.input("x"))
     with pytest.raises(LineageError, match=r"map_p returned cell \(9,\) outside input 0"):
         store.run(wf, inputs={"x": np.zeros(4)}, strategies={"op": "pay:payone:forward"})
+
+
+@given(st.lists(st.integers(0, 5000), max_size=3000), st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_id_dedupe_helpers_equal_np_unique(ids, presort):
+    """The executor's fast dedupes (a bitmap over the id range, one pass over sorted
+    ids) give exactly np.unique."""
+    from subzero.cells import sorted_unique, unique_ids
+    a = np.asarray(ids, np.int64)
+    if presort:
+        a = np.sort(a)
+        assert np.array_equal(sorted_unique(a), np.unique(a))
+    assert np.array_equal(unique_ids(a, 5001), np.unique(a))
