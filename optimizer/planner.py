@@ -18,6 +18,7 @@ while the process runs.
 from __future__ import annotations
 
 import os
+from collections import deque
 
 from subzero.executor import StepInfo, StepStat
 from subzero.strategy import Strategy
@@ -39,7 +40,8 @@ class QueryPlanner:
         self.model = model
         self.switch_factor = switch_factor
         self.min_budget_s = min_budget_s
-        self.decisions: list[tuple[str, list[tuple[str, float]]]] = []   # for inspection
+        # the latest steps' priced methods, for inspection
+        self.decisions: deque[tuple[str, list[tuple[str, float]]]] = deque(maxlen=100)
         self._tried: dict[tuple, Strategy] = {}    # step -> the stored method it tries first
         # (op, input, method) that ran out of time -> steps left before it is tried again
         self._too_slow: dict[tuple, int] = {}
@@ -71,8 +73,8 @@ class QueryPlanner:
                     else:                # then try it again: the timeout may have been a stall
                         del self._too_slow[key]
         priced.sort(key=lambda t: (t[0], t[1]))
-        self.decisions = self.decisions[-99:] + [
-            (step.op, [(f"{kind}:{s}" if s else kind, c) for c, _, (kind, s) in priced])]
+        self.decisions.append((step.op, [(f"{kind}:{s}" if s else kind, c)
+                                         for c, _, (kind, s) in priced]))
         order = [m for _, _, m in priced]
         budget = None
         if order[0][0] == "stored" and reexec is not None:

@@ -123,23 +123,39 @@ def pack_blocks(columns: list[tuple[np.ndarray, np.ndarray]], n_blocks: int) -> 
     return out
 
 
+class PackedArrays:
+    """The arrays of one blob, each decoded on first access: a lookup often needs
+    one field of a record block, and widening the others would be wasted work."""
+
+    def __init__(self, blob: bytes, delta: bool = True):
+        self.raw = memoryview(_decompress(blob))
+        self.delta = delta
+        (k,) = struct.unpack_from("<H", self.raw, 0)
+        pos = 2 + k * _HDR.size
+        self.specs = []
+        for j in range(k):
+            code, n = _HDR.unpack_from(self.raw, 2 + j * _HDR.size)
+            self.specs.append((code, n, pos))
+            pos += n * _DTYPES[code].itemsize
+        self._done: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    def __getitem__(self, j: int) -> np.ndarray:
+        a = self._done.get(j)
+        if a is None:
+            code, n, pos = self.specs[j]
+            a = np.frombuffer(self.raw, dtype=_DTYPES[code], count=n, offset=pos)
+            # widen while summing (one pass) rather than astype then cumsum (two)
+            a = self._done[j] = (np.add.accumulate(a, dtype=np.int64) if self.delta and n
+                                 else a.astype(np.int64))
+        return a
+
+
 def unpack_arrays(blob: bytes, delta: bool = True) -> list[np.ndarray]:
-    raw = memoryview(_decompress(blob))
-    (k,) = struct.unpack_from("<H", raw, 0)
-    pos = 2
-    specs = []
-    for _ in range(k):
-        code, n = _HDR.unpack_from(raw, pos)
-        pos += _HDR.size
-        specs.append((code, n))
-    out = []
-    for code, n in specs:
-        t = _DTYPES[code]
-        a = np.frombuffer(raw, dtype=t, count=n, offset=pos)
-        pos += n * t.itemsize
-        # widen while summing (one pass) rather than astype then cumsum (two)
-        out.append(np.add.accumulate(a, dtype=np.int64) if delta and n else a.astype(np.int64))
-    return out
+    p = PackedArrays(blob, delta)
+    return [p[j] for j in range(len(p))]
 
 
 def pack_bytes(items: list[bytes]) -> bytes:

@@ -30,7 +30,7 @@ import numpy as np
 
 from .capture import Pairs
 from .cells import csr_rows, csr_take, lengths_to_offsets, pack, unpack
-from .codec import pack_arrays, pack_blocks, pack_bytes, unpack_arrays, unpack_bytes
+from .codec import PackedArrays, pack_arrays, pack_blocks, pack_bytes, unpack_arrays, unpack_bytes
 from .strategy import Strategy
 
 #: Key-index block size (2**KEY_BITS cells) for new writes.  Small blocks keep a
@@ -250,7 +250,8 @@ class RecordBlock:
     The payload part (per-pair payload ids and the payload table) is decoded on
     first use: a forward lookup of a payload strategy reads only the value cells."""
 
-    def __init__(self, csr: dict[str, tuple[np.ndarray, np.ndarray]], pay_blob: bytes | None = None):
+    def __init__(self, csr: "dict[str, tuple[np.ndarray, np.ndarray]] | _LazyFields",
+                 pay_blob: bytes | None = None):
         self.csr = csr
         self._pay_blob = pay_blob
         self._pay = None
@@ -275,9 +276,28 @@ class RecordBlock:
 
     @property
     def n(self) -> int:
-        for c, o in self.csr.values():
-            return len(o) - 1
+        for name in self.csr:
+            return len(self.csr[name][1]) - 1
         return 0 if self.pay_local is None else len(self.pay_local)
+
+
+class _LazyFields(dict):
+    """field -> (cells, offsets) of a record block, decoded on first access."""
+
+    def __init__(self, arrays: PackedArrays, index: dict[str, int]):
+        super().__init__()
+        self._arrays, self._index = arrays, index
+
+    def __iter__(self):
+        return iter(self._index)
+
+    def __contains__(self, name) -> bool:
+        return name in self._index
+
+    def __missing__(self, name):
+        j = self._index[name]
+        v = self[name] = (self._arrays[j + 1], lengths_to_offsets(self._arrays[j]))
+        return v
 
 
 def decode_record_block(blob: bytes, fields: list[str]) -> RecordBlock:
@@ -286,13 +306,5 @@ def decode_record_block(blob: bytes, fields: list[str]) -> RecordBlock:
         pay = (local, table)
     else:
         main, pay = blob, None
-    arrays = unpack_arrays(main)
-    csr = {}
-    j = 0
-    for name in fields:
-        if name == "pay":
-            continue
-        lens, cells = arrays[j], arrays[j + 1]
-        j += 2
-        csr[name] = (cells, lengths_to_offsets(lens))
-    return RecordBlock(csr, pay)
+    names = [f for f in fields if f != "pay"]
+    return RecordBlock(_LazyFields(PackedArrays(main), {f: 2 * k for k, f in enumerate(names)}), pay)
