@@ -160,8 +160,9 @@ def write_results(a, summary, rows, queries, strats, raw_bytes, base) -> None:
                      "vectorized: enumerating the whole 1M-cell array through the all-to-all input's "
                      f"mapping takes about {rows[('SubZero', 'FQ0Slow')][0] * 1000:.0f} ms, where the "
                      "paper's implementation took seconds. The short-cut removes that enumeration; what "
-                     "is left is per-step bitmap work that a sparse set representation for small "
-                     "queries would cut further.")
+                     "is left is per-step work on whole-array bitmaps after the all-to-all step (small "
+                     "sets already travel as cell lists); marking a set as 'the entire array' instead "
+                     "of materialising it would cut that further.")
     update_section("astronomy", "\n".join(lines))
 
 

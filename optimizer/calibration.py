@@ -12,7 +12,7 @@ workflows) are fit to the observed seconds by non-negative least squares on
 relative errors.  R-tree bulk loads are timed separately: they slow down as
 the file grows, which a sample cannot show.
 
-Takes about 10-20 s; the result is stored in the catalog per host and reused
+Takes about 20-30 s; the result is stored in the catalog per host and reused
 until ``subzero optimize --recalibrate``.
 """
 

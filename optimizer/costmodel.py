@@ -85,6 +85,9 @@ class CostModel:
         self.rtree_b = float(calibration.get("rtree_quadratic", 0.0))
         self.capture_fixed_s = float(calibration.get("capture_fixed_s", 0.0))
         self.strategy_fixed_s = float(calibration.get("strategy_fixed_s", 0.0))
+        # calibrations before version 4 priced loading per byte through the fitted
+        # coefficient; theirs stay usable until the next `subzero optimize` recalibrates
+        self.load_in_seconds = "load_byte_s" in calibration
         self.load_fixed_s = float(calibration.get("load_fixed_s", 0.0))
         self.load_byte_s = float(calibration.get("load_byte_s", 0.0))
         self.stats = stats
@@ -186,7 +189,10 @@ class CostModel:
         return "map", _vec("map", const=1, io=n_in + n_out, arr=src + tgt)
 
     def load_s(self, info: OpInfo) -> float:
-        """Seconds to load an operator's inputs from the array store (re-execution)."""
+        """Seconds to load an operator's inputs from the array store (re-execution); for
+        an older calibration, the bytes its per-byte coefficient prices."""
+        if not self.load_in_seconds:
+            return float(info.in_bytes)
         return len(info.in_shapes) * self.load_fixed_s + info.in_bytes * self.load_byte_s
 
     def _stored(self, info: OpInfo, s: Strategy, spaces: dict, i: int, backward: bool,

@@ -284,3 +284,25 @@ def test_cli_errors_are_one_line(tmp_path, cli, args, match):
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("subzero: error:") and \
         __import__("re").search(match, lines[0]), err
+
+
+def test_calibration_from_an_older_version_still_prices_loading(gstore, calibration):
+    """Stores calibrated before loads were priced per array keep a working planner: their
+    fitted per-byte coefficient still prices a re-execution's input loading."""
+    from optimizer.costmodel import FEATURES, CostModel
+    from optimizer.stats import collect
+    wf = subzero.load_workflow(WF)
+    stats = collect(gstore, wf.name, wf.params)
+    old = {k: v for k, v in calibration.items() if k not in ("load_fixed_s", "load_byte_s")}
+    old["coef"] = {f: list(c) for f, c in calibration["coef"].items()}
+    old["coef"]["reexec"][FEATURES["reexec"].index("load")] = 1e-9     # seconds per byte
+    model = CostModel(old, stats)
+    cold = model.cost("extract", "reexec", 0, True, 10, 10, loaded=False)
+    warm = model.cost("extract", "reexec", 0, True, 10, 10, loaded=True)
+    assert cold - warm == pytest.approx(stats.ops["extract"].in_bytes * 1e-9, rel=1e-6)
+    new = CostModel(calibration, stats)
+    n_in = len(stats.ops["extract"].in_shapes)
+    assert new.cost("extract", "reexec", 0, True, 10, 10, loaded=False) - \
+        new.cost("extract", "reexec", 0, True, 10, 10, loaded=True) == pytest.approx(
+            n_in * calibration["load_fixed_s"] + stats.ops["extract"].in_bytes
+            * calibration["load_byte_s"], rel=1e-6)
