@@ -167,8 +167,7 @@ def parse_spec(spec: str, shape: Shape, array: str = "array") -> np.ndarray:
 
 def lengths_to_offsets(lengths: np.ndarray) -> np.ndarray:
     off = np.zeros(len(lengths) + 1, dtype=np.int64)
-    if len(off) > 1:
-        np.add.accumulate(lengths, out=off[1:])
+    np.add.accumulate(lengths, out=off[1:])
     return off
 
 
@@ -201,14 +200,19 @@ def rows_hitting(values: np.ndarray, offsets: np.ndarray, bm_flat: np.ndarray) -
     return sorted_unique(csr_rows(offsets)[hit])
 
 
+def run_starts(a: np.ndarray) -> np.ndarray:
+    """Mask of the elements of a sorted array that differ from their predecessor: the
+    first of each run of equal values (what np.unique would keep), in one pass."""
+    first = np.empty(a.size, bool)
+    if a.size:
+        first[0] = True
+        np.not_equal(a[1:], a[:-1], out=first[1:])
+    return first
+
+
 def sorted_unique(a: np.ndarray) -> np.ndarray:
     """``np.unique`` of an already sorted array, in one pass."""
-    if a.size <= 1:
-        return a
-    keep = np.empty(a.size, bool)
-    keep[0] = True
-    np.not_equal(a[1:], a[:-1], out=keep[1:])
-    return a[keep]
+    return a[run_starts(a)]
 
 
 def unique_ids(ids: np.ndarray, bound: int) -> np.ndarray:

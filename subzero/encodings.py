@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .capture import Pairs
-from .cells import csr_rows, csr_take, lengths_to_offsets, pack, unpack
+from .cells import csr_rows, csr_take, lengths_to_offsets, pack, run_starts, unpack
 from .codec import PackedArrays, pack_arrays, pack_blocks, pack_bytes, unpack_arrays, unpack_bytes
 from .strategy import Strategy
 
@@ -151,11 +151,11 @@ def key_blocks(key: np.ndarray, key_off: np.ndarray, first_pair: int,
 
 def _encode_sorted_index(k: np.ndarray, p: np.ndarray, key_bits: int) -> dict[int, bytes]:
     """(cell, pair) rows sorted by cell -> one blob per key block, all blocks at once."""
-    run = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
+    run = np.flatnonzero(run_starts(k))
     cells = k[run]
     counts = np.diff(np.append(run, len(k)))
     blk = cells >> key_bits
-    cstarts = np.flatnonzero(np.concatenate(([True], blk[1:] != blk[:-1])))
+    cstarts = np.flatnonzero(run_starts(blk))
     cbounds = np.append(cstarts, len(cells))
     pbounds = np.append(run, len(k))[cbounds]
     blobs = pack_blocks([(cells, cbounds), (counts, cbounds), (p, pbounds)], len(cstarts))
@@ -245,16 +245,25 @@ def _split(blob: bytes) -> list[bytes]:
 
 
 class RecordBlock:
-    """Decoded records: field -> (cells, offsets); payloads per pair.
+    """Decoded records of one block: ``field(name)`` -> (cells, offsets); payloads per pair.
 
-    The payload part (per-pair payload ids and the payload table) is decoded on
-    first use: a forward lookup of a payload strategy reads only the value cells."""
+    Fields are widened and the payload part (per-pair payload ids and the payload
+    table) decoded on first use: a forward lookup reads only the value cells."""
 
-    def __init__(self, csr: "dict[str, tuple[np.ndarray, np.ndarray]] | _LazyFields",
-                 pay_blob: bytes | None = None):
-        self.csr = csr
+    def __init__(self, arrays: PackedArrays, names: list[str],
+                 pay_blob: tuple[bytes, bytes] | None = None):
+        self._arrays = arrays
+        self._index = {f: 2 * k for k, f in enumerate(names)}    # lengths, then cells
+        self._fields: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._pay_blob = pay_blob
         self._pay = None
+
+    def field(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        got = self._fields.get(name)
+        if got is None:
+            j = self._index[name]
+            got = self._fields[name] = (self._arrays[j + 1], lengths_to_offsets(self._arrays[j]))
+        return got
 
     def _payloads(self):
         if self._pay is None:
@@ -276,28 +285,9 @@ class RecordBlock:
 
     @property
     def n(self) -> int:
-        for name in self.csr:
-            return len(self.csr[name][1]) - 1
+        for name in self._index:
+            return len(self.field(name)[1]) - 1
         return 0 if self.pay_local is None else len(self.pay_local)
-
-
-class _LazyFields(dict):
-    """field -> (cells, offsets) of a record block, decoded on first access."""
-
-    def __init__(self, arrays: PackedArrays, index: dict[str, int]):
-        super().__init__()
-        self._arrays, self._index = arrays, index
-
-    def __iter__(self):
-        return iter(self._index)
-
-    def __contains__(self, name) -> bool:
-        return name in self._index
-
-    def __missing__(self, name):
-        j = self._index[name]
-        v = self[name] = (self._arrays[j + 1], lengths_to_offsets(self._arrays[j]))
-        return v
 
 
 def decode_record_block(blob: bytes, fields: list[str]) -> RecordBlock:
@@ -306,5 +296,4 @@ def decode_record_block(blob: bytes, fields: list[str]) -> RecordBlock:
         pay = (local, table)
     else:
         main, pay = blob, None
-    names = [f for f in fields if f != "pay"]
-    return RecordBlock(_LazyFields(PackedArrays(main), {f: 2 * k for k, f in enumerate(names)}), pay)
+    return RecordBlock(PackedArrays(main), [f for f in fields if f != "pay"], pay)

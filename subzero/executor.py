@@ -26,7 +26,7 @@ import numpy as np
 
 from . import relation
 from .cells import (as_cells, bitmap_from_packed, cells_from_bitmap, first_out_of_bounds,
-                    fmt_cell, lengths_to_offsets, pack, packed_from_bitmap)
+                    fmt_cell, lengths_to_offsets, pack, packed_from_bitmap, run_starts)
 from .encodings import KEY_BITS, REC_PAIRS
 from .context import Context
 from .errors import QueryError
@@ -151,18 +151,20 @@ class Executor:
         self._check_array(start)
         shape = self.v.shapes[start]
         cells = self._cells(cells, start, shape)
-        q0 = np.unique(pack(cells, shape))
-        bm = bitmap_from_packed(q0, shape)
-        self._q0 = q0 if q0.size <= SMALL_QUERY else None
+        packed = pack(cells, shape)
+        # a small query also keeps its sorted cells (deduplicated); a large one only
+        # its bitmap, so it pays no sort
+        q0 = np.unique(packed) if packed.size <= SMALL_QUERY else None
+        bm = bitmap_from_packed(packed if q0 is None else q0, shape)
         if (to is None) == (path is None):
             raise QueryError("give either a target array (--to) or a path (--path), not both")
         steps: list[StepStat] = []
         if path is not None:
-            target, direction = self._follow(start, bm, path, prefer, shortcut, steps)
+            target, direction = self._follow(start, bm, q0, path, prefer, shortcut, steps)
             result = self._last
         else:
             self._check_array(to)
-            result, direction = self._between(start, to, bm, prefer, shortcut, steps)
+            result, direction = self._between(start, to, bm, q0, prefer, shortcut, steps)
             target = to
         view = self.v
 
@@ -187,8 +189,8 @@ class Executor:
             raise QueryError(f"cell {fmt_cell(c[bad])} is outside {name} (shape {tuple(shape)})")
         return c
 
-    def _follow(self, start, bm, path, prefer, shortcut, steps):
-        cur, direction, q = start, None, None
+    def _follow(self, start, bm, q, path, prefer, shortcut, steps):
+        cur, direction = start, None
         for op, i in path:
             if op not in self.v.inputs_of:
                 raise QueryError(f"path step {op}:{i}: {op!r} is not an operator of run "
@@ -208,7 +210,6 @@ class Executor:
                 raise QueryError(f"path mixes directions at step {op}:{i}; a trace goes either "
                                  f"backward or forward")
             direction = d
-            q = self._q0 if cur == start else q
             bm, _, q = self._step(op, i, d == "backward", bm, prefer, shortcut, steps, q_in=q)
             cur = nxt
         self._last = bm
@@ -235,7 +236,7 @@ class Executor:
                     todo.append(b)
         return seen
 
-    def _between(self, start, to, bm, prefer, shortcut, steps):
+    def _between(self, start, to, bm, q0, prefer, shortcut, steps):
         if start == to:
             return bm, "backward"
         if to in self._reach(start, down=False):
@@ -250,8 +251,8 @@ class Executor:
         bms = {start: bm}
         # sorted packed cells of small sets, kept beside their bitmaps: a small query
         # never scans a whole bitmap to count or list its cells
-        packed = {start: self._q0} if self._q0 is not None else {}
-        counts = {start: int(self._q0.size) if self._q0 is not None
+        packed = {start: q0} if q0 is not None else {}
+        counts = {start: int(q0.size) if q0 is not None
                   else int(np.count_nonzero(bm))}       # one count per bitmap, reused
         for a in (reversed(order) if backward else order):
             if a not in bms or not counts[a]:
@@ -504,10 +505,7 @@ class Executor:
 
 def blocks_of_packed(q: np.ndarray) -> int:
     """``blocks_spanned`` from sorted packed cells (cheaper for small queries)."""
-    if q.size == 0:
-        return 0
-    b = q >> KEY_BITS
-    return int(np.count_nonzero(b[1:] != b[:-1])) + 1
+    return int(np.count_nonzero(run_starts(q >> KEY_BITS)))
 
 
 def blocks_spanned(bm: np.ndarray) -> int:

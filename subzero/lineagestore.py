@@ -21,7 +21,8 @@ import numpy as np
 from rtree import index as rindex
 
 from .capture import Pairs
-from .cells import csr_take, lengths_to_offsets, rows_hitting, sorted_unique, unique_ids, unpack
+from .cells import (csr_take, lengths_to_offsets, rows_hitting, run_starts, sorted_unique,
+                    unique_ids, unpack)
 from .codec import pack_arrays, unpack_arrays
 from .encodings import (BY_NAME, KEY_BITS, LEGACY_KEY_BITS, REC_BITS, REC_PAIRS, RecordBlock, Space,
                         decode_key_block, decode_record_block, key_blocks, merge_key_blocks,
@@ -392,17 +393,15 @@ class StrategyReader:
         blocks, local = np.divmod(pids, REC_PAIRS)
         if blocks.size and (blocks.size == 1 or bool(np.all(blocks[1:] >= blocks[:-1]))):
             # sorted pair ids (what lookups return): blocks and their inverse in one pass
-            first = np.empty(blocks.size, bool)
-            first[0] = True
-            np.not_equal(blocks[1:], blocks[:-1], out=first[1:])
+            first = run_starts(blocks)
             ublocks, inv = blocks[first], np.cumsum(first) - 1
         else:
             ublocks, inv = np.unique(blocks, return_inverse=True)
         decoded = [self._record(txn, space, int(b)) for b in ublocks.tolist()]
         if len(decoded) == 1 and "pay" not in fields:     # the common small query: no concatenation
             rb = decoded[0]
-            return {f: (csr_take(rb.csr[f][0], rb.csr[f][1], local),
-                        lengths_to_offsets(np.diff(rb.csr[f][1])[local])) for f in fields}
+            return {f: (csr_take(*rb.field(f), local),
+                        lengths_to_offsets(np.diff(rb.field(f)[1])[local])) for f in fields}
         base = lengths_to_offsets(np.array([rb.n for rb in decoded], np.int64))
         rows = base[inv] + local               # row of each pid in the concatenation
         out = {}
@@ -410,8 +409,8 @@ class StrategyReader:
             if f == "pay":
                 continue
             if decoded:
-                cells = np.concatenate([rb.csr[f][0] for rb in decoded])
-                lens = np.concatenate([np.diff(rb.csr[f][1]) for rb in decoded])
+                cells = np.concatenate([rb.field(f)[0] for rb in decoded])
+                lens = np.concatenate([np.diff(rb.field(f)[1]) for rb in decoded])
             else:
                 cells, lens = np.zeros(0, np.int64), np.zeros(0, np.int64)
             off = lengths_to_offsets(lens)
