@@ -19,11 +19,10 @@ import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (command_line, machine, sandwiched_runtimes, strategy_figure,  # noqa: E402
-                     update_section)
+from _common import command_line, machine, sandwiched_runtimes, strategy_figure, update_section  # noqa: E402
 
 import subzero  # noqa: E402
-from subzero.workload import load_workload, select_cells  # noqa: E402
+from subzero.query.workload import load_workload, select_cells  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WF = str(ROOT / "workflows" / "astronomy.py")

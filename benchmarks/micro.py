@@ -204,7 +204,7 @@ def write_results(rows, values, a) -> None:
     matched_b = [r["bq_s"] for r in rows if r["strategy"] != "BlackBox" and "(bw)" in r["strategy"]]
     matched_f = [r["fq_s"] for r in rows if r["strategy"] == "FullOne (fw)"]
     bb = [r for r in rows if r["strategy"] == "BlackBox"]
-    lines = [f"## Microbenchmark (issue 3, paper section VIII-C)", "",
+    lines = ["## Microbenchmark (issue 3, paper section VIII-C)", "",
              f"Command: `{command_line()}` — machine: {machine()}.", "",
              "1000x1000 float64 input (8 MB; the paper's was 3.8 MB), lineage for 10% of the output "
              "cells, pairs clustered in 10x10 tiles, input cells a random sample of the 30x30 area "

@@ -31,15 +31,16 @@ ROOT = HERE.parent
 # this script shares its name with the optimizer package: import the package first
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
 import optimizer  # noqa: E402
-from optimizer.budgets import fmt_size  # noqa: E402
+from subzero.optimizer.budgets import fmt_size  # noqa: E402
 
 sys.path.append(str(HERE))
-from _common import command_line, machine, update_section  # noqa: E402
-
 import astronomy as astro_bench  # noqa: E402
 import genomics as gen_bench  # noqa: E402
+from _common import command_line, machine, update_section  # noqa: E402
+
 import subzero  # noqa: E402
-from subzero.workload import load_workload, select_cells  # noqa: E402
+from subzero.query.workload import load_workload, select_cells  # noqa: E402
+
 MB = 10**6
 QUERY_SECONDS = 0.3          # time spent repeating one fast query
 QUERY_MAX_REPEATS = 101
@@ -316,7 +317,8 @@ def _plots(res):
         names = list(dict.fromkeys(n for n, _ in sd))
         ax = axes[row][2]
         width = 0.4
-        worst = lambda n, k: max(sd[(n, q.name)][k] / sd[("BlackBox", q.name)][0] for q in queries)
+        def worst(n, k, sd=sd, queries=queries):
+            return max(sd[(n, q.name)][k] / sd[("BlackBox", q.name)][0] for q in queries)
         ax.bar(np.arange(len(names)) - width / 2, [worst(n, 0) for n in names], width, label="static")
         ax.bar(np.arange(len(names)) + width / 2, [worst(n, 1) for n in names], width,
                label="query-time planner")
@@ -342,7 +344,8 @@ def report(a, res) -> None:
     bwd = [vs[(True, q.name)][0] for q in gq if q.name.startswith("B")]
     fwd_w = [vs[(False, q.name)][0] for q in gq if q.name.startswith("F")]
     bwd_w = [vs[(False, q.name)][0] for q in gq if q.name.startswith("B")]
-    ratios = lambda xs: ", ".join(f"{x:.0f}x" if x >= 10 else f"{x:.1f}x" for x in xs)
+    def ratios(xs):
+        return ", ".join(f"{x:.0f}x" if x >= 10 else f"{x:.1f}x" for x in xs)
     acc = {f: _accuracy(res[f"{f}-sweep"]) for f in ("genomics", "astronomy")}
     over = [r for r in all_rows if r["budget"] is not None and r["disk"] > r["budget"]]
     for line in (f"ILP solve: median {statistics.median(solve) * 1000:.2f} ms, max {max(solve) * 1000:.2f} ms",
@@ -350,7 +353,7 @@ def report(a, res) -> None:
                  f"{ratios(bwd)}; warm forward {ratios(fwd_w)}, backward {ratios(bwd_w)}",
                  f"worst query / BlackBox: genomics static {g_ws:.2f}x dynamic {g_wd:.2f}x; "
                  f"astronomy static {a_ws:.2f}x dynamic {a_wd:.2f}x",
-                 f"prediction error (worst): " + ", ".join(f"{f} disk {d:.0%} runtime {r:.0%}"
+                 "prediction error (worst): " + ", ".join(f"{f} disk {d:.0%} runtime {r:.0%}"
                                                            for f, (d, r) in acc.items()),
                  f"plans over budget: {len(over)}"):
         print(line)

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import command_line, machine, update_section  # noqa: E402
 
 import subzero  # noqa: E402
-from subzero.spark import session  # noqa: E402
+from subzero.engines.session import session  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WF = str(ROOT / "workflows" / "astronomy.py")
@@ -142,7 +142,7 @@ def main() -> None:
                     t / b for t, b in zip(times[label], times["no lineage"]))
         mosaic = {}
         if not a.no_mosaic:
-            from workflows.astronomy import bias_frame, dark_frame, flat_frame
+            from subzero.workflows.astronomy import bias_frame, dark_frame, flat_frame
             m1, m2 = make_mosaic()
             shape = m1.shape
             inputs = {"raw_1": m1, "raw_2": m2, "bias": bias_frame(shape), "dark": dark_frame(shape),

@@ -18,14 +18,36 @@ testing      the perturbation oracle used by the tests, for your operators too
 """
 
 from .base import MappedOperator, emit_full
-from .elementwise import (Abs, Add, Binary, Clip, Div, Elementwise, Eq, Exp, Ge, Gt, Le, Log, Lt,
-                          Maximum, Minimum, Mul, Ne, Negative, Pow, ScalarOp, Sqrt, Sub, Threshold,
-                          Unary)
+from .elementwise import (
+                          Abs,
+                          Add,
+                          Binary,
+                          Clip,
+                          Div,
+                          Elementwise,
+                          Eq,
+                          Exp,
+                          Ge,
+                          Gt,
+                          Le,
+                          Log,
+                          Lt,
+                          Maximum,
+                          Minimum,
+                          Mul,
+                          Ne,
+                          Negative,
+                          Pow,
+                          ScalarOp,
+                          Sqrt,
+                          Sub,
+                          Threshold,
+                          Unary,
+)
 from .linalg import MatMul
 from .masking import Mask, Merge, Where
 from .reduce import Count, Max, Mean, Median, Min, Reduce, Sum
-from .stencil import (Convolve, Correlate, Filter, MaxFilter, MeanFilter, MedianFilter, MinFilter,
-                      Stencil)
+from .stencil import Convolve, Correlate, Filter, MaxFilter, MeanFilter, MedianFilter, MinFilter, Stencil
 from .structural import Concat, Pad, Rebin, Slice, Subarray, Subsample, Transpose
 
 __all__ = [

@@ -17,17 +17,17 @@ of each output cell, labelled by the output row they belong to) and
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from subzero import GLOBAL, LineageError, Mode, Operator
-from subzero.cells import as_cells, box, unpack
+from subzero.model.cells import as_cells, box, unpack
+from subzero.tuning import EMIT_BATCH_CELLS
 
 Shape = tuple[int, ...]
 
 #: Upper bound on the input cells one ``lwrite`` batch may hold (memory, not semantics).
-EMIT_BATCH_CELLS = 1 << 21
 
 
 def as_array(x) -> np.ndarray:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from subzero.cells import lengths_to_offsets
+from subzero.model.cells import lengths_to_offsets
 
 from .base import rows
 

@@ -11,7 +11,8 @@ computed from the same tile of every input.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -9,7 +9,7 @@ An axis reduction maps each output cell to the line (or slab) it reduces.
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

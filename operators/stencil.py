@@ -11,7 +11,7 @@ opposite edge of the array, so the operator declares global tiling.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy import ndimage

@@ -8,11 +8,12 @@ the output, and an output cell reads from exactly one input.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from subzero.cells import box
+from subzero.model.cells import box
 
 from .base import MappedOperator, Shape, rows
 from .boundary import Neighbourhood, mode_from_numpy

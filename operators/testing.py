@@ -10,7 +10,7 @@ that same relation.  Relations are dense boolean matrices
 
 Use it for your own operators too::
 
-    from operators.testing import check_lineage
+    from subzero.operators.testing import check_lineage
     check_lineage(MyOp(), np.random.rand(5, 6), store_dir=tmp_path)
 """
 
@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 import subzero
-from subzero.cells import pack, unpack
-from subzero.context import Context
+from subzero.capture.context import Context
+from subzero.model.cells import pack, unpack
 
 from .base import as_array
 
@@ -50,7 +50,7 @@ def _size(shape) -> int:
 def candidates(x, dtype: np.dtype, rng: np.random.Generator) -> list:
     """Replacement values for one cell: a random change and two extremes, so
     that rank-based operators (min, max, median, thresholds) show the effect."""
-    if dtype == bool:
+    if dtype == np.dtype(bool):
         return [not x]
     if dtype.kind in "USO":                   # labels: another value, and an empty one
         return [v for v in (x + x[:1] + "~" if isinstance(x, str) else "~", "") if v != x]

@@ -28,8 +28,8 @@ import numpy as np
 from scipy.optimize import nnls
 
 from subzero import Mode, Operator, Workflow
-from subzero.executor import blocks_spanned
-from subzero.strategy import DIRECTIONS, ENCODINGS, Strategy
+from subzero.model.strategy import DIRECTIONS, ENCODINGS, Strategy
+from subzero.query.executor import blocks_spanned
 
 from .costmodel import FEATURES, CostModel, method_family
 from .profile import profile_workflow
@@ -146,7 +146,7 @@ def _load_costs() -> tuple[float, float]:
     """(seconds per array, seconds per byte) to load an input array from the array
     store (re-execution reads its operator's inputs), from arrays of 1, 4 and 16 MB.
     Opening a Zarr array costs milliseconds whatever its size, so both terms count."""
-    from subzero.arraystore import ArrayStore
+    from subzero.storage.arrays import ArrayStore
     tmp = Path(tempfile.mkdtemp(prefix="subzero-load-"))
     rng = np.random.default_rng(1)
     sizes, times = [], []

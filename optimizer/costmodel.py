@@ -27,9 +27,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from subzero.encodings import KEY_BITS, REC_PAIRS
-from subzero.modes import Mode
-from subzero.strategy import Strategy, parse_one
+from subzero.model.modes import Mode
+from subzero.model.strategy import Strategy, parse_one
+from subzero.storage.encodings import KEY_BITS, REC_PAIRS
+from subzero.tuning import CORRECTION_RANGE
 
 from .stats import OpInfo, WorkflowStats
 
@@ -39,7 +40,6 @@ FEATURES = {
     "map": ("const", "io", "arr"),
     "reexec": ("const", "run", "pcells", "io", "load", "arr"),
 }
-CORRECTION_RANGE = (0.25, 4.0)
 
 
 def touched(n: float, bins: float) -> float:
@@ -102,8 +102,9 @@ class CostModel:
         return self.info(op).strategies[str(s)].bytes
 
     def write_s(self, op: str, s: Strategy) -> float:
-        """Encoding + writing time (without the fixed per-strategy cost).  A sampled R-tree build is extrapolated with the
-        calibrated super-linear term (bulk loads slow down as the file grows)."""
+        """Encoding + writing time (without the fixed per-strategy cost).  A sampled R-tree
+        build is extrapolated with the calibrated super-linear term (bulk loads slow down
+        as the file grows)."""
         si = self.info(op).strategies[str(s)]
         w = si.write_s
         if s.many and not si.measured and si.sample_frac < 1:

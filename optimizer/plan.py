@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from subzero.strategy import Strategy, parse
-from subzero.workflow import load_workflow
+from subzero.model.strategy import Strategy, parse
+from subzero.model.workflow import load_workflow
 
-from .budgets import Budgets, BudgetError, OptimizerError, fmt_size
+from .budgets import BudgetError, Budgets, OptimizerError, fmt_size
 from .calibration import ensure_calibration
 from .costmodel import CostModel
 from .ilp import solve

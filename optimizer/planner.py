@@ -20,16 +20,12 @@ from __future__ import annotations
 import os
 from collections import deque
 
-from subzero.executor import StepInfo, StepStat
-from subzero.strategy import Strategy
+from subzero.model.strategy import Strategy
+from subzero.query.executor import StepInfo, StepStat
+from subzero.tuning import MIN_BUDGET_S, STORED_SLACK, SWITCH_FACTOR, TOO_SLOW_STEPS
 
 from .costmodel import CORRECTION_RANGE, FEATURES, CostModel, correction_key, method_family
 from .stats import for_run
-
-MIN_BUDGET_S = 0.002       # never give up on stored lineage sooner than this
-SWITCH_FACTOR = 0.5        # stored lineage may take this share of the predicted re-execution
-TOO_SLOW_STEPS = 3         # a stored read that timed out waits this many steps to be tried again
-STORED_SLACK = 2.0         # ... or this multiple of its own predicted cost, up to re-execution
 
 
 class QueryPlanner:

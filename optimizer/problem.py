@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from subzero.errors import StrategyError
-from subzero.modes import Mode
-from subzero.strategy import Strategy
+from subzero.model.modes import Mode
+from subzero.model.strategy import Strategy
 
-from .budgets import Budgets, BudgetError, OptimizerError, fmt_size
+from .budgets import BudgetError, Budgets, OptimizerError, fmt_size
 from .costmodel import CostModel
 from .ilp import Candidate, Option, Problem, Step
 from .workloads import WorkloadQuery

@@ -23,20 +23,20 @@ from pathlib import Path
 
 import numpy as np
 
-from subzero.capture import Pairs, empty_pairs
-from subzero.cells import csr_take, lengths_to_offsets
-from subzero.encodings import REC_PAIRS
-from subzero.engine import OpStats, run_operator, shape_of, space_stats, store_lineage
-from subzero.lineagestore import LineageStore
-from subzero.modes import Mode
-from subzero.operator import Operator
-from subzero.reexec import capture_mode
-from subzero.strategy import DIRECTIONS, ENCODINGS, Strategy
-from subzero.workflow import load_workflow
+from subzero.capture.buffer import Pairs, empty_pairs
+from subzero.capture.runner import run_operator, shape_of
+from subzero.engines.lineage import space_stats, store_lineage
+from subzero.engines.stats import OpStats
+from subzero.model.cells import csr_take, lengths_to_offsets
+from subzero.model.modes import Mode
+from subzero.model.operator import Operator
+from subzero.model.strategy import DIRECTIONS, ENCODINGS, Strategy
+from subzero.model.workflow import load_workflow
+from subzero.query.reexec import capture_mode
+from subzero.storage.encodings import REC_PAIRS
+from subzero.storage.lineage import LineageStore
+from subzero.tuning import FAST_OP_S, SAMPLE_PAIRS, SMALL_SAMPLE_BYTES
 
-SAMPLE_PAIRS = 32 * REC_PAIRS        # pairs encoded per candidate at most (then extrapolated)
-SMALL_SAMPLE_BYTES = 64 * 4096       # a sample smaller than this is grown before extrapolating
-FAST_OP_S = 0.05                     # operators faster than this are timed best-of-3
 LWRITE_MODES = (Mode.FULL, Mode.PAY, Mode.COMP)
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from subzero.reexec import capture_mode
-from subzero.strategy import Strategy, parse_one
+from subzero.model.strategy import Strategy, parse_one
+from subzero.query.reexec import capture_mode
 
 from .budgets import OptimizerError
 

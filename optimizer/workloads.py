@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from subzero.api import trace_signature
-from subzero.workload import Query, WorkloadError, parse_workload, read_workload_json, select_cells
+from subzero.query.workload import Query, WorkloadError, parse_workload, read_workload_json, select_cells
 
 
 @dataclass
@@ -113,7 +113,7 @@ def from_trace_log(store, workflow: str, params: dict, limit: int = 1000) -> lis
         if t["params"] == params:
             groups.setdefault(t["signature"], []).append(t)
     out = []
-    for sig, ts in groups.items():
+    for ts in groups.values():
         last = ts[-1]
         to = last["spec"].get("to")
         name = f"{last['start']}->{to or last['target']} ({last['cells_in']} cells)"

@@ -1,17 +1,26 @@
 """SubZero: fine-grained region lineage for array workflows."""
 
-from .api import Run, Store, open_store
-from .cells import window
-from .errors import (LineageError, OperatorError, QueryError, StoreError, StrategyError,
-                     SubZeroError, WorkflowError)
-from .executor import TraceResult
-from .modes import Mode
-from .operator import AGGREGATE, ELEMENTWISE, GLOBAL, Operator, Tiling, stencil
-from .strategy import Strategy
-from .workflow import Node, Workflow, load_workflow
+from subzero.api import Run, Store, open_store
+from subzero.errors import (
+                           LineageError,
+                           OperatorError,
+                           QueryError,
+                           StoreError,
+                           StrategyError,
+                           SubZeroError,
+                           SubZeroWarning,
+                           WorkflowError,
+)
+from subzero.model.cells import window
+from subzero.model.modes import Mode
+from subzero.model.operator import AGGREGATE, ELEMENTWISE, GLOBAL, Operator, Tiling, stencil
+from subzero.model.strategy import Direction, Encoding, Strategy
+from subzero.model.workflow import Node, Workflow, load_workflow
+from subzero.query.executor import TraceResult
 
 __all__ = ["Operator", "Workflow", "Mode", "Node", "Tiling", "ELEMENTWISE", "AGGREGATE", "GLOBAL", "stencil",
-           "Store", "Run", "open_store", "load_workflow", "TraceResult", "Strategy", "window",
+           "Store", "Run", "open_store", "load_workflow", "TraceResult", "Strategy", "Direction",
+           "Encoding", "window", "SubZeroWarning",
            "SubZeroError", "WorkflowError", "OperatorError", "LineageError", "StrategyError",
            "QueryError", "StoreError"]
 __version__ = "0.1.0"

@@ -23,22 +23,27 @@ import sys
 import time
 import uuid
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-import cloudpickle
 import numpy as np
 import xarray as xr
 
-from .arraystore import DEFAULT_TILE, ArrayStore
-from .catalog import Catalog, RunRow
-from .engine import DiskBudget, OpStats, run_local, shape_of
-from .errors import QueryError, StoreError, StrategyError, SubZeroError, WorkflowError
-from .executor import Executor, RunView, TraceResult
-from .inputs import load_path
-from .lineagestore import LineageStore
-from .strategy import Strategy, check_supported, default_for, parse
-from .workflow import Workflow, load_workflow
+from subzero.capture.runner import shape_of
+from subzero.engines.local import run_local
+from subzero.engines.stats import OpStats
+from subzero.errors import QueryError, StoreError, StrategyError, SubZeroError, WorkflowError, warn
+from subzero.model.strategy import Strategy, check_supported, default_for, parse
+from subzero.model.workflow import Workflow, load_workflow
+from subzero.query.executor import Executor, RunView, TraceResult
+from subzero.storage.arrays import DEFAULT_TILE, ArrayStore
+from subzero.storage.budget import DiskBudget
+from subzero.storage.catalog import Catalog, RunRow
+from subzero.storage.inputs import load_path
+from subzero.storage.lineage import LineageStore
+from subzero.storage.pickles import FILE as PICKLE_FILE
+from subzero.storage.pickles import load_workflow_pickle, save_workflow
 
 DEFAULT_STORE = ".subzero"
 
@@ -131,7 +136,7 @@ class Store:
         if engine not in ("local", "spark"):
             raise SubZeroError(f"unknown engine {engine!r}; use local or spark")
         if plan is None and (max_disk is not None or max_runtime is not None):
-            from optimizer import optimize      # lazy: the optimizer depends on subzero, not back
+            from subzero.optimizer import optimize  # lazy: the optimizer depends on subzero, not back
             plan = optimize(self, workflow, params=params, inputs=inputs, max_disk=max_disk,
                             max_runtime=max_runtime, workload=workload).as_dict()
         wf = load_workflow(workflow, dict(params or {}))
@@ -145,7 +150,7 @@ class Store:
         strat = resolve_strategies(wf, strategies)
         values, described = self._inputs(wf, dict(inputs or {}))
         if engine == "spark" and spark is None:
-            from .spark import session
+            from subzero.engines.session import session
             spark = session(master, conf)
         source = wf.source
         run_id = self.catalog.begin_run(wf.name, source, wf.params, described, engine)
@@ -160,7 +165,7 @@ class Store:
             bar = _progress(len(wf.steps), f"run {run_id} ({wf.name}, {engine})", progress)
             try:
                 if engine == "spark":
-                    from .spark_engine import run_spark
+                    from subzero.engines.spark import run_spark
                     notes: list[str] = []
                     stats = run_spark(wf, values, strat, arrays, lineage, spark, capture=capture,
                                       log=lambda m: (notes.append(m), log and log(m)), progress=bar)
@@ -173,13 +178,12 @@ class Store:
                     bar.close()
                 if lineage is not None:
                     lineage.close()
-            self._save_workflow(wf, tmp)
+            save_workflow(wf, tmp)
             self._record(run_id, wf, values, stats, strat)
             for d in (budget.downgrades if budget is not None and capture else []):
                 self.catalog.add_downgrade(run_id, d["op"], d["strategy"], d["predicted_bytes"],
                                            d["needed_bytes"], d["reason"])
-                print(f"subzero: warning: {d['reason']} (run {run_id} keeps what fits; see "
-                      f"`subzero show {run_id}`)", file=sys.stderr)
+                warn(f"{d['reason']} (run {run_id} keeps what fits; see `subzero show {run_id}`)")
             os.replace(tmp, final)
             self.catalog.finish_run(run_id, "complete")
         except BaseException as e:
@@ -241,36 +245,17 @@ class Store:
             values[name] = v
         return values, described
 
-    def _save_workflow(self, wf: Workflow, run_dir: Path) -> None:
-        """Keep the operators so traces can re-run them later, even from another process."""
-        mods = [m for n, m in list(sys.modules.items()) if n.startswith("subzero_wf_")]
-        for m in mods:
-            try:
-                cloudpickle.register_pickle_by_value(m)
-            except Exception:
-                pass
-        try:
-            (run_dir / "workflow.pkl").write_bytes(cloudpickle.dumps(wf))
-        except Exception:
-            pass   # re-execution will reload the workflow from its source instead
-        finally:
-            for m in mods:
-                try:
-                    cloudpickle.unregister_pickle_by_value(m)
-                except Exception:
-                    pass
-
     def run_many(self, workflow, manifest: str | os.PathLike, strategies=None, params=None,
                  capture: bool = True, progress: bool | None = None, spark=None,
                  master: str | None = None, conf=None, tile: int | None = None) -> list:
         """One run per row of a CSV manifest (columns = workflow inputs, values =
         paths), as parallel Spark tasks; returns one InstanceResult per row."""
-        from .instances import read_manifest, run_instances
+        from subzero.engines.instances import read_manifest, run_instances
         wf = load_workflow(workflow, dict(params or {}))
         strat = resolve_strategies(wf, strategies)
         rows = read_manifest(manifest, wf)
         if spark is None:
-            from .spark import session
+            from subzero.engines.session import session
             spark = session(master, conf)
         bar = _progress(len(rows), f"{len(rows)} instances of {wf.name}", progress)
         try:
@@ -285,7 +270,7 @@ class Store:
         folder = Path(res.folder)
         arrays = ArrayStore(folder)
         values = {name: arrays.read_value(name) for name in wf.inputs}
-        self._save_workflow(wf, folder)
+        save_workflow(wf, folder)
         self._record(res.run_id, wf, values, res.stats, strat)
         os.replace(folder, self.run_dir(res.run_id))
         self.catalog.finish_run(res.run_id, "complete")
@@ -325,11 +310,11 @@ class Store:
         wf = self._workflows.get(row.id)
         if wf is not None:
             return wf
-        pkl = self.run_dir(row.id) / "workflow.pkl"
+        pkl = self.run_dir(row.id) / PICKLE_FILE
         err = None
         if pkl.exists():
             try:
-                wf = cloudpickle.loads(pkl.read_bytes())
+                wf = load_workflow_pickle(pkl.read_bytes())
             except Exception as e:
                 err = f"{type(e).__name__}: {e}"
         if wf is None and row.source:
@@ -447,7 +432,7 @@ def trace_signature(start: str, cells, to, path, shortcut: bool) -> tuple[str, i
 def _size(value) -> int:
     """Bytes from an int or a size such as "20MB" (the optimizer's parser, loaded lazily)."""
     if isinstance(value, str):
-        from optimizer.budgets import parse_size
+        from subzero.optimizer.budgets import parse_size
         return parse_size(value)
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer)) or value < 0:
         raise SubZeroError(f"invalid disk budget {value!r}; give bytes or a size such as 20MB")

@@ -11,10 +11,11 @@ import json
 import os
 import sys
 import time
+import warnings
 
 import numpy as np
 
-from .errors import SubZeroError
+from subzero.errors import SubZeroError, SubZeroWarning, warn
 
 EXIT_USER = 2
 
@@ -69,17 +70,17 @@ def _engine(a) -> str:
     if engine not in ("local", "spark"):
         raise SubZeroError(f"unknown engine {engine!r}; use --engine local or --engine spark")
     if engine == "spark" and not a.engine and not a.master:
-        from .spark import java_version
+        from subzero.engines.session import java_version
         v = java_version()
         if v is None or v < 17:
-            print("subzero: warning: Java 17+ was not found, so this run uses the local engine; "
-                  "install Java 17+ for the Spark engine (or pass --engine local)", file=sys.stderr)
+            warn("Java 17+ was not found, so this run uses the local engine; "
+                 "install Java 17+ for the Spark engine (or pass --engine local)")
             return "local"
     return engine
 
 
 def cmd_run(a) -> int:
-    from .api import open_store
+    from subzero.api import open_store
     engine = _engine(a)
     conf = _kv(a.conf, "--conf")
     if engine == "local" and (a.master or conf or a.inputs_from):
@@ -121,7 +122,7 @@ def _run_plan(store, a) -> str | None:
         raise SubZeroError("--max-runtime optimizes a new plan; give it without --plan")
     if a.plan or not budgeted:
         return a.plan
-    from optimizer import optimize            # lazy: the optimizer builds on subzero
+    from subzero.optimizer import optimize  # lazy: the optimizer builds on subzero
     plan = optimize(store, a.workflow, params=_params(a.param), inputs=_kv(a.input, "--input"),
                     max_disk=a.max_disk, max_runtime=a.max_runtime, workload=a.workload)
     if not a.json:
@@ -133,13 +134,13 @@ def _planner(run, a):
     """The query-time planner when this machine is calibrated (see `subzero optimize`)."""
     if getattr(a, "no_planner", False):
         return None
-    from optimizer import planner_for
+    from subzero.optimizer import planner_for
     return planner_for(run)
 
 
 def cmd_optimize(a) -> int:
-    from optimizer import optimize
-    from .api import open_store
+    from subzero.api import open_store
+    from subzero.optimizer import optimize
     store = open_store(a.store)
     try:
         plan = optimize(store, a.workflow, params=_params(a.param), inputs=_kv(a.input, "--input"),
@@ -184,8 +185,8 @@ def _ops_table(ops) -> None:
 
 
 def cmd_trace(a) -> int:
-    from .api import open_store
-    from .cells import parse_spec
+    from subzero.api import open_store
+    from subzero.model.cells import parse_spec
     store = open_store(a.store, create=False)
     try:
         if a.workload:
@@ -211,7 +212,7 @@ def cmd_trace(a) -> int:
         else:
             _print_trace(res, out_cells, len(cells))
         if a.plot:
-            from .plot import plot_trace
+            from subzero.plot import plot_trace
             plot_trace(run, a.frm, cells, res, a.plot)
             if not a.json:
                 print(f"plot written to {a.plot}")
@@ -240,7 +241,7 @@ def _v(v) -> str:
 
 
 def _workload(store, a) -> int:
-    from .workload import load_workload, run_workload
+    from subzero.query.workload import load_workload, run_workload
     run = store.get(a.run)
     queries = load_workload(a.workload)
     run.planner = _planner(run, a)
@@ -257,7 +258,7 @@ def _workload(store, a) -> int:
 
 
 def cmd_runs(a) -> int:
-    from .api import open_store
+    from subzero.api import open_store
     store = open_store(a.store, create=False)
     try:
         rows = store.runs()
@@ -277,7 +278,7 @@ def cmd_runs(a) -> int:
 
 
 def cmd_show(a) -> int:
-    from .api import open_store
+    from subzero.api import open_store
     store = open_store(a.store, create=False)
     try:
         row = store.catalog.get_run(a.run)
@@ -389,8 +390,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """SubZero's own warnings as one line in the user's terms; others as Python shows them."""
+    if issubclass(category, SubZeroWarning):
+        print(f"subzero: warning: {message}", file=sys.stderr)
+    else:
+        _python_show_warning(message, category, filename, lineno, file, line)
+
+
+_python_show_warning = warnings.showwarning
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    saved, warnings.showwarning = warnings.showwarning, _show_warning
+    try:
+        return _dispatch(parser, argv)
+    finally:
+        warnings.showwarning = saved
+
+
+def _dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     a = parser.parse_args(argv)
     if not getattr(a, "fn", None):
         parser.print_help()

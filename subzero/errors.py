@@ -7,6 +7,8 @@ user wrote (operator, array, cell, shape) and, where it helps, what to do.
 
 from __future__ import annotations
 
+import warnings
+
 
 class SubZeroError(Exception):
     """A problem the user can fix; its message is shown as-is."""
@@ -34,3 +36,15 @@ class QueryError(SubZeroError):
 
 class StoreError(SubZeroError):
     """The store directory or a run in it is missing or damaged."""
+
+
+class SubZeroWarning(UserWarning):
+    """Something the user should know that did not stop the work: stored lineage
+    found damaged and answered another way, a strategy downgraded to fit the disk
+    budget, an engine fallback.  The CLI prints it as ``subzero: warning: ...``."""
+
+
+def warn(message: str) -> None:
+    """Issue a :class:`SubZeroWarning` (``warnings`` filters apply: tests turn them
+    into errors, an application may log or silence them)."""
+    warnings.warn(message, SubZeroWarning, stacklevel=2)

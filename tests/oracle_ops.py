@@ -31,7 +31,6 @@ import numpy as np
 import subzero
 from subzero import Mode, Operator
 
-
 # --------------------------------------------------------------------------- data
 
 @dataclass(frozen=True)

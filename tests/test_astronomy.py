@@ -10,7 +10,7 @@ from astropy.io import fits
 from scipy import ndimage
 
 import subzero
-from subzero.workload import load_workload, run_workload
+from subzero.query.workload import load_workload, run_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 WF = str(ROOT / "workflows" / "astronomy.py")
@@ -42,7 +42,7 @@ def raw():
 def test_structure_22_builtins_4_udfs(runs):
     wf = runs["SubZero"].workflow
     mods = {name: type(s.operator).__module__ for name, s in wf.steps.items()}
-    builtin = [n for n, m in mods.items() if m.startswith("operators")
+    builtin = [n for n, m in mods.items() if m.startswith("subzero.operators")
                or type(wf.steps[n].operator).__name__ == "BlockBackground"]
     assert len(wf.steps) == 26 and len(builtin) == 22
     assert sorted(set(wf.steps) - set(builtin)) == sorted(UDFS)

@@ -5,7 +5,6 @@ import textwrap
 
 import numpy as np
 import pytest
-
 from conftest import EXAMPLE
 
 CYCLE = """

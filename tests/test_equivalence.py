@@ -5,11 +5,10 @@ import itertools
 
 import numpy as np
 import pytest
+from conftest import EXAMPLE
 
 import subzero
 from subzero import Mode, Operator, Workflow, window
-
-from conftest import EXAMPLE
 
 STRATS_FULL = ["full:fullone:backward", "full:fullmany:backward", "full:fullone:forward",
                "full:fullmany:forward"]
@@ -23,8 +22,7 @@ STRATS_PAY = ["pay:payone:backward", "pay:paymany:backward", "pay:payone:forward
 def example_runs(tmp_path_factory):
     st = subzero.open_store(tmp_path_factory.mktemp("eq") / "s")
     runs = {}
-    for k, (c, s) in enumerate(zip(STRATS_FULL + STRATS_COMP,
-                                   itertools.cycle(STRATS_FULL + STRATS_PAY))):
+    for c, s in zip(STRATS_FULL + STRATS_COMP, itertools.cycle(STRATS_FULL + STRATS_PAY)):
         runs[(c, s)] = st.run(EXAMPLE, strategies={"clean": c, "stars": s})
     runs[("full", "full")] = st.run(EXAMPLE, strategies={"clean": "full+comp:payone:forward",
                                                          "stars": "full+full:fullmany:forward"})

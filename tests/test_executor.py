@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators import Add, Concat, Mean, Sub
 from subzero import LineageError, Mode, Operator, Workflow
+from subzero.operators import Add, Concat, Mean, Sub
 
 
 def concat_wf():
@@ -118,7 +118,7 @@ def test_map_p_out_of_range_at_capture_fails_the_run(store):
 def test_id_dedupe_helpers_equal_np_unique(ids, presort):
     """The executor's fast dedupes (a bitmap over the id range, one pass over sorted
     ids) give exactly np.unique."""
-    from subzero.cells import sorted_unique, unique_ids
+    from subzero.model.cells import sorted_unique, unique_ids
     a = np.asarray(ids, np.int64)
     if presort:
         a = np.sort(a)

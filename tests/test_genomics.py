@@ -14,11 +14,10 @@ import math
 
 import numpy as np
 import pytest
+from conftest import ROOT
 
 import subzero
-from subzero.workload import load_workload, run_workload
-
-from conftest import ROOT
+from subzero.query.workload import load_workload, run_workload
 
 WF = "workflows/genomics.py"
 DATA = ROOT / "workflows" / "data" / "genomics" / "MD_train_set.txt"
@@ -40,7 +39,7 @@ STRATEGIES = {
 
 
 def genomics():
-    import workflows.genomics as g
+    import subzero.workflows.genomics as g
     return g
 
 
@@ -175,7 +174,7 @@ def test_full_and_payload_lineage_are_one_relation(runs, udf):
     explicit pairs (Full), payloads (Pay, backward- and forward-keyed) and
     re-execution agree cell for cell.  The reference, FullBoth, reads each
     direction from the index keyed its way."""
-    from operators.testing import traced_relation
+    from subzero.operators.testing import traced_relation
     inputs = UDF_INPUTS[udf]
     for i in range(len(inputs)):
         for direction in ("backward", "forward"):
@@ -235,7 +234,7 @@ def test_cli_run_and_workload_trace(tmp_path, cli, monkeypatch):
 # -- the built-in-like steps and errors -----------------------------------------------------------
 
 def test_mapped_steps_pass_the_lineage_oracle(tmp_path):
-    from operators.testing import check_full, check_lineage
+    from subzero.operators.testing import check_full, check_lineage
     g = genomics()
     rng = np.random.default_rng(3)
     check_lineage(g.Validate(), rng.integers(0, 2, 7), rng.integers(-1, 3, (7, 4)),
@@ -247,8 +246,8 @@ def test_mapped_steps_pass_the_lineage_oracle(tmp_path):
 
 
 def test_errors_name_the_feature_and_patient(tmp_path):
-    from subzero.context import Context
-    from subzero.inputs import load_path
+    from subzero.capture.context import Context
+    from subzero.storage.inputs import load_path
     g = genomics()
     table = load_path(DATA)
     table[5, 7] = "MEDIUM"                                   # feature MET of patient MD_104

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-import operators as O
 import subzero
-from operators.testing import check_full
+import subzero.operators as O
+from subzero.operators.testing import check_full
 
 rng = np.random.default_rng(5)
 IMG = rng.normal(size=(12, 10))
@@ -82,8 +82,8 @@ def test_xarray_inputs(tmp_path):
 
 def test_full_emission_in_small_batches(tmp_path, monkeypatch):
     """Batches of a few output cells give the same pairs as one big batch."""
-    import operators.base
-    monkeypatch.setattr(operators.base, "EMIT_BATCH_CELLS", 7)
+    from subzero.operators import base
+    monkeypatch.setattr(base, "EMIT_BATCH_CELLS", 7)
     a, b = rng.normal(size=(5, 6)), rng.normal(size=(2, 6))
     check_full([(O.Convolve(K, mode="constant"), [a]), (O.Convolve(K, mode="reflect"), [a]),
                 (O.Concat(), [a, b]), (O.Sum(axis=1), [a]), (O.Add(broadcast="scalar"), [a, b[:1, :1]]),

@@ -5,9 +5,9 @@ re-executed) equal to the mapping functions."""
 import numpy as np
 import pytest
 
-import operators as O
 import subzero
-from operators.testing import check_full, check_lineage, run_plain
+import subzero.operators as O
+from subzero.operators.testing import check_full, check_lineage, run_plain
 
 rng = np.random.default_rng(42)
 A2, B2 = rng.normal(size=(5, 6)), rng.normal(size=(5, 6))

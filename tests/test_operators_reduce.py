@@ -6,9 +6,9 @@ for matmul)."""
 import numpy as np
 import pytest
 
-import operators as O
 import subzero
-from operators.testing import check_full, check_lineage, run_plain
+import subzero.operators as O
+from subzero.operators.testing import check_full, check_lineage, run_plain
 
 rng = np.random.default_rng(11)
 A2 = rng.normal(size=(5, 6))

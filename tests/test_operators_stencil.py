@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-import operators as O
 import subzero
-from operators.boundary import MODES, Neighbourhood, fold
-from operators.testing import check_full, check_lineage, mapping_context, run_plain
+import subzero.operators as O
+from subzero.operators.boundary import MODES, Neighbourhood, fold
+from subzero.operators.testing import check_full, check_lineage, mapping_context, run_plain
 
 rng = np.random.default_rng(3)
 A2 = rng.normal(size=(5, 6))

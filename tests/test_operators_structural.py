@@ -4,9 +4,9 @@ numpy, exact lineage against the perturbation oracle, Full == Map."""
 import numpy as np
 import pytest
 
-import operators as O
 import subzero
-from operators.testing import check_full, check_lineage, run_plain
+import subzero.operators as O
+from subzero.operators.testing import check_full, check_lineage, run_plain
 
 rng = np.random.default_rng(7)
 A2, B2 = rng.normal(size=(5, 6)), rng.normal(size=(2, 6))

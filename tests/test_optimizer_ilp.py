@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from optimizer.budgets import BudgetError, Budgets, parse_factor, parse_size
-from optimizer.ilp import Candidate, Option, Problem, Step, brute_force, evaluate, solve
+from subzero.optimizer.budgets import BudgetError, Budgets, parse_factor, parse_size
+from subzero.optimizer.ilp import Candidate, Option, Problem, Step, brute_force, evaluate, solve
 
 
 def random_problem(rng: random.Random, n_ops=3, max_cands=4, n_steps=8, pins=False) -> Problem:

@@ -24,15 +24,14 @@ import sys
 import time
 
 import numpy as np
+import oracle_ops as oo
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from oracle_ops import Call, OpSpec, Pair, make_op, relation, size_of
 
 import subzero
 from subzero import LineageError, Mode, Operator, StrategyError
-
-import oracle_ops as oo
-from oracle_ops import Call, OpSpec, Pair, make_op, relation, size_of
 
 INPUT_NAMES = ("a", "b", "c")
 ENC = {"full": ("fullone", "fullmany"), "pay": ("payone", "paymany"),

@@ -7,12 +7,11 @@ import sys
 import numpy as np
 import pytest
 import xarray as xr
+from conftest import EXAMPLE, Ident
 
 import subzero
 from subzero import Mode, Operator, Workflow
 from subzero.errors import LineageError, OperatorError, QueryError
-
-from conftest import EXAMPLE, Ident
 
 
 class Boom(Operator):

@@ -5,13 +5,13 @@ import json
 
 import numpy as np
 import pytest
+from conftest import EXAMPLE, ROOT
 
 import subzero
-from operators import MeanFilter, Mul
 from subzero import Mode, Operator, OperatorError, Workflow
-from subzero.spark import SparkError, check_master, java_version, session
-
-from conftest import EXAMPLE, ROOT
+from subzero.engines.session import SparkError, check_master, java_version, session
+from subzero.errors import SubZeroWarning
+from subzero.operators import MeanFilter, Mul
 
 STRATS = ["full:fullone:backward", "full:fullmany:backward", "full:fullone:forward",
           "full:fullmany:forward", "blackbox"]
@@ -145,7 +145,7 @@ def test_cli_engine_flags(cli, tmp_path, spark):
 
 
 def test_manifest_instances(spark, store, tmp_path, cli):
-    from workflows.example import flat_field, synthetic_sky
+    from subzero.workflows.example import flat_field, synthetic_sky
     for k in range(3):
         np.save(tmp_path / f"raw{k}.npy", synthetic_sky(seed=k))
     np.save(tmp_path / "flat.npy", flat_field())
@@ -179,7 +179,7 @@ def test_ready_workflows_identical_on_spark(spark, store, wf, params):
     path = str(ROOT / "workflows" / wf)
     sp = store.run(path, params=params, engine="spark", spark=spark, progress=False)
     lo = store.run(path, params=params)
-    from subzero.workload import load_workload, run_workload
+    from subzero.query.workload import load_workload, run_workload
     queries = load_workload(str(ROOT / "workflows" / wf.replace(".py", "_workload.json")))
     for name in sp.array_names():
         x, y = sp.array(name).values, lo.array(name).values
@@ -193,7 +193,7 @@ def test_ready_workflows_identical_on_spark(spark, store, wf, params):
 def test_reductions_run_as_spark_aggregations(spark, store):
     """A whole-array sum/mean/min/max runs as per-tile partials merged in a tree,
     bit-identical to the local engine (exact sums), with the same lineage."""
-    from operators import Count, Max, Mean, Min, Sum
+    from subzero.operators import Count, Max, Mean, Min, Sum
     x = np.random.default_rng(9).normal(size=(23, 17)) * 1e6
     for Op in (Sum, Mean, Min, Max, Count):
         wf = Workflow("agg")
@@ -214,7 +214,7 @@ def test_disk_budget_is_enforced_on_spark(spark, store, capfd):
     """A plan's disk budget holds on the Spark engine too: lineage that would overflow
     it is dropped operator by operator (never earlier lineage), the run records the
     downgrades, and every query still answers the same."""
-    from subzero.workload import load_workload, run_workload
+    from subzero.query.workload import load_workload, run_workload
     path = str(ROOT / "workflows" / "genomics.py")
     both = "full:fullone:backward+full:fullone:forward"
     strat = {u: both for u in ("extract", "model", "predict")}
@@ -222,12 +222,10 @@ def test_disk_budget_is_enforced_on_spark(spark, store, capfd):
     budget = free.lineage_bytes() // 2
     plan = {"name": "half", "workflow": "genomics", "strategies": strat, "max_disk": budget,
             "predicted_bytes": {}}          # no predictions: the writes must catch it
-    capfd.readouterr()
-    run = store.run(path, engine="spark", spark=spark, plan=plan, progress=False)
-    err = capfd.readouterr().err
+    with pytest.warns(SubZeroWarning, match="disk budget"):
+        run = store.run(path, engine="spark", spark=spark, plan=plan, progress=False)
     downs = store.catalog.downgrades(run.id)
     assert downs and 0 < run.lineage_bytes() <= budget
-    assert "disk budget" in err
     kept = {o["name"]: o["strategies"] for o in run.ops()}
     assert all(d["strategy"] not in kept[d["op"]] for d in downs)
     queries = load_workload(str(ROOT / "workflows" / "genomics_workload.json"))

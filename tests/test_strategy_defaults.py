@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from subzero import Mode, Operator, StrategyError, Workflow
-from subzero.strategy import default_for, parse
+from subzero.model.strategy import default_for, parse
 
 
 class Comp(Operator):

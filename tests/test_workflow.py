@@ -2,11 +2,10 @@
 
 import numpy as np
 import pytest
+from conftest import Ident
 
 import subzero
 from subzero import Operator, Workflow, WorkflowError, load_workflow
-
-from conftest import Ident
 
 
 class Add(Operator):

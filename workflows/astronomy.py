@@ -29,9 +29,9 @@ from __future__ import annotations
 import numpy as np
 from scipy import ndimage
 
-from operators import Binary, Div, Maximum, Mean, Slice, Sub, Unary
-from operators.base import MappedOperator
 from subzero import GLOBAL, Mode, Operator, Workflow, stencil, window
+from subzero.operators import Binary, Div, Maximum, Mean, Slice, Sub, Unary
+from subzero.operators.base import MappedOperator
 
 EXPOSURES = ("data/lsst/imsim_85408556_R23_S11_C04_E000.fits",
              "data/lsst/imsim_85408556_R23_S11_C04_E001.fits")

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from operators import Exp, Slice, Threshold, Transpose, Unary
-from operators.base import MappedOperator
 from subzero import LineageError, Mode, Operator, Workflow
+from subzero.operators import Exp, Slice, Threshold, Transpose, Unary
+from subzero.operators.base import MappedOperator
 
 #: Features the model uses: clinical (histology, metastasis), expression
 #: signatures (MYC, mTOR, p53, CD44, the C6 subtype cluster) and copy-number

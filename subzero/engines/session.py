@@ -14,9 +14,9 @@ import socket
 import subprocess
 import sys
 import warnings
-from typing import Mapping
+from collections.abc import Mapping
 
-from .errors import SubZeroError
+from subzero.errors import SubZeroError
 
 JAVA_HINT = ("install Java 17+ (e.g. 'apt-get install openjdk-17-jre-headless') or set JAVA_HOME, "
              "or run with --engine local")
@@ -112,7 +112,7 @@ def _installed(mod) -> bool:
     """True for modules Spark workers can import themselves: installed packages,
     SubZero's own, and the standard library."""
     name = getattr(mod, "__name__", "")
-    if name.split(".")[0] in ("subzero", "operators", "workflows", "numpy", "scipy"):
+    if name.split(".")[0] in ("subzero", "numpy", "scipy"):
         return True
     path = getattr(mod, "__file__", None) or ""
     return not path or "site-packages" in path or "dist-packages" in path \

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .capture import LineageBuffer, Pairs
-from .cells import first_out_of_bounds, fmt_cell, lengths_to_offsets, pack, rows_hitting
-from .context import Context
-from .errors import LineageError, OperatorError, QueryError, SubZeroError
-from .modes import Mode
+from subzero.capture.buffer import LineageBuffer, Pairs
+from subzero.capture.context import Context
+from subzero.errors import LineageError, OperatorError, QueryError, SubZeroError
+from subzero.model.cells import first_out_of_bounds, fmt_cell, lengths_to_offsets, pack, rows_hitting
+from subzero.model.modes import Mode
 
 
 def capture_mode(op) -> Mode | None:
@@ -85,7 +85,7 @@ class QueryBuffer(LineageBuffer):
         self.n_pay += len(out_lens)
 
     def kept(self) -> tuple[Pairs | None, Pairs | None]:
-        from .cells import csr_take
+        from subzero.model.cells import csr_take
         full = pay = None
         if self._kept_full:
             outs, olens, ins, ilens = [], [], [[] for _ in range(self.n_inputs)], \

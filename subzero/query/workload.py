@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from .cells import box
-from .errors import QueryError, SubZeroError
+from subzero.errors import QueryError, SubZeroError
+from subzero.model.cells import box
 
 _OPS = {"==": _op.eq, "!=": _op.ne, ">=": _op.ge, "<=": _op.le, ">": _op.gt, "<": _op.lt}
 _WHERE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.\-]*)\s*(==|!=|>=|<=|>|<)\s*(-?[0-9.eE+\-]+)\s*$")

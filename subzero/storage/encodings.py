@@ -28,35 +28,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .capture import Pairs
-from .cells import csr_rows, csr_take, lengths_to_offsets, pack, run_starts, unpack
-from .codec import PackedArrays, pack_arrays, pack_blocks, pack_bytes, unpack_arrays, unpack_bytes
-from .strategy import Strategy
+from subzero.capture.buffer import Pairs
+from subzero.model.cells import csr_rows, csr_take, lengths_to_offsets, pack, run_starts, unpack
+from subzero.model.strategy import Encoding, Strategy
+from subzero.storage.codec import PackedArrays, pack_arrays, pack_blocks, pack_bytes, unpack_arrays, unpack_bytes
+from subzero.tuning import KEY_BITS
 
-#: Key-index block size (2**KEY_BITS cells) for new writes.  Small blocks keep a
-#: point lookup cheap: a query decodes whole blocks, and a cell of a high fan-in
-#: pair carries many pair ids.  Older stores keep the size they were written with
-#: (``key_bits`` in a space's metadata; absent = LEGACY_KEY_BITS).
-KEY_BITS = 10
+#: Key-index block size of stores written before each space recorded its own
+#: (new writes use ``subzero.tuning.KEY_BITS``).
 LEGACY_KEY_BITS = 14
+#: Pairs per record block (2**REC_BITS): fixed by the format.
 REC_BITS = 10
 REC_PAIRS = 1 << REC_BITS
 
 
-@dataclass(frozen=True)
-class Encoding:
-    """One of the four encodings; ``one`` = per-cell key index, else R-tree."""
-
-    name: str
-    one: bool
-    payload: bool
-
-
-FullOne = Encoding("fullone", one=True, payload=False)
-FullMany = Encoding("fullmany", one=False, payload=False)
-PayOne = Encoding("payone", one=True, payload=True)
-PayMany = Encoding("paymany", one=False, payload=True)
-BY_NAME = {e.name: e for e in (FullOne, FullMany, PayOne, PayMany)}
 
 
 @dataclass

@@ -17,10 +17,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from .capture import Pairs
-from .cells import (as_cells, csr_take, lengths_to_offsets, pack, packed_from_bitmap,
-                    rows_hitting, unpack)
-from .errors import LineageError
+from subzero.capture.buffer import Pairs
+from subzero.errors import LineageError
+from subzero.model.cells import (
+    as_cells,
+    csr_take,
+    lengths_to_offsets,
+    pack,
+    packed_from_bitmap,
+    rows_hitting,
+    unpack,
+)
 
 
 class MemoryPairs:

@@ -4,14 +4,14 @@ functions are called (shapes, requested lineage modes, ``lwrite``)."""
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from .capture import LineageBuffer, _ragged
-from .cells import as_cells
-from .errors import LineageError
-from .modes import Mode
+from subzero.capture.buffer import LineageBuffer, _ragged
+from subzero.errors import LineageError
+from subzero.model.cells import as_cells
+from subzero.model.modes import Mode
 
 
 class Context:

@@ -11,12 +11,13 @@ output cell depends on every input cell.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from .modes import Mode
+from subzero.model.modes import Mode
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ class Operator:
         The default calls ``map_p`` once per pair; operators with many small
         payload pairs should override it with a vectorized version.
         """
-        from .cells import as_cells
+        from subzero.model.cells import as_cells
         ndim = len(ctx.input_shape(i))
         outs, owners = [], []
         for k in range(len(offsets) - 1):

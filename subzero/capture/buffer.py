@@ -8,13 +8,13 @@ packs every cell with one numpy call per chunk.  The result is plain data
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
-from .cells import first_out_of_bounds, fmt_cell, lengths_to_offsets, pack
-from .errors import LineageError
+from subzero.errors import LineageError
+from subzero.model.cells import first_out_of_bounds, fmt_cell, lengths_to_offsets, pack
 
 
 @dataclass

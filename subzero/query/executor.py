@@ -15,29 +15,33 @@ back to re-execution with a warning: a trace never answers wrongly in silence.
 
 from __future__ import annotations
 
-import sys
 import time
-import uuid
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
-from . import relation
-from .cells import (as_cells, bitmap_from_packed, cells_from_bitmap, first_out_of_bounds,
-                    fmt_cell, lengths_to_offsets, pack, packed_from_bitmap, run_starts)
-from .encodings import KEY_BITS, REC_PAIRS
-from .context import Context
-from .errors import QueryError
-from .lineagestore import CorruptLineage, LineageStore
-from .modes import Mode
-from .reexec import capture_mode, rerun
-from .strategy import Strategy, parse_one
+from subzero.capture.context import Context
+from subzero.errors import QueryError, warn
+from subzero.model.cells import (
+    as_cells,
+    bitmap_from_packed,
+    cells_from_bitmap,
+    first_out_of_bounds,
+    fmt_cell,
+    lengths_to_offsets,
+    pack,
+    run_starts,
+)
+from subzero.model.modes import Mode
+from subzero.model.strategy import Strategy, parse_one
+from subzero.query import relation
+from subzero.query.reexec import capture_mode, rerun
+from subzero.storage.encodings import KEY_BITS
+from subzero.storage.lineage import CorruptLineage, LineageStore
+from subzero.tuning import FIRST_CHUNK, LOOKUP_CHUNK, SMALL_QUERY, TIMED_QUERY_CELLS, TIMED_RECORD_PAIRS
 
-LOOKUP_CHUNK = 1 << 16
-FIRST_CHUNK = 8             # first chunk of a matched lookup (see Executor._stored)
-SMALL_QUERY = 4096          # below this many cells, work from packed cells, not bitmaps
 KEY_BLOCK = 1 << KEY_BITS
 
 
@@ -110,12 +114,8 @@ class RunView:
     lineage_path: object
 
 
-def _warn(msg: str) -> None:
-    print(f"subzero: warning: {msg}", file=sys.stderr)
-
-
 class Executor:
-    def __init__(self, view: RunView, warn: Callable[[str], None] = _warn):
+    def __init__(self, view: RunView, warn: Callable[[str], None] = warn):
         self.v = view
         self.warn = warn
         self._lineage: LineageStore | None = None
@@ -496,7 +496,7 @@ class Executor:
             res = fn(relation.MemoryPairs(pay), True, "backward", sc, i, q, q_flat) \
                 if pay is not None else np.zeros(0, np.int64)
         else:
-            from .capture import empty_pairs
+            from subzero.capture.buffer import empty_pairs
             src = relation.MemoryPairs(pay if pay is not None else empty_pairs(len(sc.in_shapes), True),
                                        covered=covered)
             res = relation.composite(src, "backward", sc, i, backward, q, q_flat)
@@ -522,8 +522,8 @@ class _TimedReader:
     checked between chunks of record blocks: the query-time planner's switch to
     re-execution when reading stored lineage costs more than re-running would."""
 
-    CHUNK = 4 * REC_PAIRS        # pairs per records() call
-    QUERY_CHUNK = 1024           # query cells per lookup() call (R-tree probes are slow)
+    CHUNK = TIMED_RECORD_PAIRS   # pairs per records() call
+    QUERY_CHUNK = TIMED_QUERY_CELLS   # query cells per lookup() call (R-tree probes are slow)
 
     def __init__(self, reader, until: float):
         self.r, self.until = reader, until

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .errors import SubZeroError
+from subzero.errors import SubZeroError
 
 
 def load_path(path: str | os.PathLike, input_name: str = "input"):

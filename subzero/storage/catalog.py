@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import QueryError
+from subzero.errors import QueryError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (

@@ -22,22 +22,25 @@ operator and strategy.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
-from .arraystore import ArrayStore
-from .capture import Pairs
-from .engine import OpStats, run_operator, shape_of, store_lineage
-from .errors import OperatorError, SubZeroError
-from .lineagestore import LineageStore
-from .spark import SparkError, ship_workflow_modules
-from .strategy import Strategy
-from .tiles import Tile, concat_pairs, globalize, tiles_for
-from .workflow import Workflow
+from subzero.capture.buffer import Pairs
+from subzero.capture.runner import run_operator, shape_of
+from subzero.capture.tiles import Tile, concat_pairs, globalize, tiles_for
+from subzero.engines.lineage import store_lineage
+from subzero.engines.session import SparkError, ship_workflow_modules
+from subzero.engines.stats import OpStats
+from subzero.errors import OperatorError, SubZeroError
+from subzero.model.strategy import Strategy
+from subzero.model.workflow import Workflow
+from subzero.storage.arrays import ArrayStore
+from subzero.storage.lineage import LineageStore
 
 MARK = "@@subzero@@"
 
@@ -136,9 +139,9 @@ def _aggregate(sc, name, op, inputs, in_shapes, strategies, arrays: ArrayStore, 
     """A whole-array reduction as a Spark aggregation: partials per tile, merged
     on the executors in a tree, finished on the driver.  Its lineage is one
     all-to-all pair, written by the runtime."""
-    from .capture import LineageBuffer
-    from .context import Context
-    from .engine import normalise_output
+    from subzero.capture.buffer import LineageBuffer
+    from subzero.capture.context import Context
+    from subzero.capture.runner import normalise_output
     tiles = tiles_for(in_shapes[0], arrays.tile, 0)
     fn = partial(_partial_task, str(arrays.dir.parent), arrays.tile, name, op, list(inputs))
     rdd = sc.parallelize(tiles, len(tiles)).map(fn)

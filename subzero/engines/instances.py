@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .arraystore import ArrayStore
-from .engine import OpStats, run_local
-from .errors import SubZeroError, WorkflowError
-from .inputs import load_path
-from .lineagestore import LineageStore
-from .strategy import Strategy
+from subzero.engines.local import run_local
+from subzero.engines.stats import OpStats
+from subzero.errors import SubZeroError, WorkflowError
+from subzero.model.strategy import Strategy
+from subzero.storage.arrays import ArrayStore
+from subzero.storage.inputs import load_path
+from subzero.storage.lineage import LineageStore
 
 
 @dataclass
@@ -98,8 +99,8 @@ def run_instances(store, wf, strategies, rows: list[dict[str, str]], spark, capt
     """Run one instance per row on Spark; returns one result per row (in order)."""
     from functools import partial
 
-    from .spark import ship_workflow_modules
-    from .spark_engine import _collect
+    from subzero.engines.session import ship_workflow_modules
+    from subzero.engines.spark import _collect
     defaults = {}
     for name in wf.inputs:
         if all(name not in r for r in rows):

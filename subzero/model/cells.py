@@ -8,11 +8,11 @@ set between two query steps is a boolean bitmap of the array's shape.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from .errors import QueryError
+from subzero.errors import QueryError
 
 Shape = tuple[int, ...]
 

@@ -7,23 +7,78 @@ with ``+`` (``full:fullmany:backward+full:fullone:forward``).
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .errors import StrategyError
-from .modes import Mode
+from subzero.errors import StrategyError
+from subzero.model.modes import Mode
 
-ENCODINGS = {Mode.FULL: ("fullone", "fullmany"), Mode.PAY: ("payone", "paymany"),
-             Mode.COMP: ("payone", "paymany")}
-DIRECTIONS = ("backward", "forward")
-_DEFAULT_ENCODING = {Mode.FULL: "fullone", Mode.PAY: "payone", Mode.COMP: "payone"}
+
+class Direction(enum.StrEnum):
+    """Which side of a pair stored lineage is keyed (indexed) by.
+
+    BACKWARD is keyed by output cells (fast output -> input traces), FORWARD by
+    the cells of each input.  A trace step also has a direction; a step whose
+    direction differs from the stored one must scan instead of look up."""
+
+    BACKWARD = "backward"
+    FORWARD = "forward"
+
+    @staticmethod
+    def of(backward: bool) -> "Direction":
+        return Direction.BACKWARD if backward else Direction.FORWARD
+
+
+class Encoding(enum.StrEnum):
+    """The four encodings of stored lineage.
+
+    *One* encodings index every key cell (a per-cell key index); *Many*
+    encodings index each pair's bounding box in an R-tree.  *Full* encodings
+    store the input cells of each pair, *Pay* encodings a payload for ``map_p``."""
+
+    FULLONE = "fullone"
+    FULLMANY = "fullmany"
+    PAYONE = "payone"
+    PAYMANY = "paymany"
+
+    @property
+    def one(self) -> bool:
+        return self in (Encoding.FULLONE, Encoding.PAYONE)
+
+    @property
+    def many(self) -> bool:
+        return not self.one
+
+    @property
+    def payload(self) -> bool:
+        return self in (Encoding.PAYONE, Encoding.PAYMANY)
+
+
+ENCODINGS = {Mode.FULL: (Encoding.FULLONE, Encoding.FULLMANY),
+             Mode.PAY: (Encoding.PAYONE, Encoding.PAYMANY),
+             Mode.COMP: (Encoding.PAYONE, Encoding.PAYMANY)}
+DIRECTIONS = (Direction.BACKWARD, Direction.FORWARD)
+_DEFAULT_ENCODING = {Mode.FULL: Encoding.FULLONE, Mode.PAY: Encoding.PAYONE,
+                     Mode.COMP: Encoding.PAYONE}
 
 
 @dataclass(frozen=True, order=True)
 class Strategy:
+    """One way to keep an operator's lineage: (mode, encoding, direction).
+
+    MAP and BLACKBOX store nothing and have no encoding or direction."""
+
     mode: Mode
-    encoding: str | None = None      # None for MAP and BLACKBOX
-    direction: str | None = None
+    encoding: Encoding | None = None
+    direction: Direction | None = None
+
+    def __post_init__(self) -> None:
+        # accept the plain spellings too ("fullone", "backward"), kept as enums
+        if self.encoding is not None and not isinstance(self.encoding, Encoding):
+            object.__setattr__(self, "encoding", Encoding(self.encoding))
+        if self.direction is not None and not isinstance(self.direction, Direction):
+            object.__setattr__(self, "direction", Direction(self.direction))
 
     @property
     def stored(self) -> bool:
@@ -31,7 +86,12 @@ class Strategy:
 
     @property
     def many(self) -> bool:
-        return bool(self.encoding) and self.encoding.endswith("many")
+        return self.encoding is not None and self.encoding.many
+
+    @property
+    def backward(self) -> bool:
+        """Stored lineage keyed by output cells."""
+        return self.direction is Direction.BACKWARD
 
     @property
     def payload(self) -> bool:
@@ -76,14 +136,14 @@ def _parse_one(text: str) -> Strategy:
         raise StrategyError(f"malformed strategy {text!r}; write MODE[:ENCODING[:DIRECTION]], "
                             f"e.g. full:fullone:backward")
     enc = parts[1] if len(parts) > 1 and parts[1] else _DEFAULT_ENCODING[mode]
-    direction = parts[2] if len(parts) > 2 and parts[2] else "backward"
+    direction = parts[2] if len(parts) > 2 and parts[2] else Direction.BACKWARD
     if enc not in ENCODINGS[mode]:
         raise StrategyError(f"strategy {text!r}: mode {mode.value} uses encoding "
                             f"{' or '.join(ENCODINGS[mode])}, not {enc!r}")
     if direction not in DIRECTIONS:
         raise StrategyError(f"strategy {text!r}: direction must be backward or forward, "
                             f"not {direction!r}")
-    return Strategy(mode, enc, direction)
+    return Strategy(mode, Encoding(enc), Direction(direction))
 
 
 def parse(text: str) -> tuple[Strategy, ...]:
@@ -138,7 +198,7 @@ def default_for(operator) -> tuple[Strategy, ...]:
     if Mode.MAP in modes and operator.has_mapping():
         return (MAP,)
     if Mode.FULL in modes:
-        return (Strategy(Mode.FULL, "fullone", "backward"),)
+        return (Strategy(Mode.FULL, Encoding.FULLONE, Direction.BACKWARD),)
     return (BLACKBOX,)
 
 

@@ -20,20 +20,38 @@ import lmdb
 import numpy as np
 from rtree import index as rindex
 
-from .capture import Pairs
-from .cells import (csr_take, lengths_to_offsets, rows_hitting, run_starts, sorted_unique,
-                    unique_ids, unpack)
-from .codec import pack_arrays, unpack_arrays
-from .encodings import (BY_NAME, KEY_BITS, LEGACY_KEY_BITS, REC_BITS, REC_PAIRS, RecordBlock, Space,
-                        decode_key_block, decode_record_block, key_blocks, merge_key_blocks,
-                        record_blocks, record_fields, spaces_for)
-from .errors import SubZeroError
-from .modes import Mode
-from .strategy import Strategy
+from subzero.capture.buffer import Pairs
+from subzero.errors import SubZeroError
+from subzero.model.cells import (
+    csr_take,
+    lengths_to_offsets,
+    rows_hitting,
+    run_starts,
+    sorted_unique,
+    unique_ids,
+    unpack,
+)
+from subzero.model.modes import Mode
+from subzero.model.strategy import Strategy
+from subzero.storage.codec import pack_arrays, unpack_arrays
+from subzero.storage.encodings import (
+    KEY_BITS,
+    LEGACY_KEY_BITS,
+    REC_BITS,
+    REC_PAIRS,
+    RecordBlock,
+    Space,
+    decode_key_block,
+    decode_record_block,
+    key_blocks,
+    merge_key_blocks,
+    record_blocks,
+    record_fields,
+    spaces_for,
+)
+from subzero.tuning import COVERED_CHUNK, LMDB_MAP_SIZE
 
-MAP_SIZE = 1 << 40          # virtual; LMDB files grow as needed
 META = b"\x00meta"
-COVERED_CHUNK = 1 << 20
 
 
 class CorruptLineage(SubZeroError):
@@ -75,7 +93,7 @@ def _open_env(path: Path, readonly: bool):
         return env, dbs
     # a reader maps only the file (a writer reserves address space to grow into):
     # thousands of runs can then be open in one process
-    size = MAP_SIZE
+    size = LMDB_MAP_SIZE
     if readonly:
         size = max(1 << 20, (path / "data.mdb").stat().st_size)
     env = lmdb.open(str(path), map_size=size, max_dbs=4096, subdir=True, readonly=readonly,
@@ -150,7 +168,7 @@ class LineageStore:
         """Encode and store ``pairs`` under (op, strategy); appends if already present."""
         import time
         t0 = time.perf_counter()
-        enc = BY_NAME[strategy.encoding]
+        enc = strategy.encoding
         spaces = spaces_for(strategy, pairs, out_shape, in_shapes, map_p_pairs)
         db = self._db(self.db_name(op, strategy), create=True)
         with self.env.begin(write=True, db=db) as txn:
@@ -260,7 +278,7 @@ class StrategyReader:
 
     def __init__(self, store: LineageStore, op: str, strategy: Strategy):
         self.store, self.op, self.strategy = store, op, strategy
-        self.enc = BY_NAME[strategy.encoding]
+        self.enc = strategy.encoding
         self._cache: dict[bytes, object] = {}
         self._rtrees: dict[str, object] = {}
         try:

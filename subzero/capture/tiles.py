@@ -11,14 +11,14 @@ runs inside Spark tasks.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import product
-from typing import Sequence
 
 import numpy as np
 
-from .capture import Pairs
-from .cells import csr_rows, lengths_to_offsets, pack, unpack
+from subzero.capture.buffer import Pairs
+from subzero.model.cells import csr_rows, lengths_to_offsets, pack, unpack
 
 Shape = tuple[int, ...]
 

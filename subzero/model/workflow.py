@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import WorkflowError
-from .operator import Operator
+from subzero.errors import WorkflowError
+from subzero.model.operator import Operator
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 

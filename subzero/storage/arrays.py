@@ -16,9 +16,8 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .errors import StoreError
-
-DEFAULT_TILE = 512
+from subzero.errors import StoreError
+from subzero.tuning import DEFAULT_TILE
 
 
 def as_dataarray(value, name: str) -> xr.DataArray:

@@ -1,0 +1,113 @@
+"""Encode and write one operator's captured lineage under the run's disk budget,
+with the size statistics the cost model needs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from subzero.capture.buffer import empty_pairs
+from subzero.capture.runner import mapping_context
+from subzero.engines.stats import OpStats
+from subzero.errors import LineageError
+from subzero.model.cells import as_cells, first_out_of_bounds, fmt_cell, pack
+from subzero.model.modes import Mode
+from subzero.model.strategy import BLACKBOX, MAP, Strategy
+from subzero.storage.budget import DiskBudget
+from subzero.storage.encodings import KEY_BITS
+from subzero.storage.lineage import LineageStore
+
+
+def store_lineage(name: str, op, strategies, full, pay, out_shape, in_shapes,
+                  lineage: LineageStore, stats: OpStats) -> None:
+    """Encode and write every stored strategy of one operator."""
+    mctx = mapping_context(name, op, in_shapes, out_shape)
+
+    def map_p_pairs(cells, off, payloads, pay_ids, i):
+        """map_p at capture time (forward-keyed payload strategies), checked like at query time."""
+        res, owner = op.map_p_pairs(cells, off, payloads, pay_ids, i, mctx)
+        res = as_cells(res, len(in_shapes[i])) if len(res) else np.zeros((0, len(in_shapes[i])), np.int64)
+        bad = first_out_of_bounds(res, in_shapes[i])
+        if bad is not None:
+            raise LineageError(f"operator {name!r}: map_p returned cell {fmt_cell(res[bad])} outside "
+                               f"input {i} (shape {tuple(in_shapes[i])})")
+        return res, np.asarray(owner, np.int64)
+
+    budget: DiskBudget | None = getattr(lineage, "budget", None)
+    expanded: dict[int, dict] = {}
+
+    def counted(cells, off, payloads, pay_ids, i):
+        res, owner = map_p_pairs(cells, off, payloads, pay_ids, i)
+        packed = pack(res, in_shapes[i]) if len(res) else np.zeros(0, np.int64)
+        expanded[i] = {"key_cells": int(packed.size), "key_blocks": _key_blocks(packed),
+                       "pairs": int(np.unique(owner).size) if len(owner) else 0}
+        return res, owner
+
+    dropped = []
+    for s in strategies:
+        if not s.stored:
+            continue
+        pairs = pay if s.payload else full
+        if pairs is None:
+            pairs = empty_pairs(len(in_shapes), s.payload)
+        predicted = budget.predicted.get((name, str(s))) if budget is not None else None
+        if predicted is not None and not budget.fits(predicted):
+            budget.downgrade(name, s, predicted, None)
+            dropped.append(s)
+            continue
+        expanded.clear()
+        w = lineage.write(name, s, pairs, out_shape, in_shapes, counted)
+        if budget is not None and not budget.fits(w.bytes):
+            lineage.drop(name, s)          # this operator's own write, never earlier lineage
+            budget.downgrade(name, s, predicted, w.bytes)
+            dropped.append(s)
+            continue
+        if budget is not None:
+            budget.used += w.bytes
+        stats.per_strategy.append({"strategy": str(s), "bytes": w.bytes, "write_s": w.seconds,
+                                   "pairs": w.pairs,
+                                   "spaces": space_stats(s, pairs, out_shape, in_shapes, expanded)})
+        stats.lineage_bytes += w.bytes
+    if dropped:
+        kept = [s for s in strategies if s not in dropped]
+        if not any(s.stored or s.mode is Mode.MAP for s in kept):
+            kept = [MAP if Mode.MAP in op.supported_modes() and op.has_mapping() else BLACKBOX]
+        stats.strategies = [str(s) for s in kept]
+
+
+def _key_blocks(packed: np.ndarray) -> int:
+    """Key-index blocks (2**KEY_BITS consecutive cells) that packed key cells fall in."""
+    return int(np.count_nonzero(np.bincount(packed >> KEY_BITS))) if packed.size else 0
+
+
+def space_stats(s: Strategy, pairs, out_shape, in_shapes, expanded: dict | None = None) -> dict:
+    """Sizes of what one stored strategy holds, per key side ("b", "f0", ...): pairs,
+    key cells and the key blocks they fall in, value cells, record cells, distinct
+    payloads.  The query cost model prices lookups and scans from these; they are
+    counts only (one bincount per key side), cheap enough to take at every capture."""
+    nonempty = np.diff(pairs.out_off) > 0
+    many = not s.encoding.startswith(("fullone", "payone"))
+    if s.direction == "backward":
+        vals = 0 if s.payload else int(sum(a.size for a in pairs.ins))
+        rec = vals + (int(pairs.out.size) if (many or s.payload) else 0)
+        d = {"pairs": int(np.count_nonzero(nonempty)), "key_cells": int(pairs.out.size),
+             "key_blocks": _key_blocks(pairs.out), "key_size": int(np.prod(out_shape)),
+             "value_cells": vals, "record_cells": rec}
+        if s.payload:
+            d["payloads"] = int(np.unique(pairs.pay_ids).size) if pairs.n else 0
+            d["covered"] = int(pairs.out.size)
+        return {"b": d}
+    out = {}
+    lens_out = np.diff(pairs.out_off)
+    for i, shp in enumerate(in_shapes):
+        if s.payload:
+            e = (expanded or {}).get(i, {"key_cells": 0, "key_blocks": 0, "pairs": 0})
+            kc, kb, p = e["key_cells"], e["key_blocks"], e["pairs"]
+            vals = int(lens_out.sum())
+        else:
+            has = (np.diff(pairs.in_offs[i]) > 0) & nonempty
+            kc, kb, p = int(pairs.ins[i].size), _key_blocks(pairs.ins[i]), int(np.count_nonzero(has))
+            vals = int(lens_out[has].sum())
+        out[f"f{i}"] = {"pairs": p, "key_cells": kc, "key_blocks": kb,
+                        "key_size": int(np.prod(shp)), "value_cells": vals,
+                        "record_cells": vals + (kc if many or s.payload else 0)}
+    return out

@@ -1,0 +1,2 @@
+"""What a run leaves on disk: arrays (Zarr), lineage (LMDB + R-trees, its codec
+and encodings), the catalog (SQLite), input loaders and the disk budget."""

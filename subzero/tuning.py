@@ -1,0 +1,58 @@
+"""SubZero's tuning constants, in one place.
+
+These trade speed against memory or disk and change no answer: a trace gives
+the same cells whatever they are.  Values that a store's format depends on
+(record block size, legacy key-block size) are not here; they live with the
+format in ``subzero.storage.encodings``.  Each was measured on the paper's
+workloads (see benchmarks/RESULTS.md) before it was set.
+"""
+
+from __future__ import annotations
+
+# -- capture and storage ------------------------------------------------------------
+#: Key-index block size (2**KEY_BITS cells) for new writes.  Small blocks keep a
+#: point lookup cheap: a query decodes whole blocks, and a cell of a high fan-in pair
+#: carries many pair ids.  Each space records the size it was written with.
+KEY_BITS = 10
+#: Covered output cells of composite lineage, per stored chunk.
+COVERED_CHUNK = 1 << 20
+#: LMDB map size of a writer (virtual: the file grows as needed).
+LMDB_MAP_SIZE = 1 << 40
+#: Zarr chunk (and Spark tile) size per axis.
+DEFAULT_TILE = 512
+#: Output cells per batch when a built-in operator emits Full pairs (bounds memory).
+EMIT_BATCH_CELLS = 1 << 21
+
+# -- queries ----------------------------------------------------------------------------
+#: Query cells per lookup once a matched lookup stops growing its chunks.
+LOOKUP_CHUNK = 1 << 16
+#: First chunk of a matched lookup: a step whose target fills from its first few
+#: cells (high fan-out) stops early.
+FIRST_CHUNK = 8
+#: At or below this many cells a set between steps keeps its sorted packed cells, so
+#: a small query never scans a whole bitmap.
+SMALL_QUERY = 4096
+#: Pairs per records() call, and query cells per lookup() call, of a stored read that
+#: runs against the planner's deadline (it checks the clock between calls).
+TIMED_RECORD_PAIRS = 4096
+TIMED_QUERY_CELLS = 1024
+
+# -- query-time planner (subzero.optimizer.planner) --------------------------------------
+#: Never give up on stored lineage sooner than this (seconds).
+MIN_BUDGET_S = 0.002
+#: Stored lineage may take this share of the predicted re-execution ...
+SWITCH_FACTOR = 0.5
+#: ... or this multiple of its own predicted cost, up to the re-execution.
+STORED_SLACK = 2.0
+#: A stored read that timed out waits this many steps before it is tried again.
+TOO_SLOW_STEPS = 3
+#: Learned corrections of predicted step costs are clipped to this range.
+CORRECTION_RANGE = (0.25, 4.0)
+
+# -- profiling runs (subzero.optimizer.profile) -------------------------------------------
+#: Pairs encoded per candidate strategy at most (then extrapolated).
+SAMPLE_PAIRS = 32 * 1024
+#: A sample smaller than this (bytes) is grown before extrapolating.
+SMALL_SAMPLE_BYTES = 64 * 4096
+#: Operators faster than this (seconds) are timed best-of-3.
+FAST_OP_S = 0.05
