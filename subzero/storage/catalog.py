@@ -66,7 +66,8 @@ class Catalog:
             " VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?)",
             (workflow, source, json.dumps(params, default=str), time.time(),
              json.dumps(inputs, default=str), os.getpid(), os.uname().nodename, engine))
-        return int(cur.lastrowid)
+        assert cur.lastrowid is not None
+        return cur.lastrowid
 
     def finish_run(self, run_id: int, status: str, error: str | None = None) -> None:
         self.db.execute("UPDATE runs SET status=?, ended=?, error=? WHERE id=?",
@@ -215,7 +216,8 @@ class Catalog:
     def add_calibration(self, host: str, seconds: float, data: dict) -> int:
         cur = self.db.execute("INSERT INTO calibrations (host, created, seconds, data) VALUES (?, ?, ?, ?)",
                               (host, time.time(), seconds, json.dumps(data)))
-        return int(cur.lastrowid)
+        assert cur.lastrowid is not None
+        return cur.lastrowid
 
     def latest_calibration(self, host: str) -> dict | None:
         r = self.db.execute("SELECT id, created, seconds, data FROM calibrations WHERE host=?"

@@ -86,6 +86,7 @@ def spaces_for(strategy: Strategy, pairs: Pairs, out_shape, in_shapes, map_p_pai
         rows = np.flatnonzero(np.diff(pairs.out_off) > 0)
         key, key_off = _select_rows(pairs.out, pairs.out_off, rows)
         if strategy.payload:
+            assert pairs.pay_ids is not None, "payload strategies store payload pairs"
             return [Space("b", out_shape, key, key_off,
                           pay_ids=pairs.pay_ids[rows], payloads=pairs.payloads)]
         return [Space("b", out_shape, key, key_off,
@@ -205,6 +206,7 @@ def record_blocks(space: Space, enc: Encoding, first_pair: int) -> dict[int, byt
         columns.append((sort_within_pairs(c, o), o[pb]))
     blobs = pack_blocks(columns, len(pb) - 1)
     if "pay" in fields:
+        assert space.pay_ids is not None and space.payloads is not None
         for j, a in enumerate(pb[:-1].tolist()):
             ids = space.pay_ids[a:a + REC_PAIRS]
             uniq, local = np.unique(ids, return_inverse=True)

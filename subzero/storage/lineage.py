@@ -47,6 +47,7 @@ from subzero.storage.metadata import (
     covered_key,
     key_index_key,
     record_key,
+    stored_encoding,
 )
 from subzero.storage.reader import StrategyReader
 from subzero.tuning import COVERED_CHUNK, LMDB_MAP_SIZE
@@ -75,11 +76,10 @@ def _open_env(path: Path, readonly: bool):
     key = str(path.resolve())
     entry = _ENVS.get(key)
     if entry is not None:
-        env, count, ro, dbs = entry
-        if ro and not readonly:
+        if entry[2] and not readonly:
             raise CorruptLineage(f"lineage store {path} is open read-only in this process")
         entry[1] += 1
-        return env, dbs
+        return entry[0], entry[3]
     # a reader maps only the file (a writer reserves address space to grow into):
     # thousands of runs can then be open in one process
     size = LMDB_MAP_SIZE
@@ -159,7 +159,7 @@ class LineageStore:
         Raises :class:`NewerLineageFormat` (a one-line StoreError) rather than append
         to lineage a newer SubZero wrote."""
         t0 = time.perf_counter()
-        enc = strategy.encoding
+        enc = stored_encoding(strategy)
         spaces = spaces_for(strategy, pairs, out_shape, in_shapes, map_p_pairs)
         db = self._db(self.db_name(op, strategy), create=True)
         with self.env.begin(write=True, db=db) as txn:
@@ -183,7 +183,7 @@ class LineageStore:
         if sp.n == 0:
             return info
         first = -(-info.pairs // REC_PAIRS) * REC_PAIRS
-        enc = strategy.encoding
+        enc = stored_encoding(strategy)
         puts = []
         blocks = record_blocks(sp, enc, first)
         for blk, blob in blocks.items():

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from subzero.errors import StoreError, StrategyError, SubZeroError
-from subzero.model.strategy import Strategy, parse_one
+from subzero.model.strategy import Encoding, Strategy, parse_one
 from subzero.storage.encodings import LEGACY_KEY_BITS
 
 #: Format of the metadata (and blocks) this SubZero writes.
@@ -73,6 +73,13 @@ def key_index_key(space: str, blk: int) -> bytes:
 
 def covered_key(chunk: int) -> bytes:
     return block_key("c", b"C", chunk)
+
+
+def stored_encoding(strategy: Strategy) -> Encoding:
+    """The encoding of a strategy that stores lineage (MAP and BLACKBOX store none)."""
+    if strategy.encoding is None:
+        raise ValueError(f"strategy {strategy} stores no lineage")
+    return strategy.encoding
 
 
 # -- metadata records ------------------------------------------------------------------

@@ -40,6 +40,7 @@ from subzero.storage.metadata import (
     covered_key,
     key_index_key,
     record_key,
+    stored_encoding,
 )
 
 if TYPE_CHECKING:
@@ -55,8 +56,9 @@ class StrategyReader:
 
     def __init__(self, store: LineageStore, op: str, strategy: Strategy):
         self.store, self.op, self.strategy = store, op, strategy
-        self.enc = strategy.encoding
-        self._cache: dict[bytes, object] = {}
+        self.enc = stored_encoding(strategy)
+        self._blocks: dict[bytes, RecordBlock] = {}
+        self._key_index: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
         self._rtrees: dict[str, object] = {}
         self._covered: np.ndarray | None = None
         where = f"stored lineage of {op!r} ({strategy})"
@@ -78,7 +80,8 @@ class StrategyReader:
 
     def clear_cache(self) -> None:
         """Forget decoded blocks (benchmarks use it to measure cold lookups)."""
-        self._cache.clear()
+        self._blocks.clear()
+        self._key_index.clear()
         self._covered = None
 
     def _fail(self, e: Exception):
@@ -99,13 +102,13 @@ class StrategyReader:
 
     def _record(self, txn, space: str, blk: int) -> RecordBlock:
         key = record_key(space, blk)
-        rb = self._cache.get(key)
+        rb = self._blocks.get(key)
         if rb is None:
             raw = txn.get(key)
             if raw is None:
                 raise CorruptLineage(f"stored lineage of {self.op!r} ({self.strategy}) misses a record block")
             rb = decode_record_block(raw, self._space(space).fields)
-            self._cache[key] = rb
+            self._blocks[key] = rb
         return rb
 
     # -- lookups ---------------------------------------------------------------------
@@ -130,11 +133,11 @@ class StrategyReader:
 
     def _decoded_key_block(self, txn, space, blk):
         key = key_index_key(space, blk)
-        dec = self._cache.get(key)
-        if dec is None:
+        dec = self._key_index.get(key, False)
+        if dec is False:           # not read yet (None: no such block)
             raw = txn.get(key)
             dec = decode_key_block(raw) if raw is not None else None
-            self._cache[key] = dec
+            self._key_index[key] = dec
         return dec
 
     def _lookup_one(self, txn, space, q):
