@@ -124,8 +124,8 @@ class LineageBuffer:
         full = pay = None
         if self._full:
             outs, olens = [], []
-            ins = [[] for _ in range(self.n_inputs)]
-            ilens = [[] for _ in range(self.n_inputs)]
+            ins: list[list[np.ndarray]] = [[] for _ in range(self.n_inputs)]
+            ilens: list[list[np.ndarray]] = [[] for _ in range(self.n_inputs)]
             for out, out_lens, in_cells, in_lens in self._full:
                 self._check(out, out_shape, "output")
                 outs.append(pack(out, out_shape))

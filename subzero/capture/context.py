@@ -32,7 +32,7 @@ class Context:
         self._output_shape = tuple(output_shape) if output_shape is not None else None
         self.buffer = buffer
         self.lwrite_seconds = 0.0
-        self._supported = None
+        self._supported: set[Mode] | None = None
 
     # -- shapes ----------------------------------------------------------------
     @property
@@ -190,6 +190,7 @@ class Context:
 
     # -- helpers -------------------------------------------------------------------
     def _pid(self, payload) -> int:
+        assert self.buffer is not None, "payload ids are asked for only while capturing"
         try:
             return self.buffer.payload_id(payload)
         except TypeError as e:

@@ -51,7 +51,8 @@ class Tile:
 
 def tile_shape(shape: Shape, tile: int | Sequence[int]) -> Shape:
     """Per-axis tile size: ``tile`` (an int applies to every axis), capped by the shape."""
-    t = (tile,) * len(shape) if np.ndim(tile) == 0 else tuple(tile)
+    sizes = np.atleast_1d(np.asarray(tile, dtype=np.int64))
+    t = tuple(int(k) for k in (np.repeat(sizes, len(shape)) if np.ndim(tile) == 0 else sizes))
     if len(t) != len(shape):
         raise ValueError(f"tile shape {tuple(t)} does not match an array of {len(shape)} dimensions")
     return tuple(max(1, min(int(n), int(k))) for n, k in zip(shape, t))
@@ -91,7 +92,7 @@ def globalize(pairs: Pairs | None, tile: Tile, out_shape: Shape, in_shapes: Sequ
     live = n_keep > 0
     out = pack(oc[keep], tuple(out_shape))
     out_off = lengths_to_offsets(n_keep[live])
-    if pairs.is_payload:
+    if pairs.pay_ids is not None:
         return Pairs(out, out_off, pay_ids=pairs.pay_ids[live], payloads=pairs.payloads)
     ins, offs = [], []
     for i, (c, o) in enumerate(zip(pairs.ins, pairs.in_offs)):
@@ -108,19 +109,20 @@ def globalize(pairs: Pairs | None, tile: Tile, out_shape: Shape, in_shapes: Sequ
 
 def concat_pairs(parts: list[Pairs | None], n_inputs: int) -> Pairs | None:
     """One Pairs from many (tiles), merging payload tables."""
-    parts = [p for p in parts if p is not None and p.n]
-    if not parts:
+    live = [p for p in parts if p is not None and p.n]
+    if not live:
         return None
-    out = np.concatenate([p.out for p in parts])
-    out_off = lengths_to_offsets(np.concatenate([np.diff(p.out_off) for p in parts]))
-    if parts[0].is_payload:
+    out = np.concatenate([p.out for p in live])
+    out_off = lengths_to_offsets(np.concatenate([np.diff(p.out_off) for p in live]))
+    if live[0].is_payload:
         table: dict[bytes, int] = {}
         ids = []
-        for p in parts:
+        for p in live:
+            assert p.pay_ids is not None and p.payloads is not None
             remap = np.array([table.setdefault(b, len(table)) for b in p.payloads], np.int64)
             ids.append(remap[p.pay_ids] if len(remap) else p.pay_ids)
         return Pairs(out, out_off, pay_ids=np.concatenate(ids), payloads=list(table))
-    ins = [np.concatenate([p.ins[i] for p in parts]) for i in range(n_inputs)]
-    offs = [lengths_to_offsets(np.concatenate([np.diff(p.in_offs[i]) for p in parts]))
+    ins = [np.concatenate([p.ins[i] for p in live]) for i in range(n_inputs)]
+    offs = [lengths_to_offsets(np.concatenate([np.diff(p.in_offs[i]) for p in live]))
             for i in range(n_inputs)]
     return Pairs(out, out_off, ins, offs)

@@ -140,9 +140,9 @@ def parse_spec(spec: str, shape: Shape, array: str = "array") -> np.ndarray:
         try:
             for c, n in zip(coords, shape):
                 if ":" in c:
-                    a, _, b = c.partition(":")
-                    a = int(a) if a.strip() else 0
-                    b = int(b) if b.strip() else n
+                    a_text, _, b_text = c.partition(":")
+                    a = int(a_text) if a_text.strip() else 0
+                    b = int(b_text) if b_text.strip() else n
                     if a < 0 or b > n or a >= b:
                         raise QueryError(
                             f"cell SPEC range {c!r} is outside {array} (shape {tuple(shape)}) or empty")

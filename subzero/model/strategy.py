@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TypeVar
 
 from subzero.errors import StrategyError
 from subzero.model.modes import Mode
@@ -59,6 +60,7 @@ ENCODINGS = {Mode.FULL: (Encoding.FULLONE, Encoding.FULLMANY),
              Mode.PAY: (Encoding.PAYONE, Encoding.PAYMANY),
              Mode.COMP: (Encoding.PAYONE, Encoding.PAYMANY)}
 DIRECTIONS = (Direction.BACKWARD, Direction.FORWARD)
+_E = TypeVar("_E", Encoding, Direction)
 _DEFAULT_ENCODING = {Mode.FULL: Encoding.FULLONE, Mode.PAY: Encoding.PAYONE,
                      Mode.COMP: Encoding.PAYONE}
 
@@ -135,15 +137,25 @@ def _parse_one(text: str) -> Strategy:
     if len(parts) > 3:
         raise StrategyError(f"malformed strategy {text!r}; write MODE[:ENCODING[:DIRECTION]], "
                             f"e.g. full:fullone:backward")
-    enc = parts[1] if len(parts) > 1 and parts[1] else _DEFAULT_ENCODING[mode]
-    direction = parts[2] if len(parts) > 2 and parts[2] else Direction.BACKWARD
-    if enc not in ENCODINGS[mode]:
+    enc_text = parts[1] if len(parts) > 1 and parts[1] else _DEFAULT_ENCODING[mode].value
+    dir_text = parts[2] if len(parts) > 2 and parts[2] else Direction.BACKWARD.value
+    enc = _member(Encoding, enc_text)
+    if enc is None or enc not in ENCODINGS[mode]:
         raise StrategyError(f"strategy {text!r}: mode {mode.value} uses encoding "
-                            f"{' or '.join(ENCODINGS[mode])}, not {enc!r}")
-    if direction not in DIRECTIONS:
+                            f"{' or '.join(ENCODINGS[mode])}, not {enc_text!r}")
+    direction = _member(Direction, dir_text)
+    if direction is None:
         raise StrategyError(f"strategy {text!r}: direction must be backward or forward, "
-                            f"not {direction!r}")
-    return Strategy(mode, Encoding(enc), Direction(direction))
+                            f"not {dir_text!r}")
+    return Strategy(mode, enc, direction)
+
+
+def _member(kind: type[_E], text: str) -> _E | None:
+    """The enum member spelt ``text``, or None."""
+    try:
+        return kind(text)
+    except ValueError:
+        return None
 
 
 def parse(text: str) -> tuple[Strategy, ...]:

@@ -4,6 +4,8 @@ SQLite gives the durable, atomic bookkeeping runs need: a run row is
 ``running`` until the engine has moved the run's folder into place and then
 flips it to ``complete`` in one transaction; a crash leaves it ``running``
 with a dead pid, which is reported as ``interrupted``, never as complete.
+The tables and their versions are :mod:`subzero.storage.schema`; opening a
+catalog migrates an older one.
 """
 
 from __future__ import annotations
@@ -16,42 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from subzero.errors import QueryError
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-  id INTEGER PRIMARY KEY AUTOINCREMENT, workflow TEXT, source TEXT, params TEXT,
-  status TEXT, started REAL, ended REAL, error TEXT, inputs TEXT, pid INTEGER,
-  host TEXT, engine TEXT);
-CREATE TABLE IF NOT EXISTS arrays (
-  run_id INTEGER, name TEXT, kind TEXT, shape TEXT, dtype TEXT, nbytes INTEGER,
-  PRIMARY KEY (run_id, name));
-CREATE TABLE IF NOT EXISTS ops (
-  run_id INTEGER, name TEXT, cls TEXT, inputs TEXT, strategies TEXT, shape TEXT,
-  run_s REAL, lwrite_s REAL, lineage_s REAL, pairs INTEGER, lineage_bytes INTEGER,
-  seq INTEGER, PRIMARY KEY (run_id, name));
-CREATE TABLE IF NOT EXISTS strategy_stats (
-  run_id INTEGER, op TEXT, strategy TEXT, bytes INTEGER, write_s REAL, pairs INTEGER,
-  PRIMARY KEY (run_id, op, strategy));
-CREATE TABLE IF NOT EXISTS trace_steps (
-  id INTEGER PRIMARY KEY AUTOINCREMENT, trace_id TEXT, run_id INTEGER, op TEXT,
-  input_idx INTEGER, direction TEXT, method TEXT, cells_in INTEGER, cells_out INTEGER,
-  seconds REAL, ts REAL);
-CREATE TABLE IF NOT EXISTS traces (
-  trace_id TEXT PRIMARY KEY, run_id INTEGER, start TEXT, target TEXT, direction TEXT,
-  signature TEXT, spec TEXT, cells_in INTEGER, cells_out INTEGER, seconds REAL, ts REAL);
-CREATE TABLE IF NOT EXISTS strategy_spaces (
-  run_id INTEGER, op TEXT, strategy TEXT, data TEXT, PRIMARY KEY (run_id, op, strategy));
-CREATE TABLE IF NOT EXISTS profiles (
-  run_id INTEGER PRIMARY KEY, workflow TEXT, params TEXT, base_s REAL, data TEXT, created REAL);
-CREATE TABLE IF NOT EXISTS calibrations (
-  id INTEGER PRIMARY KEY AUTOINCREMENT, host TEXT, created REAL, seconds REAL, data TEXT);
-CREATE TABLE IF NOT EXISTS plans (
-  name TEXT PRIMARY KEY, workflow TEXT, created REAL, data TEXT);
-CREATE TABLE IF NOT EXISTS downgrades (
-  run_id INTEGER, op TEXT, strategy TEXT, predicted_bytes INTEGER, needed_bytes INTEGER,
-  reason TEXT, ts REAL);
-"""
+from subzero.errors import QueryError, StoreError
+from subzero.storage.schema import migrate
 
 
 @dataclass
@@ -72,12 +40,17 @@ class Catalog:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(SCHEMA)
-        cols = {r[1] for r in self.db.execute("PRAGMA table_info(trace_steps)")}
-        if "blocks_in" not in cols:          # stores made before the query-time planner
-            self.db.execute("ALTER TABLE trace_steps ADD COLUMN blocks_in INTEGER DEFAULT 0")
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            #: The catalog version the store had when opened (0: new or unversioned).
+            self.opened_version = migrate(self.db, self.path)
+        except sqlite3.DatabaseError as e:
+            self.db.close()
+            raise StoreError(f"store catalog {self.path} cannot be opened: {e}") from None
+        except BaseException:
+            self.db.close()
+            raise
 
     def close(self) -> None:
         self.db.close()
@@ -93,7 +66,8 @@ class Catalog:
             " VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?)",
             (workflow, source, json.dumps(params, default=str), time.time(),
              json.dumps(inputs, default=str), os.getpid(), os.uname().nodename, engine))
-        return int(cur.lastrowid)
+        assert cur.lastrowid is not None
+        return cur.lastrowid
 
     def finish_run(self, run_id: int, status: str, error: str | None = None) -> None:
         self.db.execute("UPDATE runs SET status=?, ended=?, error=? WHERE id=?",
@@ -242,7 +216,8 @@ class Catalog:
     def add_calibration(self, host: str, seconds: float, data: dict) -> int:
         cur = self.db.execute("INSERT INTO calibrations (host, created, seconds, data) VALUES (?, ?, ?, ?)",
                               (host, time.time(), seconds, json.dumps(data)))
-        return int(cur.lastrowid)
+        assert cur.lastrowid is not None
+        return cur.lastrowid
 
     def latest_calibration(self, host: str) -> dict | None:
         r = self.db.execute("SELECT id, created, seconds, data FROM calibrations WHERE host=?"

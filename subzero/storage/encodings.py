@@ -24,13 +24,14 @@ Everything here is plain numpy + bytes; the store does the I/O.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from subzero.capture.buffer import Pairs
 from subzero.model.cells import csr_rows, csr_take, lengths_to_offsets, pack, run_starts, unpack
-from subzero.model.strategy import Encoding, Strategy
+from subzero.model.strategy import Direction, Encoding, Strategy
 from subzero.storage.codec import PackedArrays, pack_arrays, pack_blocks, pack_bytes, unpack_arrays, unpack_bytes
 from subzero.tuning import KEY_BITS
 
@@ -80,11 +81,12 @@ def spaces_for(strategy: Strategy, pairs: Pairs, out_shape, in_shapes, map_p_pai
     (input cells) must be computed from the payloads at capture time.
     """
     out_shape = tuple(out_shape)
-    if strategy.direction == "backward":
+    if strategy.direction is Direction.BACKWARD:
         # a pair without output cells can never be reached backward (nor forward): drop it
         rows = np.flatnonzero(np.diff(pairs.out_off) > 0)
         key, key_off = _select_rows(pairs.out, pairs.out_off, rows)
         if strategy.payload:
+            assert pairs.pay_ids is not None, "payload strategies store payload pairs"
             return [Space("b", out_shape, key, key_off,
                           pay_ids=pairs.pay_ids[rows], payloads=pairs.payloads)]
         return [Space("b", out_shape, key, key_off,
@@ -204,6 +206,7 @@ def record_blocks(space: Space, enc: Encoding, first_pair: int) -> dict[int, byt
         columns.append((sort_within_pairs(c, o), o[pb]))
     blobs = pack_blocks(columns, len(pb) - 1)
     if "pay" in fields:
+        assert space.pay_ids is not None and space.payloads is not None
         for j, a in enumerate(pb[:-1].tolist()):
             ids = space.pay_ids[a:a + REC_PAIRS]
             uniq, local = np.unique(ids, return_inverse=True)
@@ -275,7 +278,7 @@ class RecordBlock:
         return 0 if self.pay_local is None else len(self.pay_local)
 
 
-def decode_record_block(blob: bytes, fields: list[str]) -> RecordBlock:
+def decode_record_block(blob: bytes, fields: Sequence[str]) -> RecordBlock:
     if "pay" in fields:
         main, local, table = _split(blob)
         pay = (local, table)

@@ -39,7 +39,7 @@ def load_path(path: str | os.PathLike, input_name: str = "input"):
 def _single_var(ds: xr.Dataset, p: Path, input_name: str) -> xr.DataArray:
     if "data" in ds.data_vars:
         return ds["data"]
-    names = list(ds.data_vars)
+    names = [str(n) for n in ds.data_vars]
     if len(names) != 1:
         raise SubZeroError(f"input {input_name!r}: {p} holds {len(names)} variables "
                            f"({', '.join(names)}); give a file with exactly one")

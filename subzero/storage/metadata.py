@@ -1,0 +1,203 @@
+"""The format of one stored strategy: its metadata record and LMDB key layout.
+
+Every (operator, strategy) sub-database holds one metadata record (key
+:data:`META`) describing what was written: the strategy, the array shapes, the
+covered-cell chunks of composite lineage and, per key space, how many pairs,
+which record fields, the record block ids and the key-index block size.
+
+The record is JSON with a ``format`` number.  Format 1 is what SubZero wrote
+before the number existed: no ``format`` key, and a space without ``key_bits``
+was written with ``2**LEGACY_KEY_BITS``-cell key blocks.  :meth:`StrategyMeta.
+from_bytes` is the only place that knows those defaults; everything else reads
+typed, frozen objects.  A record of a newer format than this SubZero knows is
+refused with :class:`NewerLineageFormat`: it might mean something else, and a
+trace must never answer wrongly in silence.
+
+The JSON keys of format 2 are those of format 1 plus ``format`` (and
+``key_bits`` always present), so an older SubZero still reads a newer store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from subzero.errors import StoreError, StrategyError, SubZeroError
+from subzero.model.strategy import Encoding, Strategy, parse_one
+from subzero.storage.encodings import LEGACY_KEY_BITS
+
+#: Format of the metadata (and blocks) this SubZero writes.
+FORMAT_VERSION = 2
+#: Format of metadata written without a ``format`` number.
+LEGACY_FORMAT = 1
+
+Shape = tuple[int, ...]
+
+
+class CorruptLineage(SubZeroError):
+    """Stored lineage of one operator/strategy is missing or unreadable.
+
+    The query executor answers it by re-executing the operator (with a warning):
+    region lineage is a cache."""
+
+
+class NewerLineageFormat(CorruptLineage, StoreError):
+    """Stored lineage written by a newer SubZero, in a format this one does not know.
+
+    A trace treats it like unreadable lineage (re-execution gives the exact answer,
+    with a warning that says to upgrade); a write refuses it (appending in an older
+    format would damage it)."""
+
+
+# -- LMDB key layout -------------------------------------------------------------------
+#: Key of the metadata record in each (operator, strategy) sub-database.
+META = b"\x00meta"
+
+
+def block_key(space: str, kind: bytes, n: int) -> bytes:
+    """Key of block ``n`` of one kind (``R`` record, ``K`` key index, ``C`` covered cells)."""
+    return space.encode() + b"\x00" + kind + struct.pack(">Q", n)
+
+
+def record_key(space: str, blk: int) -> bytes:
+    return block_key(space, b"R", blk)
+
+
+def key_index_key(space: str, blk: int) -> bytes:
+    return block_key(space, b"K", blk)
+
+
+def covered_key(chunk: int) -> bytes:
+    return block_key("c", b"C", chunk)
+
+
+def stored_encoding(strategy: Strategy) -> Encoding:
+    """The encoding of a strategy that stores lineage (MAP and BLACKBOX store none)."""
+    if strategy.encoding is None:
+        raise ValueError(f"strategy {strategy} stores no lineage")
+    return strategy.encoding
+
+
+# -- metadata records ------------------------------------------------------------------
+@dataclass(frozen=True)
+class SpaceMeta:
+    """One key space (``"b"``, or ``"f0"``, ``"f1"``... per input) of a stored strategy.
+
+    ``pairs``: pairs written (ids 0..pairs-1, appends start at the next record
+    block); ``fields``: what each record block holds, in order; ``blocks``: the
+    record block ids written; ``key_bits``: key-index block size (One encodings)."""
+
+    name: str
+    key_shape: Shape
+    fields: tuple[str, ...]
+    value_shapes: tuple[tuple[str, Shape], ...]
+    key_bits: int
+    pairs: int = 0
+    blocks: tuple[int, ...] = ()
+
+    @staticmethod
+    def new(name: str, key_shape: Sequence[int], fields: Sequence[str],
+            value_shapes: Mapping[str, Sequence[int]], key_bits: int) -> SpaceMeta:
+        return SpaceMeta(name, _shape(key_shape), tuple(fields),
+                         tuple((k, _shape(v)) for k, v in value_shapes.items()), int(key_bits))
+
+    def appended(self, first: int, n: int, blocks: Iterable[int]) -> SpaceMeta:
+        """This space after ``n`` pairs were written from pair id ``first`` on."""
+        return dataclasses.replace(self, pairs=first + n, blocks=self.blocks + tuple(blocks))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"next": self.pairs, "key_shape": list(self.key_shape), "fields": list(self.fields),
+                "value_shapes": {k: list(v) for k, v in self.value_shapes},
+                "blocks": list(self.blocks), "key_bits": self.key_bits}
+
+    @staticmethod
+    def from_json(name: str, d: Mapping[str, Any], version: int) -> SpaceMeta:
+        key_bits = d.get("key_bits", LEGACY_KEY_BITS) if version == LEGACY_FORMAT else d["key_bits"]
+        return SpaceMeta(name, _shape(d["key_shape"]), tuple(str(f) for f in d["fields"]),
+                         tuple((str(k), _shape(v)) for k, v in d["value_shapes"].items()),
+                         int(key_bits), int(d["next"]), tuple(int(b) for b in d["blocks"]))
+
+
+@dataclass(frozen=True)
+class StrategyMeta:
+    """What one (operator, strategy) sub-database holds."""
+
+    strategy: Strategy
+    out_shape: Shape
+    in_shapes: tuple[Shape, ...]
+    spaces: tuple[SpaceMeta, ...] = ()
+    covered_chunks: int = 0
+    version: int = FORMAT_VERSION
+
+    @staticmethod
+    def new(strategy: Strategy, out_shape: Sequence[int],
+            in_shapes: Sequence[Sequence[int]]) -> StrategyMeta:
+        return StrategyMeta(strategy, _shape(out_shape), tuple(_shape(s) for s in in_shapes))
+
+    def space(self, name: str) -> SpaceMeta | None:
+        for sp in self.spaces:
+            if sp.name == name:
+                return sp
+        return None
+
+    @property
+    def space_names(self) -> list[str]:
+        return [sp.name for sp in self.spaces]
+
+    def with_space(self, space: SpaceMeta) -> StrategyMeta:
+        """This metadata with ``space`` added or replaced (in the current format: a store
+        appended to is rewritten in the format that wrote the append)."""
+        spaces = tuple(space if sp.name == space.name else sp for sp in self.spaces)
+        if self.space(space.name) is None:
+            spaces += (space,)
+        return dataclasses.replace(self, spaces=spaces, version=FORMAT_VERSION)
+
+    def with_covered_chunk(self) -> StrategyMeta:
+        return dataclasses.replace(self, covered_chunks=self.covered_chunks + 1, version=FORMAT_VERSION)
+
+    # -- serialisation ---------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {"format": self.version, "strategy": str(self.strategy),
+                "out_shape": list(self.out_shape), "in_shapes": [list(s) for s in self.in_shapes],
+                "spaces": {sp.name: sp.to_json() for sp in self.spaces},
+                "covered_chunks": self.covered_chunks}
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.to_json()).encode()
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any], where: str = "stored lineage") -> StrategyMeta:
+        """Read a metadata record of any known format; ``where`` names it in errors."""
+        if not isinstance(d, Mapping):
+            raise CorruptLineage(f"{where} has malformed metadata (not a JSON object)")
+        version = d.get("format", LEGACY_FORMAT)
+        if not isinstance(version, int) or version < LEGACY_FORMAT:
+            raise CorruptLineage(f"{where} has malformed metadata (format {version!r})")
+        if version > FORMAT_VERSION:
+            raise NewerLineageFormat(
+                f"{where} was written by a newer SubZero (lineage format {version}; this one "
+                f"reads up to {FORMAT_VERSION}); upgrade SubZero to use it")
+        try:
+            return StrategyMeta(
+                parse_one(d["strategy"]), _shape(d["out_shape"]),
+                tuple(_shape(s) for s in d["in_shapes"]),
+                tuple(SpaceMeta.from_json(str(k), v, version) for k, v in d["spaces"].items()),
+                int(d.get("covered_chunks", 0)), version)
+        except (KeyError, TypeError, ValueError, AttributeError, StrategyError) as e:
+            raise CorruptLineage(f"{where} has malformed metadata: {type(e).__name__}: {e}") from None
+
+    @staticmethod
+    def from_bytes(raw: bytes, where: str = "stored lineage") -> StrategyMeta:
+        try:
+            d = json.loads(raw)
+        except ValueError as e:
+            raise CorruptLineage(f"{where} has unreadable metadata: {e}") from None
+        return StrategyMeta.from_json(d, where)
+
+
+def _shape(s: Iterable[int]) -> Shape:
+    return tuple(int(n) for n in s)

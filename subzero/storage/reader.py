@@ -1,0 +1,322 @@
+"""StrategyReader: reads one stored (operator, strategy) for the query executor.
+
+Key lookups (the per-cell key index of One encodings, the R-tree of Many
+encodings), record fetches and full scans, over the typed metadata of
+:mod:`subzero.storage.metadata`.  Decoded blocks are cached per reader.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import lmdb
+import numpy as np
+from rtree import index as rindex
+
+from subzero.model.cells import (
+    csr_take,
+    lengths_to_offsets,
+    rows_hitting,
+    run_starts,
+    sorted_unique,
+    unique_ids,
+    unpack,
+)
+from subzero.model.strategy import Strategy
+from subzero.storage.codec import unpack_arrays
+from subzero.storage.encodings import (
+    REC_BITS,
+    REC_PAIRS,
+    RecordBlock,
+    decode_key_block,
+    decode_record_block,
+)
+from subzero.storage.metadata import (
+    META,
+    CorruptLineage,
+    SpaceMeta,
+    StrategyMeta,
+    covered_key,
+    key_index_key,
+    record_key,
+    stored_encoding,
+)
+
+if TYPE_CHECKING:
+    from subzero.storage.lineage import LineageStore
+
+
+class StrategyReader:
+    """Reads one (operator, strategy): key lookups, record fetches, full scans.
+
+    Any storage or decoding failure raises :class:`CorruptLineage`, which the
+    executor answers by re-executing the operator.
+    """
+
+    def __init__(self, store: LineageStore, op: str, strategy: Strategy):
+        self.store, self.op, self.strategy = store, op, strategy
+        self.enc = stored_encoding(strategy)
+        self._blocks: dict[bytes, RecordBlock] = {}
+        self._key_index: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
+        self._rtrees: dict[str, object] = {}
+        self._covered: np.ndarray | None = None
+        where = f"stored lineage of {op!r} ({strategy})"
+        try:
+            self.db = store._db(store.db_name(op, strategy), create=False)
+            if self.db is None:
+                raise CorruptLineage(f"no stored lineage for operator {op!r} strategy {strategy}")
+            with store.env.begin(db=self.db) as txn:
+                raw = txn.get(META)
+        except lmdb.Error as e:
+            raise CorruptLineage(f"{where} is unreadable: {e}") from None
+        if raw is None:
+            raise CorruptLineage(f"{where} has no metadata")
+        #: What this sub-database holds (a frozen :class:`StrategyMeta`; any known format).
+        self.meta: StrategyMeta = StrategyMeta.from_bytes(raw, where)
+        if self.meta.strategy != strategy:
+            raise CorruptLineage(f"{where} holds lineage of another strategy ({self.meta.strategy})")
+        self._spaces = {sp.name: sp for sp in self.meta.spaces}
+
+    def clear_cache(self) -> None:
+        """Forget decoded blocks (benchmarks use it to measure cold lookups)."""
+        self._blocks.clear()
+        self._key_index.clear()
+        self._covered = None
+
+    def _fail(self, e: Exception):
+        return CorruptLineage(f"stored lineage of operator {self.op!r} ({self.strategy}) "
+                              f"is damaged: {type(e).__name__}: {e}")
+
+    def has_space(self, space: str) -> bool:
+        return space in self._spaces
+
+    def spaces(self) -> list[str]:
+        return list(self._spaces)
+
+    def _space(self, space: str) -> SpaceMeta:
+        info = self._spaces.get(space)
+        if info is None:
+            raise CorruptLineage(f"stored lineage of {self.op!r} ({self.strategy}) has no space {space!r}")
+        return info
+
+    def _record(self, txn, space: str, blk: int) -> RecordBlock:
+        key = record_key(space, blk)
+        rb = self._blocks.get(key)
+        if rb is None:
+            raw = txn.get(key)
+            if raw is None:
+                raise CorruptLineage(f"stored lineage of {self.op!r} ({self.strategy}) misses a record block")
+            rb = decode_record_block(raw, self._space(space).fields)
+            self._blocks[key] = rb
+        return rb
+
+    # -- lookups ---------------------------------------------------------------------
+    def lookup(self, space: str, q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
+        """Ids of the pairs whose key cells intersect the query.
+
+        ``q``: sorted unique packed query cells; ``q_flat``: the query as a flat
+        bitmap of the key array (for exact checks).
+        """
+        info = self._spaces.get(space)
+        if info is None or info.pairs == 0 or q.size == 0:   # nothing stored: no R-tree either
+            return np.zeros(0, np.int64)
+        try:
+            with self.store.env.begin(db=self.db, buffers=False) as txn:
+                if self.enc.one:
+                    return self._lookup_one(txn, space, q)
+                return self._lookup_many(txn, space, q, q_flat)
+        except CorruptLineage:
+            raise
+        except Exception as e:  # lmdb, zstd, struct, rtree errors: damaged store
+            raise self._fail(e) from None
+
+    def _decoded_key_block(self, txn, space, blk):
+        key = key_index_key(space, blk)
+        dec = self._key_index.get(key, False)
+        if dec is False:           # not read yet (None: no such block)
+            raw = txn.get(key)
+            dec = decode_key_block(raw) if raw is not None else None
+            self._key_index[key] = dec
+        return dec
+
+    def _lookup_one(self, txn, space, q):
+        """Decode every touched key block, then one vectorized search over all of them
+        (blocks are in key order, so their cells concatenate sorted)."""
+        info = self._space(space)
+        bits, n_pairs = info.key_bits, info.pairs
+        blocks = sorted_unique(q >> bits).tolist()      # q is sorted
+        decs = [d for d in (self._decoded_key_block(txn, space, b) for b in blocks) if d is not None]
+        if not decs:
+            return np.zeros(0, np.int64)
+        if len(decs) == 1:       # one block: search it as decoded (work ~ the query, not the block)
+            c, off, p = decs[0]
+            pos = np.minimum(np.searchsorted(c, q), len(c) - 1)
+            return unique_ids(csr_take(p, off, pos[c[pos] == q]), n_pairs)
+        cells = np.concatenate([d[0] for d in decs])
+        counts = [np.diff(d[1]) for d in decs]
+        pids = [d[2] for d in decs]
+        off = lengths_to_offsets(np.concatenate(counts))
+        pos = np.searchsorted(cells, q)
+        pos_c = np.minimum(pos, len(cells) - 1)
+        hit = pos_c[cells[pos_c] == q]
+        return unique_ids(csr_take(np.concatenate(pids), off, hit), n_pairs)
+
+    def _rtree(self, space: str):
+        t = self._rtrees.get(space)
+        if t is None:
+            path = self.store.rtree_path(self.op, self.strategy, space)
+            if not Path(str(path) + ".idx").exists():
+                raise CorruptLineage(f"R-tree index of {self.op!r} ({self.strategy}) is missing")
+            props = rindex.Property()
+            props.dimension = max(2, len(self._space(space).key_shape))
+            t = self._rtrees[space] = rindex.Index(str(path), properties=props)
+        return t
+
+    def _lookup_many(self, txn, space, q, q_flat):
+        shape = self._space(space).key_shape
+        mins, maxs = _runs_to_boxes(q, shape)
+        ids, _counts = self._rtree(space).intersection_v(mins, maxs)
+        cand = np.unique(np.asarray(ids, dtype=np.int64))
+        if cand.size == 0:
+            return cand
+        recs = self._records(txn, space, cand, ["key"])
+        cells, off = recs["key"]
+        return cand[rows_hitting(cells, off, q_flat)]
+
+    # -- records ----------------------------------------------------------------------
+    def records(self, space: str, pids: np.ndarray, fields: list[str]) -> dict:
+        """Fields of the given pairs: name -> (cells, offsets); ``"pay"`` ->
+        (pay_ids per pair, payload table)."""
+        try:
+            with self.store.env.begin(db=self.db, buffers=False) as txn:
+                return self._records(txn, space, np.asarray(pids, np.int64), fields)
+        except CorruptLineage:
+            raise
+        except Exception as e:
+            raise self._fail(e) from None
+
+    def _records(self, txn, space, pids, fields):
+        """Gather fields of the given pairs: decode each touched block once, then one
+        vectorized gather per field over the blocks laid end to end."""
+        pids = np.asarray(pids, np.int64)
+        blocks, local = np.divmod(pids, REC_PAIRS)
+        if blocks.size and (blocks.size == 1 or bool(np.all(blocks[1:] >= blocks[:-1]))):
+            # sorted pair ids (what lookups return): blocks and their inverse in one pass
+            first = run_starts(blocks)
+            ublocks, inv = blocks[first], np.cumsum(first) - 1
+        else:
+            ublocks, inv = np.unique(blocks, return_inverse=True)
+        decoded = [self._record(txn, space, int(b)) for b in ublocks.tolist()]
+        if len(decoded) == 1 and "pay" not in fields:     # the common small query: no concatenation
+            rb = decoded[0]
+            return {f: (csr_take(*rb.field(f), local),
+                        lengths_to_offsets(np.diff(rb.field(f)[1])[local])) for f in fields}
+        base = lengths_to_offsets(np.array([rb.n for rb in decoded], np.int64))
+        rows = base[inv] + local               # row of each pid in the concatenation
+        out = {}
+        for f in fields:
+            if f == "pay":
+                continue
+            if decoded:
+                cells = np.concatenate([rb.field(f)[0] for rb in decoded])
+                lens = np.concatenate([np.diff(rb.field(f)[1]) for rb in decoded])
+            else:
+                cells, lens = np.zeros(0, np.int64), np.zeros(0, np.int64)
+            off = lengths_to_offsets(lens)
+            out[f] = (csr_take(cells, off, rows), lengths_to_offsets(lens[rows]))
+        if "pay" in fields:
+            # only the payloads of the requested pairs get a table entry (deduplicated)
+            tbase = lengths_to_offsets(np.array([len(rb.table) for rb in decoded], np.int64))
+            glob = np.concatenate([rb.pay_local + tbase[j] for j, rb in enumerate(decoded)]) \
+                if decoded else np.zeros(0, np.int64)
+            used, inv_ids = np.unique(glob[rows], return_inverse=True)
+            flat_tables = [p for rb in decoded for p in rb.table]
+            tindex: dict[bytes, int] = {}
+            remap = np.array([tindex.setdefault(flat_tables[u], len(tindex)) for u in used.tolist()],
+                             np.int64)
+            out["pay"] = (remap[inv_ids].reshape(-1), list(tindex))   # dict order is id order
+        return out
+
+    def all_pairs(self, space: str) -> np.ndarray:
+        info = self._spaces.get(space)
+        if info is None or not info.blocks:
+            return np.zeros(0, np.int64)
+        blocks = np.array(sorted(info.blocks), np.int64)
+        # pair ids that exist: each block holds up to REC_PAIRS; trim by decoding lengths
+        try:
+            with self.store.env.begin(db=self.db, buffers=False) as txn:
+                ids = [np.arange(b << REC_BITS, (b << REC_BITS) + self._record(txn, space, int(b)).n)
+                       for b in blocks]
+        except CorruptLineage:
+            raise
+        except Exception as e:
+            raise self._fail(e) from None
+        return np.concatenate(ids)
+
+    def scan_keys(self, space: str, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Key cells of the given pairs (sorted pids); inverts the key index for
+        One encodings that do not keep key cells in their records."""
+        if len(pids) == 0:
+            return np.zeros(0, np.int64), np.zeros(1, np.int64)
+        if "key" in self._space(space).fields:
+            return self.records(space, pids, ["key"])["key"]
+        try:
+            with self.store.env.begin(db=self.db, buffers=False) as txn:
+                prefix = space.encode() + b"\x00K"
+                ks, ps = [], []
+                with txn.cursor() as cur:
+                    if cur.set_range(prefix):
+                        for key, raw in cur:
+                            if not key.startswith(prefix):
+                                break
+                            cells, off, p = decode_key_block(raw)
+                            ks.append(np.repeat(cells, np.diff(off)))
+                            ps.append(p)
+        except Exception as e:
+            raise self._fail(e) from None
+        if not ks:
+            return np.zeros(0, np.int64), np.zeros(len(pids) + 1, np.int64)
+        k, p = np.concatenate(ks), np.concatenate(ps)
+        pos = np.searchsorted(pids, p)
+        pos_c = np.minimum(pos, len(pids) - 1)
+        keep = (pos < len(pids)) & (pids[pos_c] == p)
+        k, pos = k[keep], pos[keep]
+        order = np.argsort(pos, kind="stable")
+        return k[order], lengths_to_offsets(np.bincount(pos, minlength=len(pids)))
+
+    def covered(self) -> np.ndarray:
+        """Output cells covered by payload pairs (COMP strategies); read once."""
+        if self._covered is None:
+            self._covered = self._read_covered()
+        return self._covered
+
+    def _read_covered(self) -> np.ndarray:
+        try:
+            with self.store.env.begin(db=self.db, buffers=False) as txn:
+                parts = []
+                for j in range(self.meta.covered_chunks):
+                    raw = txn.get(covered_key(j))
+                    if raw is None:
+                        raise CorruptLineage(f"stored lineage of {self.op!r} misses covered cells")
+                    parts.append(unpack_arrays(raw)[0])
+        except CorruptLineage:
+            raise
+        except Exception as e:
+            raise self._fail(e) from None
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _runs_to_boxes(q: np.ndarray, shape) -> tuple[np.ndarray, np.ndarray]:
+    """Turn sorted packed cells into boxes: runs of consecutive cells along the
+    last axis become one box, so a query region costs one R-tree probe per row."""
+    last = shape[-1]
+    brk = np.flatnonzero((np.diff(q) != 1) | ((q[1:] % last) == 0)) + 1
+    starts = np.concatenate(([0], brk))
+    ends = np.concatenate((brk, [len(q)])) - 1
+    lo = unpack(q[starts], shape).astype(np.float64)
+    hi = unpack(q[ends], shape).astype(np.float64)
+    if lo.shape[1] == 1:
+        lo = np.hstack([lo, np.zeros_like(lo)])
+        hi = np.hstack([hi, np.zeros_like(hi)])
+    return lo, hi

@@ -1,0 +1,124 @@
+"""The catalog's SQLite schema, versioned, and the migrations between versions.
+
+The version is SQLite's ``PRAGMA user_version``: 0 for a new file and for stores
+made before the catalog was versioned (their tables are then those of version 1,
+perhaps without the tables added since, perhaps with ``blocks_in`` already: the
+migrations take both).  Migration *n* brings a catalog from version *n* to
+*n + 1*; opening a catalog runs the ones it lacks, all in one transaction, so a
+crash leaves the old version intact and two processes opening one store at once
+migrate it once.  A catalog of a newer version than this SubZero knows is
+refused with one line: its tables may mean something this code would get wrong.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from subzero.errors import StoreError
+
+#: Tables of catalog version 1 (what SubZero created before versions existed).
+TABLES_V1 = (
+    """CREATE TABLE IF NOT EXISTS runs (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, workflow TEXT, source TEXT, params TEXT,
+  status TEXT, started REAL, ended REAL, error TEXT, inputs TEXT, pid INTEGER,
+  host TEXT, engine TEXT)""",
+    """CREATE TABLE IF NOT EXISTS arrays (
+  run_id INTEGER, name TEXT, kind TEXT, shape TEXT, dtype TEXT, nbytes INTEGER,
+  PRIMARY KEY (run_id, name))""",
+    """CREATE TABLE IF NOT EXISTS ops (
+  run_id INTEGER, name TEXT, cls TEXT, inputs TEXT, strategies TEXT, shape TEXT,
+  run_s REAL, lwrite_s REAL, lineage_s REAL, pairs INTEGER, lineage_bytes INTEGER,
+  seq INTEGER, PRIMARY KEY (run_id, name))""",
+    """CREATE TABLE IF NOT EXISTS strategy_stats (
+  run_id INTEGER, op TEXT, strategy TEXT, bytes INTEGER, write_s REAL, pairs INTEGER,
+  PRIMARY KEY (run_id, op, strategy))""",
+    """CREATE TABLE IF NOT EXISTS trace_steps (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, trace_id TEXT, run_id INTEGER, op TEXT,
+  input_idx INTEGER, direction TEXT, method TEXT, cells_in INTEGER, cells_out INTEGER,
+  seconds REAL, ts REAL)""",
+    """CREATE TABLE IF NOT EXISTS traces (
+  trace_id TEXT PRIMARY KEY, run_id INTEGER, start TEXT, target TEXT, direction TEXT,
+  signature TEXT, spec TEXT, cells_in INTEGER, cells_out INTEGER, seconds REAL, ts REAL)""",
+    """CREATE TABLE IF NOT EXISTS strategy_spaces (
+  run_id INTEGER, op TEXT, strategy TEXT, data TEXT, PRIMARY KEY (run_id, op, strategy))""",
+    """CREATE TABLE IF NOT EXISTS profiles (
+  run_id INTEGER PRIMARY KEY, workflow TEXT, params TEXT, base_s REAL, data TEXT, created REAL)""",
+    """CREATE TABLE IF NOT EXISTS calibrations (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, host TEXT, created REAL, seconds REAL, data TEXT)""",
+    """CREATE TABLE IF NOT EXISTS plans (
+  name TEXT PRIMARY KEY, workflow TEXT, created REAL, data TEXT)""",
+    """CREATE TABLE IF NOT EXISTS downgrades (
+  run_id INTEGER, op TEXT, strategy TEXT, predicted_bytes INTEGER, needed_bytes INTEGER,
+  reason TEXT, ts REAL)""",
+)
+
+
+def _columns(db: sqlite3.Connection, table: str) -> set[str]:
+    return {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+
+
+def _create_tables(db: sqlite3.Connection) -> None:
+    # IF NOT EXISTS: an unversioned store already has some or all of them
+    for stmt in TABLES_V1:
+        db.execute(stmt)
+
+
+def _add_blocks_in(db: sqlite3.Connection) -> None:
+    # unversioned stores may have it already (it used to be added on open)
+    if "blocks_in" not in _columns(db, "trace_steps"):
+        db.execute("ALTER TABLE trace_steps ADD COLUMN blocks_in INTEGER DEFAULT 0")
+
+
+@dataclass(frozen=True)
+class Migration:
+    """Brings a catalog from version ``to - 1`` to ``to``."""
+
+    to: int
+    what: str
+    apply: Callable[[sqlite3.Connection], None]
+
+
+#: In order; the last one's version is the version this SubZero writes.
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "the tables of runs, arrays, operators, statistics, traces and plans",
+              _create_tables),
+    Migration(2, "trace_steps.blocks_in: key blocks a step's query spanned (query-time planner)",
+              _add_blocks_in),
+)
+SCHEMA_VERSION = MIGRATIONS[-1].to
+assert [m.to for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))
+
+
+def version_of(db: sqlite3.Connection) -> int:
+    return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _check_known(version: int, path: Path) -> None:
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"store catalog {path} was written by a newer SubZero (catalog version "
+                         f"{version}; this one knows up to {SCHEMA_VERSION}); upgrade SubZero to open it")
+
+
+def migrate(db: sqlite3.Connection, path: Path) -> int:
+    """Bring the catalog at ``path`` (open as ``db``, autocommit mode) to
+    :data:`SCHEMA_VERSION`; returns the version it had.  Raises StoreError for a
+    newer catalog."""
+    found = version_of(db)
+    _check_known(found, path)
+    if found == SCHEMA_VERSION:
+        return found
+    db.execute("BEGIN IMMEDIATE")       # re-read under the write lock: another process may have
+    try:                                # migrated meanwhile
+        found = version_of(db)
+        _check_known(found, path)
+        for m in MIGRATIONS[found:]:
+            m.apply(db)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+    return found
