@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -98,7 +99,8 @@ class WindowComposite(Operator):
     map_p_batched = True
 
     # -- running ----------------------------------------------------------------
-    def compute_flagged(self, *arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
+    # (*arrays: Any, **kwargs: Any): subclasses take their own fixed inputs
+    def compute_flagged(self, *arrays: Any, **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover
         raise NotImplementedError(f"{type(self).__name__} must implement compute_flagged(*arrays)")
 
     def run(self, ctx, *inputs):

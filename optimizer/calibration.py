@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import nnls
 
-from subzero import Mode, Workflow
+from subzero import Mode, Operator, Workflow
 from subzero.model.strategy import DIRECTIONS, ENCODINGS, Strategy
 from subzero.operators import WindowComposite, box_payloads
 from subzero.query.executor import blocks_spanned
@@ -35,7 +35,7 @@ from subzero.query.executor import blocks_spanned
 from .costmodel import FEATURES, CostModel, method_family
 from .profile import profile_workflow
 from .progress import Progress, ProgressArg
-from .stats import for_run
+from .stats import for_run, required
 
 VERSION = 4
 
@@ -171,8 +171,8 @@ def _rtree_quadratic() -> float:
             ts.append(time.perf_counter() - t0)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    n = np.asarray(ns, float)
-    coef, _ = nnls(np.column_stack([n, n * n]) / np.asarray(ts)[:, None], np.ones(len(n)))
+    x = np.asarray(ns, float)
+    coef, _ = nnls(np.column_stack([x, x * x]) / np.asarray(ts)[:, None], np.ones(len(x)))
     return float(coef[1])
 
 
@@ -235,9 +235,10 @@ def fit(observations: list[dict], model: CostModel) -> tuple[dict, dict]:
     return coef, quality
 
 
-def _observation_weight(op: CalibrationPatches, cells: int, methods: int) -> float:
+def _observation_weight(op: Operator, cells: int, methods: int) -> float:
     """Expected share of the time one group of observations takes, for the progress
     bar's time left: traced cells times methods, dearer where pairs are smaller."""
+    assert isinstance(op, CalibrationPatches)
     return cells * methods * (1.0 / op.out ** 2 + 0.01)
 
 
@@ -262,7 +263,7 @@ def calibrate(repeats: int = 2, seed: int = 0, progress: ProgressArg = False) ->
                 for d in DIRECTIONS]
     comp = [Strategy(Mode.COMP, e, d) for e in ENCODINGS[Mode.COMP] for d in DIRECTIONS]
     groups = [full_pay, comp + [Strategy(Mode.MAP)]]
-    n_methods = [sum(s.stored for s in groups[0]), sum(s.stored for s in groups[1]) + 2]
+    n_methods = [sum(1 for s in groups[0] if s.stored), sum(1 for s in groups[1] if s.stored) + 2]
     obs_weight = sum(2 * _observation_weight(wf.steps[op].operator, QUERY_CELLS, n)
                      for n in n_methods for op in ops)
     share = {k: v * obs_weight for k, v in _PHASE_SHARE.items()}
@@ -293,8 +294,9 @@ def calibrate(repeats: int = 2, seed: int = 0, progress: ProgressArg = False) ->
             load_fixed_s, load_byte_s = _load_costs()
             uncalibrated = {"coef": {f: [1.0] * len(v) for f, v in FEATURES.items()},
                             "load_fixed_s": load_fixed_s, "load_byte_s": load_byte_s}
-            model = CostModel(uncalibrated, for_run(store, runs[0][0]))
-            for s, info in for_run(store, runs[1][0]).ops.items():      # both runs' stored sizes
+            model = CostModel(uncalibrated, required(for_run(store, runs[0][0]), "the calibration"))
+            both = required(for_run(store, runs[1][0]), "the calibration")
+            for s, info in both.ops.items():                             # both runs' stored sizes
                 model.stats.ops[s].strategies.update(info.strategies)
             coef, quality = fit(obs, model)
             capture_s, strategy_s = _capture_overheads(store, wf, inputs)

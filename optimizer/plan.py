@@ -23,7 +23,7 @@ from .planner import QueryPlanner
 from .problem import build
 from .profile import profile_workflow
 from .progress import Progress, ProgressArg
-from .stats import collect, for_run
+from .stats import collect, for_run, required
 from .workloads import WorkloadError, from_trace_log, measure, read_file, sibling_file
 
 
@@ -142,7 +142,7 @@ def _default_name(wf, budgets: Budgets) -> str:
 
 def _workload(store, model, stats, workload, wf, prog: Progress):
     prun = store.get(stats.profile_run)
-    planner = QueryPlanner(CostModel(model.calibration, for_run(store, prun)))
+    planner = QueryPlanner(CostModel(model.calibration, required(for_run(store, prun), f"run {prun.id}")))
     if workload is None and (logged := from_trace_log(store, wf.name, wf.params)):
         return logged
     f = workload if workload is not None else sibling_file(wf.source)
@@ -178,7 +178,7 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
         prog.note(f"profiling workflow {wf.name} (one run that prices every operator's strategies)")
         profile_workflow(store, wf, inputs=inputs, all_ops=missing or bool(pins), progress=prog.on)
         stats = collect(store, wf.name, wf.params)
-    model = CostModel(cal, stats)
+    model = CostModel(cal, required(stats, f"workflow {wf.name}"))
     same = {r.id for r in store.catalog.runs() if r.workflow == wf.name and r.params == wf.params}
     model.learn([s for s in store.catalog.trace_steps() if s["run_id"] in same])
     queries = _workload(store, model, stats, workload, wf, prog)
