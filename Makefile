@@ -1,5 +1,5 @@
-# The two commands of the README's Quickstart.
-.PHONY: demo test setup clean
+# The two commands of the README's Quickstart, and the checks `make test` runs.
+.PHONY: demo test check setup clean
 
 setup:
 	@scripts/setup.sh
@@ -7,8 +7,12 @@ setup:
 demo: setup
 	@scripts/demo.sh
 
-test: setup
+# mypy over the subzero package and ruff over every Python folder
+check: setup
+	@scripts/check.sh
+
+test: check
 	@.venv/bin/python -m pytest
 
 clean:
-	rm -rf .subzero .subzero-demo demo-trace.png
+	rm -rf .subzero .subzero-demo demo-trace.png demo-star-raw_*.png build

@@ -12,12 +12,15 @@ structural   slice, subarray, subsample, concat, transpose, pad, rebin
 stencil      convolve, correlate, mean/median/min/max and generic filters
 reduce       whole-array and per-axis reductions
 linalg       matrix multiply
+composite    identity plus a window where flagged (Comp lineage of UDFs that
+             change a few cells: cosmic rays, hot pixels, events)
 boundary     edge modes and the neighbourhood relation (shared)
 base         the MappedOperator skeleton and the Full-pair emitter (shared)
 testing      the perturbation oracle used by the tests, for your operators too
 """
 
 from .base import MappedOperator, emit_full
+from .composite import WindowComposite, box_payload, box_payloads, radius_payload
 from .elementwise import (
                           Abs,
                           Add,
@@ -61,4 +64,5 @@ __all__ = [
     "MaxFilter",
     "Reduce", "Sum", "Mean", "Median", "Min", "Max", "Count",
     "MatMul",
+    "WindowComposite", "radius_payload", "box_payload", "box_payloads",
 ]

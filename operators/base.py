@@ -18,6 +18,7 @@ of each output cell, labelled by the output row they belong to) and
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -83,7 +84,8 @@ class MappedOperator(Operator):
     all_to_all = False
 
     # -- running ----------------------------------------------------------------
-    def compute(self, *arrays: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+    # (*arrays: Any, **kwargs: Any): subclasses take their own fixed inputs
+    def compute(self, *arrays: Any, **kwargs: Any) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def run(self, ctx, *inputs):

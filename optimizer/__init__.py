@@ -1,7 +1,8 @@
 """SubZero's storage-budget optimizer: statistics -> cost model -> GLPK integer
 program -> storage plan, and the query-time planner.
 
-    import subzero, optimizer
+    import subzero
+    from subzero import optimizer
     store = subzero.open_store(".subzero")
     plan = optimizer.optimize(store, "workflows/genomics.py", max_disk="20MB")
     print(plan.table())
@@ -15,7 +16,8 @@ from .costmodel import CostModel
 from .plan import Plan, load_plan, optimize
 from .planner import QueryPlanner, planner_for
 from .profile import profile_workflow
+from .progress import Progress
 
 __all__ = ["optimize", "Plan", "load_plan", "planner_for", "QueryPlanner", "CostModel",
            "calibrate", "ensure_calibration", "profile_workflow", "Budgets", "parse_size",
-           "parse_factor", "OptimizerError", "BudgetError"]
+           "parse_factor", "OptimizerError", "BudgetError", "Progress"]

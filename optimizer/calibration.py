@@ -29,28 +29,28 @@ from scipy.optimize import nnls
 
 from subzero import Mode, Operator, Workflow
 from subzero.model.strategy import DIRECTIONS, ENCODINGS, Strategy
+from subzero.operators import WindowComposite, box_payloads
 from subzero.query.executor import blocks_spanned
 
 from .costmodel import FEATURES, CostModel, method_family
 from .profile import profile_workflow
-from .stats import for_run
+from .progress import Progress, ProgressArg
+from .stats import for_run, required
 
 VERSION = 4
 
 
-class CalibrationPatches(Operator):
+class CalibrationPatches(WindowComposite):
     """Output tiles of ``out`` x ``out`` cells, each depending on the ``inp`` x
-    ``inp`` input window around it (Full pairs, or a 16-byte box payload);
+    ``inp`` input window around it (Full pairs, or a box payload); the
     identity mapping functions are the Map and Comp default, and every 10th
-    tile is a Comp exception.  ``spin`` adds work that is not lineage."""
+    tile is a Comp exception.  ``spin`` adds work that is not lineage.  The
+    mapping functions are the built-in composite's (identity, box payloads)."""
 
-    map_p_batched = True
+    lineage_modes = frozenset({Mode.FULL, Mode.PAY, Mode.COMP, Mode.MAP, Mode.BLACKBOX})
 
     def __init__(self, out: int, inp: int, spin: int = 0):
         self.out, self.inp, self.spin = out, inp, spin
-
-    def supported_modes(self):
-        return {Mode.FULL, Mode.PAY, Mode.COMP, Mode.MAP, Mode.BLACKBOX}
 
     def run(self, ctx, a):
         res = np.asarray(a, float) * 2.0 + 1.0
@@ -66,7 +66,7 @@ class CalibrationPatches(Operator):
         origin = np.column_stack([np.arange(ntiles) // ntx, np.arange(ntiles) % ntx]) * self.out
         lo = np.clip(origin - (self.inp - self.out) // 2, 0, None)
         hi = np.minimum(lo + self.inp, shape)
-        boxes = np.column_stack([lo, hi]).astype("<i4")
+        pays = box_payloads(lo, hi)
         if Mode.FULL in ctx.modes:
             off = np.stack(np.meshgrid(np.arange(self.inp), np.arange(self.inp), indexing="ij"),
                            -1).reshape(-1, 2)
@@ -75,33 +75,11 @@ class CalibrationPatches(Operator):
             groups = np.repeat(np.arange(ntiles), len(off)).reshape(ntiles, -1)
             ctx.lwrite_groups(cells, tile, (win[ok], groups[ok]))
         if Mode.PAY in ctx.modes:
-            ctx.lwrite_groups(cells, tile, payload=[b.tobytes() for b in boxes])
+            ctx.lwrite_groups(cells, tile, payload=pays)
         if Mode.COMP in ctx.modes:
             keep = tile % 10 == 0
-            ctx.lwrite_groups(cells[keep], tile[keep],
-                              payload=[b.tobytes() for b in boxes[::10]])
+            ctx.lwrite_groups(cells[keep], tile[keep], payload=pays[::10])
         return res
-
-    def map_b(self, cells, i, ctx):
-        return cells
-
-    def map_f(self, cells, i, ctx):
-        return cells
-
-    def map_p(self, cells, payload, i, ctx):
-        r0, c0, r1, c1 = np.frombuffer(payload, "<i4").tolist()
-        return np.argwhere(np.ones((r1 - r0, c1 - c0), bool)) + [r0, c0]
-
-    def map_p_pairs(self, cells, offsets, payloads, pay_ids, i, ctx):
-        b = np.frombuffer(b"".join(payloads), "<i4").reshape(-1, 4)[np.asarray(pay_ids)]
-        b = b[np.diff(offsets) > 0]
-        owner_ids = np.flatnonzero(np.diff(offsets) > 0)
-        h, w = b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]
-        n = h * w
-        owner = np.repeat(owner_ids, n)
-        k = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
-        ww = np.repeat(w, n)
-        return np.column_stack([np.repeat(b[:, 0], n) + k // ww, np.repeat(b[:, 1], n) + k % ww]), owner
 
 
 def calibration_workflow() -> Workflow:
@@ -114,12 +92,18 @@ def calibration_workflow() -> Workflow:
     return wf
 
 
+#: The calibration's queries: scattered cells, and square boxes of these sides.
+SCATTERED = (1, 64, 2048, 16384)
+BOXES = (32, 96)
+QUERY_CELLS = sum(SCATTERED) + sum(b * b for b in BOXES)
+
+
 def _queries(shape, rng) -> list[np.ndarray]:
     cells = np.argwhere(np.ones(shape, bool))
-    out = [cells[rng.choice(len(cells), n, replace=False)] for n in (1, 64, 2048, 16384)]
+    out = [cells[rng.choice(len(cells), n, replace=False)] for n in SCATTERED]
     y, x = shape[0] // 3, shape[1] // 3
-    out.append(np.argwhere(np.ones((32, 32), bool)) + [y, x])
-    out.append(np.argwhere(np.ones((96, 96), bool)) + [y // 2, x // 2])
+    for side, (oy, ox) in zip(BOXES, ((y, x), (y // 2, x // 2))):
+        out.append(np.argwhere(np.ones((side, side), bool)) + [oy, ox])
     return out
 
 
@@ -187,8 +171,8 @@ def _rtree_quadratic() -> float:
             ts.append(time.perf_counter() - t0)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    n = np.asarray(ns, float)
-    coef, _ = nnls(np.column_stack([n, n * n]) / np.asarray(ts)[:, None], np.ones(len(n)))
+    x = np.asarray(ns, float)
+    coef, _ = nnls(np.column_stack([x, x * x]) / np.asarray(ts)[:, None], np.ones(len(x)))
     return float(coef[1])
 
 
@@ -251,58 +235,84 @@ def fit(observations: list[dict], model: CostModel) -> tuple[dict, dict]:
     return coef, quality
 
 
-def calibrate(repeats: int = 2, seed: int = 0, progress=None) -> dict:
-    """Run the calibration benchmark; returns the calibration (not yet stored)."""
+def _observation_weight(op: Operator, cells: int, methods: int) -> float:
+    """Expected share of the time one group of observations takes, for the progress
+    bar's time left: traced cells times methods, dearer where pairs are smaller."""
+    assert isinstance(op, CalibrationPatches)
+    return cells * methods * (1.0 / op.out ** 2 + 0.01)
+
+
+#: Time of the calibration's other phases relative to all its observations (measured:
+#: the profiling run ~12%, the two storing runs ~5%, load/capture/R-tree timings ~2%).
+_PHASE_SHARE = {"profile": 0.12, "runs": 0.05, "tail": 0.02}
+
+
+def calibrate(repeats: int = 2, seed: int = 0, progress: ProgressArg = False) -> dict:
+    """Run the calibration benchmark; returns the calibration (not yet stored).
+
+    ``progress``: a bar with the time left on stderr (see :class:`Progress`)."""
     import subzero
     t0 = time.perf_counter()
+    prog = Progress.of(progress)
     tmp = Path(tempfile.mkdtemp(prefix="subzero-calibration-"))
     rng = np.random.default_rng(seed)
     inputs = {"small": rng.random((192, 192)), "big": rng.random((384, 384))}
     wf = calibration_workflow()
     ops = list(wf.steps)
+    full_pay = [Strategy(m, e, d) for m in (Mode.FULL, Mode.PAY) for e in ENCODINGS[m]
+                for d in DIRECTIONS]
+    comp = [Strategy(Mode.COMP, e, d) for e in ENCODINGS[Mode.COMP] for d in DIRECTIONS]
+    groups = [full_pay, comp + [Strategy(Mode.MAP)]]
+    n_methods = [sum(1 for s in groups[0] if s.stored), sum(1 for s in groups[1] if s.stored) + 2]
+    obs_weight = sum(2 * _observation_weight(wf.steps[op].operator, QUERY_CELLS, n)
+                     for n in n_methods for op in ops)
+    share = {k: v * obs_weight for k, v in _PHASE_SHARE.items()}
     store = subzero.open_store(tmp / "store")
     try:
-        profile_workflow(store, wf, inputs=inputs, all_ops=True)
-        full_pay = [Strategy(m, e, d) for m in (Mode.FULL, Mode.PAY) for e in ENCODINGS[m]
-                    for d in DIRECTIONS]
-        comp = [Strategy(Mode.COMP, e, d) for e in ENCODINGS[Mode.COMP] for d in DIRECTIONS]
-        runs = [(store.run(wf, inputs=inputs, progress=False,
-                           strategies={o: tuple(group) for o in ops}), group)
-                for group in (full_pay, comp + [Strategy(Mode.MAP)])]
-        obs = []
-        for run, group in runs:
-            for op in ops:
-                for backward in (True, False):
-                    start = op if backward else wf.steps[op].inputs[0]
-                    for cells in _queries(run.shapes()[start], rng):
-                        methods = [(f"stored:{s}", str(s)) for s in group if s.stored]
-                        if run is runs[1][0]:
-                            methods += [("map", "map"), ("reexec", "reexec")]
-                        for method, prefer in methods:
-                            o = _observe(run, start, cells, op, method, prefer, repeats)
-                            if o is not None:
-                                obs.append(o)
-                        if progress is not None:
-                            progress()
-        load_fixed_s, load_byte_s = _load_costs()
-        uncalibrated = {"coef": {f: [1.0] * len(v) for f, v in FEATURES.items()},
-                        "load_fixed_s": load_fixed_s, "load_byte_s": load_byte_s}
-        model = CostModel(uncalibrated, for_run(store, runs[0][0]))
-        for s, info in for_run(store, runs[1][0]).ops.items():      # both runs' stored sizes
-            model.stats.ops[s].strategies.update(info.strategies)
-        coef, quality = fit(obs, model)
-        capture_s, strategy_s = _capture_overheads(store, wf, inputs)
+        with prog.bar("calibrating", obs_weight + sum(share.values())) as advance:
+            profile_workflow(store, wf, inputs=inputs, all_ops=True)
+            advance(share["profile"])
+            runs = [(store.run(wf, inputs=inputs, progress=False,
+                               strategies={o: tuple(group) for o in ops}), group)
+                    for group in groups]
+            advance(share["runs"])
+            obs = []
+            for run, group in runs:
+                for op in ops:
+                    for backward in (True, False):
+                        start = op if backward else wf.steps[op].inputs[0]
+                        for cells in _queries(run.shapes()[start], rng):
+                            methods = [(f"stored:{s}", str(s)) for s in group if s.stored]
+                            if run is runs[1][0]:
+                                methods += [("map", "map"), ("reexec", "reexec")]
+                            for method, prefer in methods:
+                                o = _observe(run, start, cells, op, method, prefer, repeats)
+                                if o is not None:
+                                    obs.append(o)
+                            advance(_observation_weight(wf.steps[op].operator, len(cells),
+                                                        len(methods)))
+            load_fixed_s, load_byte_s = _load_costs()
+            uncalibrated = {"coef": {f: [1.0] * len(v) for f, v in FEATURES.items()},
+                            "load_fixed_s": load_fixed_s, "load_byte_s": load_byte_s}
+            model = CostModel(uncalibrated, required(for_run(store, runs[0][0]), "the calibration"))
+            both = required(for_run(store, runs[1][0]), "the calibration")
+            for s, info in both.ops.items():                             # both runs' stored sizes
+                model.stats.ops[s].strategies.update(info.strategies)
+            coef, quality = fit(obs, model)
+            capture_s, strategy_s = _capture_overheads(store, wf, inputs)
+            rtree_quadratic = _rtree_quadratic()
+            advance(share["tail"])
     finally:
         store.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return {"version": VERSION, "coef": coef, "features": {f: list(v) for f, v in FEATURES.items()},
-            "rtree_quadratic": _rtree_quadratic(), "quality": quality,
+            "rtree_quadratic": rtree_quadratic, "quality": quality,
             "capture_fixed_s": capture_s, "strategy_fixed_s": strategy_s,
             "load_fixed_s": load_fixed_s, "load_byte_s": load_byte_s,
             "seconds": time.perf_counter() - t0, "host": os.uname().nodename}
 
 
-def ensure_calibration(store, recalibrate: bool = False, progress=None) -> dict:
+def ensure_calibration(store, recalibrate: bool = False, progress: ProgressArg = False) -> dict:
     """The stored calibration of this host, running the benchmark when there is none
     (or when asked)."""
     host = os.uname().nodename
@@ -311,7 +321,9 @@ def ensure_calibration(store, recalibrate: bool = False, progress=None) -> dict:
         features = {f: list(v) for f, v in FEATURES.items()}
         if cal is not None and cal.get("version") == VERSION and cal.get("features") == features:
             return cal                        # same machine, same cost model: still valid
-    cal = calibrate(progress=progress)
+    prog = Progress.of(progress)
+    prog.note("calibrating this machine's cost model (once per host, or with --recalibrate)")
+    cal = calibrate(progress=prog)
     store.catalog.add_calibration(host, cal["seconds"], cal)
     return store.catalog.latest_calibration(host)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from subzero.model.strategy import Strategy, parse
 from subzero.model.workflow import load_workflow
@@ -21,7 +22,8 @@ from .ilp import solve
 from .planner import QueryPlanner
 from .problem import build
 from .profile import profile_workflow
-from .stats import collect, for_run
+from .progress import Progress, ProgressArg
+from .stats import collect, for_run, required
 from .workloads import WorkloadError, from_trace_log, measure, read_file, sibling_file
 
 
@@ -138,17 +140,17 @@ def _default_name(wf, budgets: Budgets) -> str:
     return f"{wf.name}-{disk}{rt}"
 
 
-def _workload(store, model, stats, workload, wf, progress):
+def _workload(store, model, stats, workload, wf, prog: Progress):
     prun = store.get(stats.profile_run)
-    planner = QueryPlanner(CostModel(model.calibration, for_run(store, prun)))
-    if workload is not None:
-        return measure(store, prun, read_file(workload), planner, progress)
-    logged = from_trace_log(store, wf.name, wf.params)
-    if logged:
+    planner = QueryPlanner(CostModel(model.calibration, required(for_run(store, prun), f"run {prun.id}")))
+    if workload is None and (logged := from_trace_log(store, wf.name, wf.params)):
         return logged
-    f = sibling_file(wf.source)
+    f = workload if workload is not None else sibling_file(wf.source)
     if f is not None:
-        return measure(store, prun, read_file(f), planner, progress)
+        queries = read_file(f)
+        prog.note(f"measuring the workload {Path(f).name} on the profiling run")
+        with prog.bar("workload", len(queries), unit="query") as advance:
+            return measure(store, prun, queries, planner, advance)
     raise WorkloadError(f"no workload for {wf.name!r}: give --workload FILE, or trace some queries "
                         f"first (the optimizer learns the workload from the trace log)")
 
@@ -156,24 +158,31 @@ def _workload(store, model, stats, workload, wf, progress):
 def optimize(store, workflow, params: dict | None = None, inputs: dict | None = None,
              max_disk=None, max_runtime=None, workload=None, pins=None, name: str | None = None,
              recalibrate: bool = False, reprofile: bool = False, save: bool = True,
-             progress=None) -> Plan:
-    """Choose every operator's strategies for the workload within the budgets."""
+             progress: ProgressArg = None) -> Plan:
+    """Choose every operator's strategies for the workload within the budgets.
+
+    ``progress``: say on stderr what it is doing, with bars and the time left —
+    None (the default) when stderr is a terminal, True / False always / never,
+    or a function called once per workload query measured."""
+    prog = Progress.of(progress)
     wf = load_workflow(workflow, dict(params or {}))
     budgets = Budgets.parse(max_disk, max_runtime)
     pins = parse_pins(pins, wf)
     if workload is not None:
         read_file(workload)                        # a malformed file fails before any work
-    cal = ensure_calibration(store, recalibrate)
+    cal = ensure_calibration(store, recalibrate, progress=prog)
     stats = None if reprofile else collect(store, wf.name, wf.params)
     missing = stats is not None and any(
         s.stored and str(s) not in stats.ops[op].strategies for op, ss in pins.items() for s in ss)
     if stats is None or missing:
-        profile_workflow(store, wf, inputs=inputs, all_ops=missing or bool(pins))
+        prog.note(f"profiling workflow {wf.name} (one run that prices every operator's strategies)")
+        profile_workflow(store, wf, inputs=inputs, all_ops=missing or bool(pins), progress=prog.on)
         stats = collect(store, wf.name, wf.params)
-    model = CostModel(cal, stats)
+    model = CostModel(cal, required(stats, f"workflow {wf.name}"))
     same = {r.id for r in store.catalog.runs() if r.workflow == wf.name and r.params == wf.params}
     model.learn([s for s in store.catalog.trace_steps() if s["run_id"] in same])
-    queries = _workload(store, model, stats, workload, wf, progress)
+    queries = _workload(store, model, stats, workload, wf, prog)
+    prog.note(f"choosing strategies for {len(queries)} queries within {budgets.describe()} (GLPK)")
     built = build(model, queries, budgets, pins)
     sol = solve(built.problem)
     if sol.status != "optimal":

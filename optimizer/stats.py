@@ -189,3 +189,10 @@ def for_run(store, run) -> WorkflowStats | None:
             ops[st["op"]].strategies[st["strategy"]] = StrategyInfo(
                 float(st["bytes"]), float(st["write_s"]), sp, measured=True)
     return stats
+
+
+def required(stats: WorkflowStats | None, what: str) -> WorkflowStats:
+    """``stats``, or a clear error where they must exist (a run that was just profiled)."""
+    if stats is None:
+        raise OptimizerError(f"no statistics for {what}: profile it again (subzero optimize --reprofile)")
+    return stats

@@ -55,7 +55,7 @@ def _path(text: str) -> list[tuple[str, int]]:
     return steps
 
 
-def _fmt_bytes(n: int) -> str:
+def _fmt_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if abs(n) < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -98,7 +98,7 @@ def cmd_run(a) -> int:
                         plan=plan, max_disk=a.max_disk)
         ops = run.ops()
         if a.json:
-            print(json.dumps({"run_id": run.id, "workflow": run.row.workflow, "ops": ops}))
+            print(json.dumps(_run_json(store, run.id), default=str))
         else:
             total = sum(o["lineage_bytes"] for o in ops)
             print(f"run {run.id} complete: workflow {run.row.workflow}, {len(ops)} operators, "
@@ -124,7 +124,8 @@ def _run_plan(store, a) -> str | None:
         return a.plan
     from subzero.optimizer import optimize  # lazy: the optimizer builds on subzero
     plan = optimize(store, a.workflow, params=_params(a.param), inputs=_kv(a.input, "--input"),
-                    max_disk=a.max_disk, max_runtime=a.max_runtime, workload=a.workload)
+                    max_disk=a.max_disk, max_runtime=a.max_runtime, workload=a.workload,
+                    progress=False if a.json else None)
     if not a.json:
         print(plan.table())
     return plan.name
@@ -146,7 +147,7 @@ def cmd_optimize(a) -> int:
         plan = optimize(store, a.workflow, params=_params(a.param), inputs=_kv(a.input, "--input"),
                         max_disk=a.max_disk, max_runtime=a.max_runtime, workload=a.workload,
                         pins=a.pin or None, name=a.name, recalibrate=a.recalibrate,
-                        reprofile=a.reprofile)
+                        reprofile=a.reprofile, progress=False if a.json else None)
         if a.json:
             print(json.dumps(plan.as_dict(), default=str))
         else:
@@ -267,6 +268,8 @@ def cmd_runs(a) -> int:
             return 0
         if not rows:
             print("no runs yet")
+            return 0
+        print(f"{'id':>5}  {'status':<11} {'workflow':<16} {'started':<19}  {'duration':>8}")
         for r in rows:
             t = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started))
             dur = f"{r.ended - r.started:.1f}s" if r.ended else "-"
@@ -282,17 +285,17 @@ def cmd_show(a) -> int:
     store = open_store(a.store, create=False)
     try:
         row = store.catalog.get_run(a.run)
+        if a.json:
+            print(json.dumps(_run_json(store, row.id), default=str))
+            return 0
         ops = store.catalog.ops(row.id)
         arrays = store.catalog.arrays(row.id)
-        if a.json:
-            print(json.dumps({"run": row.__dict__, "ops": ops, "arrays": arrays,
-                              "strategies": store.catalog.strategy_stats(row.id),
-                              "downgrades": store.catalog.downgrades(row.id)}, default=str))
-            return 0
         print(f"run {row.id}: workflow {row.workflow} ({row.source or 'in-process'}), {row.status}"
               + (f": {row.error}" if row.error else ""))
         for k, v in row.inputs.items():
-            print(f"  input {k} = {v}  shape {arrays.get(k, {}).get('shape')}")
+            shape = arrays.get(k, {}).get("shape")
+            where = f"shape {tuple(shape)}" if shape is not None else f"not stored (the run is {row.status})"
+            print(f"  input {k} = {v}  {where}")
         if ops:
             _ops_table(ops)
             total = sum(o["lineage_bytes"] for o in ops)
@@ -303,6 +306,17 @@ def cmd_show(a) -> int:
     finally:
         store.close()
     return 0
+
+
+def _run_json(store, run_id: int) -> dict:
+    """One run as `run --json` and `show --json` print it: the catalog's run row,
+    its operators, arrays, strategy statistics and downgrades (``run_id`` and
+    ``workflow`` repeat the row's id and workflow at the top, for scripts)."""
+    row = store.catalog.get_run(run_id)
+    return {"run_id": row.id, "workflow": row.workflow, "run": row.__dict__,
+            "ops": store.catalog.ops(row.id), "arrays": store.catalog.arrays(row.id),
+            "strategies": store.catalog.strategy_stats(row.id),
+            "downgrades": store.catalog.downgrades(row.id)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -343,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-v", "--verbose", action="store_true", help="print per-operator statistics")
     r.add_argument("-q", "--quiet", action="store_true", help=argparse.SUPPRESS)
     common(r)
-    r.set_defaults(fn=cmd_run)
+    r.set_defaults(fn=cmd_run, command_parser=r)
 
     t = sub.add_parser("trace", help="trace cells backward or forward through a run")
     t.add_argument("--run", default="latest", help="run id or 'latest' (default)")
@@ -358,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--no-planner", action="store_true",
                    help="choose each step's method by the simple rule, not the cost model")
     common(t)
-    t.set_defaults(fn=cmd_trace)
+    t.set_defaults(fn=cmd_trace, command_parser=t)
 
     o = sub.add_parser("optimize", help="choose lineage strategies for a disk/runtime budget")
     o.add_argument("workflow", help="workflow .py file or module name")
@@ -377,16 +391,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="re-run the machine's calibration benchmark")
     o.add_argument("--reprofile", action="store_true", help="profile the workflow again")
     common(o)
-    o.set_defaults(fn=cmd_optimize)
+    o.set_defaults(fn=cmd_optimize, command_parser=o)
 
     ru = sub.add_parser("runs", help="list runs")
     common(ru)
-    ru.set_defaults(fn=cmd_runs)
+    ru.set_defaults(fn=cmd_runs, command_parser=ru)
 
     s = sub.add_parser("show", help="show a run's operators, strategies and statistics")
     s.add_argument("run", nargs="?", default="latest", help="run id or 'latest'")
     common(s)
-    s.set_defaults(fn=cmd_show)
+    s.set_defaults(fn=cmd_show, command_parser=s)
     return p
 
 
@@ -411,7 +425,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
-    a = parser.parse_args(argv)
+    a, extra = parser.parse_known_args(argv)
+    if extra:   # argparse would blame the top-level parser: show the sub-command's usage
+        (getattr(a, "command_parser", None) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(a, "fn", None):
         parser.print_help()
         return EXIT_USER

@@ -173,3 +173,88 @@ def test_console_script_subprocess_one_line(shell, wfdir):
     assert code == 0 and out.strip().splitlines()[-1] == "1"
     code, out, err = shell("--help")
     assert code == 0 and "trace" in out
+
+
+def test_runs_lists_under_a_header_row(cli, wfdir):
+    st = wfdir / "st"
+    code, out, _ = cli("runs", "--store", st)
+    assert code == 2                                      # no store yet: one clear line
+    assert cli("run", EXAMPLE, "--store", st)[0] == 0
+    code, out, _ = cli("runs", "--store", st)
+    header, row = out.splitlines()
+    assert header.split() == ["id", "status", "workflow", "started", "duration"]
+    assert row.split()[:3] == ["1", "complete", "example"]
+    assert header.index("status") == row.index("complete")      # the columns line up
+
+
+def test_show_of_a_failed_run_says_its_inputs_were_not_stored(cli, wfdir):
+    st = wfdir / "st"
+    code, _, _ = cli("run", wfdir / "raises.py", "--store", st, "--input", f"a={wfdir / 'a.npy'}")
+    assert code == 2
+    code, out, err = cli("show", "1", "--store", st)
+    assert code == 0, err
+    assert "shape None" not in out
+    assert f"input a = {wfdir / 'a.npy'}  not stored (the run is failed)" in out
+
+
+def test_run_json_and_show_json_print_one_run_object(cli, tmp_path):
+    st = tmp_path / "st"
+    code, out, err = cli("run", EXAMPLE, "--store", st, "--json")
+    assert code == 0, err
+    ran = json.loads(out)
+    code, out, _ = cli("show", "1", "--store", st, "--json")
+    shown = json.loads(out)
+    assert set(ran) == set(shown) == {"run_id", "workflow", "run", "ops", "arrays", "strategies",
+                                      "downgrades"}
+    assert ran["run_id"] == shown["run"]["id"] == 1 and ran["workflow"] == "example"
+    assert set(ran["run"]) == set(shown["run"]) and ran["ops"] == shown["ops"]
+    assert shown["run"]["status"] == "complete"            # run --json shows the finished run
+
+
+@pytest.mark.parametrize("cmd", [["trace"], ["run", EXAMPLE], ["optimize", EXAMPLE], ["runs"], ["show"]])
+def test_an_unknown_flag_shows_the_sub_command_usage(cli, capsys, cmd):
+    with pytest.raises(SystemExit) as e:
+        cli(*cmd, "--bogus")
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"usage: subzero {cmd[0]} " in err and "usage: subzero [-h]" not in err
+    assert err.strip().splitlines()[-1] == f"subzero {cmd[0]}: error: unrecognized arguments: --bogus"
+
+
+def test_make_clean_removes_the_demo_files(tmp_path):
+    import shutil
+    import subprocess
+    from pathlib import Path
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    shutil.copy(Path(__file__).resolve().parent.parent / "Makefile", tmp_path)
+    made = ["demo-star-raw_1.png", "demo-star-raw_2.png", "demo-trace.png", ".subzero-demo/x", ".subzero/x"]
+    for name in made:
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("x")
+    (tmp_path / "keep.png").write_text("x")
+    subprocess.run(["make", "-s", "clean"], cwd=tmp_path, check=True, capture_output=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Makefile", "keep.png"]
+
+
+def test_optimize_progress_is_quiet_unless_on_a_terminal(capsys):
+    """`subzero optimize` passes progress=None (a terminal decides) or False (--json)."""
+    from subzero.optimizer import Progress
+    quiet = Progress(None)                  # pytest captures stderr: not a terminal
+    assert not quiet.on
+    quiet.note("calibrating")
+    with quiet.bar("calibrating", 3.0) as advance:
+        advance(3.0)
+    assert capsys.readouterr().err == ""
+    loud = Progress(True)
+    loud.note("calibrating this machine")
+    with loud.bar("workload", 2, unit="query") as advance:
+        advance()
+        advance()
+    err = capsys.readouterr().err
+    assert "subzero: calibrating this machine" in err and "workload:" in err and "/2 " in err
+    ticks = []
+    old_form = Progress.of(lambda: ticks.append(1))     # the older callable argument
+    with old_form.bar("workload", 2, unit="query") as advance:
+        advance()
+    assert ticks == [1] and not old_form.on and Progress.of(old_form) is old_form

@@ -9,6 +9,7 @@ from conftest import EXAMPLE
 
 import subzero
 from subzero import Mode, Operator, Workflow, window
+from subzero.operators import WindowComposite
 
 STRATS_FULL = ["full:fullone:backward", "full:fullmany:backward", "full:fullone:forward",
                "full:fullmany:forward"]
@@ -92,38 +93,15 @@ class Shift3(Operator):
         return np.concatenate([cells, nxt[nxt[:, 0] < ctx.output_shape[0]]])
 
 
-class Events3(Operator):
+class Events3(WindowComposite):
     """Flags voxels above a threshold; a flagged voxel depends on its 3x3x3
-    neighbourhood (composite/full), others on themselves."""
+    neighbourhood (composite/full/pay), others on themselves."""
 
-    map_p_batched = True
+    lineage_modes = frozenset({Mode.FULL, Mode.COMP, Mode.PAY, Mode.BLACKBOX})
 
-    def supported_modes(self):
-        return {Mode.FULL, Mode.COMP, Mode.PAY, Mode.BLACKBOX}
-
-    def run(self, ctx, cube):
+    def compute_flagged(self, cube):
         hot = cube > np.percentile(cube, 95)
-        hits = np.argwhere(hot)
-        if Mode.COMP in ctx.modes:
-            ctx.lwrite(hits, payload=b"\x01", each=True)
-        if Mode.PAY in ctx.modes:
-            ctx.lwrite(hits, payload=b"\x01", each=True)
-            rest = np.argwhere(~hot)
-            ctx.lwrite(rest, payload=b"\x00", each=True)
-        if Mode.FULL in ctx.modes:
-            ctx.lwrite(hits, [window(c[None], 1, cube.shape) for c in hits], each=True)
-            rest = np.argwhere(~hot)
-            ctx.lwrite(rest, rest, each=True)
-        return hot.astype(np.int8)
-
-    def map_b(self, cells, i, ctx):
-        return cells
-
-    def map_f(self, cells, i, ctx):
-        return cells
-
-    def map_p(self, cells, payload, i, ctx):
-        return window(cells, payload[0], ctx.input_shape(i))
+        return hot.astype(np.int8), hot
 
 
 def cube_workflow():

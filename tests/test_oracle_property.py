@@ -32,6 +32,7 @@ from oracle_ops import Call, OpSpec, Pair, make_op, relation, size_of
 
 import subzero
 from subzero import LineageError, Mode, Operator, StrategyError
+from subzero.operators import WindowComposite
 
 INPUT_NAMES = ("a", "b", "c")
 ENC = {"full": ("fullone", "fullmany"), "pay": ("payone", "paymany"),
@@ -823,12 +824,11 @@ def test_many_encoding_with_a_pair_without_output_cells(tmp_path, strategy):
     store.close()
 
 
-class CosmicLike(Operator):
+class CosmicLike(WindowComposite):
     """Like the DESIGN example: FULL pairs only for hits, COMP payloads only for
     hits (identity elsewhere).  With no hits, FULL lineage is empty."""
 
-    def supported_modes(self):
-        return {Mode.FULL, Mode.COMP, Mode.MAP, Mode.BLACKBOX}
+    lineage_modes = frozenset({Mode.FULL, Mode.COMP, Mode.MAP, Mode.BLACKBOX})
 
     def run(self, ctx, image):
         hits = np.argwhere(image > 100)
@@ -837,15 +837,6 @@ class CosmicLike(Operator):
         if Mode.FULL in ctx.modes:
             ctx.lwrite(hits, [subzero.window(c, 1, image.shape) for c in hits], each=True)
         return image
-
-    def map_b(self, cells, i, ctx):
-        return cells
-
-    def map_f(self, cells, i, ctx):
-        return cells
-
-    def map_p(self, cells, payload, i, ctx):
-        return subzero.window(cells, payload[0], ctx.input_shape(i))
 
 
 @pytest.mark.parametrize("strategy", ["full:fullmany:backward", "full:fullmany:forward"])

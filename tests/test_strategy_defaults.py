@@ -1,24 +1,16 @@
 import numpy as np
 import pytest
+from conftest import Ident
 
-from subzero import Mode, Operator, StrategyError, Workflow
+from subzero import Mode, StrategyError, Workflow
 from subzero.model.strategy import default_for, parse
 
 
-class Comp(Operator):
+class Comp(Ident):
     default_strategy = "comp:paymany:backward"
 
     def supported_modes(self):
         return {Mode.COMP, Mode.FULL, Mode.BLACKBOX}
-
-    def run(self, ctx, x):
-        return x
-
-    def map_b(self, cells, i, ctx):
-        return cells
-
-    def map_f(self, cells, i, ctx):
-        return cells
 
 
 def test_operator_default_strategy_is_used(store):

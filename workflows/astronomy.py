@@ -29,9 +29,10 @@ from __future__ import annotations
 import numpy as np
 from scipy import ndimage
 
-from subzero import GLOBAL, Mode, Operator, Workflow, stencil, window
-from subzero.operators import Binary, Div, Maximum, Mean, Slice, Sub, Unary
+from subzero import GLOBAL, Mode, Operator, Workflow, stencil
+from subzero.operators import Binary, Div, Maximum, Mean, Slice, Sub, Unary, WindowComposite
 from subzero.operators.base import MappedOperator
+from subzero.operators.composite import window_offsets
 
 EXPOSURES = ("data/lsst/imsim_85408556_R23_S11_C04_E000.fits",
              "data/lsst/imsim_85408556_R23_S11_C04_E001.fits")
@@ -176,30 +177,6 @@ class BlockBackground(MappedOperator):
 
 # --- UDF A/B: cosmic-ray detection ----------------------------------------------------------
 
-class WindowComposite(Operator):
-    """Composite lineage shared by the cosmic-ray UDFs: by default an output
-    pixel depends on the same input pixel; a payload pair (one byte, the
-    radius) makes a pixel depend on the square window around it."""
-
-    default_strategy = "comp:payone:backward"
-    map_p_batched = True
-
-    def supported_modes(self):
-        return {Mode.FULL, Mode.COMP, Mode.BLACKBOX}
-
-    def map_b(self, cells, i, ctx):
-        return cells
-
-    def map_f(self, cells, i, ctx):
-        return cells
-
-    def map_p(self, cells, payload, i, ctx):
-        return window(cells, payload[0], ctx.input_shape(i))
-
-    def map_p_pairs(self, cells, offsets, payloads, pay_ids, i, ctx):
-        return window_pairs(cells, offsets, payloads, pay_ids, ctx.input_shape(i))
-
-
 class CosmicRays(WindowComposite):
     """L.A.Cosmic (van Dokkum 2001) through astroscrappy: Laplacian edge
     detection on the 2x subsampled image with a median-filter noise model,
@@ -217,7 +194,9 @@ class CosmicRays(WindowComposite):
     saturated stars, never cosmic rays.
     """
 
+    default_strategy = "comp:payone:backward"
     tiling = GLOBAL      # iterative L.A.Cosmic reaches beyond any fixed radius: whole image
+    radius = CR_RADIUS
 
     def __init__(self, sky: float = 600.0, satlevel: float = 50000.0, sigclip: float = 5.0,
                  sigfrac: float = 0.5, objlim: float = 5.0, readnoise: float = 5.0,
@@ -226,7 +205,7 @@ class CosmicRays(WindowComposite):
         self.sigclip, self.sigfrac, self.objlim, self.readnoise = sigclip, sigfrac, objlim, readnoise
         self.fsmode = fsmode
 
-    def run(self, ctx, img):
+    def compute_flagged(self, img):
         import astroscrappy
         img = np.asarray(img, dtype=np.float32)
         mask, _ = astroscrappy.detect_cosmics(
@@ -234,49 +213,7 @@ class CosmicRays(WindowComposite):
             readnoise=self.readnoise, sigclip=self.sigclip, sigfrac=self.sigfrac,
             objlim=self.objlim, satlevel=self.satlevel, niter=4, cleantype="meanmask",
             fsmode=self.fsmode, psfmodel="gauss", psffwhm=2.5)
-        hits = np.argwhere(mask)
-        if Mode.COMP in ctx.modes:
-            ctx.lwrite(hits, payload=bytes([CR_RADIUS]), each=True)
-        if Mode.FULL in ctx.modes:
-            write_window_pairs(ctx, mask, CR_RADIUS)
-        return mask.astype(np.uint8)
-
-
-def write_window_pairs(ctx, flagged: np.ndarray, radius: int, n_inputs: int = 1) -> None:
-    """FULL lineage of a composite stencil UDF: flagged pixels depend on their
-    window, the others on themselves — two batched lwrite calls."""
-    shape = flagged.shape
-    hits = np.argwhere(flagged)
-    offs = np.argwhere(np.ones((2 * radius + 1,) * 2, bool)) - radius
-    win = hits[:, None, :] + offs[None, :, :]
-    inside = np.all((win >= 0) & (win < np.asarray(shape)), axis=2)
-    group = np.repeat(np.arange(len(hits)), inside.sum(axis=1))
-    win_cells = win[inside]
-    ctx.lwrite_groups(hits, np.arange(len(hits)), *[(win_cells, group)] * n_inputs)
-    rest = np.argwhere(~flagged)
-    ctx.lwrite(rest, *[rest] * n_inputs, each=True)
-
-
-def window_pairs(cells, offsets, payloads, pay_ids, shape):
-    """Vectorized map_p over many single-cell window pairs (radius = payload[0])."""
-    outs, owners = [], []
-    lens = np.diff(offsets)
-    for pid in np.unique(pay_ids).tolist():
-        r = payloads[pid][0]
-        rows = np.flatnonzero(pay_ids == pid)
-        starts = offsets[rows]
-        offs = np.argwhere(np.ones((2 * r + 1,) * cells.shape[1], bool)) - r
-        # every cell of every pair (pairs may hold several cells)
-        reps = lens[rows]
-        idx = np.repeat(starts, reps) + (np.arange(reps.sum()) - np.repeat(np.cumsum(reps) - reps, reps))
-        own = np.repeat(rows, reps)
-        win = (cells[idx][:, None, :] + offs[None, :, :]).reshape(-1, cells.shape[1])
-        ok = np.all((win >= 0) & (win < np.asarray(shape)), axis=1)
-        outs.append(win[ok])
-        owners.append(np.repeat(own, len(offs))[ok])
-    if not outs:
-        return np.zeros((0, cells.shape[1]), np.int64), np.zeros(0, np.int64)
-    return np.concatenate(outs), np.concatenate(owners)
+        return mask.astype(np.uint8), mask
 
 
 # --- UDF C: cosmic-ray removal -------------------------------------------------------------
@@ -290,16 +227,16 @@ class RemoveCosmicRays(WindowComposite):
     on the same pixel of both.
     """
 
+    default_strategy = "comp:payone:backward"
     tiling = stencil(RMCR_RADIUS)
+    radius = RMCR_RADIUS
 
-    def run(self, ctx, img, mask):
+    def compute_flagged(self, img, mask):
         img = np.asarray(img, dtype=np.float64)
         flagged = np.asarray(mask).astype(bool)
         out = img.copy()
         hits = np.argwhere(flagged)
-        r = RMCR_RADIUS
-        offs = np.argwhere(np.ones((2 * r + 1, 2 * r + 1), bool)) - r
-        win = hits[:, None, :] + offs[None, :, :]
+        win = hits[:, None, :] + window_offsets(RMCR_RADIUS, 2)[None, :, :]
         inside = np.all((win >= 0) & (win < np.asarray(img.shape)), axis=2)
         wy = np.clip(win[..., 0], 0, img.shape[0] - 1)
         wx = np.clip(win[..., 1], 0, img.shape[1] - 1)
@@ -310,11 +247,7 @@ class RemoveCosmicRays(WindowComposite):
                 warnings.simplefilter("ignore", RuntimeWarning)
                 med = np.nanmedian(vals, axis=1) if len(hits) else np.zeros(0)
         out[flagged] = np.where(np.isnan(med), 0.0, med)
-        if Mode.COMP in ctx.modes:
-            ctx.lwrite(hits, payload=bytes([RMCR_RADIUS]), each=True)
-        if Mode.FULL in ctx.modes:
-            write_window_pairs(ctx, flagged, RMCR_RADIUS, n_inputs=2)
-        return out
+        return out, flagged
 
 
 # --- UDF D: star detection -------------------------------------------------------------------

@@ -4,7 +4,8 @@ pixels, and find stars.  It shows the three kinds of operators you write:
 * ``Divide``   — built-in style, two inputs, lineage from mapping functions;
 * ``BoxBlur``  — a stencil with mapping functions (Map mode, nothing stored);
 * ``HotPixels``— a UDF with composite lineage: a repaired pixel depends on
-                 its 3x3 input window, every other pixel on itself;
+                 its 3x3 input window, every other pixel on itself (the
+                 built-in ``WindowComposite`` writes it);
 * ``Stars``    — a UDF with full or payload lineage: every pixel of a star
                  depends on all input pixels of that star.
 
@@ -17,6 +18,7 @@ import numpy as np
 from scipy import ndimage
 
 from subzero import ELEMENTWISE, GLOBAL, Mode, Operator, Workflow, stencil, window
+from subzero.operators import WindowComposite
 
 SHAPE = (64, 96)
 
@@ -71,46 +73,27 @@ class BoxBlur(Operator):
         return window(cells, self.radius, ctx.output_shape)
 
 
-class HotPixels(Operator):
+class HotPixels(WindowComposite):
     """Replace pixels far above their 3x3 median by that median.
 
     Composite lineage: a repaired pixel depends on its 3x3 input window
-    (payload = the radius), every other pixel on the same input pixel.
+    (``radius`` 1), every other pixel on the same input pixel.  The built-in
+    ``WindowComposite`` writes it (Comp payloads, or Full pairs) from the mask
+    of repaired pixels that ``compute_flagged`` returns with the output.
     """
 
     tiling = GLOBAL      # the noise level is estimated from the whole image
-    map_p_batched = True
+    radius = 1
 
     def __init__(self, nsigma: float = 8.0):
         self.nsigma = nsigma
 
-    def supported_modes(self):
-        return {Mode.FULL, Mode.COMP, Mode.BLACKBOX}
-
-    def run(self, ctx, img):
+    def compute_flagged(self, img):
         img = np.asarray(img, float)
         med = ndimage.median_filter(img, size=3, mode="nearest")
         noise = 1.4826 * np.median(np.abs(img - np.median(img)))
         hot = (img - med) > self.nsigma * noise
-        out = np.where(hot, med, img)
-        hits = np.argwhere(hot)
-        if Mode.COMP in ctx.modes:
-            ctx.lwrite(hits, payload=b"\x01", each=True)
-        if Mode.FULL in ctx.modes:
-            # repaired pixels: their window; the others: themselves (one batched call each)
-            ctx.lwrite(hits, [window(c[None], 1, img.shape) for c in hits], each=True)
-            rest = np.argwhere(~hot)
-            ctx.lwrite(rest, rest, each=True)
-        return out
-
-    def map_b(self, cells, i, ctx):           # default relation: identity
-        return cells
-
-    def map_f(self, cells, i, ctx):
-        return cells
-
-    def map_p(self, cells, payload, i, ctx):
-        return window(cells, payload[0], ctx.input_shape(i))
+        return np.where(hot, med, img), hot
 
 
 class Stars(Operator):
