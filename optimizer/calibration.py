@@ -30,7 +30,7 @@ from scipy.optimize import nnls
 from subzero import Mode, Operator, Workflow
 from subzero.model.strategy import DIRECTIONS, ENCODINGS, Strategy
 from subzero.operators import WindowComposite, box_payloads
-from subzero.query.executor import blocks_spanned
+from subzero.query.planner import blocks_spanned
 
 from .costmodel import FEATURES, CostModel, method_family
 from .profile import profile_workflow

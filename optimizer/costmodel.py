@@ -29,6 +29,7 @@ import numpy as np
 
 from subzero.model.modes import Mode
 from subzero.model.strategy import Strategy, parse_one
+from subzero.query.methods import Mapping, Reexec, Stored
 from subzero.storage.encodings import KEY_BITS, REC_PAIRS
 from subzero.tuning import CORRECTION_RANGE
 
@@ -52,7 +53,9 @@ def touched(n: float, bins: float) -> float:
 
 
 def method_family(method) -> str:
-    """'stored', 'map' or 'reexec' for a Strategy or a method name."""
+    """'stored', 'map' or 'reexec' for a query method, a Strategy or a method name."""
+    if isinstance(method, (Stored, Mapping, Reexec)):
+        return method.family
     if isinstance(method, Strategy):
         return "stored"
     m = str(method)
@@ -70,8 +73,17 @@ def correction_key(method, backward: bool) -> str:
     fam = method_family(method)
     if fam != "stored":
         return fam
-    s = method if isinstance(method, Strategy) else parse_one(str(method)[len("stored:"):])
+    s = _strategy(method)
     return f"stored:{s}:" + ("index" if (s.direction == "backward") == backward else "scan")
+
+
+def _strategy(method) -> Strategy:
+    """The strategy a stored method reads (a query method, a Strategy or a method name)."""
+    if isinstance(method, Stored):
+        return method.strategy
+    if isinstance(method, Strategy):
+        return method
+    return parse_one(str(method)[len("stored:"):])
 
 
 class CostModel:
@@ -170,8 +182,8 @@ class CostModel:
             return None
         src = math.prod(info.out_shape if backward else info.in_shapes[i])
         tgt = math.prod(info.in_shapes[i] if backward else info.out_shape)
-        if isinstance(method, str) and method.startswith("stored:"):
-            method = parse_one(method[len("stored:"):])
+        if method_family(method) == "stored":
+            method = _strategy(method)
         if isinstance(method, Strategy):
             si = info.strategies.get(str(method))
             if si is None:
@@ -268,7 +280,7 @@ class CostModel:
     def learn(self, steps: list[dict], min_obs: int = 2, recent: int = 20) -> None:
         """Per operator, input and method (``correction_key``): the median of observed /
         predicted over the latest traced steps corrects the calibration (clamped)."""
-        ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
+        ratios: dict[tuple[str, int, str], list[float]] = defaultdict(list)
         self.corrections = {}
         for st in steps:
             method = st["method"]

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Sequence
 
 from subzero.model.strategy import Strategy
-from subzero.query.executor import StepInfo, StepStat
+from subzero.query.methods import Method, Reexec, Stored
+from subzero.query.planner import StepInfo, StepStat
 from subzero.tuning import MIN_BUDGET_S, STORED_SLACK, SWITCH_FACTOR, TOO_SLOW_STEPS
 
 from .costmodel import CORRECTION_RANGE, FEATURES, CostModel, correction_key, method_family
@@ -29,7 +31,8 @@ from .stats import for_run
 
 
 class QueryPlanner:
-    """The executor's planner (``Run.trace(planner=...)``) for one run."""
+    """The executor's planner (``Run.trace(planner=...)``) for one run; implements
+    :class:`subzero.query.planner.Planner`."""
 
     def __init__(self, model: CostModel, switch_factor: float = SWITCH_FACTOR,
                  min_budget_s: float = MIN_BUDGET_S):
@@ -42,45 +45,47 @@ class QueryPlanner:
         # (op, input, method) that ran out of time -> steps left before it is tried again
         self._too_slow: dict[tuple, int] = {}
 
-    def _price(self, step: StepInfo, kind: str, s, n_out: float) -> float | None:
-        method = s if kind == "stored" else kind
+    def _price(self, step: StepInfo, method: Method, n_out: float) -> float | None:
         return self.model.cost(step.op, method, step.input, step.backward, step.cells_in, n_out,
                                loaded=step.loaded, blocks=step.blocks_in)
 
-    def plan(self, step: StepInfo, methods: list[tuple]) -> tuple[list[tuple], float | None]:
+    def plan(self, step: StepInfo,
+             methods: Sequence[Method]) -> tuple[Sequence[Method], float | None]:
         """Methods cheapest first, and the seconds after which reading stored lineage
         should switch to re-execution (None: never)."""
         n_out = self.model.predict_out(step.op, step.input, step.backward, step.cells_in)
-        priced = []
-        for k, (kind, s) in enumerate(methods):
-            c = self._price(step, kind, s, n_out)
+        priced: list[tuple[float, int, Method]] = []
+        for k, m in enumerate(methods):
+            c = self._price(step, m, n_out)
             if c is None:                       # no statistics: keep the simple rule
                 return methods, None
-            priced.append((c, k, (kind, s)))
-        reexec = next((c for c, _, (kind, _) in priced if kind == "reexec"), None)
+            priced.append((c, k, m))
+        reexec = next((c for c, _, m in priced if isinstance(m, Reexec)), None)
         if reexec is not None:     # timed out lately: after re-execution for a few steps
-            for j, (c, k, (kind, s)) in enumerate(priced):
-                key = (step.op, step.input, correction_key(s, step.backward))
+            for j, (c, k, m) in enumerate(priced):
+                if not isinstance(m, Stored):
+                    continue
+                key = (step.op, step.input, correction_key(m.strategy, step.backward))
                 left = self._too_slow.get(key)
-                if kind == "stored" and left:
-                    priced[j] = (max(c, 1.05 * reexec), k, (kind, s))
+                if left:
+                    priced[j] = (max(c, 1.05 * reexec), k, m)
                     if left > 1:
                         self._too_slow[key] = left - 1
                     else:                # then try it again: the timeout may have been a stall
                         del self._too_slow[key]
         priced.sort(key=lambda t: (t[0], t[1]))
-        self.decisions.append((step.op, [(f"{kind}:{s}" if s else kind, c)
-                                         for c, _, (kind, s) in priced]))
+        self.decisions.append((step.op, [(m.name, c) for c, _, m in priced]))
         order = [m for _, _, m in priced]
         budget = None
-        if order[0][0] == "stored" and reexec is not None:
+        first = order[0]
+        if isinstance(first, Stored) and reexec is not None:
             # the read may take its share of re-execution, or twice its own predicted
             # cost when that is more (a read predicted close to re-execution would
             # otherwise be abandoned by a small misprediction and pay both), never
             # more than the predicted re-execution itself
             budget = max(reexec * self.switch_factor, self.min_budget_s,
                          min(STORED_SLACK * priced[0][0], reexec))
-            self._tried[(step.op, step.input, step.backward)] = order[0][1]
+            self._tried[(step.op, step.input, step.backward)] = first.strategy
         return order, budget
 
     def observe(self, st: StepStat) -> None:

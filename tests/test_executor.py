@@ -124,3 +124,156 @@ def test_id_dedupe_helpers_equal_np_unique(ids, presort):
         a = np.sort(a)
         assert np.array_equal(sorted_unique(a), np.unique(a))
     assert np.array_equal(unique_ids(a, 5001), np.unique(a))
+
+
+# -- the executor's parts: pair sources, methods, planner protocol, DAG walks ------------------
+
+class Shifted(Operator):
+    """Output cell k depends on input cell k + p, p = k % 7 stored as its payload (so a
+    read meets many payload values)."""
+
+    def supported_modes(self):
+        return {Mode.PAY, Mode.BLACKBOX}
+
+    def run(self, ctx, x):
+        n = len(x)
+        ctx.lwrite(np.arange(n)[:, None], payload=[bytes([k % 7]) for k in range(n)], each=True)
+        return x
+
+    def map_p(self, cells, payload, i, ctx):
+        return np.minimum(np.asarray(cells) + payload[0], ctx.input_shape(i)[0] - 1)
+
+
+def _shifted_reader(store, n=50):
+    from subzero.model.strategy import parse_one
+    from subzero.storage.lineage import LineageStore
+    wf = Workflow("shifted")
+    wf.add("op", Shifted(), wf.input("x"))
+    run = store.run(wf, inputs={"x": np.arange(float(n))}, strategies={"op": "pay:payone:backward"})
+    lineage = LineageStore(run.dir / "lineage", readonly=True)
+    return run, lineage, lineage.reader("op", parse_one("pay:payone:backward"))
+
+
+def test_every_pair_source_implements_the_declared_protocol(store):
+    """Stored lineage, in-memory pairs and the deadline wrapper answer the same calls,
+    with the same parameters (the relation algorithms rely on nothing else)."""
+    import inspect
+
+    from subzero.capture.buffer import empty_pairs
+    from subzero.query.sources import MemoryPairs, PairSource, TimedSource
+    from subzero.storage.lineage import StrategyReader
+    _run, lineage, reader = _shifted_reader(store)
+    try:
+        sources = [reader, MemoryPairs(empty_pairs(1, False)), TimedSource(reader, float("inf"))]
+        assert all(isinstance(s, PairSource) for s in sources)
+        for cls in (StrategyReader, MemoryPairs, TimedSource):
+            for name in ("has_space", "lookup", "records", "all_pairs", "scan_keys", "covered"):
+                want = list(inspect.signature(getattr(PairSource, name)).parameters)
+                assert list(inspect.signature(getattr(cls, name)).parameters) == want, (cls, name)
+    finally:
+        lineage.close()
+
+
+def test_deadline_source_reads_in_chunks_like_one_read_and_gives_up_late(store):
+    """Chunked records merge their payload tables into one: every pair keeps its own
+    payload; once the deadline has passed the next chunk raises instead of reading."""
+    import time
+
+    from subzero.query.sources import Deadline, TimedSource
+    _run, lineage, reader = _shifted_reader(store)
+    try:
+        pids = reader.all_pairs("b")
+        one = reader.records("b", pids, ["key", "pay"])
+        timed = TimedSource(reader, float("inf"))
+        timed.CHUNK = 3                        # 17 chunks, each with its own payload table
+        chunked = timed.records("b", pids, ["key", "pay"])
+        for got, want in zip(chunked["key"], one["key"]):
+            assert np.array_equal(got, want)
+        (ids1, tab1), (ids2, tab2) = one["pay"], chunked["pay"]
+        assert [tab2[k] for k in ids2] == [tab1[k] for k in ids1]
+        assert len(tab2) == len(set(tab2)) == 7
+        late = TimedSource(reader, time.perf_counter() - 1)
+        with pytest.raises(Deadline):
+            late.records("b", pids, ["key"])
+        with pytest.raises(Deadline):
+            late.lookup("b", pids[:1], np.ones(50, bool))
+    finally:
+        lineage.close()
+
+
+def test_method_names_and_the_simple_rule():
+    """Methods are values whose names are the step method strings; the simple rule
+    orders matched index, mapping, mismatched index, re-execution; prefer moves the
+    preferred method first only where the step can use it."""
+    from subzero.model.strategy import parse
+    from subzero.query.methods import Mapping, Reexec, Stored, rank
+    op = Sub()                     # has mapping functions, supports MAP
+    strategies = parse("pay:payone:backward+full:fullone:forward+full:fullone:backward+map")
+    order = [m.name for m in rank(op, strategies, backward=True)]
+    assert order == ["stored:full:fullone:backward", "stored:pay:payone:backward", "map",
+                     "stored:full:fullone:forward", "reexec"]
+    fwd = [m.name for m in rank(op, strategies, backward=False)]
+    assert fwd[:2] == ["stored:full:fullone:forward", "map"]
+    assert rank(op, strategies, True, prefer="reexec")[0] == Reexec()
+    assert rank(op, strategies, True, prefer="full:fullone:forward")[0] == \
+        Stored(parse("full:fullone:forward")[0])
+    assert rank(op, strategies, True, prefer="comp")[0] == Stored(parse("full:fullone:backward")[0])
+    assert Mapping().name == "map" and Mapping() == Mapping() and Mapping() in rank(op, strategies, True)
+
+
+class ReexecFirst:
+    """A query-time planner written against the core's protocol alone: re-execution
+    first, no deadline; it records what it was asked and told."""
+
+    def __init__(self):
+        self.asked, self.told = [], []
+
+    def plan(self, step, methods):
+        from subzero.query.methods import Reexec
+        self.asked.append((step.op, step.input, step.backward, step.cells_in,
+                           tuple(m.name for m in methods)))
+        return sorted(methods, key=lambda m: not isinstance(m, Reexec)), None
+
+    def observe(self, stat):
+        self.told.append(stat)
+
+
+def test_a_planner_is_a_per_query_option_on_the_declared_protocol(store):
+    run = store.run(concat_wf(), inputs={"a": np.zeros((3, 4)), "b": np.ones((2, 4))},
+                    strategies={"cat": "full"})
+    plain = run.trace("cat", [(0, 0), (4, 1)], to="b", record=False)
+    planner = ReexecFirst()
+    planned = run.trace("cat", [(0, 0), (4, 1)], to="b", planner=planner, record=False)
+    assert np.array_equal(planned.bitmap, plain.bitmap)
+    assert planner.asked == [("cat", 1, True, 2, ("stored:full:fullone:backward", "reexec"))]
+    assert planner.told == planned.steps and planned.steps[0].method.startswith("reexec:")
+    assert planned.steps[0].blocks_in == 1
+    # the next query without it (or forcing a method) neither asks nor reports to it
+    again = run.trace("cat", [(0, 0), (4, 1)], to="b", record=False)
+    forced = run.trace("cat", [(0, 0), (4, 1)], to="b", planner=planner, prefer="map", record=False)
+    assert again.steps[0].method == "stored:full:fullone:backward"
+    assert forced.steps[0].method == "map"
+    assert len(planner.asked) == 1 and len(planner.told) == 1
+
+
+def test_run_graph_walks_every_path_and_checks_explicit_ones():
+    from subzero import QueryError
+    from subzero.query.graph import Edge, RunGraph
+    g = RunGraph(7, {"a": ["x"], "b": ["x"], "c": ["a", "b"]},
+                 {"x": (4,), "a": (4,), "b": (4,), "c": (4,)})
+    back = g.walk("c", "x")
+    assert back.direction == "backward"
+    assert back.stages[0] == ("c", (Edge("c", 0, True, "c", "a"), Edge("c", 1, True, "c", "b")))
+    assert {a for a, _ in back.stages[1:]} == {"a", "b"}
+    fwd = g.walk("x", "c")
+    assert fwd.direction == "forward" and fwd.stages[0][0] == "x"
+    assert [e.dst for _, edges in fwd.stages for e in edges] == ["a", "b", "c", "c"]
+    assert g.walk("a", "c").stages == (("a", (Edge("c", 0, False, "a", "c"),)),)
+    assert g.follow("c", [("c", 1), ("b", 0)]) == [Edge("c", 1, True, "c", "b"),
+                                                   Edge("b", 0, True, "b", "x")]
+    with pytest.raises(QueryError, match="not connected in run 7"):
+        g.walk("a", "b")
+    with pytest.raises(QueryError, match="path mixes directions at step b:0"):
+        g.follow("a", [("a", 0), ("b", 0)])
+    with pytest.raises(QueryError, match="operator 'c' has 2 inputs"):
+        g.follow("c", [("c", 2)])

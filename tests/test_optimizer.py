@@ -17,6 +17,7 @@ from subzero.optimizer import BudgetError, OptimizerError, load_plan, optimize, 
 from subzero.optimizer.calibration import calibrate
 from subzero.optimizer.planner import TOO_SLOW_STEPS, QueryPlanner
 from subzero.optimizer.workloads import from_trace_log
+from subzero.query.methods import Stored
 from subzero.query.workload import load_workload, select_cells
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,8 +200,8 @@ def test_planner_picks_the_matching_index_and_switches_when_reading_is_slow(gsto
     class Impatient(QueryPlanner):
         """Believes stored lineage is free, and gives it no time at all."""
 
-        def _price(self, step, kind, s, n_out):
-            return 0.0 if kind == "stored" else 1.0
+        def _price(self, step, method, n_out):
+            return 0.0 if isinstance(method, Stored) else 1.0
 
     impatient = Impatient(planner_for(forw).model, switch_factor=0.0, min_budget_s=0.0)
     res = forw.trace("model", [(0, 1)], to="transpose", planner=impatient, record=False)

@@ -88,8 +88,10 @@ class QueryBuffer(LineageBuffer):
         from subzero.model.cells import csr_take
         full = pay = None
         if self._kept_full:
-            outs, olens, ins, ilens = [], [], [[] for _ in range(self.n_inputs)], \
-                [[] for _ in range(self.n_inputs)]
+            outs: list[np.ndarray] = []
+            olens: list[np.ndarray] = []
+            ins: list[list[np.ndarray]] = [[] for _ in range(self.n_inputs)]
+            ilens: list[list[np.ndarray]] = [[] for _ in range(self.n_inputs)]
             for o, oo, pins, rows in self._kept_full:
                 outs.append(csr_take(o, oo, rows))
                 olens.append(oo[rows + 1] - oo[rows])

@@ -1,8 +1,8 @@
 """What lineage means: one trace step over a set of pairs.
 
-The same algorithms serve stored lineage (a :class:`StrategyReader`) and
-pairs collected in memory by re-execution (:class:`MemoryPairs`), so every
-method answers with the same semantics:
+The same algorithms serve every :class:`~subzero.query.sources.PairSource`
+(stored lineage, pairs collected in memory by re-execution), so every method
+answers with the same semantics:
 
 * full pair (O, I_0..I_k): every cell of O depends on every cell of I_i;
 * payload pair (O, p): every cell of O depends on ``map_p(O, p, i)``;
@@ -17,54 +17,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from subzero.capture.buffer import Pairs
 from subzero.errors import LineageError
 from subzero.model.cells import (
     as_cells,
     csr_take,
-    lengths_to_offsets,
     pack,
     packed_from_bitmap,
     rows_hitting,
     unpack,
 )
-
-
-class MemoryPairs:
-    """Captured pairs viewed through the reader interface (backward-keyed space ``b``)."""
-
-    def __init__(self, pairs: Pairs, covered: np.ndarray | None = None):
-        self.p = pairs
-        self._covered = covered
-        fields = {"key": (pairs.out, pairs.out_off)}
-        for i in range(len(pairs.ins)):
-            fields[f"v{i}"] = (pairs.ins[i], pairs.in_offs[i])
-        self.fields = fields
-
-    def has_space(self, space: str) -> bool:
-        return space == "b"
-
-    def lookup(self, space, q, q_flat):
-        return rows_hitting(self.p.out, self.p.out_off, q_flat)
-
-    def all_pairs(self, space):
-        return np.arange(self.p.n, dtype=np.int64)
-
-    def records(self, space, pids, fields):
-        out = {}
-        for f in fields:
-            if f == "pay":
-                out["pay"] = (self.p.pay_ids[pids], self.p.payloads)
-            else:
-                c, o = self.fields[f]
-                out[f] = (csr_take(c, o, pids), lengths_to_offsets(o[pids + 1] - o[pids]))
-        return out
-
-    def scan_keys(self, space, pids):
-        return self.records(space, pids, ["key"])["key"]
-
-    def covered(self):
-        return np.unique(self.p.out) if self._covered is None else self._covered
+from subzero.query.sources import PairSource
 
 
 class StepContext:
@@ -137,7 +99,7 @@ def _bits(packed: np.ndarray, size: int) -> np.ndarray:
     return bm
 
 
-def backward(src, payload: bool, direction: str, sc: StepContext, i: int,
+def backward(src: PairSource, payload: bool, direction: str, sc: StepContext, i: int,
              q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
     """Input-i cells that the output cells ``q`` depend on, per stored pairs."""
     if direction == "backward":
@@ -157,7 +119,7 @@ def backward(src, payload: bool, direction: str, sc: StepContext, i: int,
     return src.scan_keys(space, pids[hit])[0]
 
 
-def forward(src, payload: bool, direction: str, sc: StepContext, i: int,
+def forward(src: PairSource, payload: bool, direction: str, sc: StepContext, i: int,
             q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
     """Output cells that depend on the input-i cells ``q``, per stored pairs."""
     if direction == "forward":
@@ -180,7 +142,7 @@ def forward(src, payload: bool, direction: str, sc: StepContext, i: int,
     return csr_take(keys, off, hit)
 
 
-def composite(src, direction_stored: str, sc: StepContext, i: int, backward_step: bool,
+def composite(src: PairSource, direction_stored: str, sc: StepContext, i: int, backward_step: bool,
               q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
     """Composite lineage: payload pairs where they cover, mapping elsewhere."""
     out_size = int(np.prod(sc.out_shape, dtype=np.int64))

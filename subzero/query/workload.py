@@ -154,7 +154,7 @@ def run_workload(run, queries: list[Query], prefer: str | None = None, repeats: 
     rows = []
     for q in queries:
         cells = select_cells(run, q)
-        times, res = [], None
+        times = []
         for _ in range(max(1, repeats)):
             t0 = time.perf_counter()
             res = run.trace(q.start, cells, to=q.to, path=q.path, prefer=prefer,

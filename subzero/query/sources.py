@@ -1,0 +1,171 @@
+"""Where a trace step reads lineage pairs from: one declared interface, one
+implementation per kind of source.
+
+* stored lineage: :class:`subzero.storage.lineage.StrategyReader` (LMDB and
+  R-trees), which satisfies :class:`PairSource` structurally;
+* pairs regenerated in memory by re-execution: :class:`MemoryPairs`;
+* either of them under a deadline: :class:`TimedSource`, the query-time
+  planner's switch to re-execution.
+
+Pairs live in *spaces*: ``"b"`` is keyed by output cells, ``"f<i>"`` by the
+cells of input i.  The relation algorithms (``relation.py``) ask only this
+interface, so every source answers with the same semantics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from subzero.capture.buffer import Pairs
+from subzero.model.cells import csr_take, lengths_to_offsets, rows_hitting
+from subzero.tuning import TIMED_QUERY_CELLS, TIMED_RECORD_PAIRS
+
+#: field name -> (cells, offsets) per pair; ``"pay"`` -> (payload id per pair, payload table)
+Records = dict[str, tuple[Any, Any]]
+
+
+@runtime_checkable
+class PairSource(Protocol):
+    """Lineage pairs a trace step can look up, fetch and scan."""
+
+    def has_space(self, space: str) -> bool:
+        """Whether pairs keyed this way exist."""
+        ...
+
+    def lookup(self, space: str, q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
+        """Sorted ids of the pairs whose key cells meet the query (``q``: sorted packed
+        cells; ``q_flat``: the same as a flat bitmap of the key array)."""
+        ...
+
+    def records(self, space: str, pids: np.ndarray, fields: list[str]) -> Records:
+        """Fields of the given pairs (``"key"``, ``"v<i>"``, ``"v"``, ``"pay"``)."""
+        ...
+
+    def all_pairs(self, space: str) -> np.ndarray:
+        """Ids of every pair (a scan, for a step against the stored direction)."""
+        ...
+
+    def scan_keys(self, space: str, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Key cells of the given pairs as (cells, offsets)."""
+        ...
+
+    def covered(self) -> np.ndarray:
+        """Output cells some payload pair covers (composite lineage)."""
+        ...
+
+
+class MemoryPairs:
+    """Pairs captured in memory (re-execution), keyed by output cells (space ``b``)."""
+
+    def __init__(self, pairs: Pairs, covered: np.ndarray | None = None):
+        self.p = pairs
+        self._covered = covered
+        fields = {"key": (pairs.out, pairs.out_off)}
+        for i in range(len(pairs.ins)):
+            fields[f"v{i}"] = (pairs.ins[i], pairs.in_offs[i])
+        self.fields = fields
+
+    def has_space(self, space: str) -> bool:
+        return space == "b"
+
+    def lookup(self, space: str, q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
+        return rows_hitting(self.p.out, self.p.out_off, q_flat)
+
+    def all_pairs(self, space: str) -> np.ndarray:
+        return np.arange(self.p.n, dtype=np.int64)
+
+    def records(self, space: str, pids: np.ndarray, fields: list[str]) -> Records:
+        out: Records = {}
+        for f in fields:
+            if f == "pay":
+                assert self.p.pay_ids is not None, "payload fields asked of full pairs"
+                out["pay"] = (self.p.pay_ids[pids], self.p.payloads)
+            else:
+                c, o = self.fields[f]
+                out[f] = (csr_take(c, o, pids), lengths_to_offsets(o[pids + 1] - o[pids]))
+        return out
+
+    def scan_keys(self, space: str, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.records(space, pids, ["key"])["key"]
+
+    def covered(self) -> np.ndarray:
+        return np.unique(self.p.out) if self._covered is None else self._covered
+
+
+class Deadline(Exception):
+    """Reading stored lineage took longer than re-executing is predicted to."""
+
+
+class TimedSource:
+    """A source that gives up (raises :class:`Deadline`) once ``until`` (a
+    ``time.perf_counter`` value) has passed, checked between chunks of pairs and of
+    query cells, so that a slow read is abandoned within one chunk."""
+
+    CHUNK = TIMED_RECORD_PAIRS        # pairs per records() call
+    QUERY_CHUNK = TIMED_QUERY_CELLS   # query cells per lookup() call (R-tree probes are slow)
+
+    def __init__(self, source: PairSource, until: float):
+        self.source, self.until = source, until
+
+    def _check(self) -> None:
+        if time.perf_counter() > self.until:
+            raise Deadline()
+
+    def has_space(self, space: str) -> bool:
+        return self.source.has_space(space)
+
+    def covered(self) -> np.ndarray:
+        self._check()
+        return self.source.covered()
+
+    def lookup(self, space: str, q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
+        self._check()
+        if len(q) <= self.QUERY_CHUNK:
+            return self.source.lookup(space, q, q_flat)
+        ids = []                  # pairs hit by any chunk of the query are hit by the query
+        for a in range(0, len(q), self.QUERY_CHUNK):
+            self._check()
+            ids.append(self.source.lookup(space, q[a:a + self.QUERY_CHUNK], q_flat))
+        return np.unique(np.concatenate(ids))
+
+    def all_pairs(self, space: str) -> np.ndarray:
+        self._check()
+        return self.source.all_pairs(space)
+
+    def scan_keys(self, space: str, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self._check()
+        return self.source.scan_keys(space, pids)
+
+    def records(self, space: str, pids: np.ndarray, fields: list[str]) -> Records:
+        if len(pids) <= self.CHUNK:
+            self._check()
+            return self.source.records(space, pids, fields)
+        parts = []
+        for a in range(0, len(pids), self.CHUNK):
+            self._check()
+            parts.append(self.source.records(space, pids[a:a + self.CHUNK], fields))
+        return concat_records(parts, fields)
+
+
+def concat_records(parts: Sequence[Records], fields: list[str]) -> Records:
+    """The records of consecutive runs of pairs as one: cells and offsets laid end to
+    end, and the payload tables merged into one (ids renumbered into it)."""
+    out: Records = {}
+    for f in fields:
+        if f == "pay":
+            table: dict[bytes, int] = {}
+            ids = []
+            for p in parts:
+                local, tab = p["pay"]
+                remap = np.array([table.setdefault(b, len(table)) for b in tab], np.int64)
+                ids.append(remap[local] if len(tab) else np.zeros(0, np.int64))
+            out["pay"] = (np.concatenate(ids), list(table))
+        else:
+            cells = np.concatenate([p[f][0] for p in parts])
+            lens = np.concatenate([np.diff(p[f][1]) for p in parts])
+            out[f] = (cells, lengths_to_offsets(lens))
+    return out
