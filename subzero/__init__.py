@@ -16,7 +16,7 @@ from subzero.model.modes import Mode
 from subzero.model.operator import AGGREGATE, ELEMENTWISE, GLOBAL, Operator, Tiling, stencil
 from subzero.model.strategy import Direction, Encoding, Strategy
 from subzero.model.workflow import Node, Workflow, load_workflow
-from subzero.query.executor import TraceResult
+from subzero.query.trace import TraceResult
 
 __all__ = ["Operator", "Workflow", "Mode", "Node", "Tiling", "ELEMENTWISE", "AGGREGATE", "GLOBAL", "stencil",
            "Store", "Run", "open_store", "load_workflow", "TraceResult", "Strategy", "Direction",
