@@ -65,7 +65,7 @@ def _sample_rows(n: int, size: int) -> np.ndarray:
 
 
 class Profiler:
-    """The engine's profiling hook (``run_local(..., profiler=...)``)."""
+    """The driver loop's profiling hook (``store.run(..., profiler=...)``, local engine)."""
 
     def __init__(self, scratch: Path, sample_pairs: int = SAMPLE_PAIRS, all_ops: bool = False):
         self.scratch = LineageStore(scratch)
@@ -185,8 +185,11 @@ def _extrapolate(y1: float, y2: float, n1: int, n2: int, n: int) -> float:
 
 
 def profile_workflow(store, workflow, params: dict | None = None, inputs: dict | None = None,
-                     progress: bool | None = False, all_ops: bool = False) -> dict:
+                     progress=None, all_ops: bool = False) -> dict:
     """Run ``workflow`` once in profiling mode; save the profile in the catalog and return it.
+
+    ``progress`` as in ``Store.run``: by default the operators done (each profiled as
+    it runs) are shown when stderr is a terminal.
 
     Operators with mapping functions are timed but their stored strategies are not
     priced (the optimizer prefers mapping there) unless ``all_ops``."""

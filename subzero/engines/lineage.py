@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from subzero.capture.buffer import empty_pairs
+from subzero.capture.buffer import Pairs, empty_pairs
 from subzero.capture.runner import mapping_context
 from subzero.engines.stats import OpStats
 from subzero.errors import LineageError
@@ -17,9 +17,11 @@ from subzero.storage.encodings import KEY_BITS
 from subzero.storage.lineage import LineageStore
 
 
-def store_lineage(name: str, op, strategies, full, pay, out_shape, in_shapes,
-                  lineage: LineageStore, stats: OpStats) -> None:
-    """Encode and write every stored strategy of one operator."""
+def store_lineage(name: str, op, strategies: tuple[Strategy, ...], full: Pairs | None,
+                  pay: Pairs | None, out_shape: tuple[int, ...], in_shapes: list[tuple[int, ...]],
+                  lineage: LineageStore, stats: OpStats, budget: DiskBudget | None = None) -> None:
+    """Encode and write every stored strategy of one operator; with a ``budget``, a
+    strategy that would overflow it is not kept (see :class:`DiskBudget`)."""
     mctx = mapping_context(name, op, in_shapes, out_shape)
 
     def map_p_pairs(cells, off, payloads, pay_ids, i):
@@ -32,7 +34,6 @@ def store_lineage(name: str, op, strategies, full, pay, out_shape, in_shapes,
                                f"input {i} (shape {tuple(in_shapes[i])})")
         return res, np.asarray(owner, np.int64)
 
-    budget: DiskBudget | None = getattr(lineage, "budget", None)
     expanded: dict[int, dict] = {}
 
     def counted(cells, off, payloads, pay_ids, i):
@@ -50,7 +51,7 @@ def store_lineage(name: str, op, strategies, full, pay, out_shape, in_shapes,
         if pairs is None:
             pairs = empty_pairs(len(in_shapes), s.payload)
         predicted = budget.predicted.get((name, str(s))) if budget is not None else None
-        if predicted is not None and not budget.fits(predicted):
+        if budget is not None and predicted is not None and not budget.fits(predicted):
             budget.downgrade(name, s, predicted, None)
             dropped.append(s)
             continue
