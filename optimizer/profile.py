@@ -30,7 +30,7 @@ from subzero.engines.stats import OpStats
 from subzero.model.cells import csr_take, lengths_to_offsets
 from subzero.model.modes import Mode
 from subzero.model.operator import Operator
-from subzero.model.strategy import DIRECTIONS, ENCODINGS, Strategy
+from subzero.model.strategy import DIRECTIONS, ENCODINGS, Direction, Strategy
 from subzero.model.workflow import load_workflow
 from subzero.query.reexec import capture_mode
 from subzero.storage.encodings import REC_PAIRS
@@ -51,7 +51,7 @@ def take_pairs(p: Pairs, rows: np.ndarray) -> Pairs:
     def part(c, o):
         return csr_take(c, o, rows), lengths_to_offsets(o[rows + 1] - o[rows])
     out, off = part(p.out, p.out_off)
-    if p.is_payload:
+    if p.pay_ids is not None:
         return Pairs(out, off, pay_ids=p.pay_ids[rows], payloads=p.payloads)
     ins = [part(c, o) for c, o in zip(p.ins, p.in_offs)]
     return Pairs(out, off, [c for c, _ in ins], [o for _, o in ins])
@@ -106,7 +106,7 @@ class Profiler:
         mapped = Mode.MAP in op.supported_modes() and op.has_mapping()
         rec["profiled"] = self.all_ops or not mapped
         for m in (lineage_modes(op) if rec["profiled"] else []):
-            probe = (Strategy(m, ENCODINGS[m][0], "backward"),)
+            probe = (Strategy(m, ENCODINGS[m][0], Direction.BACKWARD),)
             best, pairs, lw = min((self._time(name, op, inputs, probe) for _ in range(reps)),
                                   key=lambda t: t[0])
             if pairs is None:

@@ -11,7 +11,7 @@ from subzero.engines.stats import OpStats
 from subzero.errors import LineageError
 from subzero.model.cells import as_cells, first_out_of_bounds, fmt_cell, pack
 from subzero.model.modes import Mode
-from subzero.model.strategy import BLACKBOX, MAP, Strategy
+from subzero.model.strategy import BLACKBOX, MAP, Direction, Encoding, Strategy
 from subzero.storage.budget import DiskBudget
 from subzero.storage.encodings import KEY_BITS
 from subzero.storage.lineage import LineageStore
@@ -86,8 +86,8 @@ def space_stats(s: Strategy, pairs, out_shape, in_shapes, expanded: dict | None 
     payloads.  The query cost model prices lookups and scans from these; they are
     counts only (one bincount per key side), cheap enough to take at every capture."""
     nonempty = np.diff(pairs.out_off) > 0
-    many = not s.encoding.startswith(("fullone", "payone"))
-    if s.direction == "backward":
+    many = s.encoding in (Encoding.FULLMANY, Encoding.PAYMANY)
+    if s.direction is Direction.BACKWARD:
         vals = 0 if s.payload else int(sum(a.size for a in pairs.ins))
         rec = vals + (int(pairs.out.size) if (many or s.payload) else 0)
         d = {"pairs": int(np.count_nonzero(nonempty)), "key_cells": int(pairs.out.size),

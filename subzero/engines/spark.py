@@ -235,7 +235,7 @@ class _TaskWatch:
         if total:
             self.on_tasks(min(done, total), total)
 
-    def __exit__(self, et, *exc) -> bool:
+    def __exit__(self, et, *exc) -> None:
         self.stop.set()
         self.thread.join()
         try:
@@ -244,7 +244,6 @@ class _TaskWatch:
         finally:
             for key in ("spark.jobGroup.id", "spark.job.description"):
                 self.sc.setLocalProperty(key, None)
-        return False
 
 
 def _reason(text: str, e: Exception) -> str:
@@ -290,12 +289,12 @@ class SparkEngine:
         halo = tile_plan(op, in_shapes)
         t0 = time.perf_counter()
         if _aggregates(op, in_shapes, strategies):
-            tiles = tiles_for(in_shapes[0], arrays.tile)
-            self.note(f"{name}: aggregation over {len(tiles)} tile(s), merged in a tree")
+            tasks = len(tiles_for(in_shapes[0], arrays.tile))
+            self.note(f"{name}: aggregation over {tasks} tile(s), merged in a tree")
             results = _aggregate(self.sc, name, op, step.inputs, in_shapes, strategies, arrays,
                                  capture, on_tasks)
         elif halo is None:
-            tiles = [None]
+            tasks = 1
             self.note(f"{name}: {op.tiling.kind} operator, one task on the whole array")
             fn = partial(_global_task, str(arrays.dir.parent), arrays.tile, name, op,
                          list(step.inputs), strategies, capture)
@@ -310,14 +309,15 @@ class SparkEngine:
             fn = partial(_tile_task, str(arrays.dir.parent), arrays.tile, name, op,
                          list(step.inputs), strategies, capture, out_shape, in_shapes)
             results = collect(self.sc.parallelize(tiles, len(tiles)).map(fn), name, on_tasks)
+            tasks = len(tiles)
         wall = time.perf_counter() - t0
         out_shape = results[0].out_shape
         self.shapes[name] = out_shape
-        dtype = results[0].dtype
-        return StepResult(out_shape, dtype, int(np.prod(out_shape)) * np.dtype(dtype).itemsize,
+        out_dtype = results[0].dtype
+        return StepResult(out_shape, out_dtype, int(np.prod(out_shape)) * np.dtype(out_dtype).itemsize,
                           in_shapes, concat_pairs([r.full for r in results], len(in_shapes)),
                           concat_pairs([r.pay for r in results], len(in_shapes)), wall,
-                          sum(r.lwrite_s for r in results), tiles=len(tiles))
+                          sum(r.lwrite_s for r in results), tiles=tasks)
 
     def close(self) -> None:
         """Keep the notes in the run folder's ``run.log`` (a failed run's folder goes)."""

@@ -141,7 +141,7 @@ class RunTransaction:
     def __enter__(self) -> RunTransaction:
         return self
 
-    def __exit__(self, et, ev, tb) -> bool:
+    def __exit__(self, et, ev, tb) -> None:
         if self.status == "running":
             try:
                 self.fail(ev if ev is not None else "the run ended before it was committed")
@@ -149,4 +149,3 @@ class RunTransaction:
                 if ev is None:
                     raise
                 # the run's own error matters more; its row stays 'running', shown 'interrupted'
-        return False
