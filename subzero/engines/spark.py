@@ -320,7 +320,8 @@ class SparkEngine:
                           sum(r.lwrite_s for r in results), tiles=tasks)
 
     def close(self) -> None:
-        """Keep the notes in the run folder's ``run.log`` (a failed run's folder goes)."""
+        """Write the notes to the run folder's ``run.log`` (a failed run's folder, log
+        included, is then removed by its transaction)."""
         if self.arrays.dir.parent.is_dir():
             (self.arrays.dir.parent / "run.log").write_text("\n".join(self.notes) + "\n")
 
