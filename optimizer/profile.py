@@ -30,7 +30,7 @@ from subzero.engines.stats import OpStats
 from subzero.model.cells import csr_take, lengths_to_offsets
 from subzero.model.modes import Mode
 from subzero.model.operator import Operator
-from subzero.model.strategy import DIRECTIONS, ENCODINGS, Strategy
+from subzero.model.strategy import DIRECTIONS, ENCODINGS, Direction, Strategy
 from subzero.model.workflow import load_workflow
 from subzero.query.reexec import capture_mode
 from subzero.storage.encodings import REC_PAIRS
@@ -51,7 +51,7 @@ def take_pairs(p: Pairs, rows: np.ndarray) -> Pairs:
     def part(c, o):
         return csr_take(c, o, rows), lengths_to_offsets(o[rows + 1] - o[rows])
     out, off = part(p.out, p.out_off)
-    if p.is_payload:
+    if p.pay_ids is not None:
         return Pairs(out, off, pay_ids=p.pay_ids[rows], payloads=p.payloads)
     ins = [part(c, o) for c, o in zip(p.ins, p.in_offs)]
     return Pairs(out, off, [c for c, _ in ins], [o for _, o in ins])
@@ -65,7 +65,7 @@ def _sample_rows(n: int, size: int) -> np.ndarray:
 
 
 class Profiler:
-    """The engine's profiling hook (``run_local(..., profiler=...)``)."""
+    """The driver loop's profiling hook (``store.run(..., profiler=...)``, local engine)."""
 
     def __init__(self, scratch: Path, sample_pairs: int = SAMPLE_PAIRS, all_ops: bool = False):
         self.scratch = LineageStore(scratch)
@@ -106,7 +106,7 @@ class Profiler:
         mapped = Mode.MAP in op.supported_modes() and op.has_mapping()
         rec["profiled"] = self.all_ops or not mapped
         for m in (lineage_modes(op) if rec["profiled"] else []):
-            probe = (Strategy(m, ENCODINGS[m][0], "backward"),)
+            probe = (Strategy(m, ENCODINGS[m][0], Direction.BACKWARD),)
             best, pairs, lw = min((self._time(name, op, inputs, probe) for _ in range(reps)),
                                   key=lambda t: t[0])
             if pairs is None:
@@ -185,8 +185,11 @@ def _extrapolate(y1: float, y2: float, n1: int, n2: int, n: int) -> float:
 
 
 def profile_workflow(store, workflow, params: dict | None = None, inputs: dict | None = None,
-                     progress: bool | None = False, all_ops: bool = False) -> dict:
+                     progress=None, all_ops: bool = False) -> dict:
     """Run ``workflow`` once in profiling mode; save the profile in the catalog and return it.
+
+    ``progress`` as in ``Store.run``: by default the operators done (each profiled as
+    it runs) are shown when stderr is a terminal.
 
     Operators with mapping functions are timed but their stored strategies are not
     priced (the optimizer prefers mapping there) unless ``all_ops``."""

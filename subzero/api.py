@@ -18,8 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import sys
 import time
 import uuid
 import weakref
@@ -31,9 +29,12 @@ import numpy as np
 import xarray as xr
 
 from subzero.capture.runner import shape_of
-from subzero.engines.local import run_local
-from subzero.engines.stats import OpStats
-from subzero.errors import QueryError, StoreError, StrategyError, SubZeroError, WorkflowError, warn
+from subzero.engines.base import Engine
+from subzero.engines.driver import Profiler, run_workflow
+from subzero.engines.local import LocalEngine
+from subzero.engines.progress import Progress, progress_for
+from subzero.engines.transaction import RunTransaction
+from subzero.errors import QueryError, StoreError, StrategyError, SubZeroError, WorkflowError
 from subzero.model.strategy import Strategy, check_supported, default_for, parse
 from subzero.model.workflow import Workflow, load_workflow
 from subzero.query.executor import Executor, RunView, TraceResult
@@ -43,7 +44,7 @@ from subzero.storage.catalog import Catalog, RunRow
 from subzero.storage.inputs import load_path
 from subzero.storage.lineage import LineageStore
 from subzero.storage.pickles import FILE as PICKLE_FILE
-from subzero.storage.pickles import load_workflow_pickle, save_workflow
+from subzero.storage.pickles import load_workflow_pickle
 
 DEFAULT_STORE = ".subzero"
 
@@ -109,11 +110,11 @@ class Store:
     # -- running --------------------------------------------------------------------------
     def run(self, workflow: str | os.PathLike | Workflow, inputs: Mapping[str, Any] | None = None,
             strategies: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None,
-            capture: bool = True, progress: bool | None = None, engine: str = "local",
+            capture: bool = True, progress: bool | Progress | None = None, engine: str = "local",
             spark=None, master: str | None = None, conf: Mapping[str, str] | None = None,
             tile: int | None = None, log=None, plan: str | Mapping | None = None,
             max_disk: int | str | None = None, max_runtime: float | str | None = None,
-            workload=None, profiler=None) -> "Run":
+            workload=None, profiler: Profiler | None = None) -> "Run":
         """Run a workflow (module name, .py path or Workflow) and return the run.
 
         ``inputs`` maps input names to arrays, DataArrays or file paths;
@@ -132,6 +133,11 @@ class Store:
         new plan.  The stored lineage never exceeds the disk budget: an operator
         that would overflow it is downgraded, with a warning and a catalog entry.
         ``profiler`` is the optimizer's profiling hook (local engine only).
+
+        ``progress``: ``None`` (default) shows operators done and, on Spark, the
+        tiles of the running job, with the time left, when stderr is a terminal;
+        ``True`` always, ``False`` never; or a
+        :class:`~subzero.engines.progress.Progress` to receive them yourself.
         """
         if engine not in ("local", "spark"):
             raise SubZeroError(f"unknown engine {engine!r}; use local or spark")
@@ -152,49 +158,28 @@ class Store:
         if engine == "spark" and spark is None:
             from subzero.engines.session import session
             spark = session(master, conf)
-        source = wf.source
-        run_id = self.catalog.begin_run(wf.name, source, wf.params, described, engine)
-        final = self.run_dir(run_id)
-        tmp = final.with_name(f"{run_id}.partial")
-        try:
-            tmp.mkdir(parents=True)
-            arrays = ArrayStore(tmp, tile=tile or DEFAULT_TILE)
-            lineage = LineageStore(tmp / "lineage") if capture else None
-            if lineage is not None:
-                lineage.budget = budget            # enforced by engine.store_lineage
-            bar = _progress(len(wf.steps), f"run {run_id} ({wf.name}, {engine})", progress)
+        reporter = progress_for(progress)
+        with RunTransaction.begin(self.catalog, self.path / "runs", wf, described, engine) as tx:
+            arrays = ArrayStore(tx.folder, tile=tile or DEFAULT_TILE)
+            eng: Engine
+            if engine == "spark":
+                from subzero.engines.spark import SparkEngine
+                eng = SparkEngine(spark, arrays, log=log)
+            else:
+                eng = LocalEngine(arrays)
+            lineage = LineageStore(tx.folder / "lineage") if capture else None
+            reporter.begin(len(wf.steps), f"run {tx.run_id} ({wf.name}, {engine})")
             try:
-                if engine == "spark":
-                    from subzero.engines.spark import run_spark
-                    notes: list[str] = []
-                    stats = run_spark(wf, values, strat, arrays, lineage, spark, capture=capture,
-                                      log=lambda m: (notes.append(m), log and log(m)), progress=bar)
-                    (tmp / "run.log").write_text("\n".join(notes) + "\n")
-                else:
-                    stats = run_local(wf, values, strat, arrays, lineage, capture=capture,
-                                      progress=bar, profiler=profiler)
+                stats = run_workflow(eng, wf, values, strat, lineage, budget=budget,
+                                     capture=capture, progress=reporter, profiler=profiler)
             finally:
-                if bar is not None:
-                    bar.close()
+                reporter.close()
+                eng.close()
                 if lineage is not None:
                     lineage.close()
-            save_workflow(wf, tmp)
-            self._record(run_id, wf, values, stats, strat)
-            for d in (budget.downgrades if budget is not None and capture else []):
-                self.catalog.add_downgrade(run_id, d["op"], d["strategy"], d["predicted_bytes"],
-                                           d["needed_bytes"], d["reason"])
-                warn(f"{d['reason']} (run {run_id} keeps what fits; see `subzero show {run_id}`)")
-            os.replace(tmp, final)
-            self.catalog.finish_run(run_id, "complete")
-        except BaseException as e:
-            msg = str(e) if isinstance(e, SubZeroError) else f"{type(e).__name__}: {e}"
-            if isinstance(e, KeyboardInterrupt):
-                msg = "interrupted"
-            self.catalog.finish_run(run_id, "failed", msg)
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        self._workflows[run_id] = wf
-        return self.get(run_id)
+            tx.commit(wf, stats, budget.downgrades if budget is not None and capture else ())
+        self._workflows[tx.run_id] = wf
+        return self.get(tx.run_id)
 
     def _plan(self, plan, wf: Workflow, strategies, max_disk):
         """Strategies and disk budget of a saved plan (by name) or a plan dict."""
@@ -246,10 +231,11 @@ class Store:
         return values, described
 
     def run_many(self, workflow, manifest: str | os.PathLike, strategies=None, params=None,
-                 capture: bool = True, progress: bool | None = None, spark=None,
+                 capture: bool = True, progress: bool | Progress | None = None, spark=None,
                  master: str | None = None, conf=None, tile: int | None = None) -> list:
         """One run per row of a CSV manifest (columns = workflow inputs, values =
-        paths), as parallel Spark tasks; returns one InstanceResult per row."""
+        paths), as parallel Spark tasks; returns one InstanceResult per row.
+        ``progress`` as in :meth:`run`, counting instances."""
         from subzero.engines.instances import read_manifest, run_instances
         wf = load_workflow(workflow, dict(params or {}))
         strat = resolve_strategies(wf, strategies)
@@ -257,38 +243,13 @@ class Store:
         if spark is None:
             from subzero.engines.session import session
             spark = session(master, conf)
-        bar = _progress(len(rows), f"{len(rows)} instances of {wf.name}", progress)
+        reporter = progress_for(progress)
+        reporter.begin(len(rows), f"{len(rows)} instances of {wf.name}", unit="run")
         try:
             return run_instances(self, wf, strat, rows, spark, capture=capture,
-                                 tile=tile or DEFAULT_TILE, progress=bar)
+                                 tile=tile or DEFAULT_TILE, progress=reporter)
         finally:
-            if bar is not None:
-                bar.close()
-
-    def commit_instance(self, res, wf: Workflow, row: dict, strat) -> None:
-        """Move a finished instance's folder into place and record it as complete."""
-        folder = Path(res.folder)
-        arrays = ArrayStore(folder)
-        values = {name: arrays.read_value(name) for name in wf.inputs}
-        save_workflow(wf, folder)
-        self._record(res.run_id, wf, values, res.stats, strat)
-        os.replace(folder, self.run_dir(res.run_id))
-        self.catalog.finish_run(res.run_id, "complete")
-
-    def _record(self, run_id, wf, values, stats: list[OpStats], strat) -> None:
-        with self.catalog.tx():
-            for name, v in values.items():
-                a = np.asarray(v)
-                self.catalog.add_array(run_id, name, "input", shape_of(a), a.dtype, a.nbytes)
-            for seq, st in enumerate(stats):
-                self.catalog.add_array(run_id, st.name, "output", st.shape, st.dtype, st.nbytes)
-                self.catalog.add_op(run_id, seq, st.name, st.cls, st.inputs, st.strategies, st.shape,
-                                    st.run_s, st.lwrite_s, st.lineage_s, st.pairs, st.lineage_bytes)
-                for ps in st.per_strategy:
-                    self.catalog.add_strategy_stat(run_id, st.name, ps["strategy"], ps["bytes"],
-                                                   ps["write_s"], ps["pairs"])
-                    if "spaces" in ps:
-                        self.catalog.add_strategy_space(run_id, st.name, ps["strategy"], ps["spaces"])
+            reporter.close()
 
     # -- reading -----------------------------------------------------------------------------
     def runs(self) -> list[RunRow]:
@@ -437,14 +398,3 @@ def _size(value) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer)) or value < 0:
         raise SubZeroError(f"invalid disk budget {value!r}; give bytes or a size such as 20MB")
     return int(value)
-
-
-def _progress(total: int, desc: str, enabled: bool | None):
-    if enabled is False:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc=desc, unit="op", disable=None if enabled is None else not enabled,
-                file=sys.stderr, leave=False)

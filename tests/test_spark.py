@@ -2,6 +2,10 @@
 strategy, tile boundaries and halos, retry safety, failures, manifests."""
 
 import json
+import os
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -153,18 +157,23 @@ def test_manifest_instances(spark, store, tmp_path, cli):
     manifest = tmp_path / "night.csv"
     manifest.write_text("raw,flat\nraw0.npy,flat.npy\nraw1.npy,flat.npy\nbad.npy,flat.npy\n"
                         "raw2.npy,flat.npy\n")
+    from test_engines import Recorder
+    rec = Recorder(tasks=True)
     results = store.run_many(EXAMPLE, manifest, strategies={"stars": "full"}, spark=spark,
-                             progress=False)
+                             progress=rec)
     assert [r.ok for r in results] == [True, True, False, True]
+    assert rec.events[0] == ("begin", 4, "run") and rec.events.count(("finished", "instance")) == 4
     assert "input 'raw'" in results[2].error
     status = {r.id: r.status for r in store.runs()}
     assert [status[r.run_id] for r in results] == ["complete", "complete", "failed", "complete"]
     assert not list((store.path / "runs").glob("*.partial*"))
+    assert {r.id: r for r in store.runs()}[results[2].run_id].error.startswith("input 'raw'")
     for r, k in zip([results[0], results[1], results[3]], (0, 1, 2)):
         run = store.get(r.run_id)
         lo = store.run(EXAMPLE, inputs={"raw": synthetic_sky(seed=k), "flat": flat_field()},
                        strategies={"stars": "full"})
         same_runs(run, lo, QUERIES[:2])
+        assert [(o["name"], o["pairs"]) for o in run.ops()] == [(o["name"], o["pairs"]) for o in lo.ops()]
     code, out, err = cli("run", EXAMPLE, "--store", store.path, "--engine", "spark",
                          "--inputs-from", manifest)
     assert code == 2 and "3 of 4 instances complete" in out
@@ -232,3 +241,43 @@ def test_disk_budget_is_enforced_on_spark(spark, store, capfd):
     for ra, rb in zip(run_workload(run, queries, record=False),
                       run_workload(free, queries, record=False)):
         assert np.array_equal(ra["result"].bitmap, rb["result"].bitmap), ra["name"]
+
+
+def test_spark_progress_reports_operators_and_tiles(spark, store):
+    """On a terminal the user sees operators done and the tiles of the running job;
+    a reporter handed in receives the same."""
+    from test_engines import Recorder
+    rec = Recorder(tasks=True)
+    cube = np.random.default_rng(2).normal(size=(7, 9, 5))
+    store.run(cube_wf(), inputs={"cube": cube}, engine="spark", spark=spark, tile=3,
+              strategies={"smooth": "full"}, progress=rec)
+    ev = rec.events
+    assert ev[0] == ("begin", 2, "op") and ev[-1] == ("close",)
+    for name in ("smooth", "scaled"):
+        part = ev[ev.index(("started", name)) + 1: ev.index(("finished", name))]
+        assert part and all(e[0] == "tiles" and e[2] == 18 for e in part), part
+        assert part[-1] == ("tiles", 18, 18)
+        done = [e[1] for e in part]
+        assert done == sorted(done)
+    # a silent reporter costs no polling thread, and nothing is drawn off a terminal
+    quiet = Recorder(tasks=False)
+    store.run(cube_wf(), inputs={"cube": cube}, engine="spark", spark=spark, tile=3, progress=quiet)
+    assert not [e for e in quiet.events if e[0] == "tiles"]
+
+
+def test_jvm_start_failure_names_its_log(tmp_path):
+    """A JVM that cannot start is one line that points at its log, kept in SubZero's
+    log folder (not loose in the temp folder)."""
+    code = """
+from subzero.engines.session import session, SparkError
+try:
+    session("local[1]", {"spark.driver.memory": "1x"})
+except SparkError as e:
+    print(e)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    msg = p.stdout.strip()
+    assert msg.startswith("could not start Spark (local[1])") and len(msg.splitlines()) == 1, p
+    m = re.search(r"\(JVM log: (\S+)\)", msg)
+    assert m and os.path.isfile(m.group(1)) and "subzero-spark-logs" in m.group(1)
+    assert "the JVM said:" in msg and "heap" in msg.lower()

@@ -16,14 +16,22 @@ import csv
 import os
 import shutil
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from subzero.engines.local import run_local
-from subzero.engines.stats import OpStats
+from subzero.engines.driver import run_workflow
+from subzero.engines.local import LocalEngine
+from subzero.engines.progress import Progress
+from subzero.engines.session import ship_workflow_modules
+from subzero.engines.spark import collect
+from subzero.engines.stats import OpStats, RunStats
+from subzero.engines.transaction import RunTransaction, failure_message
 from subzero.errors import SubZeroError, WorkflowError
 from subzero.model.strategy import Strategy
+from subzero.model.workflow import Workflow
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.inputs import load_path
 from subzero.storage.lineage import LineageStore
@@ -31,12 +39,18 @@ from subzero.storage.lineage import LineageStore
 
 @dataclass
 class InstanceResult:
+    """One workflow instance: its run id, and whether it completed (else why not)."""
+
     run_id: int
     ok: bool
     folder: str = ""
     error: str = ""
-    stats: list[OpStats] = field(default_factory=list)
+    run: RunStats = field(default_factory=RunStats)
     seconds: float = 0.0
+
+    @property
+    def stats(self) -> list[OpStats]:
+        return self.run.ops
 
 
 def read_manifest(path: str | os.PathLike, wf) -> list[dict[str, str]]:
@@ -63,9 +77,10 @@ def read_manifest(path: str | os.PathLike, wf) -> list[dict[str, str]]:
     return rows
 
 
-def _instance_task(runs_dir: str, tile: int, wf, strategies: dict[str, tuple[Strategy, ...]],
+def _instance_task(runs_dir: str, tile: int, wf: Workflow, strategies: dict[str, tuple[Strategy, ...]],
                    capture: bool, defaults: dict[str, Any], item) -> InstanceResult:
-    """One workflow instance on an executor (``item`` = (run id, {input: path}))."""
+    """One workflow instance on an executor (``item`` = (run id, {input: path})): the
+    shared driver loop on the local engine, in this attempt's own folder."""
     run_id, paths = item
     try:
         from pyspark import TaskContext
@@ -82,25 +97,27 @@ def _instance_task(runs_dir: str, tile: int, wf, strategies: dict[str, tuple[Str
             values[name] = load_path(path, name)
         folder.mkdir(parents=True)
         lineage = LineageStore(folder / "lineage") if capture else None
+        engine = LocalEngine(ArrayStore(folder, tile=tile))
         try:
-            stats = run_local(wf, values, strategies, ArrayStore(folder, tile=tile), lineage,
-                              capture=capture)
+            stats = run_workflow(engine, wf, values, strategies, lineage, capture=capture)
         finally:
+            engine.close()
             if lineage is not None:
                 lineage.close()
     except SubZeroError as e:                 # the instance's own failure: report, do not retry
         shutil.rmtree(folder, ignore_errors=True)
         return InstanceResult(run_id, False, error=str(e))
-    return InstanceResult(run_id, True, str(folder), stats=stats, seconds=time.perf_counter() - t0)
+    return InstanceResult(run_id, True, str(folder), run=stats, seconds=time.perf_counter() - t0)
 
 
-def run_instances(store, wf, strategies, rows: list[dict[str, str]], spark, capture: bool = True,
-                  tile: int = 512, progress=None) -> list[InstanceResult]:
-    """Run one instance per row on Spark; returns one result per row (in order)."""
-    from functools import partial
+def run_instances(store, wf: Workflow, strategies: dict[str, tuple[Strategy, ...]],
+                  rows: list[dict[str, str]], spark, capture: bool = True, tile: int = 512,
+                  progress: Progress | None = None) -> list[InstanceResult]:
+    """Run one instance per row on Spark; returns one result per row (in order).
 
-    from subzero.engines.session import ship_workflow_modules
-    from subzero.engines.spark import _collect
+    Every instance is a run transaction of its own: all begin before the job; each
+    commits or fails after it; should the job itself fail, all fail."""
+    progress = progress if progress is not None else Progress()
     defaults = {}
     for name in wf.inputs:
         if all(name not in r for r in rows):
@@ -108,27 +125,29 @@ def run_instances(store, wf, strategies, rows: list[dict[str, str]], spark, capt
             if d is None:
                 raise WorkflowError(f"manifest gives no column for input {name!r}, which has no default")
             defaults[name] = load_path(d, name) if isinstance(d, (str, os.PathLike)) else d
-    ids = [store.catalog.begin_run(wf.name, wf.source, wf.params, r, "spark") for r in rows]
-    ship_workflow_modules(wf)
-    fn = partial(_instance_task, str(store.path / "runs"), tile, wf, strategies, capture, defaults)
-    sc = spark.sparkContext
-    try:
-        results = _collect(sc.parallelize(list(zip(ids, rows)), len(rows)).map(fn), "(instances)")
-    except BaseException as e:
-        for rid in ids:
-            store.catalog.finish_run(rid, "failed", str(e) if isinstance(e, SubZeroError) else repr(e))
-        raise
-    for res, row in zip(results, rows):
-        if res.ok:
-            try:
-                store.commit_instance(res, wf, row, strategies)
-            except Exception as e:
-                res.ok, res.error = False, f"{type(e).__name__}: {e}"
-        if not res.ok:
-            store.catalog.finish_run(res.run_id, "failed", res.error)
-        if progress is not None:
-            progress.update(1)
-    for rid in ids:                          # attempts that failed or lost a race
-        for stale in (store.path / "runs").glob(f"{rid}.partial-a*"):
-            shutil.rmtree(stale, ignore_errors=True)
+    runs_dir = store.path / "runs"
+    with ExitStack() as stack:
+        txs = [stack.enter_context(RunTransaction.begin(store.catalog, runs_dir, wf, r, "spark",
+                                                        folder=False)) for r in rows]
+        ship_workflow_modules(wf)
+        fn = partial(_instance_task, str(runs_dir), tile, wf, strategies, capture, defaults)
+        rdd = spark.sparkContext.parallelize([(tx.run_id, r) for tx, r in zip(txs, rows)], len(rows))
+        reported = 0
+
+        def on_tasks(done: int, total: int) -> None:   # one task per instance
+            nonlocal reported
+            for _ in range(done - reported):
+                progress.finished("instance")
+            reported = max(reported, done)
+
+        results: list[InstanceResult] = collect(rdd.map(fn), "(instances)",
+                                                on_tasks if progress.wants_tasks else None)
+        for tx, res in zip(txs, results):
+            if res.ok:
+                try:
+                    tx.commit(wf, res.run, folder=res.folder)
+                except Exception as e:
+                    res.ok, res.error = False, failure_message(e)
+            else:
+                tx.fail(res.error)
     return results

@@ -5,21 +5,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from subzero.capture.buffer import empty_pairs
+from subzero.capture.buffer import Pairs, empty_pairs
 from subzero.capture.runner import mapping_context
 from subzero.engines.stats import OpStats
 from subzero.errors import LineageError
 from subzero.model.cells import as_cells, first_out_of_bounds, fmt_cell, pack
 from subzero.model.modes import Mode
-from subzero.model.strategy import BLACKBOX, MAP, Strategy
+from subzero.model.strategy import BLACKBOX, MAP, Direction, Encoding, Strategy
 from subzero.storage.budget import DiskBudget
 from subzero.storage.encodings import KEY_BITS
 from subzero.storage.lineage import LineageStore
 
 
-def store_lineage(name: str, op, strategies, full, pay, out_shape, in_shapes,
-                  lineage: LineageStore, stats: OpStats) -> None:
-    """Encode and write every stored strategy of one operator."""
+def store_lineage(name: str, op, strategies: tuple[Strategy, ...], full: Pairs | None,
+                  pay: Pairs | None, out_shape: tuple[int, ...], in_shapes: list[tuple[int, ...]],
+                  lineage: LineageStore, stats: OpStats, budget: DiskBudget | None = None) -> None:
+    """Encode and write every stored strategy of one operator; with a ``budget``, a
+    strategy that would overflow it is not kept (see :class:`DiskBudget`)."""
     mctx = mapping_context(name, op, in_shapes, out_shape)
 
     def map_p_pairs(cells, off, payloads, pay_ids, i):
@@ -32,7 +34,6 @@ def store_lineage(name: str, op, strategies, full, pay, out_shape, in_shapes,
                                f"input {i} (shape {tuple(in_shapes[i])})")
         return res, np.asarray(owner, np.int64)
 
-    budget: DiskBudget | None = getattr(lineage, "budget", None)
     expanded: dict[int, dict] = {}
 
     def counted(cells, off, payloads, pay_ids, i):
@@ -50,7 +51,7 @@ def store_lineage(name: str, op, strategies, full, pay, out_shape, in_shapes,
         if pairs is None:
             pairs = empty_pairs(len(in_shapes), s.payload)
         predicted = budget.predicted.get((name, str(s))) if budget is not None else None
-        if predicted is not None and not budget.fits(predicted):
+        if budget is not None and predicted is not None and not budget.fits(predicted):
             budget.downgrade(name, s, predicted, None)
             dropped.append(s)
             continue
@@ -85,8 +86,8 @@ def space_stats(s: Strategy, pairs, out_shape, in_shapes, expanded: dict | None 
     payloads.  The query cost model prices lookups and scans from these; they are
     counts only (one bincount per key side), cheap enough to take at every capture."""
     nonempty = np.diff(pairs.out_off) > 0
-    many = not s.encoding.startswith(("fullone", "payone"))
-    if s.direction == "backward":
+    many = s.encoding in (Encoding.FULLMANY, Encoding.PAYMANY)
+    if s.direction is Direction.BACKWARD:
         vals = 0 if s.payload else int(sum(a.size for a in pairs.ins))
         rec = vals + (int(pairs.out.size) if (many or s.payload) else 0)
         d = {"pairs": int(np.count_nonzero(nonempty)), "key_cells": int(pairs.out.size),

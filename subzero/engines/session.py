@@ -13,13 +13,19 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 
 from subzero.errors import SubZeroError
 
 JAVA_HINT = ("install Java 17+ (e.g. 'apt-get install openjdk-17-jre-headless') or set JAVA_HOME, "
              "or run with --engine local")
+
+
+#: JVM logs kept (newest first) in the log folder; older ones of ended processes go
+KEEP_JVM_LOGS = 5
 
 
 class SparkError(SubZeroError):
@@ -97,13 +103,21 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None):
         builder = builder.config(k, v)
     log = jvm_log_path()
     try:
+        os.makedirs(os.path.dirname(log), exist_ok=True)
+        prune_jvm_logs(Path(os.path.dirname(log)))
+    except OSError:
+        pass
+    start = _size(log)
+    try:
         with warnings.catch_warnings(), _stderr_to(log):
             warnings.simplefilter("ignore")
             spark = builder.getOrCreate()
     except Exception as e:  # JVM failed to start: report it as one line
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise SparkError(f"could not start Spark ({master}): {first} (JVM log: {log}); "
-                         f"try --engine local") from None
+        said = _jvm_said(log, start)
+        raise SparkError(f"could not start Spark ({master}): {first}"
+                         + (f"; the JVM said: {said}" if said else "")
+                         + f" (JVM log: {log}); try --engine local") from None
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -119,9 +133,88 @@ def _installed(mod) -> bool:
         or path.startswith(sys.base_prefix)
 
 
+def jvm_log_dir() -> Path:
+    """The folder of SubZero's JVM logs (one per user, in the temp folder)."""
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return Path(tempfile.gettempdir()) / f"subzero-spark-logs-{uid}"
+
+
 def jvm_log_path() -> str:
-    import tempfile
-    return os.path.join(tempfile.gettempdir(), f"subzero-spark-{os.getpid()}.log")
+    """This process's JVM log: the JVM's own output goes there, not to the terminal."""
+    return str(jvm_log_dir() / f"spark-{os.getpid()}.log")
+
+
+def jvm_log_hint() -> str:
+    """`` (JVM log: PATH)`` when this process started a JVM, else empty: error
+    messages point at the log so the JVM's own account is one look away."""
+    path = jvm_log_path()
+    return f" (JVM log: {path})" if os.path.exists(path) else ""
+
+
+def prune_jvm_logs(folder: Path, keep: int = KEEP_JVM_LOGS) -> list[Path]:
+    """Remove all but the newest ``keep`` logs of ``folder`` (and the logs that older
+    versions left loose in the temp folder); the log of a process still alive is
+    never removed.  Returns the logs removed."""
+    old = list(Path(tempfile.gettempdir()).glob("subzero-spark-*.log"))
+    logs = sorted(folder.glob("spark-*.log"), key=_mtime, reverse=True)
+    removed = []
+    for p in old + logs[keep:]:
+        pid = re.search(r"-(\d+)\.log$", p.name)
+        if pid is not None and _alive(int(pid.group(1))):
+            continue
+        try:
+            p.unlink()
+            removed.append(p)
+        except OSError:
+            pass
+    return removed
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _jvm_said(log: str, start: int) -> str:
+    """The JVM's own reason for failing to start: the first error line it wrote to
+    ``log`` after offset ``start`` (else its last line)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(start)
+            text = f.read(1 << 16).decode(errors="replace")
+    except OSError:
+        return ""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    specific = [ln for ln in lines if not any(g in ln for g in _GENERIC)]
+    for ln in specific:
+        if any(k in ln.lower() for k in ("error", "exception", "invalid", "could not")):
+            return ln[:200]
+    return (specific or lines or [""])[0][:200]
+
+
+#: what a JVM says after every failure to start: the line before them says why
+_GENERIC = ("Could not create the Java Virtual Machine", "A fatal exception has occurred")
+
+
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
 
 
 class _stderr_to:

@@ -1,6 +1,7 @@
 """The Spark engine: a workflow's operators as Spark jobs over tiles.
 
-Per operator, in topological order, the driver launches one job:
+Per operator, in the order the driver loop (:mod:`subzero.engines.driver`)
+gives, :class:`SparkEngine` launches one job:
 
 * elementwise and stencil operators (declared ``tiling``) run one task per
   tile — the Zarr chunks of the output — reading their input tiles (plus a
@@ -8,24 +9,27 @@ Per operator, in topological order, the driver launches one job:
   writing their output tile back; nothing but lineage and statistics comes
   back to the driver;
 * operators declared global, or whose inputs do not tile alike, run as one
-  task on the whole arrays (the run log says so).
+  task on the whole arrays (the run log says so);
+* whole-array reductions run as per-tile partials merged in a tree.
 
 Lineage is captured inside the tasks with the same ``ctx``/``lwrite`` as
 the local engine; the runtime translates tile-local cells to array cells and
 keeps only the lineage of the tile's own output cells.  Pairs travel back as
 task *results*, so only attempts that succeeded contribute: a retried or
-speculative attempt can neither duplicate nor lose lineage.  The driver
+speculative attempt can neither duplicate nor lose lineage.  The driver loop
 encodes and writes them to the run's LMDB environment in one transaction per
 operator and strategy.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import xarray as xr
@@ -33,16 +37,18 @@ import xarray as xr
 from subzero.capture.buffer import Pairs
 from subzero.capture.runner import run_operator, shape_of
 from subzero.capture.tiles import Tile, concat_pairs, globalize, tiles_for
-from subzero.engines.lineage import store_lineage
-from subzero.engines.session import SparkError, ship_workflow_modules
-from subzero.engines.stats import OpStats
+from subzero.engines.base import StepResult
+from subzero.engines.progress import Progress
+from subzero.engines.session import SparkError, jvm_log_hint, ship_workflow_modules
 from subzero.errors import OperatorError, SubZeroError
 from subzero.model.strategy import Strategy
-from subzero.model.workflow import Workflow
+from subzero.model.workflow import Step, Workflow
 from subzero.storage.arrays import ArrayStore
-from subzero.storage.lineage import LineageStore
 
 MARK = "@@subzero@@"
+#: How often (seconds) a job's finished tasks are polled for the progress bar; only
+#: when a reporter wants them (a terminal), never in scripts or tests by default.
+PROGRESS_POLL_S = 0.25
 
 
 @dataclass
@@ -135,7 +141,8 @@ def _partial_task(run_dir: str, tile_size, name: str, op, inputs: list[str], til
         raise _fail(name, f"tile {tile.describe()}", e) from None
 
 
-def _aggregate(sc, name, op, inputs, in_shapes, strategies, arrays: ArrayStore, capture: bool):
+def _aggregate(sc, name, op, inputs, in_shapes, strategies, arrays: ArrayStore, capture: bool,
+               on_tasks: TaskCallback | None = None) -> list[TaskResult]:
     """A whole-array reduction as a Spark aggregation: partials per tile, merged
     on the executors in a tree, finished on the driver.  Its lineage is one
     all-to-all pair, written by the runtime."""
@@ -145,10 +152,7 @@ def _aggregate(sc, name, op, inputs, in_shapes, strategies, arrays: ArrayStore, 
     tiles = tiles_for(in_shapes[0], arrays.tile, 0)
     fn = partial(_partial_task, str(arrays.dir.parent), arrays.tile, name, op, list(inputs))
     rdd = sc.parallelize(tiles, len(tiles)).map(fn)
-    try:
-        state = rdd.treeReduce(op.merge)
-    except Exception as e:
-        _raise_from_spark(e, name)
+    state = run_job(sc, name, lambda: rdd.treeReduce(op.merge), on_tasks)
     t0 = time.perf_counter()
     out = normalise_output(name, op, op.finish(state))
     arrays.write(name, out)
@@ -164,21 +168,82 @@ def _aggregate(sc, name, op, inputs, in_shapes, strategies, arrays: ArrayStore, 
     return [TaskResult((0,), full, None, shape_of(out), str(arr.dtype), time.perf_counter() - t0, 0.0)]
 
 
-def _raise_from_spark(e: Exception, name: str):
+def _raise_from_spark(e: Exception, name: str) -> NoReturn:
     text = str(e)
     if MARK in text:
         msg = text.split(MARK)[1]
         raise OperatorError(f"{msg} [Spark engine; --engine local runs it in-process]") from None
     raise SparkError(f"Spark failed while running operator {name!r}: {_reason(text, e)}; "
-                     f"try --engine local") from None
+                     f"try --engine local{jvm_log_hint()}") from None
 
 
-def _collect(rdd, name: str) -> list[TaskResult]:
-    """Run a job; an operator failure in a task becomes one clear line."""
+#: ``on_tasks(done, total)``: a job's finished tasks, as they finish
+TaskCallback = Callable[[int, int], None]
+
+
+def collect(rdd, name: str, on_tasks: TaskCallback | None = None) -> list:
+    """Run a job and return its results; an operator failure in a task becomes one
+    clear line naming ``name`` (the operator).  ``on_tasks`` is told the job's
+    finished tasks while it runs."""
+    return run_job(rdd.context, name, rdd.collect, on_tasks)
+
+
+def run_job(sc, name: str, action: Callable[[], Any], on_tasks: TaskCallback | None = None) -> Any:
+    """``action()`` (a Spark action: collect, treeReduce) with :func:`collect`'s errors."""
     try:
-        return rdd.collect()
+        if on_tasks is None:
+            return action()
+        with _TaskWatch(sc, on_tasks):
+            return action()
     except Exception as e:
         _raise_from_spark(e, name)
+
+
+class _TaskWatch:
+    """Follows the tasks of the jobs this thread starts (one job group) from a thread
+    that polls Spark's status tracker, and tells ``on_tasks``; a failure to poll only
+    ends the watching."""
+
+    def __init__(self, sc, on_tasks: TaskCallback, every: float = PROGRESS_POLL_S):
+        self.sc, self.on_tasks, self.every = sc, on_tasks, every
+        self.group = f"subzero-{uuid.uuid4().hex[:12]}"
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, name="subzero-progress", daemon=True)
+
+    def __enter__(self) -> _TaskWatch:
+        self.sc.setJobGroup(self.group, "subzero")
+        self.thread.start()
+        return self
+
+    def _poll(self) -> None:
+        try:
+            while not self.stop.wait(self.every):
+                self._report()
+        except Exception:
+            return
+
+    def _report(self) -> None:
+        tracker = self.sc.statusTracker()
+        done = total = 0
+        for jid in tracker.getJobIdsForGroup(self.group):
+            job = tracker.getJobInfo(jid)
+            for sid in (job.stageIds if job is not None else ()):
+                st = tracker.getStageInfo(sid)
+                if st is not None:
+                    done += st.numCompletedTasks
+                    total += st.numTasks
+        if total:
+            self.on_tasks(min(done, total), total)
+
+    def __exit__(self, et, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+        try:
+            if et is None:
+                self._report()
+        finally:
+            for key in ("spark.jobGroup.id", "spark.job.description"):
+                self.sc.setLocalProperty(key, None)
 
 
 def _reason(text: str, e: Exception) -> str:
@@ -191,61 +256,74 @@ def _reason(text: str, e: Exception) -> str:
     return (lines[0] if lines else type(e).__name__)[:300]
 
 
-def run_spark(wf: Workflow, input_values: dict[str, Any], strategies: dict[str, tuple[Strategy, ...]],
-              arrays: ArrayStore, lineage: LineageStore | None, spark, capture: bool = True,
-              log: Callable[[str], None] | None = None, progress=None) -> list[OpStats]:
-    """Run every operator of ``wf`` as Spark jobs; store arrays and lineage; return statistics."""
-    sc = spark.sparkContext
-    ship_workflow_modules(wf)
-    run_dir = str(arrays.dir.parent)
-    log = log or (lambda msg: None)
-    shapes: dict[str, tuple[int, ...]] = {}
-    for name, v in input_values.items():
-        arrays.write(name, v)
-        shapes[name] = shape_of(v)
-    stats = []
-    for name in wf.order():
-        step = wf.steps[name]
-        op = step.operator
-        in_shapes = [shapes[a] for a in step.inputs]
-        strat = strategies[name]
+class SparkEngine:
+    """Operators as Spark jobs over the run's Zarr arrays: tile tasks, one global
+    task, or a tree aggregation (see the module's docstring).  What the jobs did is
+    noted in the run's ``run.log``."""
+
+    name = "spark"
+
+    def __init__(self, spark, arrays: ArrayStore, log: Callable[[str], None] | None = None):
+        self.sc = spark.sparkContext
+        self.arrays = arrays
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.notes: list[str] = []
+        self._log = log
+
+    def note(self, msg: str) -> None:
+        self.notes.append(msg)
+        if self._log is not None:
+            self._log(msg)
+
+    def load_inputs(self, wf: Workflow, values: Mapping[str, Any]) -> None:
+        ship_workflow_modules(wf)
+        for name, v in values.items():
+            self.arrays.write(name, v)
+            self.shapes[name] = shape_of(v)
+
+    def run_step(self, name: str, step: Step, strategies: tuple[Strategy, ...], capture: bool,
+                 progress: Progress) -> StepResult:
+        op, arrays = step.operator, self.arrays
+        in_shapes = [self.shapes[a] for a in step.inputs]
+        on_tasks = progress.tiles if progress.wants_tasks else None
         halo = tile_plan(op, in_shapes)
         t0 = time.perf_counter()
-        if _aggregates(op, in_shapes, strat):
-            log(f"{name}: aggregation over {len(tiles_for(in_shapes[0], arrays.tile))} tile(s), "
-                f"merged in a tree")
-            results = _aggregate(sc, name, op, step.inputs, in_shapes, strat, arrays, capture)
+        if _aggregates(op, in_shapes, strategies):
+            tasks = len(tiles_for(in_shapes[0], arrays.tile))
+            self.note(f"{name}: aggregation over {tasks} tile(s), merged in a tree")
+            results = _aggregate(self.sc, name, op, step.inputs, in_shapes, strategies, arrays,
+                                 capture, on_tasks)
         elif halo is None:
-            log(f"{name}: {op.tiling.kind} operator, one task on the whole array")
-            fn = partial(_global_task, run_dir, arrays.tile, name, op, list(step.inputs), strat, capture)
-            results = _collect(sc.parallelize([0], 1).map(fn), name)
+            tasks = 1
+            self.note(f"{name}: {op.tiling.kind} operator, one task on the whole array")
+            fn = partial(_global_task, str(arrays.dir.parent), arrays.tile, name, op,
+                         list(step.inputs), strategies, capture)
+            results = collect(self.sc.parallelize([0], 1).map(fn), name, on_tasks)
         else:
             out_shape = in_shapes[0]
             tiles = tiles_for(out_shape, arrays.tile, halo)
-            dtype = _probe_dtype(name, op, arrays, step.inputs, tiles[0], strat)
+            dtype = _probe_dtype(name, op, arrays, step.inputs, tiles[0], strategies)
             arrays.create(name, out_shape, dtype)
-            log(f"{name}: {len(tiles)} tile task(s) of up to {arrays.tile} cells per axis"
-                + (f", halo {halo}" if halo else ""))
-            fn = partial(_tile_task, run_dir, arrays.tile, name, op, list(step.inputs), strat, capture,
-                         out_shape, in_shapes)
-            results = _collect(sc.parallelize(tiles, len(tiles)).map(fn), name)
+            self.note(f"{name}: {len(tiles)} tile task(s) of up to {arrays.tile} cells per axis"
+                      + (f", halo {halo}" if halo else ""))
+            fn = partial(_tile_task, str(arrays.dir.parent), arrays.tile, name, op,
+                         list(step.inputs), strategies, capture, out_shape, in_shapes)
+            results = collect(self.sc.parallelize(tiles, len(tiles)).map(fn), name, on_tasks)
+            tasks = len(tiles)
         wall = time.perf_counter() - t0
         out_shape = results[0].out_shape
-        shapes[name] = out_shape
-        full = concat_pairs([r.full for r in results], len(in_shapes))
-        pay = concat_pairs([r.pay for r in results], len(in_shapes))
-        st = OpStats(name, type(op).__name__, list(step.inputs), [str(s) for s in strat], out_shape,
-                     dtype=results[0].dtype, nbytes=int(np.prod(out_shape)) * np.dtype(results[0].dtype).itemsize,
-                     run_s=wall, lwrite_s=sum(r.lwrite_s for r in results))
-        t1 = time.perf_counter()
-        if capture and lineage is not None:
-            st.pairs = (full.n if full else 0) + (pay.n if pay else 0)
-            store_lineage(name, op, strat, full, pay, out_shape, in_shapes, lineage, st)
-        st.lineage_s = time.perf_counter() - t1
-        stats.append(st)
-        if progress is not None:
-            progress.update(1)
-    return stats
+        self.shapes[name] = out_shape
+        out_dtype = results[0].dtype
+        return StepResult(out_shape, out_dtype, int(np.prod(out_shape)) * np.dtype(out_dtype).itemsize,
+                          in_shapes, concat_pairs([r.full for r in results], len(in_shapes)),
+                          concat_pairs([r.pay for r in results], len(in_shapes)), wall,
+                          sum(r.lwrite_s for r in results), tiles=tasks)
+
+    def close(self) -> None:
+        """Write the notes to the run folder's ``run.log`` (a failed run's folder, log
+        included, is then removed by its transaction)."""
+        if self.arrays.dir.parent.is_dir():
+            (self.arrays.dir.parent / "run.log").write_text("\n".join(self.notes) + "\n")
 
 
 def _probe_dtype(name, op, arrays: ArrayStore, inputs, tile: Tile, strategies) -> np.dtype:

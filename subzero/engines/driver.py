@@ -1,0 +1,64 @@
+"""The driver loop every engine shares: operators in topological order; per
+operator the engine's step, its statistics, its lineage written under the run's
+disk budget, its timing, the optimizer's profiling hook, and progress.
+
+A local run, a Spark run and each instance of an instance-parallel run all go
+through :func:`run_workflow`; what differs between them is the :class:`Engine`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from subzero.engines.base import Engine
+from subzero.engines.lineage import store_lineage
+from subzero.engines.progress import Progress
+from subzero.engines.stats import ArrayInfo, OpStats, RunStats
+from subzero.errors import SubZeroError
+from subzero.model.strategy import Strategy
+from subzero.model.workflow import Workflow
+from subzero.storage.budget import DiskBudget
+from subzero.storage.lineage import LineageStore
+
+#: ``profiler(name, op, inputs, output, run_s)``: called after each operator runs
+Profiler = Callable[[str, Any, list, Any, float], None]
+
+
+def run_workflow(engine: Engine, wf: Workflow, inputs: Mapping[str, Any],
+                 strategies: Mapping[str, tuple[Strategy, ...]], lineage: LineageStore | None,
+                 budget: DiskBudget | None = None, capture: bool = True,
+                 progress: Progress | None = None, profiler: Profiler | None = None) -> RunStats:
+    """Run every operator of ``wf`` on ``engine``; write lineage to ``lineage`` (none when
+    it is None or ``capture`` is off) within ``budget``; return the run's statistics.
+
+    ``profiler``, when given, is called after each operator with its input and output
+    values (the optimizer's profiling mode measures lineage there); only an engine that
+    holds the values in memory (local) can serve it."""
+    progress = progress if progress is not None else Progress()
+    engine.load_inputs(wf, inputs)
+    stats = RunStats(inputs=[ArrayInfo.of(name, v) for name, v in inputs.items()])
+    for name in wf.order():
+        step = wf.steps[name]
+        op = step.operator
+        strat = strategies[name]
+        progress.started(name)
+        res = engine.run_step(name, step, strat, capture, progress)
+        st = OpStats(name, type(op).__name__, list(step.inputs), [str(s) for s in strat],
+                     res.out_shape, dtype=res.dtype, nbytes=res.nbytes, run_s=res.run_s,
+                     lwrite_s=res.lwrite_s, tiles=res.tiles)
+        t0 = time.perf_counter()
+        if capture and lineage is not None:
+            st.pairs = (res.full.n if res.full else 0) + (res.pay.n if res.pay else 0)
+            store_lineage(name, op, strat, res.full, res.pay, res.out_shape, res.in_shapes,
+                          lineage, st, budget=budget)
+        st.lineage_s = time.perf_counter() - t0
+        if profiler is not None:
+            if res.inputs is None:
+                raise SubZeroError(f"profiling runs use the local engine (--engine local), "
+                                   f"not {engine.name}")
+            profiler(name, op, res.inputs, res.output, res.run_s)
+        stats.ops.append(st)
+        progress.finished(name)
+    return stats

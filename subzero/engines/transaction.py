@@ -1,0 +1,151 @@
+"""A run's transaction in the store: begin, commit, fail.
+
+A run is atomic.  :meth:`RunTransaction.begin` records it ``running`` in the
+catalog and gives it the folder ``runs/<id>.partial`` to write into;
+:meth:`~RunTransaction.commit` saves ``workflow.pkl``, records arrays,
+operators, strategy statistics and disk-budget downgrades in one catalog
+transaction, renames the folder to ``runs/<id>`` and only then marks the run
+complete; :meth:`~RunTransaction.fail` marks it failed with the error (an
+operator's message names the operator; Ctrl-C says ``interrupted``) and removes
+its folders.  Used as a context manager, any exception fails the run.  A process
+killed mid-run leaves the row ``running`` with a dead pid, which the catalog
+reports as ``interrupted``: never complete.
+
+Instance-parallel runs begin without a folder: each Spark task attempt writes
+``runs/<id>.partial-a<attempt>``, and the attempt that succeeded is committed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from subzero.engines.stats import RunStats
+from subzero.errors import SubZeroError, warn
+from subzero.model.workflow import Workflow
+from subzero.storage.catalog import Catalog
+from subzero.storage.pickles import save_workflow
+
+
+def failure_message(error: BaseException | str) -> str:
+    """How a failed run's error is kept in the catalog: a SubZero error as it reads
+    (it names the operator), Ctrl-C as ``interrupted``, anything else with its type."""
+    if isinstance(error, str):
+        return error
+    if isinstance(error, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(error, SubZeroError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
+
+
+class RunTransaction:
+    """One run, from ``running`` to ``complete`` or ``failed``::
+
+        with RunTransaction.begin(store.catalog, store.path / "runs", wf, inputs, "local") as tx:
+            ...                               # write arrays and lineage under tx.folder
+            tx.commit(wf, stats, downgrades)
+    """
+
+    def __init__(self, catalog: Catalog, runs_dir: Path, run_id: int):
+        self.catalog = catalog
+        self.runs_dir = Path(runs_dir)
+        self.run_id = run_id
+        self.status = "running"
+        self._moved = False
+
+    @classmethod
+    def begin(cls, catalog: Catalog, runs_dir: str | os.PathLike, wf: Workflow,
+              inputs: Mapping[str, Any], engine: str, folder: bool = True) -> RunTransaction:
+        """Record a new run ``running`` (``inputs`` describes its inputs for the catalog)
+        and, with ``folder``, make its partial folder."""
+        run_id = catalog.begin_run(wf.name, wf.source, wf.params, dict(inputs), engine)
+        tx = cls(catalog, Path(runs_dir), run_id)
+        if folder:
+            try:
+                tx.folder.mkdir(parents=True)
+            except BaseException as e:
+                tx.fail(e)
+                raise
+        return tx
+
+    @property
+    def folder(self) -> Path:
+        """Where the run is written until it commits."""
+        return self.runs_dir / f"{self.run_id}.partial"
+
+    @property
+    def final(self) -> Path:
+        return self.runs_dir / str(self.run_id)
+
+    def commit(self, wf: Workflow, stats: RunStats, downgrades: Iterable[Mapping] = (),
+               folder: str | os.PathLike | None = None) -> None:
+        """Make the run complete: ``folder`` (default: :attr:`folder`) becomes the run's
+        folder.  Should any of it fail, the run is failed and the error raised."""
+        src = Path(folder) if folder is not None else self.folder
+        downgrades = list(downgrades)
+        try:
+            save_workflow(wf, src)
+            self._record(stats, downgrades)
+            os.replace(src, self.final)
+            self._moved = True
+            self.catalog.finish_run(self.run_id, "complete")
+        except BaseException as e:
+            self.fail(e)
+            raise
+        self.status = "complete"
+        self._remove_attempts()
+        for d in downgrades:
+            warn(f"{d['reason']} (run {self.run_id} keeps what fits; see `subzero show {self.run_id}`)")
+
+    def _record(self, stats: RunStats, downgrades: list[Mapping]) -> None:
+        cat, rid = self.catalog, self.run_id
+        with cat.tx():
+            for a in stats.inputs:
+                cat.add_array(rid, a.name, "input", a.shape, a.dtype, a.nbytes)
+            for seq, st in enumerate(stats.ops):
+                cat.add_array(rid, st.name, "output", st.shape, st.dtype, st.nbytes)
+                cat.add_op(rid, seq, st.name, st.cls, st.inputs, st.strategies, st.shape,
+                           st.run_s, st.lwrite_s, st.lineage_s, st.pairs, st.lineage_bytes)
+                for ps in st.per_strategy:
+                    cat.add_strategy_stat(rid, st.name, ps["strategy"], ps["bytes"],
+                                          ps["write_s"], ps["pairs"])
+                    if "spaces" in ps:
+                        cat.add_strategy_space(rid, st.name, ps["strategy"], ps["spaces"])
+            for d in downgrades:
+                cat.add_downgrade(rid, d["op"], d["strategy"], d["predicted_bytes"],
+                                  d["needed_bytes"], d["reason"])
+
+    def fail(self, error: BaseException | str) -> None:
+        """Mark the run failed with ``error`` and remove its folders (a no-op once the
+        run is complete or failed)."""
+        if self.status != "running":
+            return
+        self.status = "failed"
+        try:
+            self.catalog.finish_run(self.run_id, "failed", failure_message(error))
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            if self._moved:
+                shutil.rmtree(self.final, ignore_errors=True)
+            self._remove_attempts()
+
+    def _remove_attempts(self) -> None:
+        """Folders of instance-run attempts that failed or lost a race."""
+        for stale in self.runs_dir.glob(f"{self.run_id}.partial-a*"):
+            shutil.rmtree(stale, ignore_errors=True)
+
+    def __enter__(self) -> RunTransaction:
+        return self
+
+    def __exit__(self, et, ev, tb) -> None:
+        if self.status == "running":
+            try:
+                self.fail(ev if ev is not None else "the run ended before it was committed")
+            except Exception:
+                if ev is None:
+                    raise
+                # the run's own error matters more; its row stays 'running', shown 'interrupted'
