@@ -143,7 +143,8 @@ class Store:
             raise SubZeroError(f"unknown engine {engine!r}; use local or spark")
         if plan is None and (max_disk is not None or max_runtime is not None):
             from subzero.optimizer import optimize  # lazy: the optimizer depends on subzero, not back
-            plan = optimize(self, workflow, params=params, inputs=inputs, max_disk=max_disk,
+            plan = optimize(self, workflow, params=None if params is None else dict(params),
+                            inputs=None if inputs is None else dict(inputs), max_disk=max_disk,
                             max_runtime=max_runtime, workload=workload).as_dict()
         wf = load_workflow(workflow, dict(params or {}))
         budget = None

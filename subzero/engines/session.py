@@ -227,7 +227,7 @@ class _stderr_to:
     def __enter__(self):
         try:
             sys.stderr.flush()
-            self.saved = os.dup(2)
+            self.saved: int | None = os.dup(2)
             self.f = open(self.path, "ab")
             os.dup2(self.f.fileno(), 2)
         except OSError:
