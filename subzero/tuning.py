@@ -23,6 +23,12 @@ DEFAULT_TILE = 512
 #: Output cells per batch when a built-in operator emits Full pairs (bounds memory).
 EMIT_BATCH_CELLS = 1 << 21
 
+# -- engines -------------------------------------------------------------------------------
+#: How often a Spark run's progress bar asks Spark's status tracker for tiles done (s).
+PROGRESS_POLL_S = 0.25
+#: Spark JVM logs kept in the log folder (older ones, of ended processes, are removed).
+KEEP_JVM_LOGS = 5
+
 # -- queries ----------------------------------------------------------------------------
 #: Query cells per lookup once a matched lookup stops growing its chunks.
 LOOKUP_CHUNK = 1 << 16

@@ -19,13 +19,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from subzero.errors import SubZeroError
+from subzero.tuning import KEEP_JVM_LOGS
 
 JAVA_HINT = ("install Java 17+ (e.g. 'apt-get install openjdk-17-jre-headless') or set JAVA_HOME, "
              "or run with --engine local")
-
-
-#: JVM logs kept (newest first) in the log folder; older ones of ended processes go
-KEEP_JVM_LOGS = 5
 
 
 class SparkError(SubZeroError):

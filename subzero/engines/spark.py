@@ -44,11 +44,9 @@ from subzero.errors import OperatorError, SubZeroError
 from subzero.model.strategy import Strategy
 from subzero.model.workflow import Step, Workflow
 from subzero.storage.arrays import ArrayStore
+from subzero.tuning import PROGRESS_POLL_S
 
 MARK = "@@subzero@@"
-#: How often (seconds) a job's finished tasks are polled for the progress bar; only
-#: when a reporter wants them (a terminal), never in scripts or tests by default.
-PROGRESS_POLL_S = 0.25
 
 
 @dataclass
