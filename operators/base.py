@@ -81,7 +81,7 @@ class MappedOperator(Operator):
     arity: int | None = 1
     tiling = GLOBAL
     deterministic = True
-    all_to_all = False
+    all_to_all: bool | Sequence[bool] | None = False     # the declared type of Operator.all_to_all
 
     # -- running ----------------------------------------------------------------
     # (*arrays: Any, **kwargs: Any): subclasses take their own fixed inputs

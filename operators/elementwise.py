@@ -43,6 +43,15 @@ def broadcast_forward(cells: np.ndarray, in_shape: Shape, out_shape: Shape) -> n
     return out
 
 
+def _resolve(op: Any, func: Callable | None, what: str) -> Callable:
+    """The function an operator applies: the one passed in, else its class's default."""
+    if func is None:
+        func = getattr(type(op), "func", None)
+    if func is None:
+        raise TypeError(f"{type(op).__name__} needs {what}")
+    return func
+
+
 class Elementwise(MappedOperator):
     """Base of the cell-to-same-cell operators (with optional broadcasting)."""
 
@@ -57,28 +66,31 @@ class Elementwise(MappedOperator):
         if broadcast != "none":
             self.tiling = GLOBAL
         if broadcast == "scalar":
+            if self.arity is None:
+                raise TypeError(f"{type(self).__name__}: broadcast='scalar' needs a fixed number "
+                                f"of inputs (arity)")
             self.all_to_all = (False,) * (self.arity - 1) + (True,)
 
     def check_shapes(self, *shapes: Shape) -> Shape:
         """The output shape, or a ValueError saying which broadcast to ask for."""
         name = type(self).__name__
-        shapes = [tuple(s) for s in shapes]
+        given = [tuple(s) for s in shapes]        # as tuples, in a list as the messages show
         if self.broadcast == "none":
-            if any(s != shapes[0] for s in shapes):
-                raise ValueError(f"{name}: input shapes {shapes} differ; pass broadcast='scalar' "
+            if any(s != given[0] for s in given):
+                raise ValueError(f"{name}: input shapes {given} differ; pass broadcast='scalar' "
                                  f"(second input is one cell) or broadcast='numpy'")
-            return shapes[0]
+            return given[0]
         if self.broadcast == "scalar":
-            *front, last = shapes
+            *front, last = given
             if int(np.prod(last)) != 1 or any(s != front[0] for s in front) \
                     or len(last) > len(front[0]):
                 raise ValueError(f"{name}: broadcast='scalar' needs equal shapes and a one-cell "
-                                 f"last input of at most {len(front[0])} dimensions, got {shapes}")
+                                 f"last input of at most {len(front[0])} dimensions, got {given}")
             return front[0]
         try:
-            return tuple(np.broadcast_shapes(*shapes))
+            return tuple(np.broadcast_shapes(*given))
         except ValueError:
-            raise ValueError(f"{name}: input shapes {shapes} do not broadcast") from None
+            raise ValueError(f"{name}: input shapes {given} do not broadcast") from None
 
     def output_shape(self, *input_shapes):
         return self.check_shapes(*input_shapes)
@@ -108,12 +120,10 @@ class Unary(Elementwise):
     ``np.clip``, or any callable that maps each cell on its own)."""
 
     arity = 1
-    func: Callable = None
+    func: Callable           # a subclass's default (``Abs``...), else the one passed in
 
     def __init__(self, func: Callable | None = None, *args: Any, **kwargs: Any):
-        self.func = func if func is not None else type(self).func
-        if self.func is None:
-            raise TypeError(f"{type(self).__name__} needs an elementwise function")
+        self.func = _resolve(self, func, "an elementwise function")
         self.args, self.kwargs = args, kwargs
 
     def _apply(self, x):
@@ -195,12 +205,10 @@ class Binary(Elementwise):
     ``"scalar"`` (b is one cell, all-to-all) or ``"numpy"``."""
 
     arity = 2
-    func: Callable = None
+    func: Callable           # a subclass's default (``Add``...), else the one passed in
 
     def __init__(self, func: Callable | None = None, broadcast: str = "none"):
-        self.func = func if func is not None else type(self).func
-        if self.func is None:
-            raise TypeError(f"{type(self).__name__} needs a binary elementwise function")
+        self.func = _resolve(self, func, "a binary elementwise function")
         self._set_broadcast(broadcast)
 
     def compute(self, a, b):

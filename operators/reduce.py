@@ -87,8 +87,8 @@ class Reduce(MappedOperator):
             raise ValueError(f"Reduce: func must be one of {', '.join(_FUNCS)} or a callable, "
                              f"not {func!r}")
         self.func = func
-        self.axis = None if axis is None else (
-            (int(axis),) if np.ndim(axis) == 0 else tuple(int(a) for a in axis))
+        # atleast_1d: one axis or several, as numpy reads them (numpy integers included)
+        self.axis = None if axis is None else tuple(int(a) for a in np.atleast_1d(axis))
         self.all_to_all = axis is None
         if axis is None and func in _AGGREGABLE:
             self.tiling = AGGREGATE        # the Spark engine combines per-tile partials

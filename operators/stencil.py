@@ -55,8 +55,8 @@ class Stencil(MappedOperator):
         if self.footprint is not None:
             return self.footprint.ndim
         for x in (self.size, self.origin):
-            if np.ndim(x) > 0:
-                return len(x)
+            if x is not None and np.ndim(x) > 0:
+                return len(np.atleast_1d(x))
         return 1
 
     def _origin(self, ndim: int):

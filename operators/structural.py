@@ -54,13 +54,17 @@ class Slice(MappedOperator):
         for d, (k, n) in enumerate(zip(self._key(len(shape)), shape)):
             if isinstance(k, slice):
                 a, b, s = k.indices(n)
-                start.append(a), step.append(s), length.append(len(range(a, b, s)))
+                start.append(a)
+                step.append(s)
+                length.append(len(range(a, b, s)))
                 kept.append(d)
             else:
                 if not -n <= k < n:
                     raise IndexError(f"{type(self).__name__}: index {k} is outside axis {d} "
                                      f"of length {n}")
-                start.append(k % n), step.append(1), length.append(1)
+                start.append(k % n)
+                step.append(1)
+                length.append(1)
         return (np.array(start, np.int64), np.array(step, np.int64),
                 np.array(length, np.int64), kept)
 
@@ -214,7 +218,8 @@ class Pad(MappedOperator):
 
     def compute(self, x):
         kw = {"constant_values": self.constant_values} if self.mode == "constant" else {}
-        return np.pad(x, self._widths(x.ndim), mode=self.mode, **kw)
+        # mode: a str checked by mode_from_numpy; numpy's stubs want their Literal of modes
+        return np.pad(x, self._widths(x.ndim), mode=self.mode, **kw)  # type: ignore[call-overload]
 
     def _rel(self, ndim: int) -> Neighbourhood:
         return Neighbourhood(-self._widths(ndim)[:, 0][None, :], self._edge)

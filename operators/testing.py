@@ -162,17 +162,17 @@ def check_lineage(op, *arrays, exact: bool = False, full: bool = True,
     * map_b and map_f give the same relation;
     * ``full``: :func:`check_full` in ``store_dir`` (or a temporary folder).
     """
-    arrays = [as_array(a) for a in arrays]
-    shapes = shapes_of(arrays)
+    arrs = [as_array(a) for a in arrays]
+    shapes = shapes_of(arrs)
     out_shape = op.output_shape(*shapes)
     name = type(op).__name__
     rels = []
-    for i in range(len(arrays)):
+    for i in range(len(arrs)):
         b = mapping_relation(op, shapes, out_shape, i, "backward")
         f = mapping_relation(op, shapes, out_shape, i, "forward")
         assert np.array_equal(b, f), f"{name} input {i}: map_b and map_f disagree: " + \
             _explain(b, f, out_shape, shapes[i], "map_b", "map_f")
-        p = perturbation_relation(op, arrays, i, seed=seed, nan=nan)
+        p = perturbation_relation(op, arrs, i, seed=seed, nan=nan)
         missed = p & ~b
         assert not missed.any(), f"{name} input {i}: a real dependency is missing: " + \
             _explain(p, b, out_shape, shapes[i], "the perturbation oracle", "the mapping")
@@ -181,7 +181,7 @@ def check_lineage(op, *arrays, exact: bool = False, full: bool = True,
                 _explain(p, b, out_shape, shapes[i], "the perturbation oracle", "the mapping")
         rels.append(b)
     if full:
-        check_full([(op, arrays)], store_dir)
+        check_full([(op, arrs)], store_dir)
     return rels
 
 
@@ -221,9 +221,11 @@ def check_full(cases: Sequence[tuple], store_dir: str | os.PathLike | None = Non
             label = f"{type(op).__name__} (case {step})"
             for i in range(len(names)):
                 want = mapping_relation(op, in_shapes, shapes[step], i, "backward")
-                checks = [("Map through the executor", "backward", "map", None),
-                          ("stored Full (fullone, backward index)", "backward", None, None),
-                          ("stored Full (fullmany, forward index)", "forward", None, None)]
+                # (what, direction, preferred method, cells to sample or None for all)
+                checks: list[tuple[str, str, str | None, int | None]] = [
+                    ("Map through the executor", "backward", "map", None),
+                    ("stored Full (fullone, backward index)", "backward", None, None),
+                    ("stored Full (fullmany, forward index)", "forward", None, None)]
                 if reexec:      # the same emitter as stored Full: a spread of cells suffices
                     checks.append(("re-execution", "backward", "reexec", REEXEC_SAMPLE))
                 for what, direction, prefer, sample in checks:

@@ -163,22 +163,22 @@ def solve(p: Problem) -> Solution:
     m = {om: b.col(f"m{j}", p.eps_runtime * p.gen_s.get(om, 0.0)) for j, om in enumerate(modes)}
     z = b.col("z", p.eps_runtime * p.fixed_runtime_s)
     bb = {}
-    for o, op in enumerate(p.ops):
+    for i, op in enumerate(p.ops):
         pins = p.pinned.get(op)
-        v = (0.0, 1.0) if pins is None else ((0.0, 0.0) if pins else (1.0, 1.0))
-        bb[op] = b.col(f"b{o}", 0.0, *v)
+        bounds = (0.0, 1.0) if pins is None else ((0.0, 0.0) if pins else (1.0, 1.0))
+        bb[op] = b.col(f"b{i}", 0.0, *bounds)
     for k, c in enumerate(p.candidates):
         pins = p.pinned.get(c.op)
         if pins is not None:                       # pinned operator: exactly its pins
-            v = 1.0 if k in pins else 0.0
-            b.cols[x[k] - 1] = (*b.cols[x[k] - 1][:2], v, v, True)
+            fixed = 1.0 if k in pins else 0.0
+            b.cols[x[k] - 1] = (*b.cols[x[k] - 1][:2], fixed, fixed, True)
         b.row({x[k]: 1.0, m[(c.op, c.mode)]: -1.0}, hi=0.0)
         b.row({x[k]: 1.0, z: -1.0}, hi=0.0)
         b.row({x[k]: 1.0, bb[c.op]: 1.0}, hi=1.0)
     for op in p.ops:
         b.row({**{x[k]: 1.0 for k in p.cands_of(op)}, bb[op]: 1.0}, lo=1.0)
-    for a, c in p.exclusive:
-        b.row({x[a]: 1.0, x[c]: 1.0}, hi=1.0)
+    for ka, kb in p.exclusive:
+        b.row({x[ka]: 1.0, x[kb]: 1.0}, hi=1.0)
     if p.max_disk is not None:
         b.row({x[k]: c.bytes for k, c in enumerate(p.candidates)}, hi=float(p.max_disk))
     if p.max_runtime_s is not None:
@@ -187,12 +187,13 @@ def solve(p: Problem) -> Solution:
               hi=float(p.max_runtime_s))
     ys = []
     for s, st in enumerate(p.steps):
-        cols = [b.col(f"y{s}_{j}", st.weight * o.cost, integer=False) for j, o in enumerate(st.options)]
+        cols = [b.col(f"y{s}_{j}", st.weight * opt.cost, integer=False)
+                for j, opt in enumerate(st.options)]
         ys.append(cols)
-        b.row({c: 1.0 for c in cols}, lo=1.0, hi=1.0)
-        for c, o in zip(cols, st.options):
-            if o.cand is not None:
-                b.row({c: 1.0, x[o.cand]: -1.0}, hi=0.0)
+        b.row({col: 1.0 for col in cols}, lo=1.0, hi=1.0)
+        for col, opt in zip(cols, st.options):
+            if opt.cand is not None:
+                b.row({col: 1.0, x[opt.cand]: -1.0}, hi=0.0)
     status, values = _glpk(b)
     solve_s = time.perf_counter() - t0
     if status != "optimal":

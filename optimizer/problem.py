@@ -65,6 +65,21 @@ def check_pins(model: CostModel, pins: dict[str, tuple[Strategy, ...]]) -> None:
                                      f"stored strategies of operators with mapping functions)")
 
 
+def _priced(model: CostModel, op: str, method: str, args: tuple[int, bool, float, float],
+            blocks: int) -> float:
+    """Seconds of a re-execution or mapping step, which every profiled operator can price.
+
+    ``CostModel.cost`` answers None only for an operator without statistics or a stored
+    strategy it has not profiled; ``build`` skips the former and asks no strategy here, so
+    None means the statistics contradict themselves: say so rather than plan on a guess.
+    """
+    cost = model.cost(op, method, *args, blocks=blocks)
+    if cost is None:
+        raise OptimizerError(f"the cost model cannot price {method} of operator {op!r}; "
+                             f"profile it again (subzero optimize --reprofile)")
+    return cost
+
+
 def build(model: CostModel, queries: list[WorkloadQuery], budgets: Budgets,
           pins: dict[str, tuple[Strategy, ...]] | None = None) -> Built:
     pins = dict(pins or {})
@@ -84,10 +99,10 @@ def build(model: CostModel, queries: list[WorkloadQuery], budgets: Budgets,
             op, info = st["op"], stats.ops[st["op"]]
             args = (st["input"], st["direction"] == "backward", st["cells_in"], st["cells_out"])
             blocks = st.get("blocks_in") or 0
-            always = [Option(None, model.cost(op, "reexec", *args, blocks=blocks)
+            always = [Option(None, _priced(model, op, "reexec", args, blocks)
                              if info.deterministic or info.has_map else UNANSWERABLE_S, "reexec")]
             if info.has_map:
-                always.append(Option(None, model.cost(op, "map", *args, blocks=blocks), "map"))
+                always.append(Option(None, _priced(model, op, "map", args, blocks), "map"))
             costs = {k: model.cost(op, s, *args, blocks=blocks)
                      for k, (o, s) in enumerate(cands) if o == op}
             key = (op, *args, blocks)

@@ -81,13 +81,12 @@ def measure(store, run, queries: list[tuple[Query, int | None]], planner=None,
     for q, size in queries:
         cells = _cells(run, q, size)
         sig, _ = trace_signature(q.start, cells, q.to, q.path, q.shortcut)
-        steps, target, direction = None, None, None
-        for t in reversed(store.catalog.traces(run.row.workflow, sig)):
-            if t["params"] == run.row.params:
-                steps = store.catalog.steps_of(t["trace_id"])
-                target, direction = t["target"], t["direction"]
-                break
-        if steps is None:
+        logged = next((t for t in reversed(store.catalog.traces(run.row.workflow, sig))
+                       if t["params"] == run.row.params), None)
+        if logged is not None:
+            steps = store.catalog.steps_of(logged["trace_id"])
+            target, direction = logged["target"], logged["direction"]
+        else:
             res = run.trace(q.start, cells, to=q.to, path=q.path, shortcut=q.shortcut,
                             planner=planner)
             steps = [dict(op=s.op, input=s.input, direction=s.direction, method=s.method,

@@ -137,3 +137,12 @@ def test_declarations():
         O.Threshold(1.0, "approx")
     with pytest.raises(ValueError, match="broadcast must be"):
         O.Add(broadcast="yes")
+
+
+def test_function_is_required():
+    """Unary and Binary take a function unless a subclass declares one (Abs, Add...)."""
+    with pytest.raises(TypeError, match="Unary needs an elementwise function"):
+        O.Unary()
+    with pytest.raises(TypeError, match="Binary needs a binary elementwise function"):
+        O.Binary()
+    assert O.Abs().func is np.abs and O.Add().func is np.add and O.Unary(np.tanh).func is np.tanh

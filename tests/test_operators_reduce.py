@@ -102,3 +102,10 @@ def test_declarations():
         assert op.has_mapping()
         assert subzero.Mode.FULL in op.supported_modes()
     assert O.MatMul().n_inputs() == 2 and not O.MatMul().is_all_to_all(1)
+
+
+def test_axis_forms():
+    """One axis or several, as ints, numpy integers, lists or tuples: one tuple of ints."""
+    assert O.Sum(axis=1).axis == O.Sum(axis=np.int64(1)).axis == O.Sum(axis=[1]).axis == (1,)
+    assert O.Sum(axis=(0, np.int32(2))).axis == (0, 2) and O.Sum().axis is None
+    assert np.allclose(run_plain(O.Sum(axis=np.int64(1)), A2), A2.sum(1))

@@ -154,13 +154,13 @@ class Extract(Operator):
         return (matrix_shape[0], len(self.features) + 1)
 
     def columns(self, names: np.ndarray) -> np.ndarray:
-        names = np.char.strip(np.asarray(names).astype(str)).tolist()
+        known: list[str] = np.char.strip(np.asarray(names).astype(str)).tolist()
         want = list(self.features) + [self.target]
-        missing = [f for f in want if f not in names]
+        missing = [f for f in want if f not in known]
         if missing:
             raise ValueError(f"feature {missing[0]!r} is not in the matrix; its "
-                             f"features are {', '.join(names)}")
-        return np.array([names.index(f) for f in want], np.int64)
+                             f"features are {', '.join(known)}")
+        return np.array([known.index(f) for f in want], np.int64)
 
     def run(self, ctx, matrix, names):
         matrix = np.asarray(matrix, dtype=float)

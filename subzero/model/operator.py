@@ -79,11 +79,17 @@ class Operator:
     def run(self, ctx, *inputs) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError(f"{type(self).__name__} must implement run(ctx, *inputs)")
 
-    def output_shape(self, *input_shapes: tuple[int, ...]) -> tuple[int, ...] | None:
+    def output_shape(self, *input_shapes: Any, **kwargs: Any) -> Sequence[int] | None:
         """Shape of the output for given input shapes, when known before running.
 
         Only used for ``ctx.output_shape`` inside ``run``; None means unknown.
-        The default assumes the output has the first input's shape.
+        The default assumes the output has the first input's shape.  The engine
+        calls it with one positional shape tuple per input and no keywords.
+
+        Why ``*Any, **Any``: type checkers read that signature as "any
+        parameters", so an operator may override it with fixed arity
+        (``def output_shape(self, shape)`` or ``(self, a, b)``), which the
+        public API allows, without an incompatible-override error.
         """
         return tuple(input_shapes[0]) if input_shapes else None
 

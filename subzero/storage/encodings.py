@@ -244,7 +244,7 @@ class RecordBlock:
         self._index = {f: 2 * k for k, f in enumerate(names)}    # lengths, then cells
         self._fields: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._pay_blob = pay_blob
-        self._pay = None
+        self._pay: tuple[np.ndarray, list[bytes]] | tuple[None, None] | None = None   # decoded lazily
 
     def field(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         got = self._fields.get(name)
@@ -253,7 +253,7 @@ class RecordBlock:
             got = self._fields[name] = (self._arrays[j + 1], lengths_to_offsets(self._arrays[j]))
         return got
 
-    def _payloads(self):
+    def _payloads(self) -> tuple[np.ndarray, list[bytes]] | tuple[None, None]:
         if self._pay is None:
             if self._pay_blob is None:
                 self._pay = (None, None)

@@ -214,7 +214,7 @@ class StrategyReader:
                         lengths_to_offsets(np.diff(rb.field(f)[1])[local])) for f in fields}
         base = lengths_to_offsets(np.array([rb.n for rb in decoded], np.int64))
         rows = base[inv] + local               # row of each pid in the concatenation
-        out = {}
+        out: dict[str, tuple[np.ndarray, np.ndarray | list[bytes]]] = {}
         for f in fields:
             if f == "pay":
                 continue
@@ -227,16 +227,26 @@ class StrategyReader:
             out[f] = (csr_take(cells, off, rows), lengths_to_offsets(lens[rows]))
         if "pay" in fields:
             # only the payloads of the requested pairs get a table entry (deduplicated)
-            tbase = lengths_to_offsets(np.array([len(rb.table) for rb in decoded], np.int64))
-            glob = np.concatenate([rb.pay_local + tbase[j] for j, rb in enumerate(decoded)]) \
-                if decoded else np.zeros(0, np.int64)
+            pays = [self._pays(rb) for rb in decoded]
+            tbase = lengths_to_offsets(np.array([len(table) for _, table in pays], np.int64))
+            glob = np.concatenate([pay_local + tbase[j] for j, (pay_local, _) in enumerate(pays)]) \
+                if pays else np.zeros(0, np.int64)
             used, inv_ids = np.unique(glob[rows], return_inverse=True)
-            flat_tables = [p for rb in decoded for p in rb.table]
+            flat_tables = [p for _, table in pays for p in table]
             tindex: dict[bytes, int] = {}
             remap = np.array([tindex.setdefault(flat_tables[u], len(tindex)) for u in used.tolist()],
                              np.int64)
             out["pay"] = (remap[inv_ids].reshape(-1), list(tindex))   # dict order is id order
         return out
+
+    def _pays(self, rb: RecordBlock) -> tuple[np.ndarray, list[bytes]]:
+        """A block's (payload id per pair, payload table); a block of a space asked for
+        payloads that has none is damaged lineage, which re-execution answers."""
+        pay_local, table = rb.pay_local, rb.table
+        if pay_local is None or table is None:
+            raise CorruptLineage(f"stored lineage of {self.op!r} ({self.strategy}) has a record "
+                                 f"block without payloads")
+        return pay_local, table
 
     def all_pairs(self, space: str) -> np.ndarray:
         info = self._spaces.get(space)
