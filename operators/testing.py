@@ -25,6 +25,7 @@ import numpy as np
 import subzero
 from subzero.capture.context import Context
 from subzero.model.cells import pack, unpack
+from subzero.model.strategy import Direction
 
 from .base import as_array
 
@@ -98,7 +99,7 @@ def mapping_relation(op, in_shapes, out_shape, i: int, direction: str) -> np.nda
     ctx = mapping_context(op, in_shapes, out_shape)
     ishape = in_shapes[i]
     rel = np.zeros((_size(out_shape), _size(ishape)), bool)
-    backward = direction == "backward"
+    backward = direction == Direction.BACKWARD
     src, dst = (out_shape, ishape) if backward else (ishape, out_shape)
     fn = op.map_b if backward else op.map_f
     for k in range(_size(src)):
@@ -127,7 +128,7 @@ def traced_relation(run, step: str, inputs: Sequence[str], i: int, direction: st
     shapes = run.shapes()
     out_shape, ishape = shapes[step], shapes[inputs[i]]
     rel = np.zeros((_size(out_shape), _size(ishape)), bool)
-    backward = direction == "backward"
+    backward = direction == Direction.BACKWARD
     src = out_shape if backward else ishape
     n = _size(src)
     starts = np.arange(n) if sample is None or sample >= n else \
@@ -168,8 +169,8 @@ def check_lineage(op, *arrays, exact: bool = False, full: bool = True,
     name = type(op).__name__
     rels = []
     for i in range(len(arrs)):
-        b = mapping_relation(op, shapes, out_shape, i, "backward")
-        f = mapping_relation(op, shapes, out_shape, i, "forward")
+        b = mapping_relation(op, shapes, out_shape, i, Direction.BACKWARD)
+        f = mapping_relation(op, shapes, out_shape, i, Direction.FORWARD)
         assert np.array_equal(b, f), f"{name} input {i}: map_b and map_f disagree: " + \
             _explain(b, f, out_shape, shapes[i], "map_b", "map_f")
         p = perturbation_relation(op, arrs, i, seed=seed, nan=nan)
@@ -220,19 +221,19 @@ def check_full(cases: Sequence[tuple], store_dir: str | os.PathLike | None = Non
             in_shapes = [shapes[n] for n in names]
             label = f"{type(op).__name__} (case {step})"
             for i in range(len(names)):
-                want = mapping_relation(op, in_shapes, shapes[step], i, "backward")
+                want = mapping_relation(op, in_shapes, shapes[step], i, Direction.BACKWARD)
                 # (what, direction, preferred method, cells to sample or None for all)
                 checks: list[tuple[str, str, str | None, int | None]] = [
-                    ("Map through the executor", "backward", "map", None),
-                    ("stored Full (fullone, backward index)", "backward", None, None),
-                    ("stored Full (fullmany, forward index)", "forward", None, None)]
+                    ("Map through the executor", Direction.BACKWARD, "map", None),
+                    ("stored Full (fullone, backward index)", Direction.BACKWARD, None, None),
+                    ("stored Full (fullmany, forward index)", Direction.FORWARD, None, None)]
                 if reexec:      # the same emitter as stored Full: a spread of cells suffices
-                    checks.append(("re-execution", "backward", "reexec", REEXEC_SAMPLE))
+                    checks.append(("re-execution", Direction.BACKWARD, "reexec", REEXEC_SAMPLE))
                 for what, direction, prefer, sample in checks:
                     got, traced = traced_relation(run, step, names, i, direction, prefer,
                                                   sample=sample)
                     w = want.copy()
-                    if direction == "backward":
+                    if direction == Direction.BACKWARD:
                         w[~traced] = False
                     else:
                         w[:, ~traced] = False

@@ -74,7 +74,7 @@ def correction_key(method, backward: bool) -> str:
     if fam != "stored":
         return fam
     s = _strategy(method)
-    return f"stored:{s}:" + ("index" if (s.direction == "backward") == backward else "scan")
+    return f"stored:{s}:" + ("index" if s.backward == backward else "scan")
 
 
 def _strategy(method) -> Strategy:
@@ -216,7 +216,7 @@ class CostModel:
         scanned.  Payloads add ``map_p`` calls and the cells they expand to."""
         f = dict(arr=arr, io=n_in + n_out)
         f["one" if not s.many else "many"] = 1
-        sp = spaces.get("b" if s.direction == "backward" else f"f{i}")
+        sp = spaces.get("b" if s.backward else f"f{i}")
         if not sp or not sp["pairs"]:
             return _vec("stored", **f)
         P, K, KB, N = sp["pairs"], sp["key_cells"], max(sp["key_blocks"], 1), max(sp["key_size"], 1)
@@ -233,7 +233,7 @@ class CostModel:
             f["scan"] += covered                          # the covered set is read first
             q = n_in * min(1.0, covered / max(math.prod(info.out_shape), 1))
             density = 1.0                                 # those cells all have payload pairs
-        if (s.direction == "backward") == backward:       # the index matches the step
+        if s.backward == backward:       # the index matches the step
             # scattered query cells hit one pair each; a compact region hits the pairs
             # that tile it; the blocks the cells span say where in between a query is
             nb = -(-N // (1 << KEY_BITS))
@@ -247,7 +247,7 @@ class CostModel:
             kb = 0.0 if s.many else spread * local * min(1.0, KB / nb)
             f.update(dec=kb * K / KB + rb * rec_cells / R, blk=kb + rb, ptab=rb * per_block,
                      box=q * local * math.log2(max(P, 2)) if s.many else 0.0)   # probes x depth
-            if s.payload and s.direction == "backward":
+            if s.payload and s.backward:
                 f["call"] = touched(hit, u) if info.map_p_batched else \
                     (1.0 if info.map_p_vectorized else hit)
                 f["exp"] = min(hit * expanded / P, max(n_out, 1.0) * 8)
@@ -257,7 +257,7 @@ class CostModel:
             f["kscan"] = K if one_full else 0.0
             f["sblk"] = R + (KB if one_full else 0)
             f["ptab"] = R * per_block
-            if s.payload and s.direction == "backward":    # map_p over every pair
+            if s.payload and s.backward:    # map_p over every pair
                 f["sexp"] = expanded
                 f["call"] = 1.0 if info.map_p_vectorized else P
         return _vec("stored", **f)

@@ -34,7 +34,7 @@ from subzero.capture.context import Context
 from subzero.errors import QueryError, warn
 from subzero.model.cells import as_cells, bitmap_from_packed, first_out_of_bounds, fmt_cell, pack
 from subzero.model.operator import Operator
-from subzero.model.strategy import Strategy
+from subzero.model.strategy import Direction, Strategy
 from subzero.model.workflow import Workflow
 from subzero.query import steps as run_step
 from subzero.query.graph import Edge, RunGraph
@@ -142,7 +142,7 @@ class Executor:
         for e in edges:
             bm, _, q = self._step(e, bm, q, None, opts, stats)
         if not edges:
-            return bm, start, "backward"
+            return bm, start, Direction.BACKWARD
         return bm, edges[-1].dst, edges[0].direction
 
     def _between(self, start: str, to: str, bm: np.ndarray, q0: np.ndarray | None,

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from subzero.errors import QueryError
+from subzero.model.strategy import Direction
 
 
 @dataclass(frozen=True)
@@ -27,8 +28,8 @@ class Edge:
     dst: str
 
     @property
-    def direction(self) -> str:
-        return "backward" if self.backward else "forward"
+    def direction(self) -> Direction:
+        return Direction.of(self.backward)
 
 
 @dataclass(frozen=True)
@@ -40,8 +41,8 @@ class Walk:
     stages: tuple[tuple[str, tuple[Edge, ...]], ...]
 
     @property
-    def direction(self) -> str:
-        return "backward" if self.backward else "forward"
+    def direction(self) -> Direction:
+        return Direction.of(self.backward)
 
 
 class RunGraph:
@@ -80,9 +81,9 @@ class RunGraph:
                 raise QueryError(f"path step {op}:{i}: operator {op!r} has {len(ins)} inputs "
                                  f"(indexes 0..{len(ins) - 1})")
             if op == cur:
-                d, nxt = "backward", ins[i]
+                d, nxt = Direction.BACKWARD, ins[i]
             elif ins[i] == cur:
-                d, nxt = "forward", op
+                d, nxt = Direction.FORWARD, op
             else:
                 raise QueryError(f"path step {op}:{i} does not touch array {cur!r}: {op!r} reads "
                                  f"{ins[i]!r} as input {i}")
@@ -90,7 +91,7 @@ class RunGraph:
                 raise QueryError(f"path mixes directions at step {op}:{i}; a trace goes either "
                                  f"backward or forward")
             direction = d
-            edges.append(Edge(op, i, d == "backward", cur, nxt))
+            edges.append(Edge(op, i, d is Direction.BACKWARD, cur, nxt))
             cur = nxt
         return edges
 

@@ -26,6 +26,7 @@ from subzero.model.cells import (
     rows_hitting,
     unpack,
 )
+from subzero.model.strategy import Direction
 from subzero.query.sources import PairSource
 
 
@@ -99,10 +100,10 @@ def _bits(packed: np.ndarray, size: int) -> np.ndarray:
     return bm
 
 
-def backward(src: PairSource, payload: bool, direction: str, sc: StepContext, i: int,
+def backward(src: PairSource, payload: bool, direction: Direction, sc: StepContext, i: int,
              q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
     """Input-i cells that the output cells ``q`` depend on, per stored pairs."""
-    if direction == "backward":
+    if direction == Direction.BACKWARD:
         pids = src.lookup("b", q, q_flat)
         if not payload:
             return src.records("b", pids, [f"v{i}"])[f"v{i}"][0]
@@ -119,10 +120,10 @@ def backward(src: PairSource, payload: bool, direction: str, sc: StepContext, i:
     return src.scan_keys(space, pids[hit])[0]
 
 
-def forward(src: PairSource, payload: bool, direction: str, sc: StepContext, i: int,
+def forward(src: PairSource, payload: bool, direction: Direction, sc: StepContext, i: int,
             q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
     """Output cells that depend on the input-i cells ``q``, per stored pairs."""
-    if direction == "forward":
+    if direction == Direction.FORWARD:
         space = f"f{i}"
         if not src.has_space(space):
             return np.zeros(0, np.int64)
@@ -142,7 +143,7 @@ def forward(src: PairSource, payload: bool, direction: str, sc: StepContext, i: 
     return csr_take(keys, off, hit)
 
 
-def composite(src: PairSource, direction_stored: str, sc: StepContext, i: int, backward_step: bool,
+def composite(src: PairSource, direction_stored: Direction, sc: StepContext, i: int, backward_step: bool,
               q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
     """Composite lineage: payload pairs where they cover, mapping elsewhere."""
     out_size = int(np.prod(sc.out_shape, dtype=np.int64))

@@ -18,7 +18,7 @@ from subzero.capture.buffer import empty_pairs
 from subzero.errors import QueryError
 from subzero.model.cells import bitmap_from_packed
 from subzero.model.modes import Mode
-from subzero.model.strategy import Strategy
+from subzero.model.strategy import Direction, Strategy
 from subzero.query import relation
 from subzero.query.reexec import capture_mode, rerun
 from subzero.query.relation import StepContext
@@ -104,13 +104,13 @@ def reexec(sc: StepContext, i: int, backward: bool, q: np.ndarray, q_flat: np.nd
                                q_flat)
     fn = relation.backward if backward else relation.forward
     if mode is Mode.FULL:
-        res = fn(MemoryPairs(full), False, "backward", sc, i, q, q_flat) \
+        res = fn(MemoryPairs(full), False, Direction.BACKWARD, sc, i, q, q_flat) \
             if full is not None else np.zeros(0, np.int64)
     elif mode is Mode.PAY:
-        res = fn(MemoryPairs(pay), True, "backward", sc, i, q, q_flat) \
+        res = fn(MemoryPairs(pay), True, Direction.BACKWARD, sc, i, q, q_flat) \
             if pay is not None else np.zeros(0, np.int64)
     else:
         src = MemoryPairs(pay if pay is not None else empty_pairs(len(sc.in_shapes), True),
                           covered=covered)
-        res = relation.composite(src, "backward", sc, i, backward, q, q_flat)
+        res = relation.composite(src, Direction.BACKWARD, sc, i, backward, q, q_flat)
     return res, f"reexec:{mode.value}"
