@@ -22,6 +22,7 @@ import numpy as np
 
 from subzero.capture.buffer import Pairs
 from subzero.model.cells import csr_take, lengths_to_offsets, rows_hitting
+from subzero.storage.encodings import merge_payload_tables
 from subzero.tuning import TIMED_QUERY_CELLS, TIMED_RECORD_PAIRS
 
 #: field name -> (cells, offsets) per pair; ``"pay"`` -> (payload id per pair, payload table)
@@ -153,17 +154,12 @@ class TimedSource:
 
 def concat_records(parts: Sequence[Records], fields: list[str]) -> Records:
     """The records of consecutive runs of pairs as one: cells and offsets laid end to
-    end, and the payload tables merged into one (ids renumbered into it)."""
+    end, and the payload tables merged into one (ids renumbered into it, as a
+    multi-block read of a stored strategy does)."""
     out: Records = {}
     for f in fields:
         if f == "pay":
-            table: dict[bytes, int] = {}
-            ids = []
-            for p in parts:
-                local, tab = p["pay"]
-                remap = np.array([table.setdefault(b, len(table)) for b in tab], np.int64)
-                ids.append(remap[local] if len(tab) else np.zeros(0, np.int64))
-            out["pay"] = (np.concatenate(ids), list(table))
+            out["pay"] = merge_payload_tables([p["pay"] for p in parts])
         else:
             cells = np.concatenate([p[f][0] for p in parts])
             lens = np.concatenate([np.diff(p[f][1]) for p in parts])

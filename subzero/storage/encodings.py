@@ -73,6 +73,24 @@ def _select_rows(cells, off, rows):
     return csr_take(cells, off, rows), lengths_to_offsets(lens)
 
 
+def merge_payload_tables(parts: Sequence[tuple[np.ndarray, Sequence[bytes]]],
+                         rows: np.ndarray | None = None) -> tuple[np.ndarray, list[bytes]]:
+    """Payloads of pairs gathered from several parts (record blocks, or chunks of one
+    read), each part a (payload id per pair, payload table): the ids laid end to end
+    (``rows`` of them, when given) as ids into one table that holds each payload the
+    kept pairs use, once."""
+    tbase = lengths_to_offsets(np.array([len(table) for _, table in parts], np.int64))
+    glob = np.concatenate([np.asarray(ids, np.int64) + tbase[j] for j, (ids, _) in enumerate(parts)]) \
+        if parts else np.zeros(0, np.int64)
+    if rows is not None:
+        glob = glob[rows]
+    flat = [p for _, table in parts for p in table]
+    used, inv = np.unique(glob, return_inverse=True)
+    index: dict[bytes, int] = {}
+    remap = np.array([index.setdefault(flat[u], len(index)) for u in used.tolist()], np.int64)
+    return remap[inv].reshape(-1), list(index)          # dict order is id order
+
+
 def spaces_for(strategy: Strategy, pairs: Pairs, out_shape, in_shapes, map_p_pairs=None) -> list[Space]:
     """Split captured pairs into the spaces a strategy stores.
 

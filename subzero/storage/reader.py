@@ -31,6 +31,7 @@ from subzero.storage.encodings import (
     RecordBlock,
     decode_key_block,
     decode_record_block,
+    merge_payload_tables,
 )
 from subzero.storage.metadata import (
     META,
@@ -227,16 +228,7 @@ class StrategyReader:
             out[f] = (csr_take(cells, off, rows), lengths_to_offsets(lens[rows]))
         if "pay" in fields:
             # only the payloads of the requested pairs get a table entry (deduplicated)
-            pays = [self._pays(rb) for rb in decoded]
-            tbase = lengths_to_offsets(np.array([len(table) for _, table in pays], np.int64))
-            glob = np.concatenate([pay_local + tbase[j] for j, (pay_local, _) in enumerate(pays)]) \
-                if pays else np.zeros(0, np.int64)
-            used, inv_ids = np.unique(glob[rows], return_inverse=True)
-            flat_tables = [p for _, table in pays for p in table]
-            tindex: dict[bytes, int] = {}
-            remap = np.array([tindex.setdefault(flat_tables[u], len(tindex)) for u in used.tolist()],
-                             np.int64)
-            out["pay"] = (remap[inv_ids].reshape(-1), list(tindex))   # dict order is id order
+            out["pay"] = merge_payload_tables([self._pays(rb) for rb in decoded], rows)
         return out
 
     def _pays(self, rb: RecordBlock) -> tuple[np.ndarray, list[bytes]]:
