@@ -19,8 +19,8 @@ import cloudpickle
 
 FILE = "workflow.pkl"
 
-#: module renames of the one-namespace layout (old name -> new name); a prefix
-#: match, longest first
+#: modules of the core that moved into subpackages (old name -> new name); the
+#: top-level packages operators, optimizer and workflows moved under ``subzero.``
 _RENAMED = {
     "subzero.modes": "subzero.model.modes", "subzero.strategy": "subzero.model.strategy",
     "subzero.cells": "subzero.model.cells", "subzero.operator": "subzero.model.operator",
@@ -33,8 +33,6 @@ _RENAMED = {
     "subzero.spark": "subzero.engines.session", "subzero.instances": "subzero.engines.instances",
     "subzero.executor": "subzero.query.executor", "subzero.relation": "subzero.query.relation",
     "subzero.reexec": "subzero.query.reexec", "subzero.workload": "subzero.query.workload",
-    "operators": "subzero.operators", "optimizer": "subzero.optimizer",
-    "workflows": "subzero.workflows",
 }
 
 
