@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from subzero.model.modes import Mode
 from subzero.model.operator import Operator
-from subzero.model.strategy import Direction, Strategy, parse_one
+from subzero.model.strategy import Strategy, parse_one
 
 
 @dataclass(frozen=True)
@@ -62,12 +62,12 @@ def simple_order(op: Operator, strategies: tuple[Strategy, ...], backward: bool)
     """The simple rule: stored lineage indexed in the step's direction (Full before
     Comp before Pay), mapping functions where the operator stores Map, stored
     lineage indexed the other way, then re-execution (always possible)."""
-    want = Direction.BACKWARD if backward else Direction.FORWARD
-    stored = sorted((s for s in strategies if s.stored), key=lambda s: _RANK[s.mode])
-    methods: list[Method] = [Stored(s) for s in stored if s.direction == want]
+    stored = [Stored(s) for s in sorted((s for s in strategies if s.stored),
+                                        key=lambda s: _RANK[s.mode])]
+    methods: list[Method] = [m for m in stored if m.indexed(backward)]
     if any(s.mode is Mode.MAP for s in strategies) and op.has_mapping():
         methods.append(Mapping())
-    methods += [Stored(s) for s in stored if s.direction != want]
+    methods += [m for m in stored if not m.indexed(backward)]
     methods.append(Reexec())
     return methods
 
