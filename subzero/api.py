@@ -43,8 +43,18 @@ from subzero.storage.budget import DiskBudget
 from subzero.storage.catalog import Catalog, RunRow
 from subzero.storage.inputs import load_path
 from subzero.storage.lineage import LineageStore
-from subzero.storage.pickles import FILE as PICKLE_FILE
-from subzero.storage.pickles import load_workflow_pickle
+from subzero.storage.pickles import PickleCode, load_workflow_pickle, pickle_code
+from subzero.storage.trust import (
+    TRUSTED,
+    UntrustedRun,
+    Verdict,
+    load_key,
+    read_payload,
+    run_record,
+    untrusted_message,
+    verify_run,
+    write_signature,
+)
 
 DEFAULT_STORE = ".subzero"
 
@@ -269,14 +279,21 @@ class Store:
         return run
 
     def workflow_of(self, row: RunRow) -> Workflow:
+        """The operators of a run: its ``workflow.pkl``, else its workflow module
+        re-imported from its source path.  Both are code, so they are loaded only for a
+        run whose signature verifies with this user's key (see :meth:`trust`); otherwise
+        :class:`~subzero.storage.trust.UntrustedRun` is raised and nothing is loaded."""
         wf = self._workflows.get(row.id)
         if wf is not None:
             return wf
-        pkl = self.run_dir(row.id) / PICKLE_FILE
+        verdict = self.verdict(row)
+        if not verdict.trusted:
+            raise UntrustedRun(f"cannot load the operators of run {row.id}: "
+                               + untrusted_message(self.path, row.id, verdict))
         err = None
-        if pkl.exists():
+        if verdict.payload is not None:       # the bytes that were verified, not a re-read
             try:
-                wf = load_workflow_pickle(pkl.read_bytes())
+                wf = load_workflow_pickle(verdict.payload)
             except Exception as e:
                 err = f"{type(e).__name__}: {e}"
         if wf is None and row.source:
@@ -290,6 +307,68 @@ class Store:
                              f"need them")
         self._workflows[row.id] = wf
         return wf
+
+    # -- trust ------------------------------------------------------------------------------
+    def verdict(self, run: str | int | RunRow = "latest") -> Verdict:
+        """Whether a run's code may be loaded: its signature checked against this user's
+        key (``.state`` is "trusted", "unsigned", "other key" or "modified")."""
+        row = run if isinstance(run, RunRow) else self.catalog.get_run(run)
+        if row.id in self._workflows:          # written by this process: its own code
+            return Verdict(TRUSTED, read_payload(self.run_dir(row.id)))
+        return verify_run(self.catalog, row, self.run_dir(row.id))
+
+    def code_of(self, run: str | int | RunRow = "latest") -> dict[str, Any]:
+        """What code a run would load, read without loading it: its operators (names and
+        classes, from the catalog), the modules and names its ``workflow.pkl`` looks up,
+        the functions and classes whose code travels inside it, and the workflow module
+        re-imported when the pickle fails.  Plain data (for ``subzero trust --json``);
+        ``payload_sha256`` names the pickle shown, for :meth:`trust`."""
+        row = run if isinstance(run, RunRow) else self.catalog.get_run(run)
+        verdict = self.verdict(row)
+        payload = verdict.payload
+        code = pickle_code(payload) if payload is not None else PickleCode()
+        return {"run_id": row.id, "workflow": row.workflow, "status": row.status,
+                "trust": verdict.state, "why": verdict.why, "source": row.source,
+                "operators": [{"name": o["name"], "class": o["class"]}
+                              for o in self.catalog.ops(row.id)],
+                "pickle": payload is not None,
+                "payload_sha256": hashlib.sha256(payload).hexdigest() if payload is not None else None,
+                "modules": code.modules(), "functions": code.functions, "classes": code.classes,
+                "unreadable": code.unreadable}
+
+    def trust(self, run: str | int | None = None,
+              payloads: Mapping[int, str | None] | None = None) -> list[int]:
+        """Accept runs' code as this user's own: sign run ``run`` (an id or "latest") or,
+        by default, every complete run not trusted yet, with this user's key; returns
+        the ids signed.  Traces may then load — that is, run — their operators.  Look
+        first at what they contain (:meth:`code_of`; ``subzero trust`` shows it and
+        asks).  ``payloads`` (run id -> ``payload_sha256`` of what was shown) makes sure
+        the pickles signed are the ones looked at."""
+        if run is not None:
+            rows = [self.catalog.get_run(run)]
+            if rows[0].status != "complete":
+                raise QueryError(f"run {rows[0].id} did not complete ({rows[0].status}); only a "
+                                 f"complete run has code to trust")
+        else:
+            rows = [r for r in self.runs() if r.status == "complete" and not self.verdict(r).trusted]
+        key = load_key(create=True)
+        assert key is not None
+        signed = []
+        for row in rows:
+            folder = self.run_dir(row.id)
+            if not folder.is_dir():
+                raise StoreError(f"run {row.id} is in the catalog but its folder {folder} is missing")
+            payload = read_payload(folder)
+            digest = hashlib.sha256(payload).hexdigest() if payload is not None else None
+            if payloads is not None and payloads.get(row.id, digest) != digest:
+                raise StoreError(f"the workflow.pkl of run {row.id} changed after it was shown; "
+                                 f"nothing was trusted for it: look again and trust it again")
+            write_signature(folder, key, run_record(self.catalog, row.id, payload, row.status))
+            signed.append(row.id)
+        for open_run in list(self._open_runs):   # their next trace checks the signature again
+            if open_run.id in signed:
+                open_run.close()
+        return signed
 
 
 class Run:
@@ -322,6 +401,12 @@ class Run:
     def workflow(self) -> Workflow:
         return self.store.workflow_of(self.row)
 
+    @property
+    def trusted(self) -> bool:
+        """Whether this run's code may be loaded (its signature verifies with this user's
+        key); an untrusted run answers only the trace steps its stored lineage answers."""
+        return self.store.verdict(self.row).trusted
+
     def ops(self) -> list[dict]:
         return self.store.catalog.ops(self.id)
 
@@ -346,11 +431,14 @@ class Run:
     def executor(self) -> Executor:
         if self._executor is None:
             ops = self.ops()
+            verdict = self.store.verdict(self.row)
             view = RunView(
                 run_id=self.id, workflow=lambda: self.workflow,
                 strategies={o["name"]: parse("+".join(o["strategies"])) for o in ops},
                 shapes=self.shapes(), inputs_of={o["name"]: o["inputs"] for o in ops},
-                arrays=self._arrays, lineage_path=self.dir / "lineage")
+                arrays=self._arrays, lineage_path=self.dir / "lineage",
+                untrusted=None if verdict.trusted else
+                untrusted_message(self.store.path, self.id, verdict))
             self._executor = Executor(view)
         return self._executor
 

@@ -4,7 +4,8 @@ exposure pairs of a night), each a Spark task and a run of its own.
 A task runs the whole workflow with the in-process engine in a folder named
 for its task attempt (``runs/<id>.partial-a<attempt>``) on storage the
 executors share with the driver; the driver moves the folder of the attempt
-that succeeded into place and records the run.  A retried or speculative
+that succeeded into place, records the run and signs it (executors never see
+the user's key).  A retried or speculative
 attempt therefore never mixes its files with another's.  An operator error
 fails only its own instance (marked failed with the operator's name); the
 others complete.

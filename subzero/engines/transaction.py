@@ -4,7 +4,7 @@ A run is atomic.  :meth:`RunTransaction.begin` records it ``running`` in the
 catalog and gives it the folder ``runs/<id>.partial`` to write into;
 :meth:`~RunTransaction.commit` saves ``workflow.pkl``, records arrays,
 operators, strategy statistics and disk-budget downgrades in one catalog
-transaction, renames the folder to ``runs/<id>`` and only then marks the run
+transaction, signs the run with this user's key (``storage.trust``), renames the folder to ``runs/<id>`` and only then marks the run
 complete; :meth:`~RunTransaction.fail` marks it failed with the error (an
 operator's message names the operator; Ctrl-C says ``interrupted``) and removes
 its folders.  Used as a context manager, any exception fails the run.  A process
@@ -12,7 +12,8 @@ killed mid-run leaves the row ``running`` with a dead pid, which the catalog
 reports as ``interrupted``: never complete.
 
 Instance-parallel runs begin without a folder: each Spark task attempt writes
-``runs/<id>.partial-a<attempt>``, and the attempt that succeeded is committed.
+``runs/<id>.partial-a<attempt>``, and the attempt that succeeded is committed —
+and signed — by the driver: executors never need the user's key.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from subzero.engines.stats import RunStats
-from subzero.errors import SubZeroError, warn
+from subzero.errors import StoreError, SubZeroError, warn
 from subzero.model.workflow import Workflow
 from subzero.storage.catalog import Catalog
 from subzero.storage.pickles import save_workflow
+from subzero.storage.trust import sign_run
 
 
 def failure_message(error: BaseException | str) -> str:
@@ -90,6 +92,7 @@ class RunTransaction:
         try:
             save_workflow(wf, src)
             self._record(stats, downgrades)
+            self._sign(src)
             os.replace(src, self.final)
             self._moved = True
             self.catalog.finish_run(self.run_id, "complete")
@@ -100,6 +103,16 @@ class RunTransaction:
         self._remove_attempts()
         for d in downgrades:
             warn(f"{d['reason']} (run {self.run_id} keeps what fits; see `subzero show {self.run_id}`)")
+
+    def _sign(self, folder: Path) -> None:
+        """Sign the run with this user's key (``storage.trust``), so that its code loads
+        later without asking.  Without a usable key the run still completes, unsigned:
+        it is then data until ``subzero trust`` accepts it."""
+        try:
+            sign_run(self.catalog, self.run_id, folder)
+        except StoreError as e:
+            warn(f"run {self.run_id} is not signed ({e}); trust it later with "
+                 f"`subzero trust {self.runs_dir.parent} --run {self.run_id}`")
 
     def _record(self, stats: RunStats, downgrades: list[Mapping]) -> None:
         cat, rid = self.catalog, self.run_id

@@ -43,6 +43,7 @@ from subzero.query.planner import Planner, StepInfo, StepStat, blocks_of_packed,
 from subzero.query.relation import StepContext, packed_query
 from subzero.query.sources import Deadline, PairSource, TimedSource
 from subzero.query.trace import TraceOptions, TraceResult
+from subzero.query.untrusted import DataOnlyMethods, RefusedOperator
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.lineage import CorruptLineage, LineageStore, StrategyReader
 from subzero.tuning import SMALL_QUERY
@@ -62,6 +63,9 @@ class RunView:
     inputs_of: dict[str, list[str]]
     arrays: ArrayStore
     lineage_path: Path
+    #: Why the run's code must not be loaded (its signature does not verify), or None:
+    #: then only steps its stored lineage answers without the operator work.
+    untrusted: str | None = None
 
 
 class Executor:
@@ -71,7 +75,9 @@ class Executor:
         self.v = view
         self.warn = warn
         self.graph = RunGraph(view.run_id, view.inputs_of, view.shapes)
-        self.methods = MethodTable(view.strategies, self._operator)
+        self.methods: Callable[..., Sequence[Method]] = (
+            MethodTable(view.strategies, self._operator) if view.untrusted is None
+            else DataOnlyMethods(view.strategies))
         self._lineage: LineageStore | None = None
         self._readers: dict[tuple[str, Strategy], StrategyReader] = {}
         self._broken: set[tuple[str, Strategy]] = set()
@@ -97,8 +103,11 @@ class Executor:
               shortcut: bool = True, planner: Planner | None = None) -> TraceResult:
         """Trace ``cells`` of array ``start`` to array ``to`` (every DAG path, results
         united) or along ``path``; see :meth:`subzero.Run.trace`."""
-        opts = TraceOptions(prefer, shortcut, planner)
-        self.v.workflow()          # load the operators (imports) before the clock starts
+        if self.v.untrusted is None:
+            opts = TraceOptions(prefer, shortcut, planner)
+            self.v.workflow()      # load the operators (imports) before the clock starts
+        else:                      # no code: no all-to-all declarations, no re-execution deadline
+            opts = TraceOptions(prefer, False, None)
         t0 = time.perf_counter()
         self.graph.check_array(start)
         shape = self.v.shapes[start]
@@ -268,7 +277,8 @@ class Executor:
     def _context(self, name: str) -> StepContext:
         sc = self._contexts.get(name)
         if sc is None:
-            op = self._operator(name)
+            op = self._operator(name) if self.v.untrusted is None else \
+                RefusedOperator(name, self.v.untrusted)
             out_shape = self.v.shapes[name]
             in_shapes = [self.v.shapes[a] for a in self.v.inputs_of[name]]
             sc = self._contexts[name] = StepContext(

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import io
 import pickle
+import pickletools
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import cloudpickle
@@ -78,3 +80,123 @@ def save_workflow(wf, run_dir: Path) -> bool:
 def load_workflow_pickle(data: bytes):
     """The workflow of a ``workflow.pkl`` (cloudpickle's format is pickle's)."""
     return _Unpickler(io.BytesIO(data)).load()
+
+
+# -- what a pickle would run, read without running it -------------------------------------------
+_STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "STRING", "BINSTRING",
+            "SHORT_BINSTRING"}
+_GETS = {"GET", "BINGET", "LONG_BINGET"}
+_PUTS = {"PUT", "BINPUT", "LONG_BINPUT"}
+_SILENT = {"PROTO", "FRAME", "MARK", "STOP", "POP", "POP_MARK"}
+_HELPERS = ("subimport", "dynamic_subimport", "_make_skeleton_class")
+_CLOUDPICKLE = ("cloudpickle.cloudpickle", "cloudpickle.cloudpickle_fast", "cloudpickle",
+                "pyspark.cloudpickle.cloudpickle")
+
+
+@dataclass(frozen=True)
+class Global:
+    module: str
+    name: str
+
+
+@dataclass
+class PickleCode:
+    """What unpickling would import and define: the globals it looks up (classes and
+    functions by module), modules cloudpickle imports by name, and the functions and
+    classes whose code travels inside the pickle (defined in a workflow file)."""
+
+    globals: list[Global] = field(default_factory=list)
+    imports: list[str] = field(default_factory=list)
+    functions: list[str] = field(default_factory=list)
+    classes: list[str] = field(default_factory=list)
+    unreadable: str = ""              # why the opcodes could not all be read, if so
+
+    def modules(self) -> dict[str, list[str]]:
+        """Names looked up per module (``current_module`` spelling), sorted."""
+        out: dict[str, set[str]] = {}
+        for g in self.globals:
+            out.setdefault(current_module(g.module), set()).add(g.name)
+        for m in self.imports:
+            out.setdefault(m, set())
+        return {m: sorted(out[m]) for m in sorted(out)}
+
+
+def pickle_code(data: bytes) -> PickleCode:
+    """Read a pickle's opcodes (``pickletools.genops``; nothing is unpickled) for the
+    code it refers to.  The pickle stack is followed only as far as naming needs:
+    strings, the memo, and GLOBAL / STACK_GLOBAL / INST lookups."""
+    code = PickleCode()
+    try:
+        ops = [(op.name, arg) for op, arg, _pos in pickletools.genops(data)]
+    except Exception as e:       # truncated or malformed: list what could be read
+        code.unreadable = f"{type(e).__name__}: {e}"
+        ops = []
+        try:
+            for op, arg, _pos in pickletools.genops(data):
+                ops.append((op.name, arg))
+        except Exception:
+            pass
+    # the two names each STACK_GLOBAL consumes are not arguments of anything else
+    consumed: set[int] = set()
+    for g, (name, _) in enumerate(ops):
+        if name == "STACK_GLOBAL":
+            j, need = g - 1, 2
+            while j >= 0 and need:
+                if ops[j][0] not in _PUTS and ops[j][0] != "MEMOIZE":
+                    consumed.add(j)
+                    need -= 1
+                j -= 1
+    seen: set[Global] = set()
+    stack: list[object] = []          # strings, Globals, or None for anything else
+    memo: dict[int, object] = {}
+    helper: Global | None = None      # the cloudpickle helper whose arguments come next
+
+    def found(g: Global) -> Global:
+        if g not in seen:
+            seen.add(g)
+            code.globals.append(g)
+        return g
+
+    for k, (name, arg) in enumerate(ops):
+        if name in _STRINGS:
+            stack.append(arg)
+        elif name in _GETS:
+            stack.append(memo.get(arg))
+        elif name == "MEMOIZE":
+            memo[len(memo)] = stack[-1] if stack else None
+            continue
+        elif name in _PUTS:
+            memo[arg] = stack[-1] if stack else None
+            continue
+        elif name in ("GLOBAL", "INST"):
+            mod, _, attr = str(arg).partition(" ")
+            stack.append(found(Global(mod, attr)))
+        elif name == "STACK_GLOBAL":
+            attr_o = stack.pop() if stack else None
+            mod_o = stack.pop() if stack else None
+            if isinstance(mod_o, str) and isinstance(attr_o, str):
+                stack.append(found(Global(mod_o, attr_o)))
+            else:
+                stack.append(None)
+                code.unreadable = "a global whose module or name is computed"
+        elif name in _SILENT:
+            continue
+        else:
+            stack.append(None)
+        if k in consumed:
+            continue
+        top = stack[-1]
+        if isinstance(top, Global):
+            if top.module in _CLOUDPICKLE and top.name in _HELPERS:
+                helper = top
+            continue        # e.g. the type a by-value class is made with
+        if isinstance(top, str) and len(stack) >= 2 and stack[-2] == "__qualname__":
+            code.functions.append(top)
+        elif helper is not None:
+            if isinstance(top, str):
+                if helper.name == "_make_skeleton_class":
+                    code.classes.append(top)
+                elif top not in code.imports:
+                    code.imports.append(top)
+            helper = None
+    return code

@@ -1,0 +1,250 @@
+"""Signed runs: a store is data until its user trusts its code.
+
+A run's ``workflow.pkl`` is code (unpickling it can run anything), and so is
+the workflow module a trace re-imports when the pickle fails.  SubZero loads
+either only for runs it can prove were written — or explicitly accepted — by
+this user, as Jupyter does for notebooks: every run is signed at commit with an
+HMAC-SHA256 under a secret key kept per user *outside* the store, and loading a
+run's operators checks the signature first.  A store from elsewhere, a tampered
+run, or one written before signing existed does not verify; such a run stays
+readable as data (runs, arrays, traces answered from stored lineage) and
+``subzero trust`` re-signs it once its user has looked at what it runs.
+
+What is signed is one canonical record: the sha256 of ``workflow.pkl`` (or
+that there is none) and every catalog field that steers a trace or a code
+load — run id, workflow name, source module, parameters, inputs, engine,
+status, operators (name, class, inputs, strategies, shape) and arrays (name,
+kind, shape, dtype).  Timings and statistics are left out: they change no
+answer.  The signature lives in ``runs/<id>/signature`` beside what it
+covers; without the key it cannot be forged.
+
+The key is 32 random bytes, hex, in ``$SUBZERO_CONFIG_DIR/key``, else
+``$XDG_CONFIG_HOME/subzero/key``, else ``~/.config/subzero/key``; it is
+created on first signing with mode 0600 in a 0700 folder.  Everything here is
+plain functions over plain data: no state is kept between calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from subzero.errors import StoreError, warn
+
+#: Environment variable naming the folder that holds the key (tests, CI, shared setups).
+CONFIG_ENV = "SUBZERO_CONFIG_DIR"
+KEY_FILE = "key"
+#: The signature's file name inside a run's folder.
+SIGNATURE_FILE = "signature"
+#: The workflow pickle's file name inside a run's folder (as storage.pickles writes it).
+PAYLOAD_FILE = "workflow.pkl"
+_FORMAT = 1
+_ALGORITHM = "hmac-sha256"
+
+
+class UntrustedRun(StoreError):
+    """A step needs a run's code (its pickled operators or workflow module), and the
+    run's signature does not verify with this user's key."""
+
+
+# -- the key --------------------------------------------------------------------------------
+def config_dir() -> Path:
+    """Where this user's SubZero key lives (see the module docstring)."""
+    given = os.environ.get(CONFIG_ENV)
+    if given:
+        return Path(given).expanduser()
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".config"
+    return base / "subzero"
+
+
+def key_path() -> Path:
+    return config_dir() / KEY_FILE
+
+
+def load_key(create: bool = False) -> bytes | None:
+    """This user's signing key; with ``create``, made on first use (0600 in a 0700
+    folder), else None when there is none yet.  Raises StoreError naming the file
+    when it cannot be read or made."""
+    path = key_path()
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        if not create:
+            return None
+        return _create_key(path)
+    except OSError as e:
+        raise StoreError(f"cannot read the SubZero signing key {path}: {e.strerror or e}") from None
+    return _parse_key(path, text)
+
+
+def _parse_key(path: Path, text: str) -> bytes:
+    try:
+        key = bytes.fromhex(text.strip())
+    except ValueError:
+        key = b""
+    if len(key) < 16:
+        raise StoreError(f"the SubZero signing key {path} is malformed; delete it to make a new "
+                         f"one (runs signed with it then need `subzero trust` again)")
+    try:
+        if os.stat(path).st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            warn(f"the SubZero signing key {path} can be read by other users, who could then "
+                 f"make stores that run code here; restrict it with `chmod 600 {path}`")
+    except OSError:
+        pass
+    return key
+
+
+def _create_key(path: Path) -> bytes:
+    """A new key, written so that two processes making one at once agree on it: the
+    key is written to a private temporary file and linked into place, which fails
+    if another process got there first (whose key is then used)."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass                       # another process made it first: use theirs
+            except OSError:                # a file system without hard links
+                if not path.exists():
+                    os.rename(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return _parse_key(path, path.read_text())
+    except OSError as e:
+        raise StoreError(f"cannot create the SubZero signing key {path}: {e.strerror or e} "
+                         f"(set {CONFIG_ENV} to a private folder SubZero may write)") from None
+
+
+def key_id(key: bytes) -> str:
+    """A short public name of a key (a hash of it): tells "signed by another key" from
+    "changed since it was signed" without revealing the key."""
+    return hashlib.sha256(b"subzero key id\0" + key).hexdigest()[:16]
+
+
+# -- what is signed ------------------------------------------------------------------------
+def run_record(catalog, run_id: int, payload: bytes | None, status: str) -> dict[str, Any]:
+    """The signed record of a run: its catalog fields that steer traces and code loads,
+    and the sha256 of its workflow pickle (``payload``; None when it has none).
+    ``status`` is the run's status (signing happens just before it turns complete)."""
+    row = catalog.get_run(run_id)
+    return {
+        "format": _FORMAT,
+        "run": {"id": row.id, "workflow": row.workflow, "source": row.source,
+                "params": row.params, "inputs": row.inputs, "engine": row.engine,
+                "status": status},
+        "ops": [{"name": o["name"], "class": o["class"], "inputs": o["inputs"],
+                 "strategies": o["strategies"], "shape": o["shape"]} for o in catalog.ops(run_id)],
+        "arrays": [{"name": n, "kind": a["kind"], "shape": list(a["shape"]), "dtype": a["dtype"]}
+                   for n, a in catalog.arrays(run_id).items()],
+        "payload_sha256": None if payload is None else hashlib.sha256(payload).hexdigest(),
+    }
+
+
+def canonical(record: dict[str, Any]) -> bytes:
+    """One byte string per record (sorted keys, no spaces): what the HMAC covers."""
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), default=str).encode()
+
+
+def signature_of(key: bytes, record: dict[str, Any]) -> str:
+    return hmac.new(key, canonical(record), hashlib.sha256).hexdigest()
+
+
+def read_payload(folder: Path) -> bytes | None:
+    """The run's workflow pickle, None when it has none."""
+    try:
+        return (Path(folder) / PAYLOAD_FILE).read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def write_signature(folder: Path, key: bytes, record: dict[str, Any]) -> None:
+    """Sign ``record`` into ``folder/signature`` (atomically: a reader sees the old
+    signature or the new one)."""
+    doc = {"format": _FORMAT, "algorithm": _ALGORITHM, "key_id": key_id(key),
+           "signature": signature_of(key, record)}
+    path = Path(folder) / SIGNATURE_FILE
+    tmp = path.with_name(f".{SIGNATURE_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+    try:
+        tmp.write_text(json.dumps(doc) + "\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"cannot write the signature of run {record['run']['id']} to {path}: "
+                         f"{e.strerror or e}") from None
+
+
+def sign_run(catalog, run_id: int, folder: Path, status: str = "complete") -> None:
+    """Sign a run as it is committed (``folder`` holds its workflow pickle, if any);
+    creates this user's key on first use."""
+    key = load_key(create=True)
+    assert key is not None
+    write_signature(folder, key, run_record(catalog, run_id, read_payload(folder), status))
+
+
+# -- verifying -------------------------------------------------------------------------------
+TRUSTED, UNSIGNED, OTHER_KEY, MODIFIED = "trusted", "unsigned", "other key", "modified"
+
+_WHY = {
+    UNSIGNED: "it carries no signature (written elsewhere, or by a SubZero before runs were "
+              "signed)",
+    OTHER_KEY: "it was signed with another user's key (a store from elsewhere)",
+    MODIFIED: "its operators or catalog entry changed since it was signed",
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a run's code may be loaded, and the exact pickle bytes that were
+    verified (load those, not the file again: it could change in between)."""
+
+    state: str
+    payload: bytes | None = field(default=None, repr=False)
+
+    @property
+    def trusted(self) -> bool:
+        return self.state == TRUSTED
+
+    @property
+    def why(self) -> str:
+        """Why the run is not trusted, in a user's words ("" when it is)."""
+        return _WHY.get(self.state, "")
+
+
+def verify_run(catalog, row, folder: Path) -> Verdict:
+    """Check a run's signature against this user's key (never creates the key)."""
+    payload = read_payload(folder)
+    try:
+        doc = json.loads((Path(folder) / SIGNATURE_FILE).read_text())
+        sig, kid = str(doc["signature"]), str(doc["key_id"])
+        if doc.get("algorithm") != _ALGORITHM:
+            return Verdict(UNSIGNED, payload)
+    except (OSError, ValueError, KeyError, TypeError):
+        return Verdict(UNSIGNED, payload)
+    key = load_key(create=False)
+    if key is None or not hmac.compare_digest(kid, key_id(key)):
+        return Verdict(OTHER_KEY, payload)
+    want = signature_of(key, run_record(catalog, row.id, payload, row.status))
+    return Verdict(TRUSTED if hmac.compare_digest(sig, want) else MODIFIED, payload)
+
+
+def untrusted_message(store: Path, run_id: int, verdict: Verdict) -> str:
+    """What to tell a user whose step needs the code of an untrusted run: why it is not
+    trusted and the one command that trusts it."""
+    return (f"run {run_id} of store {store} is not trusted: {verdict.why}, so SubZero will not "
+            f"load its code; look at what it runs and trust it with "
+            f"`subzero trust {store} --run {run_id}`")
