@@ -1,4 +1,4 @@
-"""``subzero`` command line: run, trace, optimize, runs, show.
+"""``subzero`` command line: run, trace, optimize, runs, show, trust.
 
 Every command reads ``--store DIR`` (default ./.subzero), prints user errors
 as one line on stderr with exit status 2, and offers ``--json``.
@@ -263,18 +263,24 @@ def cmd_runs(a) -> int:
     store = open_store(a.store, create=False)
     try:
         rows = store.runs()
+        trust = {r.id: store.verdict(r).state for r in rows if r.status == "complete"}
         if a.json:
-            print(json.dumps([r.__dict__ for r in rows], default=str))
+            print(json.dumps([{**r.__dict__, "trust": trust.get(r.id)} for r in rows], default=str))
             return 0
         if not rows:
             print("no runs yet")
             return 0
-        print(f"{'id':>5}  {'status':<11} {'workflow':<16} {'started':<19}  {'duration':>8}")
+        print(f"{'id':>5}  {'status':<11} {'workflow':<16} {'started':<19}  {'duration':>8}  "
+              f"{'trust':<9}")
         for r in rows:
             t = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started))
             dur = f"{r.ended - r.started:.1f}s" if r.ended else "-"
             err = f"  ({r.error})" if r.error and r.status != "complete" else ""
-            print(f"{r.id:>5}  {r.status:<11} {r.workflow:<16} {t}  {dur:>8}{err}")
+            print(f"{r.id:>5}  {r.status:<11} {r.workflow:<16} {t}  {dur:>8}  "
+                  f"{trust.get(r.id, '-'):<9}{err}")
+        if any(v != "trusted" for v in trust.values()):
+            print(f"runs not trusted are data: traces that need their code stop; see "
+                  f"`subzero trust {store.path}`")
     finally:
         store.close()
     return 0
@@ -292,6 +298,11 @@ def cmd_show(a) -> int:
         arrays = store.catalog.arrays(row.id)
         print(f"run {row.id}: workflow {row.workflow} ({row.source or 'in-process'}), {row.status}"
               + (f": {row.error}" if row.error else ""))
+        if row.status == "complete":
+            verdict = store.verdict(row)
+            print("  trusted: its code (operators) may be loaded" if verdict.trusted else
+                  f"  NOT trusted: {verdict.why}; traces answer only from stored lineage "
+                  f"(trust it with `subzero trust {store.path} --run {row.id}`)")
         for k, v in row.inputs.items():
             shape = arrays.get(k, {}).get("shape")
             where = f"shape {tuple(shape)}" if shape is not None else f"not stored (the run is {row.status})"
@@ -308,12 +319,88 @@ def cmd_show(a) -> int:
     return 0
 
 
+def cmd_trust(a) -> int:
+    """Show what code runs contain, ask, and sign them with this user's key."""
+    from subzero.api import open_store
+    where = a.store_dir or a.store
+    store = open_store(where, create=False)
+    try:
+        if a.run is not None:
+            rows = [store.catalog.get_run(a.run)]
+            if rows[0].status != "complete":
+                raise SubZeroError(f"run {rows[0].id} did not complete ({rows[0].status}); only a "
+                                   f"complete run has code to trust")
+        else:
+            rows = [r for r in store.runs() if r.status == "complete" and not store.verdict(r).trusted]
+        codes = [store.code_of(r) for r in rows]
+        if not codes:
+            if a.json:
+                print(json.dumps({"runs": [], "trusted": []}))
+            else:
+                print(f"every complete run of {where} is trusted already")
+            return 0
+        if not a.json:
+            for c in codes:
+                _print_code(c)
+        if not a.yes:
+            if a.json or not (sys.stdin.isatty() and sys.stderr.isatty()):
+                raise SubZeroError("trusting needs a confirmation: read what the runs contain "
+                                   "(above, or `subzero trust` on a terminal) and pass --yes")
+            ids = ", ".join(str(c["run_id"]) for c in codes)
+            print(f"Trust run{'s' if len(codes) > 1 else ''} {ids} of {where}? Their code will run "
+                  f"on this machine when traces need it. [y/N] ", end="", file=sys.stderr, flush=True)
+            if input().strip().lower() not in ("y", "yes"):
+                print("nothing trusted")
+                return EXIT_USER
+        done: list[int] = []
+        for c in codes:
+            done += store.trust(c["run_id"], payloads={c["run_id"]: c["payload_sha256"]})
+        if a.json:
+            print(json.dumps({"runs": codes, "trusted": done}))
+        else:
+            print(f"trusted run{'s' if len(done) > 1 else ''} {', '.join(map(str, done))}: signed "
+                  f"with your key ({_key_path()})")
+    finally:
+        store.close()
+    return 0
+
+
+def _key_path() -> str:
+    from subzero.storage.trust import key_path
+    return str(key_path())
+
+
+def _print_code(c: dict) -> None:
+    """What one run would load, read from its files without loading anything."""
+    from subzero.storage.pickles import risky
+    state = "trusted" if c["trust"] == "trusted" else f"not trusted: {c['why']}"
+    print(f"run {c['run_id']} (workflow {c['workflow']}; {state})")
+    print("  operators: " + (", ".join(f"{o['name']} ({o['class']})" for o in c["operators"])
+                             or "(none)"))
+    if not c["pickle"]:
+        print("  no workflow.pkl: its code is the module it re-imports")
+    else:
+        if c["classes"] or c["functions"]:
+            print(f"  code stored inside workflow.pkl (runs when it loads): classes "
+                  f"{', '.join(c['classes']) or '(none)'}; {len(c['functions'])} functions")
+        print("  workflow.pkl imports:")
+        for mod, names in c["modules"].items():
+            flagged = [n for n in names if risky(mod, n)] or ([mod] if risky(mod, "") else [])
+            note = "   <- can run commands or load code" if flagged else ""
+            print(f"    {mod}: {', '.join(names) if names else '(module)'}{note}")
+        if c["unreadable"]:
+            print(f"  (could not read all of it: {c['unreadable']})")
+    if c["source"]:
+        print(f"  re-imports {c['source']} when workflow.pkl cannot be loaded")
+
+
 def _run_json(store, run_id: int) -> dict:
     """One run as `run --json` and `show --json` print it: the catalog's run row,
     its operators, arrays, strategy statistics and downgrades (``run_id`` and
     ``workflow`` repeat the row's id and workflow at the top, for scripts)."""
     row = store.catalog.get_run(run_id)
     return {"run_id": row.id, "workflow": row.workflow, "run": row.__dict__,
+            "trust": store.verdict(row).state if row.status == "complete" else None,
             "ops": store.catalog.ops(row.id), "arrays": store.catalog.arrays(row.id),
             "strategies": store.catalog.strategy_stats(row.id),
             "downgrades": store.catalog.downgrades(row.id)}
@@ -401,6 +488,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("run", nargs="?", default="latest", help="run id or 'latest'")
     common(s)
     s.set_defaults(fn=cmd_show, command_parser=s)
+
+    tr = sub.add_parser("trust", help="show the code of runs from elsewhere and trust them",
+                        description="A run is trusted when its signature verifies with your key "
+                                    "(made by you, or trusted here before); only then may traces "
+                                    "load its code. This lists what code the runs contain (read "
+                                    "without running it), asks, and signs them with your key.")
+    tr.add_argument("store_dir", nargs="?", metavar="STORE", help="store directory (default: --store)")
+    tr.add_argument("--run", metavar="N", help="only this run (default: every run not trusted yet)")
+    tr.add_argument("--yes", action="store_true", help="do not ask (after reading the listing)")
+    common(tr)
+    tr.set_defaults(fn=cmd_trust, command_parser=tr)
     return p
 
 

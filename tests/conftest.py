@@ -10,6 +10,18 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = str(ROOT / "workflows" / "example.py")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def signing_key_dir(tmp_path_factory):
+    """Tests sign their runs with a key of their own, never the real user's
+    (``~/.config/subzero/key``): $SUBZERO_CONFIG_DIR points at a folder made for this
+    session (subprocesses such as the `shell` fixture's inherit it)."""
+    from subzero.storage.trust import CONFIG_ENV
+    folder = tmp_path_factory.mktemp("subzero-config")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(CONFIG_ENV, str(folder))
+        yield folder
+
+
 @pytest.fixture
 def store(tmp_path):
     import subzero

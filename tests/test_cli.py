@@ -182,8 +182,9 @@ def test_runs_lists_under_a_header_row(cli, wfdir):
     assert cli("run", EXAMPLE, "--store", st)[0] == 0
     code, out, _ = cli("runs", "--store", st)
     header, row = out.splitlines()
-    assert header.split() == ["id", "status", "workflow", "started", "duration"]
-    assert row.split()[:3] == ["1", "complete", "example"]
+    assert header.split() == ["id", "status", "workflow", "started", "duration", "trust"]
+    assert row.split()[:3] == ["1", "complete", "example"] and row.split()[-1] == "trusted"
+    assert header.index("trust") == row.index("trusted")
     assert header.index("status") == row.index("complete")      # the columns line up
 
 
@@ -205,13 +206,15 @@ def test_run_json_and_show_json_print_one_run_object(cli, tmp_path):
     code, out, _ = cli("show", "1", "--store", st, "--json")
     shown = json.loads(out)
     assert set(ran) == set(shown) == {"run_id", "workflow", "run", "ops", "arrays", "strategies",
-                                      "downgrades"}
+                                      "downgrades", "trust"}
+    assert ran["trust"] == shown["trust"] == "trusted"
     assert ran["run_id"] == shown["run"]["id"] == 1 and ran["workflow"] == "example"
     assert set(ran["run"]) == set(shown["run"]) and ran["ops"] == shown["ops"]
     assert shown["run"]["status"] == "complete"            # run --json shows the finished run
 
 
-@pytest.mark.parametrize("cmd", [["trace"], ["run", EXAMPLE], ["optimize", EXAMPLE], ["runs"], ["show"]])
+@pytest.mark.parametrize("cmd", [["trace"], ["run", EXAMPLE], ["optimize", EXAMPLE], ["runs"], ["show"],
+                                 ["trust"]])
 def test_an_unknown_flag_shows_the_sub_command_usage(cli, capsys, cmd):
     with pytest.raises(SystemExit) as e:
         cli(*cmd, "--bogus")

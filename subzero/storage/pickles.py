@@ -200,3 +200,21 @@ def pickle_code(data: bytes) -> PickleCode:
                     code.imports.append(top)
             helper = None
     return code
+
+
+#: Modules whose functions can run commands, load code or reach the network: a pickle
+#: of a workflow has no business calling them (shown by `subzero trust`, as a hint only).
+_RISKY_MODULES = {"os", "posix", "nt", "subprocess", "shutil", "sys", "importlib", "socket",
+                  "ctypes", "pty", "runpy", "code", "codeop", "marshal", "pickle", "_pickle",
+                  "webbrowser", "multiprocessing", "signal", "urllib", "http", "ftplib", "asyncio"}
+_RISKY_BUILTINS = {"eval", "exec", "compile", "__import__", "open", "getattr", "setattr",
+                   "delattr", "globals", "locals", "vars", "breakpoint", "input"}
+
+
+def risky(module: str, name: str) -> bool:
+    """Whether a looked-up global can run commands or code by itself (a hint for the
+    reader of ``subzero trust``: any code can do harm, flagged or not)."""
+    head = module.partition(".")[0]
+    if head in ("builtins", "__builtin__"):
+        return name in _RISKY_BUILTINS
+    return head in _RISKY_MODULES
