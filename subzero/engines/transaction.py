@@ -4,10 +4,11 @@ A run is atomic.  :meth:`RunTransaction.begin` records it ``running`` in the
 catalog and gives it the folder ``runs/<id>.partial`` to write into;
 :meth:`~RunTransaction.commit` saves ``workflow.pkl``, records arrays,
 operators, strategy statistics and disk-budget downgrades in one catalog
-transaction, signs the run with this user's key (``storage.trust``), renames the folder to ``runs/<id>`` and only then marks the run
-complete; :meth:`~RunTransaction.fail` marks it failed with the error (an
-operator's message names the operator; Ctrl-C says ``interrupted``) and removes
-its folders.  Used as a context manager, any exception fails the run.  A process
+transaction, signs the run with this user's key (``storage.trust``), renames
+the folder to ``runs/<id>`` and only then marks the run complete;
+:meth:`~RunTransaction.fail` marks it failed with the error (an operator's
+message names the operator; Ctrl-C says ``interrupted``) and removes its
+folders.  Used as a context manager, any exception fails the run.  A process
 killed mid-run leaves the row ``running`` with a dead pid, which the catalog
 reports as ``interrupted``: never complete.
 

@@ -6,6 +6,10 @@ Operators defined in workflow files loaded by path live in made-up modules
 pickled by value.  Runs written before SubZero had one import namespace name
 their classes ``subzero.cells``, ``operators.elementwise`` and so on; reading
 maps those names to where the classes live now.
+
+A pickle is code: :func:`load_workflow_pickle` is called only for runs whose
+signature verifies (``storage.trust``).  :func:`pickle_code` tells a user what a
+pickle would import and define by reading its opcodes, without loading it.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import pickletools
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import cloudpickle
 
@@ -126,6 +131,7 @@ def pickle_code(data: bytes) -> PickleCode:
     code it refers to.  The pickle stack is followed only as far as naming needs:
     strings, the memo, and GLOBAL / STACK_GLOBAL / INST lookups."""
     code = PickleCode()
+    ops: list[tuple[str, Any]]
     try:
         ops = [(op.name, arg) for op, arg, _pos in pickletools.genops(data)]
     except Exception as e:       # truncated or malformed: list what could be read

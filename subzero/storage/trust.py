@@ -37,14 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from subzero.errors import StoreError, warn
+from subzero.storage.pickles import FILE as PICKLE_FILE
 
 #: Environment variable naming the folder that holds the key (tests, CI, shared setups).
 CONFIG_ENV = "SUBZERO_CONFIG_DIR"
 KEY_FILE = "key"
 #: The signature's file name inside a run's folder.
 SIGNATURE_FILE = "signature"
-#: The workflow pickle's file name inside a run's folder (as storage.pickles writes it).
-PAYLOAD_FILE = "workflow.pkl"
 _FORMAT = 1
 _ALGORITHM = "hmac-sha256"
 
@@ -167,7 +166,7 @@ def signature_of(key: bytes, record: dict[str, Any]) -> str:
 def read_payload(folder: Path) -> bytes | None:
     """The run's workflow pickle, None when it has none."""
     try:
-        return (Path(folder) / PAYLOAD_FILE).read_bytes()
+        return (Path(folder) / PICKLE_FILE).read_bytes()
     except FileNotFoundError:
         return None
 
