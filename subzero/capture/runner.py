@@ -44,10 +44,10 @@ def told_output_shape(op, in_shapes) -> tuple[tuple[int, ...] | None, bool]:
     validate lineage -- shape-changing operators need not declare anything
     to write lineage."""
     try:
-        shape = op.output_shape(*in_shapes)
-    except Exception:
+        told = op.output_shape(*in_shapes)
+        shape = tuple(int(x) for x in told) if told is not None else None
+    except Exception:          # a declaration that fails is no declaration
         shape = None
-    shape = tuple(int(x) for x in shape) if shape is not None else None
     declared = type(op).output_shape is not Operator.output_shape
     return shape, not declared or shape is None
 
