@@ -8,7 +8,9 @@ payload (``radius``: a window around each output cell projected onto the
 input; ``bbox``: the bounding box of *all* the pair's projected output cells,
 which only works if ``map_p`` receives every output cell of the pair at once).
 
-:class:`SpecOp` turns a spec into a deterministic operator: in FULL mode it
+:class:`SpecOp` turns a spec into a deterministic operator (declaring its
+output shape; :class:`UndeclaredSpecOp` does not, so SubZero learns the output
+shape -- often of another rank than the inputs -- only when ``run`` returns): in FULL mode it
 writes every pair as a region pair (payload pairs resolved with its own
 ``map_p``); in PAY/COMP mode it writes every pair as a payload pair (explicit
 pairs encoded into the payload).  So FULL and PAY lineage of one spec mean the
@@ -60,6 +62,7 @@ class OpSpec:
     default: tuple | None = None                        # (kind, offsets per input) for map ops
     check_modes: bool = True                            # emit only the modes ctx asks for
     batched: bool = False                               # map_p_batched
+    declared: bool = True                               # the op defines output_shape
 
     @property
     def n_inputs(self) -> int:
@@ -141,8 +144,9 @@ def _as_style(cells: np.ndarray, style: int):
     return cells
 
 
-class SpecOp(Operator):
-    """Deterministic operator whose lineage is fixed by its spec."""
+class UndeclaredSpecOp(Operator):
+    """Deterministic operator whose lineage is fixed by its spec; like most user
+    operators it does not define ``output_shape``."""
 
     def __init__(self, spec: OpSpec):
         self.spec = spec
@@ -159,9 +163,6 @@ class SpecOp(Operator):
         for name in self.spec.modes:
             m.add(Mode(name))
         return m
-
-    def output_shape(self, *input_shapes):
-        return self.spec.out_shape
 
     def run(self, ctx, *inputs):
         spec = self.spec
@@ -318,18 +319,35 @@ class SpecOp(Operator):
             ctx.lwrite_groups(out, lab, payload=payload)
 
 
-class MapSpecOp(SpecOp):
-    """A SpecOp with a default relation (identity, clipped shift or cyclic roll)."""
+class SpecOp(UndeclaredSpecOp):
+    """A spec operator that declares its output shape."""
+
+    def output_shape(self, *input_shapes):
+        return self.spec.out_shape
+
+
+class _Mapped:
+    """A default relation (identity, clipped shift or cyclic roll)."""
 
     def map_b(self, cells, i, ctx):
-        return self._shift(cells, i, -1)
+        return self._shift(cells, i, -1)     # type: ignore[attr-defined]
 
     def map_f(self, cells, i, ctx):
-        return self._shift(cells, i, +1)
+        return self._shift(cells, i, +1)     # type: ignore[attr-defined]
 
 
-def make_op(spec: OpSpec) -> SpecOp:
-    return MapSpecOp(spec) if spec.has_mapping else SpecOp(spec)
+class MapSpecOp(_Mapped, SpecOp):
+    """A SpecOp with a default relation."""
+
+
+class UndeclaredMapSpecOp(_Mapped, UndeclaredSpecOp):
+    """An UndeclaredSpecOp with a default relation."""
+
+
+def make_op(spec: OpSpec) -> UndeclaredSpecOp:
+    if spec.declared:
+        return MapSpecOp(spec) if spec.has_mapping else SpecOp(spec)
+    return UndeclaredMapSpecOp(spec) if spec.has_mapping else UndeclaredSpecOp(spec)
 
 
 # --------------------------------------------------------------------------- oracle

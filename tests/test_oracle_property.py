@@ -1,6 +1,8 @@
 """Property-based correctness oracle for lineage capture, storage and tracing.
 
-Hypothesis generates random shapes (1-4 dims), random operators (region pairs
+Hypothesis generates random shapes (1-4 dims), random operators (output shape
+and rank independent of the inputs', declared or -- like most user operators --
+not; region pairs
 written with every ``lwrite`` form, payload pairs whose ``map_p`` is a function
 of the pair's cells and payload, composite operators with a default mapping and
 payload exceptions, overlapping pairs) and random queries.  Every query is
@@ -184,7 +186,8 @@ def op_specs(draw, kind=None, in_shapes=None, out_shape=None, n_inputs=None):
     has_bbox = any(p.pkind == "bbox" for c in cs for p in c.pairs)
     batched = (not has_bbox) and draw(st.booleans())
     return OpSpec(out_shape, in_shapes, cs, frozenset(modes), default,
-                  check_modes=draw(st.booleans()), batched=batched)
+                  check_modes=draw(st.booleans()), batched=batched,
+                  declared=draw(st.booleans()))
 
 
 def queries(shape, max_n=12):
@@ -419,6 +422,9 @@ def run_workflow(store, specs: dict, arrays_in: dict, strategies: dict, inputs_o
 def describe(spec: OpSpec) -> None:
     """Hypothesis statistics (pytest --hypothesis-show-statistics)."""
     event(f"out ndim {len(spec.out_shape)}, {spec.n_inputs} input(s)")
+    if not spec.declared and spec.out_shape != spec.in_shapes[0]:
+        event("output shape undeclared and unlike input 0's"
+              + (" (another rank)" if len(spec.out_shape) != len(spec.in_shapes[0]) else ""))
     event(f"modes {'+'.join(sorted(spec.modes))}")
     n = spec.n_pairs()
     event("pairs: " + ("0" if n == 0 else "1-9" if n < 10 else "10-255" if n < 256 else ">=256"))

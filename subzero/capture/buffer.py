@@ -113,6 +113,11 @@ class LineageBuffer:
 
     # -- finishing -------------------------------------------------------------
     def _check(self, cells: np.ndarray, shape, side: str) -> None:
+        if cells.shape[1] != len(shape) and cells.shape[0]:
+            raise LineageError(
+                f"operator {self.op_name!r} wrote lineage for {side} cells of {cells.shape[1]} "
+                f"coordinates, e.g. {fmt_cell(cells[0])}, but its {side} has {len(shape)} "
+                f"dimensions (shape {tuple(shape)})")
         bad = first_out_of_bounds(cells, shape)
         if bad is not None:
             raise LineageError(

@@ -1,5 +1,14 @@
 """``ctx``: what an operator sees while it runs and when its mapping
-functions are called (shapes, requested lineage modes, ``lwrite``)."""
+functions are called (shapes, requested lineage modes, ``lwrite``).
+
+While an operator runs, its output shape is known only if the operator
+declares ``output_shape``; otherwise the engine passes a *guess* (the first
+input's shape) that is never trusted: lineage is interpreted without it and
+validated against the real output in :meth:`Context.finish`, after ``run``
+returns.  A ``lwrite`` whose output cells cannot be read without knowing the
+output's dimensions (a flat ``(a, b, ...)``: one cell of that many dimensions,
+or that many cells of a 1-D output) is kept as a copy and replayed then.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from subzero.capture.buffer import LineageBuffer, _ragged
+from subzero.capture.buffer import LineageBuffer, Pairs, _ragged
 from subzero.errors import LineageError
 from subzero.model.cells import as_cells
 from subzero.model.modes import Mode
@@ -20,16 +29,23 @@ class Context:
     ``modes`` is the set of lineage modes the run needs from this operator;
     an operator should skip lineage code for modes not in it.  ``lwrite``
     calls for modes that were not requested are dropped cheaply.
+
+    ``output_guessed``: ``output_shape`` is the engine's guess, not the
+    operator's declaration (see the module docstring); :meth:`finish` then
+    settles the real shape.
     """
 
     def __init__(self, name: str, operator, modes=frozenset(), input_shapes=(),
                  output_shape=None, buffer: LineageBuffer | None = None,
-                 tile_origin: Sequence[int] | None = None):
+                 tile_origin: Sequence[int] | None = None, output_guessed: bool = False):
         self.name = name
         self.operator = operator
         self.modes = frozenset(modes)
         self._input_shapes = [tuple(int(x) for x in s) for s in input_shapes]
-        self._output_shape = tuple(output_shape) if output_shape is not None else None
+        self._output_shape = tuple(int(x) for x in output_shape) if output_shape is not None else None
+        self._guessed = bool(output_guessed)
+        self._shape_read = False          # run() asked for ctx.output_shape
+        self._deferred: list[tuple] = []  # (method, args): lwrite calls replayed by finish()
         self.buffer = buffer
         self.lwrite_seconds = 0.0
         self._supported: set[Mode] | None = None
@@ -47,11 +63,44 @@ class Context:
 
     @property
     def output_shape(self) -> tuple[int, ...]:
+        """The output's shape.  Inside ``run`` it is the operator's declared
+        ``output_shape`` (or the first input's shape when it declares none:
+        :meth:`finish` then fails the run if the output came out different)."""
         if self._output_shape is None:
             raise LineageError(
                 f"operator {self.name!r}: the output shape is not known before run() returns; "
                 f"define output_shape(*input_shapes) on {type(self.operator).__name__}")
+        self._shape_read = True
         return self._output_shape
+
+    def finish(self, out_shape: Sequence[int]) -> tuple[Pairs | None, Pairs | None]:
+        """After ``run`` returned an output of ``out_shape``: check the shape
+        ``run`` was told, replay the deferred ``lwrite`` calls, then validate
+        and pack every buffered pair against the real shapes.  Returns (full
+        pairs, payload pairs), both None when nothing was captured."""
+        real = tuple(int(x) for x in out_shape)
+        told = self._output_shape
+        if self._shape_read and told is not None and (told or (1,)) != real:
+            cls = type(self.operator).__name__
+            why = (f"the first input's shape, assumed because {cls} does not define "
+                   f"output_shape(*input_shapes)" if self._guessed else
+                   f"from {cls}.output_shape")
+            raise LineageError(
+                f"operator {self.name!r} read ctx.output_shape {told} in run() ({why}), but "
+                f"returned an output of shape {real}; define output_shape(*input_shapes) "
+                f"to return {real}")
+        self._output_shape, self._guessed = real, False
+        deferred, self._deferred = self._deferred, []
+        if deferred:
+            t0 = time.perf_counter()
+            try:
+                for method, args in deferred:
+                    method(*args)
+            finally:
+                self.lwrite_seconds += time.perf_counter() - t0
+        if self.buffer is None:
+            return None, None
+        return self.buffer.finish(real, self._input_shapes)
 
     # -- lineage -----------------------------------------------------------------
     def _supports(self, mode: Mode) -> bool:
@@ -82,7 +131,10 @@ class Context:
         self._check_mode(is_pay)
         if self.buffer is None or not self._wanted(is_pay):
             return
-        out = self._cells(outcells, self._output_shape, "output")
+        out = self._out_cells(outcells)
+        if out is None:
+            self._defer(self._lwrite, outcells, incells, payload, each)
+            return
         n = len(out)
         if is_pay:
             buf = self.buffer
@@ -142,7 +194,10 @@ class Context:
         self._check_mode(is_pay)
         if self.buffer is None or not self._wanted(is_pay):
             return
-        out = self._cells(outcells, self._output_shape, "output")
+        out = self._out_cells(outcells)
+        if out is None:
+            self._defer(self._lwrite_groups, outcells, out_groups, ins, payload)
+            return
         g = np.asarray(out_groups).astype(np.int64, copy=False).ravel()
         if len(g) != len(out):
             raise LineageError(f"operator {self.name!r}: lwrite_groups got {len(g)} group labels "
@@ -211,8 +266,45 @@ class Context:
             return Mode.PAY in self.modes or Mode.COMP in self.modes
         return Mode.FULL in self.modes
 
+    def _out_cells(self, cells) -> np.ndarray | None:
+        """Output cells of one lwrite call as (N, ndim); None when the output's
+        dimensions are still unknown and a flat ``(a, b, ...)`` could mean
+        either one cell or several cells of a 1-D output (the call is then
+        deferred).  Bounds are checked in :meth:`LineageBuffer.finish`."""
+        if not self._guessed:
+            return self._cells(cells, self._output_shape, "output")
+        try:
+            arr = cells if isinstance(cells, np.ndarray) else np.asarray(cells)
+        except (ValueError, TypeError) as e:
+            raise LineageError(f"operator {self.name!r}: bad output cells in lwrite: {e}") from None
+        if arr.ndim == 1 and arr.shape[0] > 1 and arr.dtype != object:
+            return None
+        return self._cells(arr, None, "output")
+
+    def _defer(self, method, *args) -> None:
+        """Keep a copy of one call's arguments (the caller may reuse its arrays)
+        for :meth:`finish` to replay once the output shape is known."""
+        self._deferred.append((method, tuple(_snapshot(a) for a in args)))
+
     def _cells(self, cells, shape, side: str) -> np.ndarray:
         try:
             return as_cells(cells, len(shape) if shape is not None else None)
         except (ValueError, TypeError) as e:
             raise LineageError(f"operator {self.name!r}: bad {side} cells in lwrite: {e}") from None
+
+
+def _snapshot(x):
+    """A copy of an lwrite argument that later changes to the caller's objects
+    cannot reach (arrays copied, bytes-likes to bytes, containers rebuilt)."""
+    if isinstance(x, np.ndarray):
+        return x.copy()
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return bytes(x)
+    if isinstance(x, dict):
+        return {k: _snapshot(v) for k, v in x.items()}
+    if isinstance(x, (str, int, float, np.generic)) or x is None:
+        return x
+    try:
+        return [_snapshot(v) for v in x]
+    except TypeError:          # not iterable: lwrite reports it when replayed
+        return x

@@ -9,6 +9,7 @@ import xarray as xr
 from subzero.capture.buffer import LineageBuffer
 from subzero.capture.context import Context
 from subzero.errors import OperatorError, SubZeroError
+from subzero.model.operator import Operator
 from subzero.model.strategy import Strategy, modes_needed
 
 
@@ -36,6 +37,21 @@ def mapping_context(name: str, op, in_shapes, out_shape) -> Context:
     return Context(name, op, frozenset(), in_shapes, out_shape)
 
 
+def told_output_shape(op, in_shapes) -> tuple[tuple[int, ...] | None, bool]:
+    """(the output shape ``run`` is told as ``ctx.output_shape``, whether it is
+    only a guess).  An operator's own ``output_shape`` is a declaration; the
+    base class's (the first input's shape) is a guess, never used to read or
+    validate lineage -- shape-changing operators need not declare anything
+    to write lineage."""
+    try:
+        told = op.output_shape(*in_shapes)
+        shape = tuple(int(x) for x in told) if told is not None else None
+    except Exception:          # a declaration that fails is no declaration
+        shape = None
+    declared = type(op).output_shape is not Operator.output_shape
+    return shape, not declared or shape is None
+
+
 def run_operator(name: str, op, inputs: list, strategies: tuple[Strategy, ...],
                  capture: bool = True):
     """Run one operator and capture its lineage in memory.
@@ -45,13 +61,10 @@ def run_operator(name: str, op, inputs: list, strategies: tuple[Strategy, ...],
     """
     in_shapes = [shape_of(x) for x in inputs]
     modes = modes_needed(strategies) if capture else frozenset()
-    try:
-        declared = op.output_shape(*in_shapes)
-    except Exception:
-        declared = None
-    buf = LineageBuffer(name, len(inputs), len(declared) if declared else None,
+    declared, guessed = told_output_shape(op, in_shapes)
+    buf = LineageBuffer(name, len(inputs), None if guessed or declared is None else len(declared),
                         [len(s) for s in in_shapes]) if modes else None
-    ctx = Context(name, op, modes, in_shapes, declared, buf)
+    ctx = Context(name, op, modes, in_shapes, declared, buf, output_guessed=guessed)
     try:
         out = op.run(ctx, *inputs)
     except SubZeroError:
@@ -60,7 +73,5 @@ def run_operator(name: str, op, inputs: list, strategies: tuple[Strategy, ...],
         raise OperatorError(f"operator {name!r} ({type(op).__name__}) failed: "
                             f"{type(e).__name__}: {e}") from e
     out = normalise_output(name, op, out)
-    full = pay = None
-    if buf is not None:
-        full, pay = buf.finish(shape_of(out), in_shapes)
+    full, pay = ctx.finish(shape_of(out))
     return out, full, pay, ctx

@@ -83,8 +83,11 @@ class Operator:
         """Shape of the output for given input shapes, when known before running.
 
         Only used for ``ctx.output_shape`` inside ``run``; None means unknown.
-        The default assumes the output has the first input's shape.  The engine
-        calls it with one positional shape tuple per input and no keywords.
+        The default guesses the first input's shape: lineage never relies on
+        it (it is checked against the real output once ``run`` returns), and
+        a run that read the guess in ``run`` fails if the output's shape
+        differs.  The engine calls it with one positional shape tuple per
+        input and no keywords.
 
         Why ``*Any, **Any``: type checkers read that signature as "any
         parameters", so an operator may override it with fixed arity
