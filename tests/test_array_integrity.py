@@ -17,7 +17,7 @@ from conftest import EXAMPLE
 import subzero
 from subzero.errors import StoreError
 from subzero.storage.arrays import ArrayStore
-from subzero.storage.chunks import SUMS, CorruptArray
+from subzero.storage.chunks import CorruptArray, sums_file
 
 
 @pytest.fixture
@@ -47,9 +47,15 @@ def test_every_chunk_checksummed_and_written(arrays):
     assert [c["name"] for c in meta["codecs"]] == ["bytes", "zstd", "crc32c"]
     chunks = [f for f in grid_files(p / "data") if f.startswith("c")]
     assert len(chunks) == 3 * 3                         # (10, 9) in 4x4 tiles: all of them
-    assert set(json.loads((p / SUMS).read_text())["metadata"]) == {"zarr.json", "data/zarr.json"}
+    assert set(json.loads(sums_file(p).read_text())["metadata"]) == {"zarr.json", "data/zarr.json"}
+    assert sums_file(p).name == "x.sums.json" and sums_file(p).parent == p.parent
     np.testing.assert_array_equal(arrays.read_value("x"), x)
     np.testing.assert_array_equal(arrays.read_region("x", (slice(3, 9), slice(0, 2))), x[3:9, :2])
+    assert arrays.checksummed("x")
+    with warnings.catch_warnings():        # still a plain Zarr group to xarray: nothing unknown in it
+        warnings.simplefilter("error")
+        got = xr.open_zarr(p, zarr_format=3, consolidated=False)["data"].values
+    np.testing.assert_array_equal(got, x)
 
 
 def labelled(arrays):
@@ -77,8 +83,9 @@ DAMAGE = {
                                 "is missing"),
     "garbled coordinate zarr.json": (lambda p: garble(p / "y/zarr.json", at=10), "metadata file",
                                      "y/zarr.json", "fails its checksum"),
-    "deleted checksum file": (lambda p: (p / SUMS).unlink(), "checksum file", SUMS, "is missing"),
-    "garbled checksum file": (lambda p: garble(p / SUMS, at=20), "checksum file", SUMS, "unreadable"),
+    "deleted checksum file": (lambda p: sums_file(p).unlink(), "checksum file", "img.sums.json", "is missing"),
+    "garbled checksum file": (lambda p: garble(sums_file(p), at=20), "checksum file", "img.sums.json",
+                              "unreadable"),
 }
 
 
@@ -145,7 +152,7 @@ def test_arrays_written_before_checksums_still_read(arrays):
     x = np.zeros((8, 8))
     x[:4, :4] = np.arange(16.0).reshape(4, 4)
     p = legacy_write(arrays, "old", x)
-    assert not (p / SUMS).exists()
+    assert not sums_file(p).exists() and not arrays.checksummed("old")
     np.testing.assert_array_equal(arrays.read_value("old"), x)
     np.testing.assert_array_equal(arrays.read_region("old", (slice(2, 6), slice(2, 6))), x[2:6, 2:6])
     garble(p / "data/c/0/0", at=8, n=8)              # no checksum: zstd finds it, we name it
@@ -155,8 +162,8 @@ def test_arrays_written_before_checksums_still_read(arrays):
 
 def test_checksummed_array_without_digest_file_is_damage_not_legacy(arrays):
     arrays.write("x", np.ones((3, 3)))
-    (arrays.path("x") / SUMS).unlink()
-    with pytest.raises(CorruptArray, match=r"checksum file .*subzero\.sums\.json is missing"):
+    sums_file(arrays.path("x")).unlink()
+    with pytest.raises(CorruptArray, match=r"checksum file .*arrays/x\.sums\.json is missing"):
         arrays.read_region("x", (slice(0, 1), slice(0, 1)))
 
 
@@ -211,7 +218,7 @@ def test_spark_region_written_array_is_checksummed(spark, store):
                     strategies={"stars": "blackbox"})
     p = run.dir / "arrays" / "smooth.zarr"             # a tile operator: written tile by tile
     meta = json.loads((p / "data" / "zarr.json").read_text())
-    assert "crc32c" in [c["name"] for c in meta["codecs"]] and (p / SUMS).exists()
+    assert "crc32c" in [c["name"] for c in meta["codecs"]] and sums_file(p).exists()
     assert len([f for f in grid_files(p / "data") if f.startswith("c")]) == 2 * 3
     want = run.array("smooth").values
     np.testing.assert_array_equal(ArrayStore(run.dir).read_region("smooth", (slice(0, 64), slice(0, 96))),
@@ -222,4 +229,4 @@ def test_spark_region_written_array_is_checksummed(spark, store):
         run.array("smooth")
     res = store.get(run.id).trace("calib", [(40, 10)], to="smooth")
     with pytest.raises(subzero.SubZeroError, match="smooth.zarr/data/c/1/0 is missing"):
-        res.values
+        np.asarray(res.values)

@@ -186,12 +186,12 @@ def verify_output(name: str, output: object, out_shape: tuple[int, ...],
     new = np.asarray(as_dataarray(output, name).values)
     why = ""
     if new.shape != tuple(out_shape):
-        why = f"its re-run output has shape {new.shape}, the stored output {tuple(out_shape)}"
+        why = f"shape {new.shape} instead of {tuple(out_shape)}"
     else:
         old = np.asarray(stored(region))
         new = new[region]
         if new.dtype != old.dtype:
-            why = f"its re-run output has dtype {new.dtype}, the stored output {old.dtype}"
+            why = f"dtype {new.dtype} instead of {old.dtype}"
         else:
             same = (new == old) | ((new != new) & (old != old)) if new.dtype.kind in "fc" \
                 else (new == old)
@@ -199,10 +199,10 @@ def verify_output(name: str, output: object, out_shape: tuple[int, ...],
             if not same.all():
                 first = np.argwhere(~same)[0]
                 cell = [int(a) + (s.start or 0) for a, s in zip(first, region)]
-                why = (f"at cell {fmt_cell(cell)} it gives {new[tuple(first)].item()!r}, "
-                       f"the stored output holds {old[tuple(first)].item()!r}")
+                why = (f"at cell {fmt_cell(cell)}: {new[tuple(first)].item()!r} instead of "
+                       f"{old[tuple(first)].item()!r}")
     if why:
         raise QueryError(f"operator {name!r} is not deterministic: its re-run output differs "
-                         f"from the stored output ({why}), so its re-computed lineage cannot be "
-                         f"trusted; declare it deterministic = False and store its lineage "
+                         f"from the stored output ({why}), so lineage recomputed by re-running it "
+                         f"cannot be trusted; declare it deterministic = False and store its lineage "
                          f"(e.g. --strategy {name}=full)")

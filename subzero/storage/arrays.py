@@ -26,6 +26,7 @@ from subzero.storage.chunks import (
     checksum_codecs,
     open_nodes,
     seal,
+    sums_file,
 )
 from subzero.tuning import DEFAULT_TILE
 
@@ -76,6 +77,11 @@ class ArrayStore:
         run = self.dir.parent.name
         run = run[:-len(".partial")] if run.endswith(".partial") else run
         return f"array {name!r} of run {run}"
+
+    def checksummed(self, name: str) -> bool:
+        """Whether the array records checksums (False for one written before they existed,
+        whose deleted chunks cannot be told from fill values)."""
+        return sums_file(self.path(name)).exists()
 
     def write(self, name: str, value) -> xr.DataArray:
         """Store an array (never overwrites); returns it as a DataArray."""

@@ -5,8 +5,10 @@ Every array node (the data array and its coordinate arrays) is written with a
 that zarr verifies before it decompresses.  Chunks that hold only the fill
 value are written too (``write_empty_chunks``): a chunk file that is missing
 therefore always means damage, where zarr alone would quietly read fill values.
-The ``zarr.json`` metadata files get a SHA-256 digest in a sidecar file
-(:data:`SUMS`) once the array's metadata is final, checked on every open.
+The ``zarr.json`` metadata files get a SHA-256 digest in a sidecar file beside
+the ``.zarr`` folder (:func:`sums_file`; inside it, zarr would warn about an
+unknown object to anyone opening the group) once the array's metadata is
+final, checked on every open.
 
 Arrays written before checksums existed (no sidecar, no ``crc32c`` codec) still
 read; only their undecodable chunks are reported, since a missing chunk of such
@@ -29,8 +31,8 @@ from pathlib import Path
 
 from subzero.errors import StoreError
 
-#: sidecar file in an array's ``.zarr`` folder: digests of its metadata files
-SUMS = "subzero.sums.json"
+#: suffix of the sidecar file beside an array's ``.zarr`` folder: its metadata digests
+SUMS = ".sums.json"
 SUMS_FORMAT = 1
 _CRC = "crc32c"
 
@@ -83,6 +85,11 @@ class ArrayNode:
         yield from itertools.product(*ranges)
 
 
+def sums_file(root: Path) -> Path:
+    """The digest file of the array stored at ``root`` (``x.zarr`` -> ``x.sums.json``)."""
+    return root.with_name(root.name.removesuffix(".zarr") + SUMS)
+
+
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -103,9 +110,10 @@ def seal(root: Path) -> None:
     meta = {rel: _digest((root / rel).read_bytes()) for rel in _metadata_files(root)}
     body = {"format": SUMS_FORMAT, "metadata": meta}
     body["digest"] = _digest(json.dumps(meta, sort_keys=True).encode())
-    tmp = root / (SUMS + ".tmp")
+    dest = sums_file(root)
+    tmp = dest.with_name(dest.name + ".tmp")
     tmp.write_text(json.dumps(body, indent=1, sort_keys=True))
-    os.replace(tmp, root / SUMS)
+    os.replace(tmp, dest)
 
 
 def _node(rel: str, meta: dict) -> ArrayNode:
@@ -125,7 +133,7 @@ def open_nodes(root: Path, label: str) -> dict[str, ArrayNode] | None:
     """Verify the metadata of the array stored at ``root`` against its digests and return
     its array nodes by path; None for an array written before checksums (nothing to
     verify).  ``label`` names the array and run in errors ("array 'x' of run 3")."""
-    sums_path = root / SUMS
+    sums_path = sums_file(root)
     try:
         raw = sums_path.read_bytes()
     except FileNotFoundError:
@@ -173,7 +181,7 @@ def _legacy_or_lost(root: Path, label: str) -> None:
     except (OSError, ValueError, AttributeError):
         raise CorruptArray(f"{label} is damaged: its metadata file {meta} is unreadable") from None
     if any(isinstance(c, dict) and c.get("name") == _CRC for c in codecs):
-        raise CorruptArray(f"{label} is damaged: its checksum file {root / SUMS} is missing")
+        raise CorruptArray(f"{label} is damaged: its checksum file {sums_file(root)} is missing")
 
 
 def check_present(root: Path, node: ArrayNode, region: tuple[slice, ...] | None,
