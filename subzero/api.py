@@ -36,7 +36,7 @@ from subzero.engines.progress import Progress, progress_for
 from subzero.engines.transaction import RunTransaction
 from subzero.errors import QueryError, StoreError, StrategyError, SubZeroError, WorkflowError
 from subzero.model.strategy import Strategy, check_supported, default_for, parse
-from subzero.model.workflow import Workflow, load_workflow
+from subzero.model.workflow import Workflow, check_reexecution, load_workflow
 from subzero.query.executor import Executor, RunView, TraceResult
 from subzero.storage.arrays import DEFAULT_TILE, ArrayStore
 from subzero.storage.budget import DiskBudget
@@ -83,6 +83,7 @@ def resolve_strategies(wf: Workflow, given: Mapping[str, Any] | None) -> dict[st
             strat = tuple(spec)
         check_supported(name, step.operator, strat)
         out[name] = strat
+    check_reexecution(wf, out)        # before the run begins: no failed run left behind
     return out
 
 

@@ -18,7 +18,7 @@ from subzero.engines.progress import Progress
 from subzero.engines.stats import ArrayInfo, OpStats, RunStats
 from subzero.errors import SubZeroError
 from subzero.model.strategy import Strategy
-from subzero.model.workflow import Workflow
+from subzero.model.workflow import Workflow, check_reexecution
 from subzero.storage.budget import DiskBudget
 from subzero.storage.lineage import LineageStore
 
@@ -36,6 +36,7 @@ def run_workflow(engine: Engine, wf: Workflow, inputs: Mapping[str, Any],
     ``profiler``, when given, is called after each operator with its input and output
     values (the optimizer's profiling mode measures lineage there); only an engine that
     holds the values in memory (local) can serve it."""
+    check_reexecution(wf, strategies)
     progress = progress if progress is not None else Progress()
     engine.load_inputs(wf, inputs)
     stats = RunStats(inputs=[ArrayInfo.of(name, v) for name, v in inputs.items()])

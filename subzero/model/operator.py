@@ -172,3 +172,19 @@ class Operator:
 
     def describe(self) -> str:
         return type(self).__name__
+
+
+def rerun_mode(op: Operator) -> Mode | None:
+    """The lineage mode a re-execution asks ``op`` for: the richest one it has.
+
+    COMP needs the fewest pairs (mapping functions cover the default), then
+    FULL, then PAY.  None means the operator has no lwrite lineage at all, so a
+    trace never re-runs it (its mapping functions or all-to-all answer)."""
+    modes = op.supported_modes()
+    if Mode.COMP in modes and op.has_mapping():
+        return Mode.COMP
+    if Mode.FULL in modes:
+        return Mode.FULL
+    if Mode.PAY in modes:
+        return Mode.PAY
+    return None

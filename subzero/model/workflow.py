@@ -14,12 +14,15 @@ import inspect
 import os
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from subzero.errors import WorkflowError
-from subzero.model.operator import Operator
+from subzero.errors import StrategyError, WorkflowError
+from subzero.model.modes import Mode
+from subzero.model.operator import Operator, rerun_mode
+from subzero.model.strategy import Strategy
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
@@ -154,6 +157,27 @@ class Workflow:
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, inputs={list(self.inputs)}, steps={list(self.steps)})"
+
+
+def check_reexecution(wf: Workflow, strategies: Mapping[str, tuple[Strategy, ...]]) -> None:
+    """Refuse, before anything runs, an operator declared not deterministic whose
+    strategies leave its traces to re-execution alone (blackbox, for an operator with
+    lineage a re-run would have to regenerate): every such trace would fail later.
+    Operators with no lwrite lineage are never re-run (mapping functions or all-to-all
+    answer), so any of them may be non-deterministic."""
+    for name, step in wf.steps.items():
+        op = step.operator
+        mode = rerun_mode(op)
+        strat = strategies.get(name, ())
+        if op.deterministic or mode is None or any(s.stored or s.mode is Mode.MAP for s in strat):
+            continue
+        if step.inputs and all(op.is_all_to_all(i) for i in range(len(step.inputs))):
+            continue
+        raise StrategyError(
+            f"operator {name!r} ({type(op).__name__}) is declared not deterministic, so its "
+            f"lineage cannot be recomputed by re-running it, but strategy "
+            f"{'+'.join(str(s) for s in strat) or 'blackbox'} stores none; store it instead "
+            f"(e.g. --strategy {name}={mode.value})")
 
 
 def _caller_dir() -> Path | None:

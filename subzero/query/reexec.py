@@ -1,31 +1,36 @@
 """Black-box re-execution: re-run one operator on its stored inputs and
-collect, in memory, only the lineage pairs that touch the query."""
+collect, in memory, only the lineage pairs that touch the query.
+
+A re-run proves itself before its lineage is used: its output must equal the
+stored output on the region the query uses (:func:`verify_output`).  An
+operator that computes something else on a second run (unseeded random
+numbers, a clock, a race) would otherwise give a different lineage each time,
+and the trace a different answer each time, with nothing to tell.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from subzero.capture.buffer import LineageBuffer, Pairs
 from subzero.capture.context import Context
 from subzero.errors import LineageError, OperatorError, QueryError, SubZeroError
-from subzero.model.cells import first_out_of_bounds, fmt_cell, lengths_to_offsets, pack, rows_hitting
+from subzero.model.cells import (
+    first_out_of_bounds,
+    fmt_cell,
+    lengths_to_offsets,
+    pack,
+    rows_hitting,
+    unpack,
+)
 from subzero.model.modes import Mode
+from subzero.model.operator import rerun_mode as capture_mode
+from subzero.storage.arrays import as_dataarray
 
-
-def capture_mode(op) -> Mode | None:
-    """The lineage mode a re-run asks for: the richest one the operator has.
-
-    COMP needs the fewest pairs (mapping functions cover the default), then
-    FULL, then PAY.  None means the operator has no lwrite lineage at all.
-    """
-    modes = op.supported_modes()
-    if Mode.COMP in modes and op.has_mapping():
-        return Mode.COMP
-    if Mode.FULL in modes:
-        return Mode.FULL
-    if Mode.PAY in modes:
-        return Mode.PAY
-    return None
+__all__ = ["QueryBuffer", "Rerun", "capture_mode", "check_region", "rerun", "verify_output"]
 
 
 class QueryBuffer(LineageBuffer):
@@ -112,10 +117,20 @@ class QueryBuffer(LineageBuffer):
         return full, pay
 
 
+@dataclass
+class Rerun:
+    """What a re-run gives: the query's pairs (full, payload), for composite lineage the
+    covered output cells, and the output itself (to check against the stored one)."""
+
+    full: Pairs | None
+    pay: Pairs | None
+    covered: np.ndarray | None
+    output: object
+
+
 def rerun(name: str, op, inputs: list, out_shape, mode: Mode, backward: bool, i: int,
-          q_flat: np.ndarray) -> tuple[Pairs | None, Pairs | None, np.ndarray | None]:
-    """Re-run ``op`` asking for ``mode``; returns the query's pairs (full, payload)
-    and, for composite lineage, the covered output cells."""
+          q_flat: np.ndarray) -> Rerun:
+    """Re-run ``op`` asking for ``mode``, keeping the pairs the query touches."""
     if not op.deterministic:
         raise QueryError(f"operator {name!r} is not deterministic, so its lineage cannot be "
                          f"recomputed by re-running it; store it (e.g. --strategy {name}=full)")
@@ -129,7 +144,7 @@ def rerun(name: str, op, inputs: list, out_shape, mode: Mode, backward: bool, i:
                       keep_covered=(mode is Mode.COMP))
     ctx = Context(name, op, {mode}, in_shapes, out_shape, buf)
     try:
-        op.run(ctx, *inputs)
+        output = op.run(ctx, *inputs)
     except SubZeroError:
         raise
     except Exception as e:
@@ -138,4 +153,56 @@ def rerun(name: str, op, inputs: list, out_shape, mode: Mode, backward: bool, i:
     full, pay = buf.kept()
     covered = np.unique(np.concatenate(buf.covered)) if buf.covered else (
         np.zeros(0, np.int64) if mode is Mode.COMP else None)
-    return full, pay, covered
+    return Rerun(full, pay, covered, output)
+
+
+def check_region(cells: np.ndarray, shape: tuple[int, ...]) -> tuple[slice, ...]:
+    """The bounding box of ``cells`` (packed ids, or a boolean bitmap of ``shape``) as
+    slices; with no cells, the first tile (a sample that still catches an operator
+    whose every run differs)."""
+    from subzero.tuning import DEFAULT_TILE
+    if cells.dtype == bool:
+        lo, hi = [], []
+        for d in range(len(shape)):
+            hit = np.flatnonzero(cells.any(axis=tuple(k for k in range(len(shape)) if k != d)))
+            if not hit.size:
+                break
+            lo.append(int(hit[0]))
+            hi.append(int(hit[-1]) + 1)
+        else:
+            return tuple(slice(a, b) for a, b in zip(lo, hi))
+    elif cells.size:
+        c = unpack(np.asarray(cells, np.int64), shape)
+        return tuple(slice(int(a), int(b) + 1) for a, b in zip(c.min(axis=0), c.max(axis=0)))
+    return tuple(slice(0, min(n, DEFAULT_TILE)) for n in shape)
+
+
+def verify_output(name: str, output: object, out_shape: tuple[int, ...],
+                  region: tuple[slice, ...],
+                  stored: Callable[[tuple[slice, ...]], np.ndarray]) -> None:
+    """Raise a QueryError naming the operator unless the re-run ``output`` equals the
+    stored output (``stored(region)`` reads it) on ``region``: same shape, same dtype,
+    same values with NaN equal to NaN."""
+    new = np.asarray(as_dataarray(output, name).values)
+    why = ""
+    if new.shape != tuple(out_shape):
+        why = f"shape {new.shape} instead of {tuple(out_shape)}"
+    else:
+        old = np.asarray(stored(region))
+        new = new[region]
+        if new.dtype != old.dtype:
+            why = f"dtype {new.dtype} instead of {old.dtype}"
+        else:
+            same = (new == old) | ((new != new) & (old != old)) if new.dtype.kind in "fc" \
+                else (new == old)
+            same = np.asarray(same, bool)
+            if not same.all():
+                first = np.argwhere(~same)[0]
+                cell = [int(a) + (s.start or 0) for a, s in zip(first, region)]
+                why = (f"at cell {fmt_cell(cell)}: {new[tuple(first)].item()!r} instead of "
+                       f"{old[tuple(first)].item()!r}")
+    if why:
+        raise QueryError(f"operator {name!r} is not deterministic: its re-run output differs "
+                         f"from the stored output ({why}), so lineage recomputed by re-running it "
+                         f"cannot be trusted; declare it deterministic = False and store its lineage "
+                         f"(e.g. --strategy {name}=full)")

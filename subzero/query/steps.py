@@ -20,7 +20,7 @@ from subzero.model.cells import bitmap_from_packed
 from subzero.model.modes import Mode
 from subzero.model.strategy import Direction, Strategy
 from subzero.query import relation
-from subzero.query.reexec import capture_mode, rerun
+from subzero.query.reexec import capture_mode, check_region, rerun, verify_output
 from subzero.query.relation import StepContext
 from subzero.query.sources import MemoryPairs, PairSource
 from subzero.tuning import FIRST_CHUNK, LOOKUP_CHUNK, SMALL_QUERY
@@ -90,27 +90,34 @@ def stored(source: PairSource, s: Strategy, sc: StepContext, i: int, backward: b
 
 
 def reexec(sc: StepContext, i: int, backward: bool, q: np.ndarray, q_flat: np.ndarray,
-           inputs: Callable[[], Sequence[object]]) -> tuple[np.ndarray, str]:
+           inputs: Callable[[], Sequence[object]],
+           stored: Callable[[tuple[slice, ...]], np.ndarray]) -> tuple[np.ndarray, str]:
     """Re-run the operator on its inputs (``inputs()`` loads them) keeping the pairs the
     query touches; returns the result and the method it amounts to: ``reexec:<mode>``,
-    or ``map`` / ``all-to-all`` for an operator with no lineage to regenerate."""
+    or ``map`` / ``all-to-all`` for an operator with no lineage to regenerate.
+
+    The re-run must reproduce the stored output (``stored(region)`` reads a region of
+    it) on the output cells the step uses: the query's cells going backward, the
+    answer's going forward (their bounding box); otherwise the step stops with an
+    error naming the operator as not deterministic."""
     op = sc.op
     mode = capture_mode(op)
     if mode is None:
         if Mode.MAP in op.supported_modes() and op.has_mapping():
             return (sc.map_b(q, i) if backward else sc.map_f(q, i)), "map"
         return np.ones(target_shape(sc, i, backward), bool), "all-to-all"
-    full, pay, covered = rerun(sc.name, op, list(inputs()), sc.out_shape, mode, backward, i,
-                               q_flat)
+    r = rerun(sc.name, op, list(inputs()), sc.out_shape, mode, backward, i, q_flat)
     fn = relation.backward if backward else relation.forward
     if mode is Mode.FULL:
-        res = fn(MemoryPairs(full), False, Direction.BACKWARD, sc, i, q, q_flat) \
-            if full is not None else np.zeros(0, np.int64)
+        res = fn(MemoryPairs(r.full), False, Direction.BACKWARD, sc, i, q, q_flat) \
+            if r.full is not None else np.zeros(0, np.int64)
     elif mode is Mode.PAY:
-        res = fn(MemoryPairs(pay), True, Direction.BACKWARD, sc, i, q, q_flat) \
-            if pay is not None else np.zeros(0, np.int64)
+        res = fn(MemoryPairs(r.pay), True, Direction.BACKWARD, sc, i, q, q_flat) \
+            if r.pay is not None else np.zeros(0, np.int64)
     else:
-        src = MemoryPairs(pay if pay is not None else empty_pairs(len(sc.in_shapes), True),
-                          covered=covered)
+        src = MemoryPairs(r.pay if r.pay is not None else empty_pairs(len(sc.in_shapes), True),
+                          covered=r.covered)
         res = relation.composite(src, Direction.BACKWARD, sc, i, backward, q, q_flat)
+    region = check_region(q if backward else np.asarray(res), sc.out_shape)
+    verify_output(sc.name, r.output, sc.out_shape, region, stored)
     return res, f"reexec:{mode.value}"

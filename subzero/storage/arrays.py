@@ -4,7 +4,8 @@ One Zarr store per array (``<run>/arrays/<name>.zarr``) written through
 xarray, so dims, coords and attrs survive and any array of any run opens
 with ``xarray.open_zarr``.  Arrays are chunked in tiles (the Spark engine's
 partitions).  A run's folder is only renamed into place once every array is
-written, which is what makes runs atomic.
+written, which is what makes runs atomic.  Every chunk carries a checksum and
+every read verifies what it touches (``chunks.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,16 @@ import numpy as np
 import xarray as xr
 
 from subzero.errors import StoreError
+from subzero.storage.chunks import (
+    ArrayNode,
+    CorruptArray,
+    bad_chunk,
+    check_present,
+    checksum_codecs,
+    open_nodes,
+    seal,
+    sums_file,
+)
 from subzero.tuning import DEFAULT_TILE
 
 
@@ -47,12 +58,30 @@ def _clean_attrs(attrs: dict) -> dict:
 
 
 class ArrayStore:
+    """The arrays of one run, each a checksummed Zarr group (see :mod:`.chunks`).
+
+    Reads verify what they read: the metadata digests on open, the presence of
+    every chunk file the read touches, each chunk's crc32c as zarr decodes it.
+    Damage is a :class:`CorruptArray` naming the array, the run and the file.
+    """
+
     def __init__(self, run_dir: str | Path, tile: int = DEFAULT_TILE):
         self.dir = Path(run_dir) / "arrays"
         self.tile = tile
 
     def path(self, name: str) -> Path:
         return self.dir / f"{name}.zarr"
+
+    def label(self, name: str) -> str:
+        """How errors name an array: ``array 'x' of run 3``."""
+        run = self.dir.parent.name
+        run = run[:-len(".partial")] if run.endswith(".partial") else run
+        return f"array {name!r} of run {run}"
+
+    def checksummed(self, name: str) -> bool:
+        """Whether the array records checksums (False for one written before they existed,
+        whose deleted chunks cannot be told from fill values)."""
+        return sums_file(self.path(name)).exists()
 
     def write(self, name: str, value) -> xr.DataArray:
         """Store an array (never overwrites); returns it as a DataArray."""
@@ -65,18 +94,24 @@ class ArrayStore:
         ds["data"].attrs = _clean_attrs(da.attrs)
         ds.attrs = {"subzero_name": name, "subzero_numpy": not isinstance(value, xr.DataArray)}
         chunks = tuple(min(n, self.tile) for n in da.shape) if da.ndim else ()
-        enc = {"data": {"chunks": chunks}}
+        enc = {"data": {"chunks": chunks, "compressors": checksum_codecs()}}
         for c in ds.coords:
             ds[c].attrs = _clean_attrs(ds[c].attrs)
             ds[c].encoding = {}
+            enc[str(c)] = {"compressors": checksum_codecs()}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ds.to_zarr(p, mode="w-", encoding=enc, zarr_format=3, consolidated=False)
+            ds.to_zarr(p, mode="w-", encoding=enc, zarr_format=3, consolidated=False,
+                       write_empty_chunks=True)
+        seal(p)
         return da
 
     # -- tiles (Spark executors read and write their own regions) -----------------
     def create(self, name: str, shape, dtype, dims=None, attrs=None) -> None:
-        """An empty array whose regions tasks fill with :meth:`write_region`."""
+        """An empty array whose regions tasks fill with :meth:`write_region`.
+
+        Its metadata is final here (region writes add chunk files only), so it is
+        sealed now; every region must then be written for the array to read."""
         import dask.array as da
         p = self.path(name)
         if p.exists():
@@ -90,38 +125,87 @@ class ArrayStore:
         ds.attrs = {"subzero_name": name, "subzero_numpy": True}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ds.to_zarr(p, mode="w-", compute=False, encoding={"data": {"chunks": chunks}},
+            ds.to_zarr(p, mode="w-", compute=False,
+                       encoding={"data": {"chunks": chunks, "compressors": checksum_codecs()}},
                        zarr_format=3, consolidated=False)
+        seal(p)
+
+    def _open(self, name: str) -> tuple[Path, dict[str, ArrayNode] | None]:
+        """The array's folder and its verified nodes (None: written before checksums)."""
+        p = self.path(name)
+        if not p.exists():
+            raise StoreError(f"array {name!r} is missing from the run's array store ({p})")
+        return p, open_nodes(p, self.label(name))
 
     def _zarr(self, name: str, mode: str):
         import zarr
-        p = self.path(name)
-        if not p.exists():
-            raise StoreError(f"array {name!r} is missing from the run's array store ({p})")
-        return zarr.open_array(str(p / "data"), mode=mode, zarr_format=3)
+        p, nodes = self._open(name)
+        try:
+            z = zarr.open_array(str(p / "data"), mode=mode, zarr_format=3)
+        except Exception as e:
+            raise CorruptArray(f"{self.label(name)} is damaged: cannot open {p / 'data'}: "
+                               f"{type(e).__name__}: {e}") from None
+        return p, nodes, z
 
     def write_region(self, name: str, region: tuple[slice, ...], values) -> None:
-        self._zarr(name, "r+")[region] = np.asarray(values)
+        _, _, z = self._zarr(name, "r+")
+        # every chunk is written, even one of fill values: a missing chunk means damage
+        z.with_config({"write_empty_chunks": True})[region] = np.asarray(values)
 
     def read_region(self, name: str, region: tuple[slice, ...]) -> np.ndarray:
-        return np.asarray(self._zarr(name, "r")[region])
+        """A region of the array, checking only the chunks it touches."""
+        p, nodes, z = self._zarr(name, "r")
+        node = nodes["data"] if nodes is not None else None
+        if node is not None:
+            check_present(p, node, region, self.label(name))
+        try:
+            return np.asarray(z[region])
+        except (IndexError, TypeError):
+            raise
+        except Exception as e:
+            raise self._damage(name, p, node, region, e) from None
+
+    def _damage(self, name: str, p: Path, node: ArrayNode | None,
+                region: tuple[slice, ...] | None, err: Exception) -> CorruptArray:
+        """The error for a read that failed on stored bytes: the damaged chunk when the
+        checksums can tell which, else the array's folder and zarr's message."""
+        found = bad_chunk(p, node, region) if node is not None else None
+        if found is not None:
+            return CorruptArray(f"{self.label(name)} is damaged: {found}")
+        return CorruptArray(f"{self.label(name)} is damaged: cannot read {p}: "
+                            f"{type(err).__name__}: {err}")
+
+    def _dataset(self, name: str) -> xr.Dataset:
+        """The whole array, loaded and verified (every chunk of every node present and
+        passing its checksum)."""
+        p, nodes = self._open(name)
+        if nodes is not None:
+            for node in nodes.values():
+                check_present(p, node, None, self.label(name))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ds = xr.open_zarr(p, consolidated=False, zarr_format=3)
+                ds["data"].load()
+        except Exception as e:
+            for node in (nodes or {}).values():
+                found = bad_chunk(p, node, None)
+                if found is not None:
+                    raise CorruptArray(f"{self.label(name)} is damaged: {found}") from None
+            raise self._damage(name, p, None, None, e) from None
+        return ds
 
     def read(self, name: str) -> xr.DataArray:
-        p = self.path(name)
-        if not p.exists():
-            raise StoreError(f"array {name!r} is missing from the run's array store ({p})")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ds = xr.open_zarr(p, consolidated=False, zarr_format=3)
-        da = ds["data"].load().rename(name)
+        return self._as_array(name, self._dataset(name))
+
+    @staticmethod
+    def _as_array(name: str, ds: xr.Dataset) -> xr.DataArray:
+        da = ds["data"].rename(name)
         da.attrs = dict(ds["data"].attrs)
         return da
 
     def read_value(self, name: str):
         """The array as the operator originally saw it (numpy or DataArray)."""
-        p = self.path(name)
-        da = self.read(name)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            attrs = xr.open_zarr(p, consolidated=False, zarr_format=3).attrs
-        return da.values if attrs.get("subzero_numpy", True) else da
+        ds = self._dataset(name)
+        da = self._as_array(name, ds)
+        return da.values if ds.attrs.get("subzero_numpy", True) else da
