@@ -21,11 +21,10 @@ import signal
 import time
 from dataclasses import replace
 
+import faultlib as fl
 import numpy as np
 import pytest
 from conftest import subzero_exe
-
-import faultlib as fl
 from faultlib.cases import Case, trace_all
 from faultlib.cli import pick_cli_cases
 from faultlib.damage import Damage, damaged
@@ -126,8 +125,9 @@ def test_damaged_stores_answer_exactly_or_with_a_clear_error(fixtures, scratch):
     table = counts_table(fl.counts_by_kind(results))
     print(f"\n{len(results)} fault cases (seed {SEED}):\n{table}")
     failed = [r for r in results if r.failed]
-    assert not failed, (f"{len(failed)} of {len(results)} fault cases were not exact or a clear "
-                        f"error (seed {SEED}):\n{table}\n{failure_report(results)}")
+    if failed:
+        pytest.fail(f"{len(failed)} of {len(results)} fault cases were not exact or a clear error "
+                    f"(seed {SEED}):\n{table}\n{failure_report(results)}", pytrace=False)
     # not vacuous: every kind of target was hit, and much damage is harmless
     assert len(fl.counts_by_kind(results)) >= 12
     assert sum(r.outcome == "exact" for r in results) > len(results) // 4
@@ -139,5 +139,7 @@ def test_damaged_stores_through_the_command_line(fixtures, scratch):
     assert len(todo) >= 6
     results = fl.run_cli_cases(todo, fixtures, scratch / "cli", subzero_exe(), jobs=JOBS)
     bad = [r for r in results if r.failed]
-    assert not bad, "\n".join(f"{r.describe()}\n  stderr: {r.stderr.strip()[-600:]}" for r in bad)
+    if bad:
+        pytest.fail("\n".join(f"{r.describe()}\n  stderr: {r.stderr.strip()[-600:]}" for r in bad),
+                    pytrace=False)
     assert all(r.code in (0, 2) for r in results)

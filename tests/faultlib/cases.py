@@ -49,7 +49,7 @@ class CaseResult:
     seconds: float = 0.0
     cpu: float = 0.0
     warnings: list[str] = field(default_factory=list)
-    queries: dict[str, str] = field(default_factory=dict)   # label -> outcome
+    queries: dict[str, list[str]] = field(default_factory=dict)   # label -> [outcome, detail]
     log: str = ""
     kept: str = ""                  # the damaged copy, when asked to keep it
 
@@ -184,7 +184,7 @@ def _result(case: Case, o: ChildOutcome, workdir: Path, keep: bool) -> CaseResul
             shutil.rmtree(workdir / f"case-{case.seed}-{case.number}", ignore_errors=True)
         return CaseResult(case, o.status, "", o.detail, o.seconds, log=o.log)
     assert o.result is not None
-    queries = {label: outcome for label, outcome, _ in o.result["queries"]}
+    queries = {label: [outcome, detail] for label, outcome, detail in o.result["queries"]}
     worst = max(o.result["queries"], key=lambda r: QUERY_ORDER.index(r[1]))
     return CaseResult(case, worst[1], worst[0] if worst[1] != "exact" else "", worst[2], o.seconds,
                       o.cpu, o.result["warnings"], queries, kept=o.result.get("kept", ""))

@@ -12,13 +12,13 @@ import json
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from faultlib.cases import Case
-from faultlib.damage import apply
+from faultlib.damage import Damage, apply
 from faultlib.fixtures import Fixture, Query
 
 
@@ -36,7 +36,10 @@ class CliResult:
         return self.outcome not in ("exact", "clear error")
 
     def describe(self) -> str:
-        return f"{self.case.describe()} -> `subzero trace` {self.query}: {self.outcome}: {self.detail}"
+        c = self.case
+        return (f"CLI case {c.number}: fixture {c.fixture}, {c.target.kind} {c.target.describe()}: "
+                f"{c.damage.describe()} -> `subzero trace` {self.query}: {self.outcome}: "
+                f"{self.detail}")
 
 
 def trace_args(q: Query, store: Path, run_id: int) -> list[str]:
@@ -101,24 +104,35 @@ def run_cli_cases(todo: list[tuple[Case, str]], fixtures: list[Fixture], workdir
                              todo))
 
 
-#: kinds of damage shown to the command line (one case each)
-CLI_KINDS = ("rtree-dat", "lmdb:payload-table", "lmdb:key-index", "zarr-chunk", "zarr-meta",
-             "catalog", "workflow-pkl")
-CLI_QUERIES = ("B-star[default]", "F-raw[default]")
+#: (fixture, target kind, text in its path or LMDB sub-database, damage, query): damage
+#: the query is sure to meet — an R-tree header overwritten, a chunk that re-execution
+#: reads deleted, a key-index block deleted, a payload table zeroed, the catalog's
+#: header overwritten, an array's metadata emptied.
+CLI_CASES = (
+    ("fullmany", "rtree-dat", "stars_full_fullmany_backward", Damage("overwrite-random", 100, 8),
+     "B-star[default]"),
+    ("blackbox", "zarr-chunk", "clean.zarr/data/c/1/2", Damage("delete"), "B-star[default]"),
+    ("fullone", "lmdb:key-index", "stars|full:fullone:backward", Damage("delete"),
+     "B-star[default]"),
+    ("paymany", "lmdb:payload-table", "stars|pay:paymany:backward",
+     Damage("overwrite-zeros", 8, 16), "B-star[default]"),
+    ("fullone", "catalog", "catalog.sqlite", Damage("overwrite-random", 0, 16), "F-raw[default]"),
+    ("blackbox", "zarr-meta", "clean.zarr/data/zarr.json", Damage("truncate-zero"),
+     "B-star[default]"),
+)
 
 
-def pick_cli_cases(seed: int, fixtures: list[Fixture],
-                   kinds: tuple[str, ...] = CLI_KINDS) -> list[tuple[Case, str]]:
-    """The first case of ``seed`` of each kind, with a backward or forward query."""
-    from faultlib.cases import make_case
-    have = {t.kind for f in fixtures for t in f.targets}
+def pick_cli_cases(seed: int, fixtures: list[Fixture]) -> list[tuple[Case, str]]:
+    """The CLI cases (numbered 0..5; ``seed`` only seeds the random bytes)."""
+    by_name = {f.name: f for f in fixtures}
     out = []
-    n = 0
-    for i, kind in enumerate(k for k in kinds if k in have):
-        while True:
-            c = make_case(seed, n, fixtures)
-            n += 1
-            if c.target.kind == kind:
-                out.append((c, CLI_QUERIES[i % len(CLI_QUERIES)]))
-                break
+    for n, (fx, kind, where, d, query) in enumerate(CLI_CASES):
+        if fx not in by_name:
+            continue
+        t = next(t for t in by_name[fx].targets
+                 if t.kind == kind and (where in t.path or where == t.db))
+        size = t.size
+        d = replace(d, offset=min(d.offset, max(0, size - d.length)), length=min(d.length, size),
+                    seed=seed)
+        out.append((Case(seed, n, fx, t, d), query))
     return out

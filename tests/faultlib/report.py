@@ -8,24 +8,28 @@ from faultlib.cases import CaseResult
 
 OUTCOMES = ("exact", "clear error", "internal error", "wrong", "crash", "hang")
 FAILURES = ("wrong", "crash", "hang", "internal error")
+#: the columns of a count table: "exact, warned" counts the exact answers that came
+#: with a warning (damage detected and answered another way)
+COLUMNS = ("cases", "exact", "exact, warned", "clear error", "internal error", "wrong", "crash",
+           "hang")
 
 
 def counts_by_kind(results: list[CaseResult]) -> dict[str, dict[str, int]]:
-    """{target kind: {"cases": n, outcome: n, ...}, ..., "total": {...}}."""
+    """{target kind: {column: n, ...}, ..., "total": {...}} (see COLUMNS)."""
     per: dict[str, Counter] = defaultdict(Counter)
     for r in results:
         for key in (r.case.target.kind, "total"):
             per[key]["cases"] += 1
             per[key][r.outcome] += 1
+            per[key]["exact, warned"] += r.outcome == "exact" and bool(r.warnings)
     order = sorted(k for k in per if k != "total") + (["total"] if per else [])
-    return {k: {"cases": per[k]["cases"], **{o: per[k][o] for o in OUTCOMES}} for k in order}
+    return {k: {"cases": per[k]["cases"], **{o: per[k][o] for o in COLUMNS[1:]}} for k in order}
 
 
 def counts_table(counts: dict[str, dict[str, int]]) -> str:
-    cols = ("cases", *OUTCOMES)
-    lines = [f"{'target kind':<20}" + "".join(f"{c:>16}" for c in cols)]
+    lines = [f"{'target kind':<20}" + "".join(f"{c:>15}" for c in COLUMNS)]
     for kind, row in counts.items():
-        lines.append(f"{kind:<20}" + "".join(f"{row[c]:>16}" for c in cols))
+        lines.append(f"{kind:<20}" + "".join(f"{row[c]:>15}" for c in COLUMNS))
     return "\n".join(lines)
 
 
