@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -71,9 +72,15 @@ def campaign(args, fixtures) -> int:
 
     def progress(r) -> None:
         done.append(r)
-        if len(done) % 500 == 0:      # a long campaign leaves its counts so far
+        if len(done) % 250 == 0:      # a long campaign leaves its counts so far
             (WORK / "faults.partial.json").write_text(json.dumps(
-                {"seed": args.seed, "cases": len(done), "counts": fl.counts_by_kind(done)}, indent=1))
+                {"seed": args.seed, "cases": len(done), "counts": fl.counts_by_kind(done),
+                 "failures": {o: [as_json(r) for r in rs] for o, rs in
+                              fl.first_failures(done, per=args.show).items()}}, indent=1))
+            if bar is None:
+                bad = sum(x.failed for x in done)
+                print(f"{len(done)}/{len(cases)} cases, {bad} failed, "
+                      f"{time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         if bar is not None:
             bad = sum(x.failed for x in done)
             bar.set_postfix_str(f"{bad} failed", refresh=False)
@@ -140,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", action="store_true", help="rewrite RESULTS.md's faults section")
     args = p.parse_args(argv)
     os.environ.setdefault("SUBZERO_ENGINE", "local")
+    # a kill ends the children and removes the scratch folders, like Ctrl-C
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     root = fl.scratch_dir("subzero-faults-fixtures-")
     try:
         t0 = time.monotonic()

@@ -92,7 +92,7 @@ REEXEC = ("B-star", "F-raw")
 @dataclass(frozen=True)
 class Answer:
     cells: np.ndarray
-    values: np.ndarray
+    values: np.ndarray | None
 
 
 @dataclass
@@ -124,15 +124,21 @@ def queries_for(strategies: dict[str, str]) -> list[Query]:
     return out
 
 
-def answer_of(run, q: Query) -> Answer:
+def answer_of(run, q: Query, values: bool = True) -> Answer:
+    """The query's cells and (``values``) the target array's values at them; without
+    values, ``Answer.values`` is None."""
     res = run.trace(q.start, [list(c) for c in q.cells], **q.kwargs())
-    return Answer(np.asarray(res.cells), np.asarray(res.values))
+    return Answer(np.asarray(res.cells), np.asarray(res.values) if values else None)
 
 
 def same(a: Answer, b: Answer) -> bool:
-    return (a.cells.shape == b.cells.shape and bool(np.array_equal(a.cells, b.cells))
-            and a.values.shape == b.values.shape
-            and bool(np.array_equal(a.values, b.values, equal_nan=True)))
+    """Same cells, and same values where both have them."""
+    if not (a.cells.shape == b.cells.shape and np.array_equal(a.cells, b.cells)):
+        return False
+    if a.values is None or b.values is None:
+        return True
+    return a.values.shape == b.values.shape and bool(np.array_equal(a.values, b.values,
+                                                                     equal_nan=True))
 
 
 def build_fixture(root: Path, name: str) -> Fixture:
