@@ -104,7 +104,7 @@ def run_cli_cases(todo: list[tuple[Case, str]], fixtures: list[Fixture], workdir
                              todo))
 
 
-#: (fixture, target kind, text in its path or LMDB sub-database, damage, query): damage
+#: (fixture, target kind, text in its path or LMDB sub-database [#block], damage, query): damage
 #: the query is sure to meet — an R-tree header overwritten, a chunk that re-execution
 #: reads deleted, a key-index block deleted, a payload table zeroed, the catalog's
 #: header overwritten, an array's metadata emptied.
@@ -112,7 +112,7 @@ CLI_CASES = (
     ("fullmany", "rtree-dat", "stars_full_fullmany_backward", Damage("overwrite-random", 100, 8),
      "B-star[default]"),
     ("blackbox", "zarr-chunk", "clean.zarr/data/c/1/2", Damage("delete"), "B-star[default]"),
-    ("fullone", "lmdb:key-index", "stars|full:fullone:backward", Damage("delete"),
+    ("fullone", "lmdb:key-index", "stars|full:fullone:backward#1", Damage("delete"),
      "B-star[default]"),
     ("paymany", "lmdb:payload-table", "stars|pay:paymany:backward",
      Damage("overwrite-zeros", 8, 16), "B-star[default]"),
@@ -129,8 +129,10 @@ def pick_cli_cases(seed: int, fixtures: list[Fixture]) -> list[tuple[Case, str]]
     for n, (fx, kind, where, d, query) in enumerate(CLI_CASES):
         if fx not in by_name:
             continue
+        db, _, blk = where.partition("#")
         t = next(t for t in by_name[fx].targets
-                 if t.kind == kind and (where in t.path or where == t.db))
+                 if t.kind == kind and (where in t.path or db == t.db)
+                 and (not blk or (t.key or "").endswith(f"{int(blk):016x}")))
         size = t.size
         d = replace(d, offset=min(d.offset, max(0, size - d.length)), length=min(d.length, size),
                     seed=seed)
