@@ -1,0 +1,145 @@
+"""Fault injection (issue 11): damaged stores answer exactly or with a clear error.
+
+Small real runs of the example workflow (every encoding and direction, COMP, MAP,
+BLACKBOX) are damaged one file or one stored LMDB value at a time — bit flips,
+overwritten ranges, truncation, deletion — and every query of the run is traced
+in a forked child and judged against the answer of the undamaged store.  Zero
+wrong answers, crashes, hangs and internal errors are allowed.  The library is
+``tests/faultlib``; ``benchmarks/faults.py`` runs the long campaign.
+
+A failing case reproduces from its seed and number:
+``.venv/bin/python benchmarks/faults.py --seed S --case N [--keep DIR]``.
+Environment: SUBZERO_FAULT_CASES (default 300), SUBZERO_FAULT_SEED (default 0),
+SUBZERO_FAULT_JOBS (default: the usable cores, at most 4).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from dataclasses import replace
+
+import faultlib as fl
+import numpy as np
+import pytest
+from conftest import subzero_exe
+from faultlib.cases import Case, trace_all
+from faultlib.cli import pick_cli_cases
+from faultlib.damage import Damage, damaged
+from faultlib.fixtures import Answer
+from faultlib.forking import fork_map
+from faultlib.report import counts_table, failure_report
+
+CASES = int(os.environ.get("SUBZERO_FAULT_CASES", "300"))
+SEED = int(os.environ.get("SUBZERO_FAULT_SEED", "0"))
+JOBS = int(os.environ.get("SUBZERO_FAULT_JOBS", str(min(4, len(os.sched_getaffinity(0))))))
+TIMEOUT = 30.0
+
+
+@pytest.fixture(scope="session")
+def scratch():
+    d = fl.scratch_dir()
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def fixtures(scratch):
+    return fl.build_fixtures(scratch / "fixtures")
+
+
+# -- the harness itself --------------------------------------------------------------------
+def _fine(x):
+    return {"x": x}
+
+
+def _segfault(_):
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def _sleep(_):
+    time.sleep(60)
+
+
+def _raise(_):
+    raise RuntimeError("boom")
+
+
+def test_forked_children_are_classified(tmp_path):
+    outs = fork_map([1, 2], _fine, tmp_path, jobs=2, timeout=20)
+    assert [(o.status, o.result) for o in outs] == [("ok", {"x": 1}), ("ok", {"x": 2})]
+    crash, = fork_map([0], _segfault, tmp_path, timeout=20)
+    assert crash.status == "crash" and "SIGSEGV" in crash.detail
+    assert "Fatal Python error" in crash.log          # faulthandler's dump is kept
+    hang, = fork_map([0], _sleep, tmp_path, timeout=5)
+    assert hang.status == "hang" and "in _sleep" in hang.log   # the stacks before the kill
+    boom, = fork_map([0], _raise, tmp_path, timeout=20)
+    assert boom.status == "crash" and "RuntimeError: boom" in boom.log
+
+
+def test_damage_is_reproducible_and_real(fixtures):
+    a = [fl.make_case(SEED, n, fixtures) for n in range(60)]
+    assert a == [fl.make_case(SEED, n, fixtures) for n in range(60)]
+    assert len({(c.fixture, c.target, c.damage) for c in a}) > 50
+    assert len({c.target.kind for c in a}) >= 10 and len({c.damage.kind for c in a}) == 6
+    rng = np.random.default_rng(0)
+    for c in a:
+        data = rng.bytes(c.target.size)
+        new = damaged(data, c.damage)
+        if c.damage.kind in ("bitflip", "truncate-zero", "truncate-random") and data:
+            assert new is not None and new != data and len(new) <= len(data)
+        elif c.damage.kind.startswith("overwrite"):
+            assert new is not None and len(new) == len(data)
+    assert damaged(b"\x00", Damage("bitflip", bits=(3,))) == b"\x08"
+    assert damaged(b"abcdef", Damage("truncate-random", length=2)) == b"ab"
+    assert damaged(b"abcdef", Damage("overwrite-zeros", offset=1, length=2)) == b"a\x00\x00def"
+    assert damaged(b"abc", Damage("delete")) is None
+
+
+def test_undamaged_copies_are_exact_and_wrong_answers_are_caught(fixtures, scratch):
+    """Controls: the harness calls the pristine store exact on every query of every
+    fixture, and calls a changed expected answer wrong."""
+    cases = [Case(SEED, -1 - k, f.name, f.targets[0], Damage("none"))
+             for k, f in enumerate(fixtures)]
+    results = fl.run_cases(cases, fixtures, scratch / "control", jobs=JOBS, timeout=TIMEOUT)
+    for r, f in zip(results, fixtures):
+        assert r.outcome == "exact", r.describe()
+        assert set(r.queries) == {q.label for q in f.queries}
+        assert not r.warnings, r.warnings
+    f = fixtures[0]
+    q = f.queries[0]
+    good = f.answers[q.label]
+    off = replace(f, answers={**f.answers, q.label: Answer(good.cells[1:], good.values[1:])})
+    dst = scratch / "control-wrong"
+    shutil.copytree(f.store, dst)
+    out = trace_all(dst, off, [q, f.queries[1]])
+    assert [o[:2] for o in out["queries"]] == [(q.label, "wrong"), (f.queries[1].label, "exact")]
+
+
+# -- the suite ---------------------------------------------------------------------------------
+def test_damaged_stores_answer_exactly_or_with_a_clear_error(fixtures, scratch):
+    cases = fl.make_cases(SEED, CASES, fixtures)
+    results = fl.run_cases(cases, fixtures, scratch / "cases", jobs=JOBS, timeout=TIMEOUT)
+    table = counts_table(fl.counts_by_kind(results))
+    print(f"\n{len(results)} fault cases (seed {SEED}):\n{table}")
+    failed = [r for r in results if r.failed]
+    if failed:
+        pytest.fail(f"{len(failed)} of {len(results)} fault cases were not exact or a clear error "
+                    f"(seed {SEED}):\n{table}\n{failure_report(results)}", pytrace=False)
+    # not vacuous: every kind of target was hit, and much damage is harmless
+    assert len(fl.counts_by_kind(results)) >= 12
+    assert sum(r.outcome == "exact" for r in results) > len(results) // 4
+
+
+def test_damaged_stores_through_the_command_line(fixtures, scratch):
+    """Exit 0 with the right cells, or exit 2 with one ``subzero: error:`` line."""
+    todo = pick_cli_cases(SEED, fixtures)
+    assert len(todo) >= 6
+    results = fl.run_cli_cases(todo, fixtures, scratch / "cli", subzero_exe(), jobs=JOBS)
+    bad = [r for r in results if r.failed]
+    if bad:
+        pytest.fail("\n".join(f"{r.describe()}\n  stderr: {r.stderr.strip()[-600:]}" for r in bad),
+                    pytrace=False)
+    assert all(r.code in (0, 2) for r in results)
