@@ -58,7 +58,6 @@ def test_budget_sweep_fits_and_cost_falls(gstore):
              for b in (0, "6KB", "15KB", "40KB", "100KB", None)]
     for p in plans:
         assert p.max_disk is None or p.disk <= p.max_disk
-        assert p.solve_s >= 0                  # timed (its speed is a benchmark, not a test)
         assert set(p.strategies) == {"names", "values", "transpose", "extract", "model", "predict",
                                      "cumodds", "probability", "classify", "validate"}
         assert all(p.strategies[o] == "map" for o in ("values", "transpose", "cumodds"))
