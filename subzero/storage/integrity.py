@@ -77,19 +77,20 @@ def file_digest(path: str | os.PathLike) -> tuple[int, int]:
     return n, c
 
 
-def verify_file(path: str | os.PathLike, size: int, digest: int) -> None:
-    """Check a file against its recorded (size, CRC-32); the size is compared first,
-    so a truncated or grown file costs one ``stat``."""
+def read_verified(path: str | os.PathLike, size: int, digest: int) -> bytes:
+    """The bytes of a file, checked against its recorded (size, CRC-32).  Callers use
+    these bytes (not the file again), so what was checked is what is used."""
     p = Path(path)
     try:
-        actual = p.stat().st_size
-    except OSError:
+        with open(p, "rb") as f:
+            data = f.read(size + 1)
+    except FileNotFoundError:
         raise ChecksumMismatch("missing") from None
-    if actual != size:
-        raise ChecksumMismatch(f"{actual} bytes, {size} were written")
-    try:
-        got = file_digest(p)
     except OSError as e:
         raise ChecksumMismatch(f"unreadable ({e.strerror or e})") from None
-    if got != (size, digest):
+    if len(data) != size:
+        raise ChecksumMismatch(f"{'more than ' if len(data) > size else ''}{len(data)} bytes, "
+                               f"{size} were written")
+    if zlib.crc32(data) != digest:
         raise ChecksumMismatch("checksum mismatch")
+    return data

@@ -13,6 +13,9 @@ a warm reader pays nothing.  Older stores are read unchecked.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +34,7 @@ from subzero.model.cells import (
 )
 from subzero.model.strategy import Strategy
 from subzero.storage.codec import unpack_arrays
-from subzero.storage.integrity import ChecksumMismatch, seed, unseal, verify_file
+from subzero.storage.integrity import ChecksumMismatch, read_verified, seed, unseal
 from subzero.storage.encodings import (
     REC_BITS,
     REC_PAIRS,
@@ -216,27 +219,31 @@ class StrategyReader:
         t = self._rtrees.get(space)
         if t is None:
             path = self.store.rtree_path(self.op, self.strategy, space)
-            if self._checked:
-                self._verify_rtree(space, path)
-            elif not Path(str(path) + ".idx").exists():
-                raise self._damaged("its R-tree index is missing", Path(str(path) + ".idx"))
             props = rindex.Property()
             props.dimension = max(2, len(self._space(space).key_shape))
-            t = self._rtrees[space] = rindex.Index(str(path), properties=props)
+            if self._checked:
+                t = _open_private(self._verified_rtree(space, path), props)
+            elif not Path(str(path) + ".idx").exists():
+                raise self._damaged("its R-tree index is missing", Path(str(path) + ".idx"))
+            else:
+                t = rindex.Index(str(path), properties=props)
+            self._rtrees[space] = t
         return t
 
-    def _verify_rtree(self, space: str, path: Path) -> None:
-        """Check the R-tree files against their recorded sizes and checksums before the
-        native library sees them: a damaged R-tree can crash it or drop pairs."""
+    def _verified_rtree(self, space: str, path: Path) -> dict[str, bytes]:
+        """The R-tree files' bytes, checked against their recorded sizes and checksums
+        before the native library sees them: a damaged R-tree can crash it or drop pairs."""
         files = dict((ext, (size, c)) for ext, size, c in self._space(space).files)
+        out = {}
         for ext in RTREE_FILES:
             f = Path(f"{path}.{ext}")
             if ext not in files:
                 raise self._damaged(f"its metadata records no checksum of R-tree file {f.name}", f)
             try:
-                verify_file(f, *files[ext])
+                out[ext] = read_verified(f, *files[ext])
             except ChecksumMismatch as e:
                 raise self._damaged(f"R-tree file {f.name}: {e}", f) from None
+        return out
 
     def _lookup_many(self, txn, space, q, q_flat):
         shape = self._space(space).key_shape
@@ -386,6 +393,23 @@ class StrategyReader:
         except Exception as e:
             raise self._fail(e) from None
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _open_private(files: dict[str, bytes], props) -> rindex.Index:
+    """An R-tree opened on a private copy of verified bytes.  libspatialindex opens its
+    files for writing and rewrites a page when it closes them (with leftover buffer
+    bytes), so opening the store's own files would change them — and their checksums —
+    and fail on a read-only store; the copy also means the bytes checked are the bytes
+    used.  The copy is unlinked once open (the library keeps its descriptors)."""
+    folder = tempfile.mkdtemp(prefix="subzero-rtree-")
+    base = os.path.join(folder, "t")
+    try:
+        for ext, data in files.items():
+            with open(f"{base}.{ext}", "wb") as f:
+                f.write(data)
+        return rindex.Index(base, properties=props)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _runs_to_boxes(q: np.ndarray, shape) -> tuple[np.ndarray, np.ndarray]:
