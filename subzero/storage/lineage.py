@@ -31,7 +31,6 @@ from subzero.model.cells import unpack
 from subzero.model.modes import Mode
 from subzero.model.strategy import Strategy
 from subzero.storage.codec import pack_arrays
-from subzero.storage.integrity import ChecksumMismatch, file_digest, seal, seed, unseal
 from subzero.storage.encodings import (
     KEY_BITS,
     REC_PAIRS,
@@ -42,6 +41,7 @@ from subzero.storage.encodings import (
     record_fields,
     spaces_for,
 )
+from subzero.storage.integrity import ChecksumMismatch, file_digest, seal, seed, unseal
 from subzero.storage.metadata import (
     FORMAT_VERSION,
     META,

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from subzero.errors import StoreError, StrategyError, SubZeroError
 from subzero.model.strategy import Encoding, Strategy, parse_one
 from subzero.storage.encodings import LEGACY_KEY_BITS

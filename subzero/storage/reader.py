@@ -34,7 +34,6 @@ from subzero.model.cells import (
 )
 from subzero.model.strategy import Strategy
 from subzero.storage.codec import unpack_arrays
-from subzero.storage.integrity import ChecksumMismatch, read_verified, seed, unseal
 from subzero.storage.encodings import (
     REC_BITS,
     REC_PAIRS,
@@ -43,6 +42,7 @@ from subzero.storage.encodings import (
     decode_record_block,
     merge_payload_tables,
 )
+from subzero.storage.integrity import ChecksumMismatch, read_verified, seed, unseal
 from subzero.storage.metadata import (
     META,
     CorruptLineage,
