@@ -374,3 +374,19 @@ def test_damage_is_reported_once_per_run_and_the_copy_is_independent(store, tmp_
                        record=False).steps[0].method == f"stored:{strategy}"
     finally:
         r.close()
+
+
+@pytest.mark.parametrize("damage", ["meta pages zeroed", "deleted"])
+def test_an_unopenable_lineage_file_names_the_operator_and_the_file(store, damage):
+    """LMDB's own meta pages damaged, or data.mdb gone: the step says which operator's
+    lineage it could not read and where, and re-execution answers exactly."""
+    strategy = "full:fullmany:backward"
+    run = _run(store, strategy)
+    mdb = run.dir / "lineage" / "data.mdb"
+    if damage == "deleted":
+        mdb.unlink()
+    else:
+        data = bytearray(mdb.read_bytes())
+        data[:8192] = bytes(8192)
+        mdb.write_bytes(bytes(data))
+    _exact_with_warning(store, run, strategy, FEW, r"lineage store .*lineage")

@@ -292,7 +292,11 @@ class Executor:
         r = self._readers.get(key)
         if r is None:
             if self._lineage is None:
-                self._lineage = LineageStore(self.v.lineage_path, readonly=True)
+                try:
+                    self._lineage = LineageStore(self.v.lineage_path, readonly=True)
+                except CorruptLineage as err:   # the whole file: name what this step wanted
+                    raise CorruptLineage(f"stored lineage of operator {name!r} ({s}) is "
+                                         f"unreadable: {err}") from None
                 weakref.finalize(self, self._lineage.close)   # released with the executor
             r = self._readers[key] = self._lineage.reader(name, s)
         return r
