@@ -390,3 +390,8 @@ def test_an_unopenable_lineage_file_names_the_operator_and_the_file(store, damag
         data[:8192] = bytes(8192)
         mdb.write_bytes(bytes(data))
     _exact_with_warning(store, run, strategy, FEW, r"lineage store .*lineage")
+
+
+def test_a_readers_precomputed_seed_is_the_same_seed():
+    assert integrity.seed_in(integrity.seed(b"op|s", b""), b"b\x00R" + bytes(8)) == \
+        integrity.seed(b"op|s", b"b\x00R" + bytes(8))

@@ -42,6 +42,12 @@ def seed(*parts: bytes) -> int:
     return zlib.crc32(b"\x00".join(parts))
 
 
+def seed_in(db_seed: int, key: bytes) -> int:
+    """:func:`seed` ``(db, key)`` from ``db_seed = seed(db, b"")`` (CRC-32 continues
+    over the key): a reader computes its sub-database's part once."""
+    return zlib.crc32(key, db_seed)
+
+
 def seal(body: bytes, at: int) -> bytes:
     """``body`` with its checksum appended; ``at`` is :func:`seed` of its location."""
     return body + _CRC.pack(zlib.crc32(body, at))

@@ -42,7 +42,7 @@ from subzero.storage.encodings import (
     decode_record_block,
     merge_payload_tables,
 )
-from subzero.storage.integrity import ChecksumMismatch, read_verified, seed, unseal
+from subzero.storage.integrity import ChecksumMismatch, read_verified, seed, seed_in, unseal
 from subzero.storage.metadata import (
     META,
     CorruptLineage,
@@ -80,6 +80,7 @@ class StrategyReader:
         #: The LMDB file the values live in (named in errors).
         self.file = store.path / "data.mdb"
         self._name = store.db_name(op, strategy)
+        self._seed = seed(self._name, b"")
         where = f"stored lineage of {op!r} ({strategy}) in {self.file}"
         try:
             self.db = store._db(self._name, create=False)
@@ -119,7 +120,7 @@ class StrategyReader:
         if raw is None or not self._checked:
             return raw
         try:
-            return unseal(raw, seed(self._name, key))
+            return unseal(raw, seed_in(self._seed, key))
         except ChecksumMismatch as e:
             raise self._damaged(f"{what} fails its checksum ({e})") from None
 
@@ -346,7 +347,7 @@ class StrategyReader:
                             blk = int.from_bytes(key[len(prefix):], "big")
                             if self._checked:
                                 try:
-                                    raw = unseal(raw, seed(self._name, key))
+                                    raw = unseal(raw, seed_in(self._seed, key))
                                 except ChecksumMismatch as e:
                                     raise self._damaged(f"key-index block {blk} of space {space!r} "
                                                         f"fails its checksum ({e})") from None
