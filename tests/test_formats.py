@@ -27,6 +27,8 @@ from subzero.storage.metadata import (
     NewerLineageFormat,
     SpaceMeta,
     StrategyMeta,
+    decode_record,
+    encode_record,
 )
 from subzero.tuning import KEY_BITS
 
@@ -36,18 +38,20 @@ def _rewrite_meta(lineage_dir, op, strategy, edit):
     """Rewrite one stored strategy's raw META JSON (as another SubZero version would have)."""
     lin = ls.LineageStore(lineage_dir)
     try:
-        db = lin._db(f"{op}|{strategy}".encode(), create=False)
+        name = f"{op}|{strategy}".encode()
+        db = lin._db(name, create=False)
         with lin.env.begin(write=True, db=db) as txn:
-            meta = json.loads(txn.get(ls.META))
+            meta = decode_record(txn.get(ls.META), db=name)
             edit(meta)
-            txn.put(ls.META, json.dumps(meta).encode())
+            txn.put(ls.META, encode_record(meta, name))
     finally:
         lin.close()
 
 
 def _as_legacy(meta):
-    """Format 1: no format number, no key_bits (2**14-cell key blocks)."""
-    assert meta.pop("format") == FORMAT_VERSION
+    """Format 1: no format number, no key_bits (2**14-cell key blocks); the store must
+    have been written in format 2 (``ls.WRITE_FORMAT``: no checksums)."""
+    assert meta.pop("format") == 2
     for sp in meta["spaces"].values():
         assert sp.pop("key_bits") == LEGACY_KEY_BITS
 
@@ -143,6 +147,7 @@ def test_lineage_store_in_the_old_format_answers_exactly(store, monkeypatch, str
     no key_bits) answers every trace as re-execution does, through the stored lineage."""
     a = np.arange(150 * 150, dtype=float).reshape(150, 150)
     monkeypatch.setattr(ls, "KEY_BITS", LEGACY_KEY_BITS)
+    monkeypatch.setattr(ls, "WRITE_FORMAT", 2)
     old = store.run(_fan_workflow(), inputs={"a": a}, strategies={"fan": strategy})
     monkeypatch.undo()
     _rewrite_meta(old.dir / "lineage", "fan", strategy, _as_legacy)
@@ -186,6 +191,7 @@ def test_append_to_an_old_format_store_keeps_its_key_blocks(tmp_path, monkeypatc
     in_b = rng.integers(0, n, 2 * len(out_b))
     lin = ls.LineageStore(tmp_path / "lineage")
     monkeypatch.setattr(ls, "KEY_BITS", LEGACY_KEY_BITS)
+    monkeypatch.setattr(ls, "WRITE_FORMAT", 2)
     lin.write("op", s, _pairs(out_a, in_a, 2), shape, [shape])
     monkeypatch.undo()
     lin.close()
@@ -193,7 +199,7 @@ def test_append_to_an_old_format_store_keeps_its_key_blocks(tmp_path, monkeypatc
     lin = ls.LineageStore(tmp_path / "lineage")
     lin.write("op", s, _pairs(out_b, in_b, 2), shape, [shape])
     r = lin.reader("op", s)
-    assert r.meta.version == FORMAT_VERSION
+    assert r.meta.version == 2 and not r.meta.checksummed       # blocks stay unchecked
     assert r.meta.space("b").key_bits == LEGACY_KEY_BITS        # not today's KEY_BITS
     assert r.meta.space("b").pairs == 1024 * -(-len(out_a) // 1024) + len(out_b)
     q = np.unique(rng.integers(0, n, 3000))

@@ -227,6 +227,7 @@ def test_key_block_size_of_an_older_store_is_kept(store, monkeypatch):
     a = np.arange(150 * 150, dtype=float).reshape(150, 150)
     for strategy in ("full:fullone:backward", "full:fullone:forward"):
         monkeypatch.setattr(ls, "KEY_BITS", 14)
+        monkeypatch.setattr(ls, "WRITE_FORMAT", 2)        # before checksums (format 3)
         old = store.run(_fan_workflow(), inputs={"a": a}, strategies={"fan": strategy})
         monkeypatch.undo()
         lin = ls.LineageStore(old.dir / "lineage")

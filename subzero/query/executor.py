@@ -11,8 +11,12 @@ black-box re-execution), or the order a query-time planner gives
 (``planner.py``; the optimizer implements one), which may also give reading
 stored lineage a deadline after which the step re-executes instead.
 ``steps.py`` runs one method.  Operators declared all-to-all on an input
-short-cut to the entire array.  Damaged stored lineage falls back to another
-method with a warning: a trace never answers wrongly in silence.
+short-cut to the entire array.  Damaged stored lineage (a checksum that does
+not match, a missing block or file) falls back with a warning naming what was
+damaged — to the operator's other stored strategies first, then mapping
+functions, then re-execution — and a step with nothing trustworthy left stops
+the trace with one QueryError naming the operator: a trace never answers
+wrongly in silence.
 
 An executor serves every query of one run and keeps only what lives as long
 as the run: open lineage readers, loaded arrays, strategies found damaged,
@@ -38,7 +42,7 @@ from subzero.model.strategy import Direction, Strategy
 from subzero.model.workflow import Workflow
 from subzero.query import steps as run_step
 from subzero.query.graph import Edge, RunGraph
-from subzero.query.methods import Mapping, Method, MethodTable, Stored
+from subzero.query.methods import Mapping, Method, MethodTable, Stored, fallback_order
 from subzero.query.planner import Planner, StepInfo, StepStat, blocks_of_packed, blocks_spanned
 from subzero.query.relation import StepContext, packed_query
 from subzero.query.sources import Deadline, PairSource, TimedSource
@@ -241,13 +245,18 @@ class Executor:
 
         def stored(region: tuple[slice, ...]) -> np.ndarray:   # a re-run proves itself on it
             return self.v.arrays.read_region(name, region)
-        for m in methods:
+        order = list(methods)
+        damaged: list[str] = []
+        while order:
+            m = order.pop(0)
             if q is None and not isinstance(m, Mapping):
                 q = packed_query(bm)[0]
             if isinstance(m, Stored):
                 assert q is not None
                 key = (name, m.strategy)
                 if key in self._broken:
+                    damaged.append(str(m.strategy))
+                    order = fallback_order(order)
                     continue
                 try:
                     src: PairSource = self._reader(name, m.strategy)
@@ -256,6 +265,8 @@ class Executor:
                     res, method = run_step.stored(src, m.strategy, sc, i, backward, q, q_flat), m.name
                 except CorruptLineage as err:
                     self._broken.add(key)
+                    damaged.append(str(m.strategy))
+                    order = fallback_order(order)
                     self.warn(f"{err}; answering this step another way")
                     continue
                 except Deadline:
@@ -270,8 +281,9 @@ class Executor:
                 res, method = run_step.reexec(sc, i, backward, q, q_flat, inputs, stored)
             out, res_q = run_step.settle(res, self.v.shapes[e.dst])
             return out, res_q, method, note, blocks
-        raise QueryError(f"no method left to trace through operator {name!r}: every one "
-                         f"offered was damaged (a planner must keep re-execution)")
+        raise QueryError(f"cannot trace through operator {name!r}: its stored lineage is damaged "
+                         f"({', '.join(damaged) or 'none offered'}) and no other method is left "
+                         f"(a planner must keep re-execution)")
 
     # -- run-lifetime state ------------------------------------------------------------------
     def _operator(self, name: str) -> Operator:
@@ -293,7 +305,11 @@ class Executor:
         r = self._readers.get(key)
         if r is None:
             if self._lineage is None:
-                self._lineage = LineageStore(self.v.lineage_path, readonly=True)
+                try:
+                    self._lineage = LineageStore(self.v.lineage_path, readonly=True)
+                except CorruptLineage as err:   # the whole file: name what this step wanted
+                    raise CorruptLineage(f"stored lineage of operator {name!r} ({s}) is "
+                                         f"unreadable: {err}") from None
                 weakref.finalize(self, self._lineage.close)   # released with the executor
             r = self._readers[key] = self._lineage.reader(name, s)
         return r

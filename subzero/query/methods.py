@@ -11,7 +11,7 @@ step reports the mode it captured, ``"reexec:full"``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from collections.abc import Mapping as MappingT
 from dataclasses import dataclass
 from typing import ClassVar
@@ -70,6 +70,13 @@ def simple_order(op: Operator, strategies: tuple[Strategy, ...], backward: bool)
     methods += [m for m in stored if not m.indexed(backward)]
     methods.append(Reexec())
     return methods
+
+
+def fallback_order(rest: Sequence[Method]) -> list[Method]:
+    """What to try after a stored strategy was found damaged: the operator's other
+    stored strategies first (exact, and usually cheaper than the rest), then mapping
+    functions, then re-execution, each group in the order it had."""
+    return [m for m in rest if isinstance(m, Stored)] + [m for m in rest if not isinstance(m, Stored)]
 
 
 def preferred(prefer: str, methods: list[Method], op: Operator) -> Method | None:

@@ -7,7 +7,10 @@ put in one write transaction, so a reader sees all of it or none of it.
 
 The writer lives here; what a strategy's sub-database holds (its metadata
 record and key layout, versioned) is :mod:`subzero.storage.metadata`, and
-reading it is :class:`~subzero.storage.reader.StrategyReader`.
+reading it is :class:`~subzero.storage.reader.StrategyReader`.  Every value is
+written sealed with its checksum and every R-tree file's size and checksum go
+into the metadata record, in the same transaction
+(:mod:`subzero.storage.integrity`).
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ from subzero.storage.encodings import (
     record_fields,
     spaces_for,
 )
+from subzero.storage.integrity import ChecksumMismatch, file_digest, seal, seed, unseal
 from subzero.storage.metadata import (
+    FORMAT_VERSION,
     META,
     CorruptLineage,
     NewerLineageFormat,
@@ -49,11 +54,15 @@ from subzero.storage.metadata import (
     record_key,
     stored_encoding,
 )
-from subzero.storage.reader import StrategyReader
+from subzero.storage.reader import RTREE_FILES, StrategyReader
 from subzero.tuning import COVERED_CHUNK, LMDB_MAP_SIZE
 
 __all__ = ["META", "CorruptLineage", "LineageStore", "NewerLineageFormat", "StrategyReader",
            "WriteStats"]
+
+#: Format of new (operator, strategy) sub-databases.  Tests set it to 2 to write a
+#: store as SubZero did before checksums; appends keep a store's own format.
+WRITE_FORMAT = FORMAT_VERSION
 
 
 def _safe(text: str) -> str:
@@ -161,25 +170,35 @@ class LineageStore:
         t0 = time.perf_counter()
         enc = stored_encoding(strategy)
         spaces = spaces_for(strategy, pairs, out_shape, in_shapes, map_p_pairs)
-        db = self._db(self.db_name(op, strategy), create=True)
+        name = self.db_name(op, strategy)
+        db = self._db(name, create=True)
         with self.env.begin(write=True, db=db) as txn:
             raw = txn.get(META)
-            meta = StrategyMeta.from_bytes(raw, f"stored lineage of {op!r} ({strategy})") if raw \
-                else StrategyMeta.new(strategy, out_shape, in_shapes)
+            if raw:
+                meta = StrategyMeta.from_bytes(raw, f"stored lineage of {op!r} ({strategy})", name)
+                # an old store stays unchecked (its blocks have no checksums); format 1
+                # becomes 2, which only makes its key-block size explicit
+                meta = meta.in_format(max(meta.version, 2))
+            else:
+                meta = StrategyMeta.new(strategy, out_shape, in_shapes).in_format(WRITE_FORMAT)
+            put = _Sealer(name) if meta.checksummed else _plain
             for sp in spaces:
                 info = meta.space(sp.name) or SpaceMeta.new(
                     sp.name, sp.key_shape, record_fields(sp, enc), sp.value_shapes, KEY_BITS)
-                meta = meta.with_space(self._write_space(txn, op, strategy, sp, info))
+                meta = meta.with_space(self._write_space(txn, op, strategy, sp, info, put))
             if strategy.mode is Mode.COMP:
                 cov = np.unique(pairs.out)
                 for a in range(0, len(cov), COVERED_CHUNK):
-                    txn.put(covered_key(meta.covered_chunks), pack_arrays(cov[a:a + COVERED_CHUNK]))
+                    key = covered_key(meta.covered_chunks)
+                    txn.put(key, put(key, pack_arrays(cov[a:a + COVERED_CHUNK])))
                     meta = meta.with_covered_chunk()
-            txn.put(META, meta.to_bytes())
+            txn.put(META, meta.to_bytes(name))
         return WriteStats(self.bytes_of(op, strategy), time.perf_counter() - t0, pairs.n)
 
-    def _write_space(self, txn, op: str, strategy: Strategy, sp: Space, info: SpaceMeta) -> SpaceMeta:
-        """Append one space's pairs after those already stored; returns its new metadata."""
+    def _write_space(self, txn, op: str, strategy: Strategy, sp: Space, info: SpaceMeta,
+                     put) -> SpaceMeta:
+        """Append one space's pairs after those already stored; returns its new metadata.
+        ``put(key, body)`` gives the value to store (sealed, or as is in old formats)."""
         if sp.n == 0:
             return info
         first = -(-info.pairs // REC_PAIRS) * REC_PAIRS
@@ -187,20 +206,29 @@ class LineageStore:
         puts = []
         blocks = record_blocks(sp, enc, first)
         for blk, blob in blocks.items():
-            puts.append((record_key(sp.name, blk), blob))
+            key = record_key(sp.name, blk)
+            puts.append((key, put(key, blob)))
+        kblocks: list[int] = []
         if enc.one:
             for blk, blob in key_blocks(sp.key, sp.key_off, first, info.key_bits).items():
                 key = key_index_key(sp.name, blk)
                 old = txn.get(key)
-                puts.append((key, merge_key_blocks(old, blob) if old is not None else blob))
-        else:
-            self._write_rtree(op, strategy, sp, first)
+                if old is not None:
+                    blob = merge_key_blocks(put.body(key, old), blob)
+                puts.append((key, put(key, blob)))
+                kblocks.append(blk)
         puts.sort()
         with txn.cursor() as cur:
             cur.putmulti(puts)
-        return info.appended(first, sp.n, blocks)
+        info = info.appended(first, sp.n, blocks, kblocks if put.checked else ())
+        if not enc.one:
+            files = self._write_rtree(op, strategy, sp, first)
+            if put.checked:
+                info = info.with_files(files)
+        return info
 
-    def _write_rtree(self, op, strategy, sp: Space, first: int) -> None:
+    def _write_rtree(self, op, strategy, sp: Space, first: int) -> list[tuple[str, int, int]]:
+        """Build (or extend) the space's R-tree; returns its files' (suffix, size, CRC-32)."""
         coords = unpack(sp.key, sp.key_shape)
         starts = sp.key_off[:-1]
         mins = np.minimum.reduceat(coords, starts, axis=0).astype(np.float64)
@@ -220,6 +248,7 @@ class LineageStore:
         else:
             idx = rindex.Index(str(path), (ids, mins, maxs), properties=props)
         idx.close()
+        return [(ext, *file_digest(str(path) + "." + ext)) for ext in RTREE_FILES]
 
     # -- sizes ------------------------------------------------------------------------
     def bytes_of(self, op: str, strategy: Strategy) -> int:
@@ -254,5 +283,41 @@ class LineageStore:
 
     def reader(self, op: str, strategy: Strategy) -> StrategyReader:
         return StrategyReader(self, op, strategy)
+
+
+class _Sealer:
+    """Seals values of one sub-database (format 3 on)."""
+
+    checked = True
+
+    def __init__(self, db: bytes):
+        self.db = db
+
+    def __call__(self, key: bytes, body: bytes) -> bytes:
+        return seal(body, seed(self.db, key))
+
+    def body(self, key: bytes, value: bytes) -> bytes:
+        """The body of a value this sub-database holds (checked: a merge must not carry
+        damage into a freshly sealed block)."""
+        try:
+            return bytes(unseal(value, seed(self.db, key)))
+        except ChecksumMismatch:
+            raise CorruptLineage(f"stored lineage {self.db.decode()!r} has a damaged key-index "
+                                 f"block; it cannot be appended to") from None
+
+
+class _Plain:
+    """Values of an old-format sub-database: stored as they are."""
+
+    checked = False
+
+    def __call__(self, key: bytes, body: bytes) -> bytes:
+        return body
+
+    def body(self, key: bytes, value: bytes) -> bytes:
+        return value
+
+
+_plain = _Plain()
 
 

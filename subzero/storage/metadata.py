@@ -14,26 +14,46 @@ refused with :class:`NewerLineageFormat`: it might mean something else, and a
 trace must never answer wrongly in silence.
 
 The JSON keys of format 2 are those of format 1 plus ``format`` (and
-``key_bits`` always present), so an older SubZero still reads a newer store.
+``key_bits`` always present).
+
+Format 3 checksums everything a reader decodes (:mod:`subzero.storage.integrity`):
+the metadata record is :data:`META_MAGIC` followed by its JSON sealed with a
+CRC-32, every block is sealed, and the record itself lists what must exist
+besides the record blocks — which key-index blocks were written (a B-tree
+damaged so that a block is not found must not read as "no such cells") and the
+size and CRC-32 of each R-tree file, checked before libspatialindex opens it.
+Formats 1 and 2 have no checksums and are read as before
+(:attr:`StrategyMeta.checksummed` says which a record is).  A format-3 record
+without its seal is damaged, not old: a flipped digit must not turn the checks
+off.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import struct
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from subzero.errors import StoreError, StrategyError, SubZeroError
 from subzero.model.strategy import Encoding, Strategy, parse_one
 from subzero.storage.encodings import LEGACY_KEY_BITS
+from subzero.storage.integrity import ChecksumMismatch, seal, seed, unseal
 
 #: Format of the metadata (and blocks) this SubZero writes.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 #: Format of metadata written without a ``format`` number.
 LEGACY_FORMAT = 1
+#: First format whose values carry checksums.
+CHECKSUM_FORMAT = 3
+#: How a sealed metadata record starts (a format 1/2 record is JSON: ``{``).
+META_MAGIC = b"SZ\x03\x00"
 
 Shape = tuple[int, ...]
 
@@ -89,7 +109,10 @@ class SpaceMeta:
 
     ``pairs``: pairs written (ids 0..pairs-1, appends start at the next record
     block); ``fields``: what each record block holds, in order; ``blocks``: the
-    record block ids written; ``key_bits``: key-index block size (One encodings)."""
+    record block ids written; ``key_bits``: key-index block size (One encodings).
+    Format 3 adds ``key_index``: the key-index block ids written (One encodings,
+    see :func:`encode_block_set`), and ``files``: (suffix, size, CRC-32) of each
+    R-tree file (Many encodings)."""
 
     name: str
     key_shape: Shape
@@ -98,6 +121,8 @@ class SpaceMeta:
     key_bits: int
     pairs: int = 0
     blocks: tuple[int, ...] = ()
+    key_index: str = ""
+    files: tuple[tuple[str, int, int], ...] = ()
 
     @staticmethod
     def new(name: str, key_shape: Sequence[int], fields: Sequence[str],
@@ -105,21 +130,49 @@ class SpaceMeta:
         return SpaceMeta(name, _shape(key_shape), tuple(fields),
                          tuple((k, _shape(v)) for k, v in value_shapes.items()), int(key_bits))
 
-    def appended(self, first: int, n: int, blocks: Iterable[int]) -> SpaceMeta:
-        """This space after ``n`` pairs were written from pair id ``first`` on."""
-        return dataclasses.replace(self, pairs=first + n, blocks=self.blocks + tuple(blocks))
+    def appended(self, first: int, n: int, blocks: Iterable[int],
+                 key_blocks: Iterable[int] = ()) -> SpaceMeta:
+        """This space after ``n`` pairs were written from pair id ``first`` on (into
+        record ``blocks`` and key-index ``key_blocks``)."""
+        kb = np.fromiter(key_blocks, np.int64)
+        key_index = self.key_index
+        if kb.size:
+            have = decode_block_set(key_index, self.n_key_blocks)
+            have[kb] = True
+            key_index = encode_block_set(have)
+        return dataclasses.replace(self, pairs=first + n, blocks=self.blocks + tuple(blocks),
+                                   key_index=key_index)
+
+    def with_files(self, files: Iterable[tuple[str, int, int]]) -> SpaceMeta:
+        """This space with the R-tree files' (suffix, size, CRC-32) as now written."""
+        return dataclasses.replace(self, files=tuple((str(a), int(b), int(c)) for a, b, c in files))
+
+    @property
+    def n_key_blocks(self) -> int:
+        """Key-index blocks the key array spans."""
+        cells = 1
+        for n in self.key_shape:
+            cells *= n
+        return -(-cells >> self.key_bits) if cells else 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"next": self.pairs, "key_shape": list(self.key_shape), "fields": list(self.fields),
-                "value_shapes": {k: list(v) for k, v in self.value_shapes},
-                "blocks": list(self.blocks), "key_bits": self.key_bits}
+        d = {"next": self.pairs, "key_shape": list(self.key_shape), "fields": list(self.fields),
+             "value_shapes": {k: list(v) for k, v in self.value_shapes},
+             "blocks": list(self.blocks), "key_bits": self.key_bits}
+        if self.key_index:
+            d["key_index"] = self.key_index
+        if self.files:
+            d["files"] = [list(f) for f in self.files]
+        return d
 
     @staticmethod
     def from_json(name: str, d: Mapping[str, Any], version: int) -> SpaceMeta:
         key_bits = d.get("key_bits", LEGACY_KEY_BITS) if version == LEGACY_FORMAT else d["key_bits"]
+        files = tuple((str(a), int(b), int(c)) for a, b, c in d.get("files", ()))
         return SpaceMeta(name, _shape(d["key_shape"]), tuple(str(f) for f in d["fields"]),
                          tuple((str(k), _shape(v)) for k, v in d["value_shapes"].items()),
-                         int(key_bits), int(d["next"]), tuple(int(b) for b in d["blocks"]))
+                         int(key_bits), int(d["next"]), tuple(int(b) for b in d["blocks"]),
+                         str(d.get("key_index", "")), files)
 
 
 @dataclass(frozen=True)
@@ -148,16 +201,25 @@ class StrategyMeta:
     def space_names(self) -> list[str]:
         return [sp.name for sp in self.spaces]
 
+    @property
+    def checksummed(self) -> bool:
+        """Whether this strategy's values and files carry checksums (format 3 on);
+        older stores are read unchecked."""
+        return self.version >= CHECKSUM_FORMAT
+
     def with_space(self, space: SpaceMeta) -> StrategyMeta:
-        """This metadata with ``space`` added or replaced (in the current format: a store
-        appended to is rewritten in the format that wrote the append)."""
+        """This metadata with ``space`` added or replaced."""
         spaces = tuple(space if sp.name == space.name else sp for sp in self.spaces)
         if self.space(space.name) is None:
             spaces += (space,)
-        return dataclasses.replace(self, spaces=spaces, version=FORMAT_VERSION)
+        return dataclasses.replace(self, spaces=spaces)
 
     def with_covered_chunk(self) -> StrategyMeta:
-        return dataclasses.replace(self, covered_chunks=self.covered_chunks + 1, version=FORMAT_VERSION)
+        return dataclasses.replace(self, covered_chunks=self.covered_chunks + 1)
+
+    def in_format(self, version: int) -> StrategyMeta:
+        """This metadata as written in format ``version``."""
+        return dataclasses.replace(self, version=version)
 
     # -- serialisation ---------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -166,8 +228,10 @@ class StrategyMeta:
                 "spaces": {sp.name: sp.to_json() for sp in self.spaces},
                 "covered_chunks": self.covered_chunks}
 
-    def to_bytes(self) -> bytes:
-        return json.dumps(self.to_json()).encode()
+    def to_bytes(self, db: bytes = b"") -> bytes:
+        """The stored record (sealed from format 3 on; ``db``: the sub-database's name,
+        which the checksum covers)."""
+        return encode_record(self.to_json(), db)
 
     @staticmethod
     def from_json(d: Mapping[str, Any], where: str = "stored lineage") -> StrategyMeta:
@@ -191,12 +255,56 @@ class StrategyMeta:
             raise CorruptLineage(f"{where} has malformed metadata: {type(e).__name__}: {e}") from None
 
     @staticmethod
-    def from_bytes(raw: bytes, where: str = "stored lineage") -> StrategyMeta:
+    def from_bytes(raw: bytes, where: str = "stored lineage", db: bytes = b"") -> StrategyMeta:
+        return StrategyMeta.from_json(decode_record(raw, where, db), where)
+
+
+# -- the stored record ------------------------------------------------------------------
+def encode_record(d: Mapping[str, Any], db: bytes = b"") -> bytes:
+    """A metadata record's JSON as stored: format 3 on sealed behind :data:`META_MAGIC`."""
+    body = json.dumps(d).encode()
+    version = d.get("format", LEGACY_FORMAT)
+    if isinstance(version, int) and version >= CHECKSUM_FORMAT:
+        return META_MAGIC + seal(body, seed(db, META))
+    return body
+
+
+def decode_record(raw: bytes, where: str = "stored lineage", db: bytes = b"") -> Any:
+    """The JSON of a stored metadata record, its checksum verified where it has one."""
+    sealed = bytes(raw[:len(META_MAGIC)]) == META_MAGIC
+    body: bytes | memoryview = raw
+    if sealed:
         try:
-            d = json.loads(raw)
-        except ValueError as e:
-            raise CorruptLineage(f"{where} has unreadable metadata: {e}") from None
-        return StrategyMeta.from_json(d, where)
+            body = unseal(memoryview(raw)[len(META_MAGIC):], seed(db, META))
+        except ChecksumMismatch as e:
+            raise CorruptLineage(f"{where} has damaged metadata ({e})") from None
+    try:
+        d = json.loads(bytes(body))
+    except ValueError as e:
+        raise CorruptLineage(f"{where} has unreadable metadata: {e}") from None
+    version = d.get("format", LEGACY_FORMAT) if isinstance(d, dict) else None
+    if isinstance(version, int) and not sealed and CHECKSUM_FORMAT <= version <= FORMAT_VERSION:
+        raise CorruptLineage(f"{where} has damaged metadata (format {version} without its checksum)")
+    if isinstance(version, int) and sealed and version < CHECKSUM_FORMAT:
+        raise CorruptLineage(f"{where} has damaged metadata (format {version} behind a checksum)")
+    return d
+
+
+# -- sets of block ids --------------------------------------------------------------------
+def encode_block_set(present: np.ndarray) -> str:
+    """A boolean array of block ids as text for the JSON record (compressed bits)."""
+    return base64.b64encode(zlib.compress(np.packbits(present).tobytes())).decode()
+
+
+def decode_block_set(text: str, n: int) -> np.ndarray:
+    """The boolean array of ``n`` block ids :func:`encode_block_set` wrote ("" = none)."""
+    if not text:
+        return np.zeros(n, bool)
+    bits = np.frombuffer(zlib.decompress(base64.b64decode(text)), np.uint8)
+    out = np.unpackbits(bits, count=n).astype(bool) if n <= bits.size * 8 else None
+    if out is None:
+        raise ValueError("key-index block set shorter than the key array")
+    return out
 
 
 def _shape(s: Iterable[int]) -> Shape:

@@ -3,10 +3,19 @@
 Key lookups (the per-cell key index of One encodings, the R-tree of Many
 encodings), record fetches and full scans, over the typed metadata of
 :mod:`subzero.storage.metadata`.  Decoded blocks are cached per reader.
+
+In a checksummed store (format 3) every value is verified before it is
+decoded, a key-index block the metadata lists but LMDB does not return is
+damage (not "no such cells"), and each R-tree file is checked against its
+recorded size and CRC-32 before libspatialindex opens it — once per reader, so
+a warm reader pays nothing.  Older stores are read unchecked.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,12 +42,14 @@ from subzero.storage.encodings import (
     decode_record_block,
     merge_payload_tables,
 )
+from subzero.storage.integrity import ChecksumMismatch, read_verified, seed, seed_in, unseal
 from subzero.storage.metadata import (
     META,
     CorruptLineage,
     SpaceMeta,
     StrategyMeta,
     covered_key,
+    decode_block_set,
     key_index_key,
     record_key,
     stored_encoding,
@@ -46,6 +57,9 @@ from subzero.storage.metadata import (
 
 if TYPE_CHECKING:
     from subzero.storage.lineage import LineageStore
+
+#: The files libspatialindex keeps an R-tree in (suffixes of its base path).
+RTREE_FILES = ("dat", "idx")
 
 
 class StrategyReader:
@@ -62,9 +76,14 @@ class StrategyReader:
         self._key_index: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
         self._rtrees: dict[str, object] = {}
         self._covered: np.ndarray | None = None
-        where = f"stored lineage of {op!r} ({strategy})"
+        self._key_sets: dict[str, np.ndarray] = {}
+        #: The LMDB file the values live in (named in errors).
+        self.file = store.path / "data.mdb"
+        self._name = store.db_name(op, strategy)
+        self._seed = seed(self._name, b"")
+        where = f"stored lineage of {op!r} ({strategy}) in {self.file}"
         try:
-            self.db = store._db(store.db_name(op, strategy), create=False)
+            self.db = store._db(self._name, create=False)
             if self.db is None:
                 raise CorruptLineage(f"no stored lineage for operator {op!r} strategy {strategy}")
             with store.env.begin(db=self.db) as txn:
@@ -72,12 +91,13 @@ class StrategyReader:
         except lmdb.Error as e:
             raise CorruptLineage(f"{where} is unreadable: {e}") from None
         if raw is None:
-            raise CorruptLineage(f"{where} has no metadata")
+            raise CorruptLineage(f"{where} has no metadata (damaged)")
         #: What this sub-database holds (a frozen :class:`StrategyMeta`; any known format).
-        self.meta: StrategyMeta = StrategyMeta.from_bytes(raw, where)
+        self.meta: StrategyMeta = StrategyMeta.from_bytes(raw, where, self._name)
         if self.meta.strategy != strategy:
             raise CorruptLineage(f"{where} holds lineage of another strategy ({self.meta.strategy})")
         self._spaces = {sp.name: sp for sp in self.meta.spaces}
+        self._checked = self.meta.checksummed
 
     def clear_cache(self) -> None:
         """Forget decoded blocks (benchmarks use it to measure cold lookups)."""
@@ -86,8 +106,23 @@ class StrategyReader:
         self._covered = None
 
     def _fail(self, e: Exception):
-        return CorruptLineage(f"stored lineage of operator {self.op!r} ({self.strategy}) "
-                              f"is damaged: {type(e).__name__}: {e}")
+        return self._damaged(f"{type(e).__name__}: {e}")
+
+    def _damaged(self, what: str, file: Path | None = None) -> CorruptLineage:
+        """The error for damage found in this strategy's lineage (``file``: where, when
+        not the LMDB file)."""
+        return CorruptLineage(f"stored lineage of operator {self.op!r} ({self.strategy}) is "
+                              f"damaged: {what} ({file or self.file})")
+
+    def _get(self, txn, key: bytes, what: str):
+        """The body of the value at ``key`` (None if absent), checked in a checksummed store."""
+        raw = txn.get(key)
+        if raw is None or not self._checked:
+            return raw
+        try:
+            return unseal(raw, seed_in(self._seed, key))
+        except ChecksumMismatch as e:
+            raise self._damaged(f"{what} fails its checksum ({e})") from None
 
     def has_space(self, space: str) -> bool:
         return space in self._spaces
@@ -105,9 +140,9 @@ class StrategyReader:
         key = record_key(space, blk)
         rb = self._blocks.get(key)
         if rb is None:
-            raw = txn.get(key)
+            raw = self._get(txn, key, f"record block {blk} of space {space!r}")
             if raw is None:
-                raise CorruptLineage(f"stored lineage of {self.op!r} ({self.strategy}) misses a record block")
+                raise self._damaged(f"record block {blk} of space {space!r} is missing")
             rb = decode_record_block(raw, self._space(space).fields)
             self._blocks[key] = rb
         return rb
@@ -132,11 +167,26 @@ class StrategyReader:
         except Exception as e:  # lmdb, zstd, struct, rtree errors: damaged store
             raise self._fail(e) from None
 
+    def _key_set(self, space: str) -> np.ndarray:
+        """Which key-index blocks were written (checksummed stores), decoded once."""
+        got = self._key_sets.get(space)
+        if got is None:
+            info = self._space(space)
+            try:
+                got = decode_block_set(info.key_index, info.n_key_blocks)
+            except Exception as e:  # zlib, base64: the record passed its checksum, so rare
+                raise self._damaged(f"the key-index block list of space {space!r} is "
+                                    f"unreadable ({type(e).__name__})") from None
+            self._key_sets[space] = got
+        return got
+
     def _decoded_key_block(self, txn, space, blk):
         key = key_index_key(space, blk)
         dec = self._key_index.get(key, False)
         if dec is False:           # not read yet (None: no such block)
-            raw = txn.get(key)
+            raw = self._get(txn, key, f"key-index block {blk} of space {space!r}")
+            if raw is None and self._checked:
+                raise self._damaged(f"key-index block {blk} of space {space!r} is missing")
             dec = decode_key_block(raw) if raw is not None else None
             self._key_index[key] = dec
         return dec
@@ -146,7 +196,10 @@ class StrategyReader:
         (blocks are in key order, so their cells concatenate sorted)."""
         info = self._space(space)
         bits, n_pairs = info.key_bits, info.pairs
-        blocks = sorted_unique(q >> bits).tolist()      # q is sorted
+        blocks = sorted_unique(q >> bits)      # q is sorted
+        if self._checked:      # blocks never written hold no cells: not even a read
+            blocks = blocks[self._key_set(space)[blocks]]
+        blocks = blocks.tolist()
         decs = [d for d in (self._decoded_key_block(txn, space, b) for b in blocks) if d is not None]
         if not decs:
             return np.zeros(0, np.int64)
@@ -167,12 +220,31 @@ class StrategyReader:
         t = self._rtrees.get(space)
         if t is None:
             path = self.store.rtree_path(self.op, self.strategy, space)
-            if not Path(str(path) + ".idx").exists():
-                raise CorruptLineage(f"R-tree index of {self.op!r} ({self.strategy}) is missing")
             props = rindex.Property()
             props.dimension = max(2, len(self._space(space).key_shape))
-            t = self._rtrees[space] = rindex.Index(str(path), properties=props)
+            if self._checked:
+                t = _open_private(self._verified_rtree(space, path), props)
+            elif not Path(str(path) + ".idx").exists():
+                raise self._damaged("its R-tree index is missing", Path(str(path) + ".idx"))
+            else:
+                t = rindex.Index(str(path), properties=props)
+            self._rtrees[space] = t
         return t
+
+    def _verified_rtree(self, space: str, path: Path) -> dict[str, bytes]:
+        """The R-tree files' bytes, checked against their recorded sizes and checksums
+        before the native library sees them: a damaged R-tree can crash it or drop pairs."""
+        files = dict((ext, (size, c)) for ext, size, c in self._space(space).files)
+        out = {}
+        for ext in RTREE_FILES:
+            f = Path(f"{path}.{ext}")
+            if ext not in files:
+                raise self._damaged(f"its metadata records no checksum of R-tree file {f.name}", f)
+            try:
+                out[ext] = read_verified(f, *files[ext])
+            except ChecksumMismatch as e:
+                raise self._damaged(f"R-tree file {f.name}: {e}", f) from None
+        return out
 
     def _lookup_many(self, txn, space, q, q_flat):
         shape = self._space(space).key_shape
@@ -266,15 +338,30 @@ class StrategyReader:
         try:
             with self.store.env.begin(db=self.db, buffers=False) as txn:
                 prefix = space.encode() + b"\x00K"
-                ks, ps = [], []
+                ks, ps, seen = [], [], []
                 with txn.cursor() as cur:
                     if cur.set_range(prefix):
                         for key, raw in cur:
                             if not key.startswith(prefix):
                                 break
+                            blk = int.from_bytes(key[len(prefix):], "big")
+                            if self._checked:
+                                try:
+                                    raw = unseal(raw, seed_in(self._seed, key))
+                                except ChecksumMismatch as e:
+                                    raise self._damaged(f"key-index block {blk} of space {space!r} "
+                                                        f"fails its checksum ({e})") from None
                             cells, off, p = decode_key_block(raw)
                             ks.append(np.repeat(cells, np.diff(off)))
                             ps.append(p)
+                            seen.append(blk)
+            if self._checked:      # a scan must meet every block written, and only those
+                want = np.flatnonzero(self._key_set(space))
+                if not np.array_equal(np.asarray(seen, np.int64), want):
+                    raise self._damaged(f"the key-index blocks of space {space!r} found by a "
+                                        f"scan ({len(seen)}) are not those written ({len(want)})")
+        except CorruptLineage:
+            raise
         except Exception as e:
             raise self._fail(e) from None
         if not ks:
@@ -298,15 +385,32 @@ class StrategyReader:
             with self.store.env.begin(db=self.db, buffers=False) as txn:
                 parts = []
                 for j in range(self.meta.covered_chunks):
-                    raw = txn.get(covered_key(j))
+                    raw = self._get(txn, covered_key(j), f"covered-cell chunk {j}")
                     if raw is None:
-                        raise CorruptLineage(f"stored lineage of {self.op!r} misses covered cells")
+                        raise self._damaged(f"covered-cell chunk {j} is missing")
                     parts.append(unpack_arrays(raw)[0])
         except CorruptLineage:
             raise
         except Exception as e:
             raise self._fail(e) from None
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _open_private(files: dict[str, bytes], props) -> rindex.Index:
+    """An R-tree opened on a private copy of verified bytes.  libspatialindex opens its
+    files for writing and rewrites a page when it closes them (with leftover buffer
+    bytes), so opening the store's own files would change them — and their checksums —
+    and fail on a read-only store; the copy also means the bytes checked are the bytes
+    used.  The copy is unlinked once open (the library keeps its descriptors)."""
+    folder = tempfile.mkdtemp(prefix="subzero-rtree-")
+    base = os.path.join(folder, "t")
+    try:
+        for ext, data in files.items():
+            with open(f"{base}.{ext}", "wb") as f:
+                f.write(data)
+        return rindex.Index(base, properties=props)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _runs_to_boxes(q: np.ndarray, shape) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,397 @@
+"""Integrity of stored lineage: damaged values, R-tree files and metadata are noticed.
+
+Every trace below is either exactly the answer re-execution gives (with a warning
+that names the operator, the strategy and the damaged file) or one clear error —
+never a wrong answer, never a crash.  Damage is done to the files on disk, the
+way a disk or a careless copy would do it.
+"""
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import subzero
+import subzero.storage.lineage as ls
+from subzero import Mode, Operator, Workflow
+from subzero.errors import QueryError, SubZeroWarning
+from subzero.model.strategy import parse_one
+from subzero.query.methods import Mapping, Reexec, Stored, fallback_order
+from subzero.storage import integrity
+from subzero.storage.metadata import META, CorruptLineage, StrategyMeta, decode_record
+
+SHAPE = (60, 50)          # 3000 pairs: three record blocks, several key-index blocks
+
+
+class Fan(Operator):
+    """Output (r, c) depends on input (r, c) and (r, c // 2); the mapping functions
+    say exactly that, so every method gives the same answer."""
+
+    def supported_modes(self):
+        return {Mode.FULL, Mode.MAP, Mode.PAY, Mode.COMP, Mode.BLACKBOX}
+
+    def run(self, ctx, a):
+        out = np.argwhere(np.ones(a.shape, bool))
+        if Mode.FULL in ctx.modes:
+            ins = np.stack([out, np.column_stack([out[:, 0], out[:, 1] // 2])], axis=1)
+            ctx.lwrite(out, ins, each=True)
+        if Mode.PAY in ctx.modes or Mode.COMP in ctx.modes:
+            ctx.lwrite(out, payload=b"\x02", each=True)
+        return a * 2
+
+    def map_b(self, cells, i, ctx):
+        c = np.asarray(cells)
+        return np.concatenate([c, np.column_stack([c[:, 0], c[:, 1] // 2])])
+
+    def map_f(self, cells, i, ctx):
+        c = np.asarray(cells)
+        w = SHAPE[1]
+        more = [c]
+        for k in (0, 1):
+            d = np.column_stack([c[:, 0], 2 * c[:, 1] + k])
+            more.append(d[d[:, 1] < w])
+        return np.concatenate(more)
+
+    def map_p(self, cells, payload, i, ctx):
+        c = np.asarray(cells)
+        return np.concatenate([c, np.column_stack([c[:, 0], c[:, 1] // payload[0]])])
+
+
+def _workflow():
+    wf = Workflow("fan")
+    wf.add("fan", Fan(), wf.input("a"))
+    return wf
+
+
+STRATEGIES = ["full:fullone:backward", "full:fullmany:backward", "pay:payone:backward",
+              "pay:paymany:backward", "comp:payone:backward", "comp:paymany:backward",
+              "full:fullone:forward", "full:fullmany:forward"]
+EVERY_CELL = [(r, c) for r in range(SHAPE[0]) for c in range(SHAPE[1])]
+FEW = [(0, 0), (59, 49), (31, 7)]
+
+
+def _run(store, strategy):
+    a = np.arange(SHAPE[0] * SHAPE[1], dtype=float).reshape(SHAPE)
+    return store.run(_workflow(), inputs={"a": a}, strategies={"fan": strategy})
+
+
+def _values(run, strategy) -> dict[bytes, bytes]:
+    """Every stored value of one strategy, by key."""
+    lin = ls.LineageStore(run.dir / "lineage", readonly=True)
+    try:
+        db = lin._db(lin.db_name("fan", parse_one(strategy)), create=False)
+        with lin.env.begin(db=db) as txn:
+            return dict(txn.cursor().iternext())
+    finally:
+        lin.close()
+
+
+def _start(strategy):
+    return "a" if strategy.endswith("forward") else "fan"
+
+
+def _trace(store, run_id, strategy, cells, prefer="strategy", planner=None):
+    """Trace in a freshly opened store (``prefer``: the strategy by default)."""
+    run = subzero.open_store(store.path).get(run_id)
+    try:
+        prefer = strategy if prefer == "strategy" else prefer
+        return run.trace(_start(strategy), cells, path=[("fan", 0)], prefer=prefer,
+                         record=False, planner=planner)
+    finally:
+        run.close()
+
+
+def _exact_with_warning(store, run, strategy, cells, match):
+    """The trace warns (naming operator, strategy and ``match``) and answers exactly."""
+    want = _trace(store, run.id, strategy, cells, prefer="reexec")
+    with pytest.warns(SubZeroWarning, match=match) as rec:
+        got = _trace(store, run.id, strategy, cells)
+    msg = str(rec[0].message)
+    assert "'fan'" in msg and strategy in msg and "answering this step another way" in msg
+    assert "\n" not in msg
+    assert got.steps[0].method != f"stored:{strategy}"
+    assert np.array_equal(got.bitmap, want.bitmap) and got.bitmap.any()
+    return got
+
+
+def _flip_in_file(path: Path, needle: bytes, at: float = 0.5) -> bytes:
+    """Flip one bit of ``needle`` wherever it lies in ``path`` (LMDB may keep a stale
+    copy in a free page); returns the file's old bytes."""
+    data = path.read_bytes()
+    damaged = bytearray(data)
+    off = data.find(needle)
+    assert off >= 0, "value not found in the file"
+    while off >= 0:
+        damaged[off + min(len(needle) - 1, int(len(needle) * at))] ^= 0x10
+        off = data.find(needle, off + 1)
+    path.write_bytes(bytes(damaged))
+    return data
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_damaged_value_is_noticed_and_answered_exactly(store, strategy):
+    """A bit flipped inside any stored value (metadata, record blocks, key-index blocks,
+    covered-cell chunks) is found by its checksum; the step is answered another way."""
+    run = _run(store, strategy)
+    mdb = run.dir / "lineage" / "data.mdb"
+    values = _values(run, strategy)
+    kinds = {k[k.index(b"\x00") + 1:k.index(b"\x00") + 2] if k != META else b"M" for k in values}
+    assert {b"M", b"R"} <= kinds
+    if "one" in strategy and not strategy.startswith(("pay", "comp")) or "payone" in strategy:
+        assert b"K" in kinds
+    if strategy.startswith("comp"):
+        assert b"C" in kinds
+    for value in values.values():
+        for at in (0.0, 0.5, 1.0):           # first byte, middle, last (the checksum)
+            old = _flip_in_file(mdb, value, at)
+            try:
+                _exact_with_warning(store, run, strategy, EVERY_CELL, r"damaged.*data\.mdb")
+            finally:
+                mdb.write_bytes(old)
+    assert np.array_equal(_trace(store, run.id, strategy, FEW).bitmap,      # intact again
+                          _trace(store, run.id, strategy, FEW, prefer="reexec").bitmap)
+
+
+@pytest.mark.parametrize("strategy", ["full:fullone:backward", "full:fullone:forward"])
+def test_a_scan_against_the_stored_direction_checks_every_key_block(store, strategy):
+    """A step against the stored direction of FullOne lineage scans the key index (its
+    records keep no key cells): a missing key-index block is damage there too."""
+    run = _run(store, strategy)
+    values = _values(run, strategy)
+    kblocks = sorted(k for k in values if b"\x00K" in k)
+    lin = ls.LineageStore(run.dir / "lineage")
+    name = lin.db_name("fan", parse_one(strategy))
+    with lin.env.begin(write=True, db=lin._db(name, create=False)) as txn:
+        txn.delete(kblocks[len(kblocks) // 2])
+    lin.close()
+    other = strategy.replace("backward", "x").replace("forward", "backward").replace("x", "forward")
+    cells = [(5, 5), (40, 20)]
+    want = _trace(store, run.id, other, cells, prefer="reexec")
+    run2 = subzero.open_store(store.path).get(run.id)
+    try:
+        with pytest.warns(SubZeroWarning, match=r"key-index blocks .* found by a scan"):
+            got = run2.trace(_start(other), cells, path=[("fan", 0)], prefer=strategy,
+                             record=False)
+    finally:
+        run2.close()
+    assert np.array_equal(got.bitmap, want.bitmap)
+
+
+@pytest.mark.parametrize("strategy", ["full:fullone:backward", "pay:payone:backward",
+                                      "full:fullone:forward"])
+def test_a_key_block_lost_from_the_btree_is_damage_not_missing_cells(store, strategy):
+    """LMDB returning nothing for a key-index block the metadata lists (a damaged
+    B-tree page) must not read as "these cells have no lineage"."""
+    run = _run(store, strategy)
+    values = _values(run, strategy)
+    lin = ls.LineageStore(run.dir / "lineage")
+    name = lin.db_name("fan", parse_one(strategy))
+    with lin.env.begin(write=True, db=lin._db(name, create=False)) as txn:
+        for k in values:
+            if b"\x00K" in k:
+                txn.delete(k)
+    lin.close()
+    _exact_with_warning(store, run, strategy, FEW, r"key-index block \d+ of space .* is missing")
+
+
+def test_a_value_under_another_key_fails_its_checksum(store):
+    """Checksums are seeded with the value's key: a B-tree that hands back another
+    (intact) block for a key is caught."""
+    strategy = "full:fullone:backward"
+    run = _run(store, strategy)
+    values = _values(run, strategy)
+    r0, r1 = sorted(k for k in values if b"\x00R" in k)[:2]
+    lin = ls.LineageStore(run.dir / "lineage")
+    name = lin.db_name("fan", parse_one(strategy))
+    with lin.env.begin(write=True, db=lin._db(name, create=False)) as txn:
+        txn.put(r0, values[r1])
+        txn.put(r1, values[r0])
+    lin.close()
+    _exact_with_warning(store, run, strategy, EVERY_CELL, r"record block \d .* fails its checksum")
+
+
+def _rtree_files(run, space="b"):
+    files = sorted((run.dir / "lineage" / "rtree").glob(f"*.{space}.*"))
+    assert [f.suffix for f in files] == [".dat", ".idx"]
+    return files
+
+
+@pytest.mark.parametrize("strategy", ["full:fullmany:backward", "pay:paymany:backward",
+                                      "comp:paymany:backward", "full:fullmany:forward"])
+def test_damaged_rtree_files_are_caught_before_the_native_library_opens_them(store, strategy):
+    """The issue's case: 8 bytes overwritten near the start of the R-tree's .dat file
+    gave too few cells or a segfault.  Now every overwrite, truncation or deletion of
+    either file is a warning naming the file, and the answer is exact."""
+    run = _run(store, strategy)
+    space = "f0" if strategy.endswith("forward") else "b"
+    dat, idx = _rtree_files(run, space)
+    cells = FEW
+    for f in (dat, idx):
+        old = f.read_bytes()
+        somewhere = int(np.random.default_rng(3).integers(len(old) - 8))
+        damages = [lambda b, o=o: b[:o] + b"\xff" * 8 + b[o + 8:]
+                   for o in (0, 8, 16, 100, 700, somewhere)]
+        damages += [lambda b: b[:len(b) // 2], lambda b: b + b"\x00" * 16]
+        for damage in damages:
+            new = damage(old)
+            if new == old:
+                continue
+            f.write_bytes(new)
+            try:
+                _exact_with_warning(store, run, strategy, cells, re.escape(f.name))
+            finally:
+                f.write_bytes(old)
+        f.unlink()
+        try:
+            _exact_with_warning(store, run, strategy, cells, re.escape(f.name) + ": missing")
+        finally:
+            f.write_bytes(old)
+    assert np.array_equal(_trace(store, run.id, strategy, cells).bitmap,
+                          _trace(store, run.id, strategy, cells, prefer="reexec").bitmap)
+
+
+def test_metadata_without_its_seal_is_damage_not_an_older_format(store):
+    """A checksummed (format 3) record that reads as plain JSON — its seal damaged
+    into something parseable — must not switch the checks off."""
+    strategy = "full:fullone:backward"
+    run = _run(store, strategy)
+    lin = ls.LineageStore(run.dir / "lineage")
+    name = lin.db_name("fan", parse_one(strategy))
+    with lin.env.begin(write=True, db=lin._db(name, create=False)) as txn:
+        d = decode_record(txn.get(META), db=name)
+        import json
+        txn.put(META, json.dumps(d).encode())
+    lin.close()
+    _exact_with_warning(store, run, strategy, FEW, r"format 3 without its checksum")
+    with pytest.raises(CorruptLineage, match="damaged metadata"):
+        StrategyMeta.from_bytes(b"SZ\x03\x00" + b"{}" + b"\x00" * 4)
+
+
+def test_after_damaged_stored_lineage_the_operators_other_stored_lineage_comes_first(store):
+    """Order after a damaged strategy: the operator's other intact stored strategies
+    (even one indexed the other way), then mapping functions, then re-execution; a
+    step with nothing trustworthy left is one clear error naming the operator."""
+    bw, fw = "full:fullone:backward", "full:fullone:forward"
+    run = _run(store, f"{bw}+{fw}+map")
+    cells = [(3, 4), (50, 49)]
+    want = _trace(store, run.id, bw, cells, prefer="reexec")
+    ok = _trace(store, run.id, bw, cells, prefer=None)
+    assert ok.steps[0].method == f"stored:{bw}"
+    mdb = run.dir / "lineage" / "data.mdb"
+    _flip_in_file(mdb, _values(run, bw)[META])
+    with pytest.warns(SubZeroWarning, match=re.escape(bw)):
+        got = _trace(store, run.id, bw, cells, prefer=None)
+    assert got.steps[0].method == f"stored:{fw}"          # not "map", which precedes it
+    assert np.array_equal(got.bitmap, want.bitmap)
+    _flip_in_file(mdb, _values(run, fw)[META])
+    with pytest.warns(SubZeroWarning) as rec:
+        got = _trace(store, run.id, bw, cells, prefer=None)
+    assert {bw, fw} <= {s for r in rec for s in (bw, fw) if s in str(r.message)}
+    assert got.steps[0].method == "map" and np.array_equal(got.bitmap, want.bitmap)
+
+    class StoredOnly:
+        """A planner that (wrongly) offers only stored lineage."""
+
+        def plan(self, info, methods):
+            return [m for m in methods if isinstance(m, Stored)], None
+
+        def observe(self, stat):
+            pass
+    with pytest.warns(SubZeroWarning), pytest.raises(QueryError) as e:
+        _trace(store, run.id, bw, cells, prefer=None, planner=StoredOnly())
+    assert "'fan'" in str(e.value) and "damaged" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_fallback_order_keeps_each_group_in_its_order():
+    a, b = Stored(parse_one("full:fullone:backward")), Stored(parse_one("full:fullmany:forward"))
+    assert fallback_order([Mapping(), a, Reexec(), b]) == [a, b, Mapping(), Reexec()]
+
+
+@pytest.mark.parametrize("strategy", ["full:fullone:backward", "full:fullmany:backward",
+                                      "comp:payone:backward", "pay:paymany:forward"])
+def test_a_store_written_before_checksums_still_traces(store, monkeypatch, strategy):
+    """Format 2 (no checksums) is read unchecked, exactly as before."""
+    monkeypatch.setattr(ls, "WRITE_FORMAT", 2)
+    run = _run(store, strategy)
+    monkeypatch.undo()
+    lin = ls.LineageStore(run.dir / "lineage", readonly=True)
+    meta = lin.reader("fan", parse_one(strategy)).meta
+    lin.close()
+    assert meta.version == 2 and not meta.checksummed
+    assert all(not sp.files and not sp.key_index for sp in meta.spaces)
+    for cells in (FEW, EVERY_CELL):
+        got = _trace(store, run.id, strategy, cells)
+        want = _trace(store, run.id, strategy, cells, prefer="reexec")
+        assert got.steps[0].method == f"stored:{strategy}"
+        assert np.array_equal(got.bitmap, want.bitmap)
+
+
+def test_new_stores_are_checksummed(store):
+    run = _run(store, "full:fullmany:backward")
+    lin = ls.LineageStore(run.dir / "lineage", readonly=True)
+    meta = lin.reader("fan", parse_one("full:fullmany:backward")).meta
+    lin.close()
+    assert meta.checksummed and meta.version == 3
+    (sp,) = meta.spaces
+    dat, idx = _rtree_files(run)
+    assert dict((e, (n, c)) for e, n, c in sp.files) == {
+        "dat": integrity.file_digest(dat), "idx": integrity.file_digest(idx)}
+
+
+def test_seal_round_trip_and_location():
+    at = integrity.seed(b"db", b"key")
+    v = integrity.seal(b"hello", at)
+    assert bytes(integrity.unseal(v, at)) == b"hello"
+    for bad in (v[:-1] + bytes([v[-1] ^ 1]), b"x" + v[1:], v[:3]):
+        with pytest.raises(integrity.ChecksumMismatch):
+            integrity.unseal(bad, at)
+    with pytest.raises(integrity.ChecksumMismatch):
+        integrity.unseal(v, integrity.seed(b"db", b"other"))
+
+
+def test_damage_is_reported_once_per_run_and_the_copy_is_independent(store, tmp_path):
+    """A strategy found damaged is not read again by later traces of the same run
+    (one warning), and a store copied before the damage is unaffected."""
+    strategy = "pay:payone:backward"
+    run = _run(store, strategy)
+    copy = tmp_path / "copy"
+    shutil.copytree(store.path, copy)
+    mdb = run.dir / "lineage" / "data.mdb"
+    _flip_in_file(mdb, _values(run, strategy)[META])
+    r = subzero.open_store(store.path).get(run.id)
+    try:
+        with pytest.warns(SubZeroWarning) as rec:
+            for cells in (FEW, FEW, EVERY_CELL):
+                r.trace("fan", cells, path=[("fan", 0)], prefer=strategy, record=False)
+        assert len(rec) == 1
+    finally:
+        r.close()
+    r = subzero.open_store(copy).get(run.id)
+    try:
+        assert r.trace("fan", FEW, path=[("fan", 0)], prefer=strategy,
+                       record=False).steps[0].method == f"stored:{strategy}"
+    finally:
+        r.close()
+
+
+@pytest.mark.parametrize("damage", ["meta pages zeroed", "deleted"])
+def test_an_unopenable_lineage_file_names_the_operator_and_the_file(store, damage):
+    """LMDB's own meta pages damaged, or data.mdb gone: the step says which operator's
+    lineage it could not read and where, and re-execution answers exactly."""
+    strategy = "full:fullmany:backward"
+    run = _run(store, strategy)
+    mdb = run.dir / "lineage" / "data.mdb"
+    if damage == "deleted":
+        mdb.unlink()
+    else:
+        data = bytearray(mdb.read_bytes())
+        data[:8192] = bytes(8192)
+        mdb.write_bytes(bytes(data))
+    _exact_with_warning(store, run, strategy, FEW, r"lineage store .*lineage")
+
+
+def test_a_readers_precomputed_seed_is_the_same_seed():
+    assert integrity.seed_in(integrity.seed(b"op|s", b""), b"b\x00R" + bytes(8)) == \
+        integrity.seed(b"op|s", b"b\x00R" + bytes(8))
