@@ -376,7 +376,7 @@ def test_damage_is_reported_once_per_run_and_the_copy_is_independent(store, tmp_
         r.close()
 
 
-@pytest.mark.parametrize("damage", ["meta pages zeroed", "deleted"])
+@pytest.mark.parametrize("damage", ["meta pages zeroed", "deleted", "truncated"])
 def test_an_unopenable_lineage_file_names_the_operator_and_the_file(store, damage):
     """LMDB's own meta pages damaged, or data.mdb gone: the step says which operator's
     lineage it could not read and where, and re-execution answers exactly."""
@@ -385,11 +385,17 @@ def test_an_unopenable_lineage_file_names_the_operator_and_the_file(store, damag
     mdb = run.dir / "lineage" / "data.mdb"
     if damage == "deleted":
         mdb.unlink()
+    elif damage == "truncated":      # read-only maps past the end of the file: SIGBUS before
+        size = mdb.stat().st_size
+        with open(mdb, "r+b") as f:
+            f.truncate(size - 4096)
     else:
         data = bytearray(mdb.read_bytes())
         data[:8192] = bytes(8192)
         mdb.write_bytes(bytes(data))
-    _exact_with_warning(store, run, strategy, FEW, r"lineage store .*lineage")
+    match = r"lineage file .*data.mdb is damaged: truncated" if damage == "truncated" \
+        else r"lineage store .*lineage"
+    _exact_with_warning(store, run, strategy, FEW, match)
 
 
 def test_a_readers_precomputed_seed_is_the_same_seed():

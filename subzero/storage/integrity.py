@@ -100,3 +100,38 @@ def read_verified(path: str | os.PathLike, size: int, digest: int) -> bytes:
     if zlib.crc32(data) != digest:
         raise ChecksumMismatch("checksum mismatch")
     return data
+
+
+# -- the extent of an LMDB data file ----------------------------------------------------
+_LMDB_MAGIC = 0xBEEFC0DE
+_META_PAGE = struct.Struct("<II")          # at offset 16 of a meta page: magic, version
+_META_PSIZE = struct.Struct("<I")          # at 40: the free DB's md_pad, the page size
+_META_LAST = struct.Struct("<QQ")          # at 136: last page number, transaction id
+
+
+def lmdb_extent(data_file: Path) -> int | None:
+    """Bytes an LMDB data file must hold, by its meta pages (None: no valid meta page,
+    which LMDB itself refuses).
+
+    A reader maps the file read-only; LMDB checks page numbers against the last page
+    its meta records, not against the file, so a truncated file would be read past its
+    end and the process killed by SIGBUS.  Comparing the file's size with this extent
+    first turns truncation into an error.  Both meta pages count (the larger extent),
+    so a damaged meta page errs towards refusing."""
+    with open(data_file, "rb") as f:
+        head = f.read(16 + 152)
+        if len(head) < 152:
+            return None
+        psize = _META_PSIZE.unpack_from(head, 40)[0]
+        pages = [head]
+        if 152 <= psize <= 1 << 16:
+            f.seek(psize)
+            pages.append(f.read(152))
+    extent = None
+    for pg in pages:
+        if len(pg) < 152 or _META_PAGE.unpack_from(pg, 16)[0] != _LMDB_MAGIC:
+            continue
+        last = _META_LAST.unpack_from(pg, 136)[0]
+        need = (last + 1) * psize
+        extent = need if extent is None else max(extent, need)
+    return extent

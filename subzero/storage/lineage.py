@@ -41,7 +41,7 @@ from subzero.storage.encodings import (
     record_fields,
     spaces_for,
 )
-from subzero.storage.integrity import ChecksumMismatch, file_digest, seal, seed, unseal
+from subzero.storage.integrity import ChecksumMismatch, file_digest, lmdb_extent, seal, seed, unseal
 from subzero.storage.metadata import (
     FORMAT_VERSION,
     META,
@@ -93,7 +93,13 @@ def _open_env(path: Path, readonly: bool):
     # thousands of runs can then be open in one process
     size = LMDB_MAP_SIZE
     if readonly:
-        size = max(1 << 20, (path / "data.mdb").stat().st_size)
+        data = path / "data.mdb"
+        size = data.stat().st_size
+        extent = lmdb_extent(data)
+        if extent is not None and extent > size:
+            raise CorruptLineage(f"lineage file {data} is damaged: truncated to {size} bytes, "
+                                 f"its header says {extent}")
+        size = max(1 << 20, size)
     env = lmdb.open(str(path), map_size=size, max_dbs=4096, subdir=True, readonly=readonly,
                     lock=not readonly, sync=False, metasync=False, readahead=False)
     dbs: dict[bytes, object] = {}
