@@ -56,6 +56,16 @@ def _path(text: str) -> list[tuple[str, int]]:
     return steps
 
 
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return n
+
+
 def _fmt_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if abs(n) < 1024 or unit == "GB":
@@ -358,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="spark (default; local mode unless --master) or local (in-process)")
     r.add_argument("--master", metavar="URL", help="Spark master, e.g. spark://host:7077 or local[4]")
     r.add_argument("--conf", action="append", metavar="KEY=VALUE", help="Spark configuration")
-    r.add_argument("--tile", type=int, metavar="N", help="tile size per axis (default 512)")
+    r.add_argument("--tile", type=_positive, metavar="N", help="tile size per axis (default 512)")
     r.add_argument("--inputs-from", metavar="MANIFEST.csv",
                    help="one workflow instance per row (columns = inputs, values = paths), "
                         "run as parallel Spark tasks")
