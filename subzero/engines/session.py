@@ -75,7 +75,7 @@ def check_master(master: str, conf: Mapping[str, str] | None = None,
             if auth:
                 return
             reply = _ask(s)
-    except socket.timeout:
+    except TimeoutError:
         raise SparkError(f"the Spark master {master} did not answer within {timeout:g} s: is a "
                          f"Spark master listening on port {port}? check --master or run with "
                          f"--engine local") from None
@@ -114,7 +114,7 @@ def _ask(s: socket.socket) -> bytes:
             data += s.recv(64)
     except ConnectionError:
         pass
-    except socket.timeout:
+    except TimeoutError:
         if not data:
             raise
     return data

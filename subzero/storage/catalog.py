@@ -332,13 +332,13 @@ class _Connection(sqlite3.Connection):
 
     catalog_path: Path
 
-    def execute(self, *args, **kwargs):  # type: ignore[override]
+    def execute(self, *args, **kwargs):
         try:
             return super().execute(*args, **kwargs)
         except sqlite3.DatabaseError as e:
             raise _store_error(e, self.catalog_path) from None
 
-    def executemany(self, *args, **kwargs):  # type: ignore[override]
+    def executemany(self, *args, **kwargs):
         try:
             return super().executemany(*args, **kwargs)
         except sqlite3.DatabaseError as e:
