@@ -125,7 +125,7 @@ def test_tile_must_be_positive(cli):
 # -- a closed pipe ------------------------------------------------------------------------
 
 def test_closed_pipe_ends_quietly(made):
-    """`subzero trace ... | head`: the reader goes away mid-output; no BrokenPipeError,
+    """`subzero trace ... | head`: the reader goes away; no BrokenPipeError,
     nothing on stderr, and the status of a process ended by SIGPIPE (141)."""
     with subzero.open_store(made) as st:
         h, w = st.get().shapes()["stars"]
@@ -134,8 +134,7 @@ def test_closed_pipe_ends_quietly(made):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          env=dict(os.environ, SUBZERO_ENGINE="local"))
     assert p.stdout is not None and p.stderr is not None
-    assert p.stdout.read(10) == b'{"run_id":'   # the answer (~100 KB) outgrows the pipe
-    p.stdout.close()
+    p.stdout.close()        # gone before the answer is written: deterministic EPIPE
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 141, err
     assert err == ""
