@@ -364,8 +364,8 @@ def _store_error(e: sqlite3.DatabaseError, path: Path) -> Exception:
                           f"optimize, a plan); use a writable copy of the store or fix its "
                           f"permissions")
     if "not a database" in low or "malformed" in low or "disk i/o" in low:
-        return StoreError(f"store catalog {path} is damaged or unreadable ({msg}); restore it "
-                          f"from a backup")
+        return StoreError(f"store catalog {path} cannot be opened: it is damaged or not a "
+                          f"SubZero catalog ({msg}); restore it from a backup")
     if "locked" in low or "busy" in low:
         return StoreError(f"store catalog {path} is busy ({msg}): another process holds it; "
                           f"try again when it is done")
