@@ -34,7 +34,7 @@ from subzero.engines.driver import Profiler, run_workflow
 from subzero.engines.local import LocalEngine
 from subzero.engines.progress import Progress, progress_for
 from subzero.engines.transaction import RunTransaction
-from subzero.errors import QueryError, StoreError, StrategyError, SubZeroError, WorkflowError
+from subzero.errors import QueryError, StoreError, StrategyError, SubZeroError, WorkflowError, warn
 from subzero.model.strategy import Strategy, check_supported, default_for, parse
 from subzero.model.workflow import Workflow, check_reexecution, load_workflow
 from subzero.query.executor import Executor, RunView, TraceResult
@@ -96,11 +96,13 @@ class Store:
             if not create:
                 raise StoreError(f"no SubZero store at {self.path}; run a workflow first "
                                  f"(`subzero run ...`) or pass --store")
-            self.path.mkdir(parents=True)
+            _mkdir(self.path, "cannot create the store")
         elif not self.path.is_dir():
             raise StoreError(f"store path {self.path} is not a directory")
-        (self.path / "runs").mkdir(exist_ok=True)
         self.catalog = Catalog(self.path / "catalog.sqlite")
+        if not self.catalog.readonly:
+            _mkdir(self.path / "runs", "cannot create the store's runs folder")
+        self._noted_readonly = False
         self._workflows: dict[int, Workflow] = {}
         self._open_runs: weakref.WeakSet[Run] = weakref.WeakSet()
 
@@ -114,6 +116,19 @@ class Store:
 
     def __exit__(self, *exc):
         self.close()
+
+    @property
+    def readonly(self) -> bool:
+        """The store cannot be written by this process (an archive, another user's
+        store): runs can be listed, shown, read and traced, not added."""
+        return self.catalog.readonly or not os.access(self.path / "runs", os.W_OK)
+
+    def require_writable(self, what: str) -> None:
+        """Raise a one-line StoreError when ``what`` cannot write to this store."""
+        if self.readonly:
+            raise StoreError(f"store {self.path} is read-only (this process cannot write to "
+                             f"it), and {what} needs to write there; pass --store DIR for a "
+                             f"writable store, or fix its permissions")
 
     def run_dir(self, run_id: int) -> Path:
         return self.path / "runs" / str(run_id)
@@ -152,6 +167,7 @@ class Store:
         """
         if engine not in ("local", "spark"):
             raise SubZeroError(f"unknown engine {engine!r}; use local or spark")
+        self.require_writable("a run")
         if plan is None and (max_disk is not None or max_runtime is not None):
             from subzero.optimizer import optimize  # lazy: the optimizer depends on subzero, not back
             plan = optimize(self, workflow, params=None if params is None else dict(params),
@@ -249,6 +265,7 @@ class Store:
         paths), as parallel Spark tasks; returns one InstanceResult per row.
         ``progress`` as in :meth:`run`, counting instances."""
         from subzero.engines.instances import read_manifest, run_instances
+        self.require_writable("a run")
         wf = load_workflow(workflow, dict(params or {}))
         strat = resolve_strategies(wf, strategies)
         rows = read_manifest(manifest, wf)
@@ -456,7 +473,12 @@ class Run:
         trace log, from which the optimizer derives workloads."""
         res = self.executor().trace(start, cells, to=to, path=path, prefer=prefer, shortcut=shortcut,
                                     planner=planner if planner is not None else self.planner)
-        if record:
+        if record and self.store.catalog.readonly:
+            if not self.store._noted_readonly:
+                self.store._noted_readonly = True
+                warn(f"store {self.store.path} is read-only: this trace is not added to its "
+                     f"trace log (the optimizer's workload)")
+        elif record:
             tid = uuid.uuid4().hex[:12]
             now = time.time()
             cat = self.store.catalog
@@ -478,6 +500,16 @@ def trace_signature(start: str, cells, to, path, shortcut: bool) -> tuple[str, i
                      .encode())
     h.update(c.tobytes())
     return h.hexdigest()[:16], int(len(c))
+
+
+def _mkdir(path: Path, what: str) -> None:
+    """``mkdir -p``, failing as one line that names the path."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StoreError(f"{what} {path}: {e.strerror or e}"
+                         + (f" ({e.filename})" if e.filename and str(e.filename) != str(path)
+                            else "")) from None
 
 
 def _size(value) -> int:

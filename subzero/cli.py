@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import sys
 import time
 import warnings
@@ -53,6 +54,16 @@ def _path(text: str) -> list[tuple[str, int]]:
     if not steps:
         raise SubZeroError("empty --path; write OP:IDX,OP:IDX,...")
     return steps
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return n
 
 
 def _fmt_bytes(n: float) -> str:
@@ -406,16 +417,29 @@ def _run_json(store, run_id: int) -> dict:
             "downgrades": store.catalog.downgrades(row.id)}
 
 
+def _version() -> str:
+    """The installed package's version (the source tree's when not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("subzero-lineage")
+    except PackageNotFoundError:
+        import subzero
+        return subzero.__version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="subzero", description="Region lineage for array workflows.")
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    p.add_argument("--version", action="version", version=f"subzero {_version()}")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
 
     def common(sp):
         sp.add_argument("--store", default=os.environ.get("SUBZERO_STORE", ".subzero"),
                         help="store directory (default ./.subzero)")
         sp.add_argument("--json", action="store_true", help="machine-readable output")
-        sp.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+        # SUPPRESS: when not given after the command, the top-level --debug stands
+        sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)
 
     r = sub.add_parser("run", help="run a workflow and capture its lineage")
     r.add_argument("workflow", help="workflow .py file or module name (defines workflow())")
@@ -431,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="spark (default; local mode unless --master) or local (in-process)")
     r.add_argument("--master", metavar="URL", help="Spark master, e.g. spark://host:7077 or local[4]")
     r.add_argument("--conf", action="append", metavar="KEY=VALUE", help="Spark configuration")
-    r.add_argument("--tile", type=int, metavar="N", help="tile size per axis (default 512)")
+    r.add_argument("--tile", type=_positive, metavar="N", help="tile size per axis (default 512)")
     r.add_argument("--inputs-from", metavar="MANIFEST.csv",
                    help="one workflow instance per row (columns = inputs, values = paths), "
                         "run as parallel Spark tasks")
@@ -517,9 +541,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     saved, warnings.showwarning = warnings.showwarning, _show_warning
     try:
-        return _dispatch(parser, argv)
+        code = _dispatch(parser, argv)
+        sys.stdout.flush()      # here, not at exit, so that a closed pipe is caught below
+        return code
+    except BrokenPipeError:
+        return _closed_pipe()
     finally:
         warnings.showwarning = saved
+
+
+#: exit status on a closed output pipe (`subzero trace ... | head`): what a process
+#: killed by SIGPIPE reports, as coreutils and git do
+EXIT_PIPE = 128 + 13
+
+
+def _closed_pipe() -> int:
+    """The reader of our output went away: stop quietly.  Stdout is pointed at
+    /dev/null so that Python's final flush does not complain again."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError):   # not a real file (tests capture it)
+        pass
+    return EXIT_PIPE
 
 
 def _dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
@@ -539,6 +584,23 @@ def _dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         print("subzero: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        if a.debug:
+            raise
+        return _closed_pipe()
+    except sqlite3.DatabaseError as e:   # the store's catalog (the catalog names most itself)
+        if a.debug:
+            raise
+        print(f"subzero: error: the catalog of store {a.store} failed: {e}", file=sys.stderr)
+        return EXIT_USER
+    except OSError as e:   # the environment, not a bug: name the file and what the OS said
+        if a.debug:
+            raise
+        what = e.strerror or type(e).__name__
+        where = f": {e.filename}" if e.filename else f" ({e})" if str(e) else ""
+        print(f"subzero: error: {what}{where} (rerun with --debug for a traceback)",
+              file=sys.stderr)
+        return EXIT_USER
     except Exception as e:  # an internal bug, not a user mistake: still one line
         if a.debug:
             raise

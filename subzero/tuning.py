@@ -28,6 +28,9 @@ EMIT_BATCH_CELLS = 1 << 21
 PROGRESS_POLL_S = 0.25
 #: Spark JVM logs kept in the log folder (older ones, of ended processes, are removed).
 KEEP_JVM_LOGS = 5
+#: How long a spark:// master may take to accept a connection and answer the probe (s):
+#: a real master answers in well under a second; anything else fails this fast.
+MASTER_PROBE_S = 5.0
 
 # -- queries ----------------------------------------------------------------------------
 #: Query cells per lookup once a matched lookup stops growing its chunks.

@@ -281,3 +281,163 @@ except SparkError as e:
     m = re.search(r"\(JVM log: (\S+)\)", msg)
     assert m and os.path.isfile(m.group(1)) and "subzero-spark-logs" in m.group(1)
     assert "the JVM said:" in msg and "heap" in msg.lower()
+
+
+# -- errors from Spark as one line (issue 11) --------------------------------------------------
+
+class _Server:
+    """A local TCP server that is not a Spark master: it answers garbage, hangs up,
+    or stays silent."""
+
+    def __init__(self, mode: str):
+        import socket
+        import threading
+        self.mode, self.conns = mode, []
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            if self.mode == "garbage":
+                c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                c.close()
+            elif self.mode == "hangup":
+                c.close()
+            else:
+                self.conns.append(c)        # silent: keep it open, say nothing
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+@pytest.mark.parametrize("mode,said", [("garbage", "it answered 'HTTP/1.1 400 Bad Request"),
+                                       ("hangup", "closed the connection without answering"),
+                                       ("silent", "did not answer within 1 s")])
+def test_master_that_is_not_spark_fails_fast_with_the_cause(mode, said):
+    import time
+    srv = _Server(mode)
+    try:
+        t0 = time.perf_counter()
+        with pytest.raises(SparkError, match=re.escape(said)):
+            check_master(f"spark://127.0.0.1:{srv.port}", timeout=1.0)
+        assert time.perf_counter() - t0 < 10
+    finally:
+        srv.close()
+
+
+def test_cli_master_that_is_not_spark(cli, tmp_path):
+    """Through the CLI: one line naming the master and what answered, before any JVM."""
+    if not java_ok_here():
+        pytest.skip("Java 17+ is not installed")
+    srv = _Server("garbage")
+    try:
+        code, _, err = cli("run", EXAMPLE, "--engine", "spark", "--master",
+                           f"spark://127.0.0.1:{srv.port}", "--store", tmp_path / "st")
+    finally:
+        srv.close()
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"subzero: error: spark://127.0.0.1:{srv.port} is not a Spark master")
+
+
+def java_ok_here() -> bool:
+    v = java_version()
+    return v is not None and v >= 17
+
+
+HELPER_WF = '''
+import os, sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import numpy as np
+import subzero_helper_only_on_the_driver as helper
+from subzero import Workflow, Operator, ELEMENTWISE
+class Plus(Operator):
+    tiling = ELEMENTWISE
+    def run(self, ctx, x):
+        return helper.plus_one(x)
+def workflow():
+    wf = Workflow("helped"); a = wf.input("a", default=np.zeros((8, 8)))
+    wf.add("plus", Plus(), a)
+    return wf
+'''
+
+
+def test_worker_import_error_is_reported_with_its_type(cli, spark, tmp_path):
+    """An operator whose module imports a helper only the driver can find: the Spark
+    workers fail to unpickle the task; the error says which module and operator."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "subzero_helper_only_on_the_driver.py").write_text(
+        "def plus_one(x):\n    return x + 1\n")
+    (tmp_path / "helped.py").write_text(HELPER_WF)
+    saved = list(sys.path)
+    try:
+        code, _, err = cli("run", tmp_path / "helped.py", "--engine", "spark", "--tile", "4",
+                           "--store", tmp_path / "st")
+    finally:
+        sys.path[:] = saved
+        sys.modules.pop("subzero_helper_only_on_the_driver", None)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert "operator 'plus' failed in a Spark task: ModuleNotFoundError: No module named " \
+           "'subzero_helper_only_on_the_driver'" in lines[0]
+    assert "An exception was thrown" not in err
+
+
+SLOW_WF = '''
+import time
+import numpy as np
+from subzero import Workflow, Operator, ELEMENTWISE
+class Slow(Operator):
+    tiling = ELEMENTWISE
+    def run(self, ctx, x):
+        time.sleep(1)
+        return x
+def workflow():
+    wf = Workflow("slow"); a = wf.input("a", default=np.zeros((16, 16)))
+    wf.add("slow", Slow(), a)
+    return wf
+'''
+
+
+def test_ctrl_c_during_a_spark_run_is_one_line_and_marks_the_run(tmp_path):
+    """SIGINT to `subzero run` on Spark while its job runs: one line, exit 130, the run
+    failed 'interrupted' in the catalog, its folder removed."""
+    import signal
+    import time
+
+    from conftest import subzero_exe
+    if not java_ok_here():
+        pytest.skip("Java 17+ is not installed")
+    (tmp_path / "slow.py").write_text(SLOW_WF)
+    store = tmp_path / "st"
+    p = subprocess.Popen([subzero_exe(), "run", "slow.py", "--engine", "spark", "--master",
+                          "local[2]", "--tile", "2", "--store", store], cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # the output array exists once the dtype probe is done: the job starts next
+        started = store / "runs" / "1.partial" / "arrays" / "slow.zarr"
+        deadline = time.monotonic() + 600
+        while not started.exists() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert started.exists(), p.communicate()
+        time.sleep(5)                  # 64 tiles of 1 s on 2 cores: still running
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert p.returncode == 130 and lines == ["subzero: interrupted"], err
+    with subzero.open_store(store) as st:
+        row = st.runs()[-1]
+        assert (row.status, row.error) == ("failed", "interrupted")
+    assert sorted(os.listdir(store / "runs")) == []

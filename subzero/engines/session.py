@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from subzero.errors import SubZeroError
-from subzero.tuning import KEEP_JVM_LOGS
+from subzero.tuning import KEEP_JVM_LOGS, MASTER_PROBE_S
 
 JAVA_HINT = ("install Java 17+ (e.g. 'apt-get install openjdk-17-jre-headless') or set JAVA_HOME, "
              "or run with --engine local")
@@ -54,25 +55,90 @@ def check_java() -> None:
         raise SparkError(f"the Spark engine needs Java 17+, found Java {v}: {JAVA_HINT}")
 
 
-def check_master(master: str) -> None:
-    """Fail fast when a spark:// master does not accept connections."""
+def check_master(master: str, conf: Mapping[str, str] | None = None,
+                 timeout: float = MASTER_PROBE_S) -> None:
+    """Fail within ``timeout`` seconds, with the cause, when a spark:// master does not
+    accept connections or does not speak Spark's protocol (without this, Spark would
+    retry for over a minute and then hide why).
+
+    The probe is Spark's own transport protocol: one frame asking for a stream that
+    does not exist, which a master answers with a ``StreamFailure`` frame.  A master
+    that requires authentication (``spark.authenticate``) is only checked for a
+    connection, since it may hang up on a stranger."""
     m = re.match(r"^spark://([^:/,]+):(\d+)$", master or "")
     if not m:
         return
     host, port = m.group(1), int(m.group(2))
+    auth = str((conf or {}).get("spark.authenticate", "")).lower() == "true"
     try:
-        with socket.create_connection((host, port), timeout=5):
-            pass
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            if auth:
+                return
+            reply = _ask(s)
+    except TimeoutError:
+        raise SparkError(f"the Spark master {master} did not answer within {timeout:g} s: is a "
+                         f"Spark master listening on port {port}? check --master or run with "
+                         f"--engine local") from None
     except OSError as e:
         raise SparkError(f"cannot reach the Spark master {master}: {e.strerror or e}; check --master "
                          f"or run with --engine local") from None
+    why = _not_spark(reply)
+    if why:
+        raise SparkError(f"{master} is not a Spark master: {why}; check --master (the port of a "
+                         f"standalone master is usually 7077) or run with --engine local")
+
+
+#: Spark's transport frame: 8-byte length (counting itself), 1-byte message type, body.
+#: Ours is a StreamRequest (type 6) for a stream no master has.
+_STREAM_ID = b"/files/subzero-probe"
+_PROBE_BODY = bytes([6]) + struct.pack(">i", len(_STREAM_ID)) + _STREAM_ID
+_PROBE = struct.pack(">q", 8 + len(_PROBE_BODY)) + _PROBE_BODY
+_FRAME_HEAD = 9
+#: message types a Spark server sends (Message.Type: 0-12, -1 for user messages)
+_SPARK_TYPES = set(range(13)) | {0xFF}
+
+
+def _ask(s: socket.socket) -> bytes:
+    """Send the probe; the reply's first bytes (a few more when they are not Spark's,
+    to show what answered).  A reset connection is an empty reply."""
+    data = b""
+    try:
+        s.sendall(_PROBE)
+        while len(data) < _FRAME_HEAD:
+            chunk = s.recv(_FRAME_HEAD - len(data))
+            if not chunk:
+                break
+            data += chunk
+        if data and _not_spark(data):
+            s.settimeout(0.2)
+            data += s.recv(64)
+    except ConnectionError:
+        pass
+    except TimeoutError:
+        if not data:
+            raise
+    return data
+
+
+def _not_spark(reply: bytes) -> str:
+    """Why ``reply`` (the first bytes a server answered the probe with) is not Spark's
+    answer, or empty when it is."""
+    if not reply:
+        return "it closed the connection without answering Spark's protocol"
+    if len(reply) == _FRAME_HEAD:
+        length, kind = struct.unpack(">q", reply[:8])[0], reply[8]
+        if _FRAME_HEAD <= length < (1 << 31) and kind in _SPARK_TYPES:
+            return ""
+    shown = reply.decode("ascii", "replace").strip()
+    text = "".join(c if c.isprintable() else "?" for c in shown)[:40]
+    return f"it answered {text!r}, not Spark's protocol"
 
 
 def session(master: str | None = None, conf: Mapping[str, str] | None = None):
     """A SparkSession (an existing active one is reused)."""
     check_java()
     master = master or "local[*]"
-    check_master(master)
+    check_master(master, conf)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):

@@ -23,6 +23,7 @@ operator and strategy.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 import uuid
@@ -171,8 +172,28 @@ def _raise_from_spark(e: Exception, name: str) -> NoReturn:
     if MARK in text:
         msg = text.split(MARK)[1]
         raise OperatorError(f"{msg} [Spark engine; --engine local runs it in-process]") from None
+    err = python_error(text)
+    if err:
+        hint = ""
+        if err.startswith(("ModuleNotFoundError", "ImportError")):
+            hint = ("; the Spark workers cannot import it: install it where they run or put its "
+                    "folder on PYTHONPATH before starting SubZero")
+        raise OperatorError(f"operator {name!r} failed in a Spark task: {err}{hint} "
+                            f"[Spark engine; --engine local runs it in-process]") from None
     raise SparkError(f"Spark failed while running operator {name!r}: {_reason(text, e)}; "
                      f"try --engine local{jvm_log_hint()}") from None
+
+
+def python_error(text: str) -> str:
+    """``Type: message`` of the last Python traceback in a Spark error's text (a worker's
+    exception, e.g. a module it cannot import), or empty when there is none."""
+    at = text.rfind("Traceback (most recent call last):")
+    if at < 0:
+        return ""
+    for ln in text[at:].splitlines()[1:]:
+        if ln.strip() and not ln[:1].isspace():
+            return ln.strip()[:300]
+    return ""
 
 
 #: ``on_tasks(done, total)``: a job's finished tasks, as they finish
@@ -188,13 +209,57 @@ def collect(rdd, name: str, on_tasks: TaskCallback | None = None) -> list:
 
 def run_job(sc, name: str, action: Callable[[], Any], on_tasks: TaskCallback | None = None) -> Any:
     """``action()`` (a Spark action: collect, treeReduce) with :func:`collect`'s errors."""
-    try:
-        if on_tasks is None:
-            return action()
-        with _TaskWatch(sc, on_tasks):
-            return action()
-    except Exception as e:
-        _raise_from_spark(e, name)
+    with _CtrlC(sc) as ctrl_c:
+        try:
+            if on_tasks is None:
+                out = action()
+            else:
+                with _TaskWatch(sc, on_tasks):
+                    out = action()
+        except Exception as e:
+            if ctrl_c.hit:
+                raise KeyboardInterrupt from None
+            _raise_from_spark(e, name)
+    if ctrl_c.hit:          # the job ended before the cancellation reached it
+        raise KeyboardInterrupt
+    return out
+
+
+class _CtrlC:
+    """While a job runs, Ctrl-C cancels Spark's jobs from another thread and the job's
+    failure becomes a KeyboardInterrupt (one line from the CLI; the run is failed
+    'interrupted').  PySpark's own handler calls into Py4J from the signal handler,
+    while the main thread is blocked in a Py4J call: Py4J then prints screenfuls of
+    tracebacks.  A second Ctrl-C interrupts at once.  Only the main thread can
+    handle signals; elsewhere this does nothing."""
+
+    def __init__(self, sc):
+        self.sc = sc
+        self.hit = False
+        self._installed = False
+        self._prev: Any = None
+
+    def __enter__(self) -> _CtrlC:
+        if threading.current_thread() is threading.main_thread():
+            self._prev = signal.signal(signal.SIGINT, self._on_sigint)
+            self._installed = True
+        return self
+
+    def _on_sigint(self, signum, frame) -> None:
+        if self.hit:
+            raise KeyboardInterrupt
+        self.hit = True
+        threading.Thread(target=self._cancel, name="subzero-cancel", daemon=True).start()
+
+    def _cancel(self) -> None:
+        try:
+            self.sc.cancelAllJobs()
+        except Exception:
+            pass            # the JVM is going away anyway
+
+    def __exit__(self, *exc) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._prev if self._prev is not None else signal.SIG_DFL)
 
 
 class _TaskWatch:

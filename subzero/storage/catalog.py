@@ -17,9 +17,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from subzero.errors import QueryError, StoreError
-from subzero.storage.schema import migrate
+from subzero.storage.schema import SCHEMA_VERSION, migrate, version_of
 
 
 @dataclass
@@ -37,20 +38,78 @@ class RunRow:
 
 
 class Catalog:
-    def __init__(self, path: str | os.PathLike):
+    """The store's SQLite catalog.  ``readonly`` (default: when this process may not
+    write the file or its folder, as in an archived store) opens it for reading
+    only: listing, showing and tracing work, anything that would write raises a
+    :class:`~subzero.errors.StoreError` naming the file.  Every SQLite failure
+    (damaged file, busy, read-only, disk full) is such a one-line StoreError."""
+
+    def __init__(self, path: str | os.PathLike, readonly: bool | None = None):
         self.path = Path(path)
-        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        #: opened for reading only (nothing this process does writes the catalog)
+        self.readonly = not writable(self.path) if readonly is None else readonly
+        #: The catalog version the store had when opened (0: new or unversioned).
+        self.opened_version = 0
+        if not self.readonly:
+            try:
+                self.db = self._open_rw()
+                return
+            except StoreError:
+                if writable(self.path) or not self.path.exists():
+                    raise
+                self.readonly = True    # lost write access meanwhile: read it as archived
+        self.db = self._open_ro()
+
+    def _open_rw(self) -> sqlite3.Connection:
+        db = _connect(self.path, str(self.path), uri=False)
         try:
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            #: The catalog version the store had when opened (0: new or unversioned).
-            self.opened_version = migrate(self.db, self.path)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            self.opened_version = migrate(db, self.path)
         except sqlite3.DatabaseError as e:
-            self.db.close()
+            db.close()
             raise StoreError(f"store catalog {self.path} cannot be opened: {e}") from None
         except BaseException:
-            self.db.close()
+            db.close()
             raise
+        return db
+
+    def _open_ro(self) -> sqlite3.Connection:
+        """Read-only: ``mode=ro``, or ``immutable=1`` when SQLite cannot even make the
+        WAL's shared-memory file next to it.  A catalog of an older version is
+        migrated in a private in-memory copy (the file is never changed); writes are
+        refused (``query_only``)."""
+        if not self.path.is_file():
+            raise StoreError(f"store catalog {self.path} is missing and its folder is read-only; "
+                             f"is {self.path.parent} a SubZero store?")
+        uri = "file:" + quote(str(self.path.resolve()))
+        db = None
+        try:
+            try:
+                db = _connect(self.path, uri + "?mode=ro", uri=True)
+                found = version_of(db)
+            except (sqlite3.OperationalError, StoreError):  # no -shm possible: nobody writes it
+                if db is not None:
+                    db.close()
+                db = _connect(self.path, uri + "?immutable=1", uri=True)
+                found = version_of(db)
+            self.opened_version = found
+            if found < SCHEMA_VERSION:
+                mem = _connect(self.path, ":memory:", uri=False)
+                db.backup(mem)
+                db.close()
+                db = mem
+            migrate(db, self.path)      # checks the version; migrates only the memory copy
+            db.execute("PRAGMA query_only=ON")
+        except sqlite3.DatabaseError as e:
+            if db is not None:
+                db.close()
+            raise StoreError(f"store catalog {self.path} cannot be opened: {e}") from None
+        except BaseException:
+            if db is not None:
+                db.close()
+            raise
+        return db
 
     def close(self) -> None:
         self.db.close()
@@ -258,6 +317,64 @@ class _Tx:
     def __exit__(self, et, ev, tb):
         self.db.execute("ROLLBACK" if et else "COMMIT")
         return False
+
+
+def writable(path: Path) -> bool:
+    """Whether this process may write the catalog at ``path`` and the WAL files next
+    to it (root may write anything but an immutable or read-only-mounted file)."""
+    if path.exists() and not os.access(path, os.W_OK):
+        return False
+    return os.access(path.parent, os.W_OK)
+
+
+class _Connection(sqlite3.Connection):
+    """A connection whose failures name the catalog file in the user's terms."""
+
+    catalog_path: Path
+
+    def execute(self, *args, **kwargs):
+        try:
+            return super().execute(*args, **kwargs)
+        except sqlite3.DatabaseError as e:
+            raise _store_error(e, self.catalog_path) from None
+
+    def executemany(self, *args, **kwargs):
+        try:
+            return super().executemany(*args, **kwargs)
+        except sqlite3.DatabaseError as e:
+            raise _store_error(e, self.catalog_path) from None
+
+
+def _connect(path: Path, target: str, uri: bool) -> sqlite3.Connection:
+    try:
+        db = sqlite3.connect(target, timeout=30, isolation_level=None, uri=uri,
+                             factory=_Connection)
+    except sqlite3.DatabaseError as e:
+        raise _store_error(e, path) from None
+    db.catalog_path = path
+    return db
+
+
+def _store_error(e: sqlite3.DatabaseError, path: Path) -> Exception:
+    """A catalog failure as one line naming the file; a programming error stays as it is."""
+    msg = str(e)
+    low = msg.lower()
+    if "readonly" in low or "read-only" in low:
+        return StoreError(f"store catalog {path} is read-only, and this needs to write it (a run, "
+                          f"optimize, a plan); use a writable copy of the store or fix its "
+                          f"permissions")
+    if "not a database" in low or "malformed" in low or "disk i/o" in low:
+        return StoreError(f"store catalog {path} cannot be opened: it is damaged or not a "
+                          f"SubZero catalog ({msg}); restore it from a backup")
+    if "locked" in low or "busy" in low:
+        return StoreError(f"store catalog {path} is busy ({msg}): another process holds it; "
+                          f"try again when it is done")
+    if "unable to open" in low:
+        return StoreError(f"store catalog {path} cannot be opened ({msg}); check the permissions "
+                          f"of it and its folder")
+    if "full" in low:
+        return StoreError(f"store catalog {path} cannot grow: {msg}")
+    return e
 
 
 def _alive(pid: int | None, host: str | None) -> bool:

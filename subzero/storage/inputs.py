@@ -19,7 +19,7 @@ def load_path(path: str | os.PathLike, input_name: str = "input"):
     name = p.name.lower()
     try:
         if name.endswith(".npy"):
-            return np.load(p, allow_pickle=False)
+            return _load_npy(p, input_name)
         if name.endswith((".fits", ".fit", ".fits.gz", ".fts")):
             return _load_fits(p)
         if name.endswith(".zarr"):
@@ -34,6 +34,26 @@ def load_path(path: str | os.PathLike, input_name: str = "input"):
         raise SubZeroError(f"input {input_name!r}: cannot read {p}: {type(e).__name__}: {e}") from None
     raise SubZeroError(f"input {input_name!r}: unsupported file type {p.suffix!r} "
                        f"(use .npy, .fits, .zarr, .nc, or .txt/.tsv/.csv tables)")
+
+
+#: how every .npy file begins (numpy.lib.format)
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def _load_npy(p: Path, input_name: str) -> np.ndarray:
+    """A .npy file, checked first: numpy would call anything else "pickled data"."""
+    with open(p, "rb") as f:
+        head = f.read(len(NPY_MAGIC))
+    if head != NPY_MAGIC:
+        raise SubZeroError(f"input {input_name!r}: {p} is not a NumPy .npy file (it lacks the .npy "
+                           f"header); write it with numpy.save, or give a .fits/.zarr/.nc/.csv file")
+    try:
+        return np.load(p, allow_pickle=False)
+    except ValueError as e:
+        if "allow_pickle" in str(e):
+            raise SubZeroError(f"input {input_name!r}: {p} holds Python objects (an object array), "
+                               f"which SubZero does not load; save a numeric array") from None
+        raise
 
 
 def _single_var(ds: xr.Dataset, p: Path, input_name: str) -> xr.DataArray:
