@@ -246,7 +246,7 @@ def test_store_in_a_folder_without_write_permission(shared):
     assert code == 2 and str(locked / "st") in line and "Permission denied" in line
 
 
-@pytest.mark.parametrize("where", ["whole", "header", "pages"])
+@pytest.mark.parametrize("where", ["whole", "header", "pages", "schema text"])
 def test_damaged_catalog_is_one_line_naming_it(cli, made, tmp_path, where):
     store = _copy(made, tmp_path / "st")
     cat = store / "catalog.sqlite"
@@ -258,6 +258,9 @@ def test_damaged_catalog_is_one_line_naming_it(cli, made, tmp_path, where):
         data = bytearray(rng.integers(0, 256, 8192, dtype=np.uint8).tobytes())
     elif where == "header":
         data[:100] = rng.integers(0, 256, 100, dtype=np.uint8).tobytes()
+    elif where == "schema text":   # SQLite's error quotes it: not UTF-8 (fault case 189)
+        at = bytes(data).index(b"CREATE TABLE") + 20
+        data[at:at + 5] = b"\xa4\xf5\xa4\xf5\xa4"
     else:                       # every page after the first overwritten: the schema survives
         data[4096:] = rng.integers(0, 256, len(data) - 4096, dtype=np.uint8).tobytes()
     cat.write_bytes(bytes(data))

@@ -141,8 +141,8 @@ class Catalog:
         status = r[4]
         if status == "running" and not _alive(r[9], r[10]):
             status = "interrupted"
-        return RunRow(r[0], r[1], r[2], json.loads(r[3] or "{}"), status, r[5], r[6], r[7],
-                      json.loads(r[8] or "{}"), r[11])
+        return RunRow(r[0], r[1], r[2], self._loads(r[3] or "{}"), status, r[5], r[6], r[7],
+                      self._loads(r[8] or "{}"), r[11])
 
     def get_run(self, ref: str | int) -> RunRow:
         if isinstance(ref, str) and ref.strip().lower() == "latest":
@@ -170,7 +170,7 @@ class Catalog:
     def arrays(self, run_id: int) -> dict[str, dict[str, Any]]:
         rows = self.db.execute("SELECT name, kind, shape, dtype, nbytes FROM arrays WHERE run_id=? ORDER BY rowid",
                                (run_id,)).fetchall()
-        return {r[0]: {"kind": r[1], "shape": tuple(json.loads(r[2])), "dtype": r[3], "nbytes": r[4]}
+        return {r[0]: {"kind": r[1], "shape": tuple(self._loads(r[2])), "dtype": r[3], "nbytes": r[4]}
                 for r in rows}
 
     def add_op(self, run_id, seq, name, cls, inputs, strategies, shape, run_s, lwrite_s,
@@ -184,8 +184,8 @@ class Catalog:
         rows = self.db.execute("SELECT name, cls, inputs, strategies, shape, run_s, lwrite_s,"
                                " lineage_s, pairs, lineage_bytes FROM ops WHERE run_id=? ORDER BY seq",
                                (run_id,)).fetchall()
-        return [{"name": r[0], "class": r[1], "inputs": json.loads(r[2]),
-                 "strategies": json.loads(r[3]), "shape": json.loads(r[4]), "run_s": r[5],
+        return [{"name": r[0], "class": r[1], "inputs": self._loads(r[2]),
+                 "strategies": self._loads(r[3]), "shape": self._loads(r[4]), "run_s": r[5],
                  "lwrite_s": r[6], "lineage_s": r[7], "pairs": r[8], "lineage_bytes": r[9]}
                 for r in rows]
 
@@ -239,7 +239,7 @@ class Catalog:
         out = []
         for r in self.db.execute(q + " ORDER BY t.ts", args).fetchall():
             d = dict(zip(keys, r))
-            d["spec"], d["params"] = json.loads(d["spec"] or "{}"), json.loads(d["params"] or "{}")
+            d["spec"], d["params"] = self._loads(d["spec"] or "{}"), self._loads(d["params"] or "{}")
             out.append(d)
         return out
 
@@ -257,7 +257,7 @@ class Catalog:
     def strategy_spaces(self, run_id: int) -> dict[tuple[str, str], dict]:
         rows = self.db.execute("SELECT op, strategy, data FROM strategy_spaces WHERE run_id=?",
                                (run_id,)).fetchall()
-        return {(r[0], r[1]): json.loads(r[2]) for r in rows}
+        return {(r[0], r[1]): self._loads(r[2]) for r in rows}
 
     def add_profile(self, run_id, workflow, params, base_s, data: dict) -> None:
         self.db.execute("INSERT OR REPLACE INTO profiles VALUES (?, ?, ?, ?, ?, ?)",
@@ -270,7 +270,7 @@ class Catalog:
             "SELECT p.run_id, p.base_s, p.data FROM profiles p JOIN runs r ON r.id = p.run_id"
             " WHERE p.workflow=? AND p.params=? AND r.status='complete' ORDER BY p.run_id DESC LIMIT 1",
             (workflow, json.dumps(params, sort_keys=True, default=str))).fetchone()
-        return None if r is None else {"run_id": r[0], "base_s": r[1], "ops": json.loads(r[2])}
+        return None if r is None else {"run_id": r[0], "base_s": r[1], "ops": self._loads(r[2])}
 
     def add_calibration(self, host: str, seconds: float, data: dict) -> int:
         cur = self.db.execute("INSERT INTO calibrations (host, created, seconds, data) VALUES (?, ?, ?, ?)",
@@ -282,7 +282,7 @@ class Catalog:
         r = self.db.execute("SELECT id, created, seconds, data FROM calibrations WHERE host=?"
                             " ORDER BY id DESC LIMIT 1", (host,)).fetchone()
         return None if r is None else {"id": r[0], "created": r[1], "seconds": r[2],
-                                       **json.loads(r[3])}
+                                       **self._loads(r[3])}
 
     def save_plan(self, name: str, workflow: str, data: dict) -> None:
         self.db.execute("INSERT OR REPLACE INTO plans VALUES (?, ?, ?, ?)",
@@ -290,7 +290,7 @@ class Catalog:
 
     def get_plan(self, name: str) -> dict | None:
         r = self.db.execute("SELECT data FROM plans WHERE name=?", (name,)).fetchone()
-        return None if r is None else json.loads(r[0])
+        return None if r is None else self._loads(r[0])
 
     def plan_names(self) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT name FROM plans ORDER BY created").fetchall()]
@@ -304,6 +304,13 @@ class Catalog:
                                " downgrades WHERE run_id=? ORDER BY rowid", (run_id,)).fetchall()
         keys = ("op", "strategy", "predicted_bytes", "needed_bytes", "reason")
         return [dict(zip(keys, r)) for r in rows]
+
+    def _loads(self, text: str) -> Any:
+        """A JSON column: damaged text is one line naming the catalog, not a JSONDecodeError."""
+        try:
+            return json.loads(text)
+        except ValueError as e:
+            raise _damaged(self.path, f"a record does not parse: {e}") from None
 
 
 class _Tx:
@@ -337,12 +344,16 @@ class _Connection(sqlite3.Connection):
             return super().execute(*args, **kwargs)
         except sqlite3.DatabaseError as e:
             raise _store_error(e, self.catalog_path) from None
+        except UnicodeDecodeError as e:     # SQLite's message quotes damaged schema text
+            raise _damaged(self.catalog_path, f"its schema is not UTF-8: {e}") from None
 
     def executemany(self, *args, **kwargs):
         try:
             return super().executemany(*args, **kwargs)
         except sqlite3.DatabaseError as e:
             raise _store_error(e, self.catalog_path) from None
+        except UnicodeDecodeError as e:     # SQLite's message quotes damaged schema text
+            raise _damaged(self.catalog_path, f"its schema is not UTF-8: {e}") from None
 
 
 def _connect(path: Path, target: str, uri: bool) -> sqlite3.Connection:
@@ -352,7 +363,19 @@ def _connect(path: Path, target: str, uri: bool) -> sqlite3.Connection:
     except sqlite3.DatabaseError as e:
         raise _store_error(e, path) from None
     db.catalog_path = path
+
+    def text(raw: bytes) -> str:            # damaged text columns: one line, not UnicodeDecodeError
+        try:
+            return raw.decode()
+        except UnicodeDecodeError as e:
+            raise _damaged(path, f"a text column is not UTF-8: {e}") from None
+    db.text_factory = text
     return db
+
+
+def _damaged(path: Path, why: str) -> StoreError:
+    return StoreError(f"store catalog {path} cannot be opened: it is damaged or not a SubZero "
+                      f"catalog ({why}); restore it from a backup")
 
 
 def _store_error(e: sqlite3.DatabaseError, path: Path) -> Exception:
