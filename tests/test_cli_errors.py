@@ -20,6 +20,7 @@ from conftest import EXAMPLE, subzero_exe
 
 import subzero
 from subzero.errors import StoreError
+from subzero.storage.trust import CONFIG_ENV, key_path, load_key
 
 
 def one_line(err: str) -> str:
@@ -76,6 +77,21 @@ def _digest(path: Path) -> dict[str, str]:
             for p in sorted(path.rglob("*")) if p.is_file()}
 
 
+def _key_for_other_user(shared: Path) -> Path:
+    """The other user's own config folder holding the session's signing key (as the
+    same scientist's key copied to another account): the stores stay trusted, so the
+    read-only tests test read-only stores, not trust; and the key stays private."""
+    folder = shared / "config-other-user"
+    if not folder.exists():
+        folder.mkdir(mode=0o700)
+        load_key(create=True)           # the session's key (the `made` store is signed by it)
+        shutil.copy(key_path(), folder / "key")
+        (folder / "key").chmod(0o600)
+        for p in (folder, folder / "key"):
+            os.chown(p, 65534, 65534)
+    return folder
+
+
 def _other_user() -> list[str]:
     """The command prefix that runs the CLI as a user for whom permissions count:
     nothing when we are not root; root ignores permissions, so then `setpriv` to
@@ -90,6 +106,8 @@ def _other_user() -> list[str]:
 
 def _cli(prefix: list[str], *args, cwd=None):
     env = dict(os.environ, SUBZERO_ENGINE="local")
+    if prefix and cwd is not None:
+        env[CONFIG_ENV] = str(_key_for_other_user(Path(cwd)))
     p = subprocess.run([*prefix, sys.executable, "-m", "subzero.cli", *map(str, args)],
                        capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
     return p.returncode, p.stdout, p.stderr
