@@ -155,6 +155,7 @@ def cmd_optimize(a) -> int:
     from subzero.optimizer import optimize
     store = open_store(a.store)
     try:
+        store.require_writable("optimize")     # before calibration, not after it
         plan = optimize(store, a.workflow, params=_params(a.param), inputs=_kv(a.input, "--input"),
                         max_disk=a.max_disk, max_runtime=a.max_runtime, workload=a.workload,
                         pins=a.pin or None, name=a.name, recalibrate=a.recalibrate,

@@ -444,7 +444,7 @@ def single_cases(draw):
     return spec, one, out_qs, in_qs, draw(st.booleans())
 
 
-@settings(max_examples=250, **SETTINGS)
+@settings(max_examples=160, **SETTINGS)
 @given(case=single_cases())
 def test_single_operator_matches_oracle(ostore, case):
     """Every strategy, map and re-execution, both directions, against the oracle."""
