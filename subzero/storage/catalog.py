@@ -374,13 +374,14 @@ def _connect(path: Path, target: str, uri: bool) -> sqlite3.Connection:
 
 
 def _damaged(path: Path, why: str) -> StoreError:
+    why = " ".join(why.split())
     return StoreError(f"store catalog {path} cannot be opened: it is damaged or not a SubZero "
                       f"catalog ({why}); restore it from a backup")
 
 
 def _store_error(e: sqlite3.DatabaseError, path: Path) -> Exception:
     """A catalog failure as one line naming the file; a programming error stays as it is."""
-    msg = str(e)
+    msg = " ".join(str(e).split())     # SQLite may quote schema text, newlines included
     low = msg.lower()
     if "readonly" in low or "read-only" in low:
         return StoreError(f"store catalog {path} is read-only, and this needs to write it (a run, "
