@@ -387,7 +387,9 @@ def _store_error(e: sqlite3.DatabaseError, path: Path) -> Exception:
         return StoreError(f"store catalog {path} is read-only, and this needs to write it (a run, "
                           f"optimize, a plan); use a writable copy of the store or fix its "
                           f"permissions")
-    if "not a database" in low or "malformed" in low or "disk i/o" in low:
+    # our SQL is fixed, so a table or column it names that is missing is a damaged schema
+    schema = ("no such column" in low or "no such table" in low or "has no column named" in low)
+    if "not a database" in low or "malformed" in low or "disk i/o" in low or schema:
         return StoreError(f"store catalog {path} cannot be opened: it is damaged or not a "
                           f"SubZero catalog ({msg}); restore it from a backup")
     if "locked" in low or "busy" in low:
