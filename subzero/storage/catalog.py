@@ -10,10 +10,12 @@ catalog migrates an older one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -340,20 +342,23 @@ class _Connection(sqlite3.Connection):
     catalog_path: Path
 
     def execute(self, *args, **kwargs):
-        try:
+        with _named_errors(self.catalog_path):
             return super().execute(*args, **kwargs)
-        except sqlite3.DatabaseError as e:
-            raise _store_error(e, self.catalog_path) from None
-        except UnicodeDecodeError as e:     # SQLite's message quotes damaged schema text
-            raise _damaged(self.catalog_path, f"its schema is not UTF-8: {e}") from None
 
     def executemany(self, *args, **kwargs):
-        try:
+        with _named_errors(self.catalog_path):
             return super().executemany(*args, **kwargs)
-        except sqlite3.DatabaseError as e:
-            raise _store_error(e, self.catalog_path) from None
-        except UnicodeDecodeError as e:     # SQLite's message quotes damaged schema text
-            raise _damaged(self.catalog_path, f"its schema is not UTF-8: {e}") from None
+
+
+@contextlib.contextmanager
+def _named_errors(path: Path) -> Iterator[None]:
+    """SQLite failures as one line naming the catalog (see :func:`_store_error`)."""
+    try:
+        yield
+    except sqlite3.DatabaseError as e:
+        raise _store_error(e, path) from None
+    except UnicodeDecodeError as e:     # SQLite's message quotes damaged schema text
+        raise _damaged(path, f"its schema is not UTF-8: {e}") from None
 
 
 def _connect(path: Path, target: str, uri: bool) -> sqlite3.Connection:
@@ -390,8 +395,7 @@ def _store_error(e: sqlite3.DatabaseError, path: Path) -> Exception:
     # our SQL is fixed, so a table or column it names that is missing is a damaged schema
     schema = ("no such column" in low or "no such table" in low or "has no column named" in low)
     if "not a database" in low or "malformed" in low or "disk i/o" in low or schema:
-        return StoreError(f"store catalog {path} cannot be opened: it is damaged or not a "
-                          f"SubZero catalog ({msg}); restore it from a backup")
+        return _damaged(path, msg)
     if "locked" in low or "busy" in low:
         return StoreError(f"store catalog {path} is busy ({msg}): another process holds it; "
                           f"try again when it is done")
