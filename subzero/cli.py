@@ -240,7 +240,7 @@ def _print_trace(res, cells, n_in) -> None:
     if len(cells):
         lo, hi = cells.min(axis=0), cells.max(axis=0)
         box = ", ".join(f"{int(a)}:{int(b) + 1}" for a, b in zip(lo, hi))
-        print(f"  bounding box: [{box}]  (shape of {res.target}: {tuple(res.bitmap.shape)})")
+        print(f"  bounding box: [{box}]  (shape of {res.target}: {tuple(res.shape)})")
         vals = res.values
         first = ", ".join(f"{tuple(int(x) for x in c)}={_v(v)}" for c, v in zip(cells[:8], vals[:8]))
         print(f"  first cells: {first}{' ...' if len(cells) > 8 else ''}")

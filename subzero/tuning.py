@@ -38,9 +38,10 @@ LOOKUP_CHUNK = 1 << 16
 #: First chunk of a matched lookup: a step whose target fills from its first few
 #: cells (high fan-out) stops early.
 FIRST_CHUNK = 8
-#: At or below this many cells a set between steps keeps its sorted packed cells, so
-#: a small query never scans a whole bitmap.
-SMALL_QUERY = 4096
+#: A set between steps (subzero.model.cellset) is a bitmap of its array only once it
+#: holds at least 1/DENSE_SET_RATIO of the array's cells; below, its sorted cell ids.
+#: 16: a bitmap then costs at most 2 bytes per cell held (ids cost 8).
+DENSE_SET_RATIO = 16
 #: Pairs per records() call, and query cells per lookup() call, of a stored read that
 #: runs against the planner's deadline (it checks the clock between calls).
 TIMED_RECORD_PAIRS = 4096

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from subzero import LineageError, Mode, Operator, Workflow
+from subzero.model.cellset import CellSet
 from subzero.operators import Add, Concat, Mean, Sub
 
 
@@ -196,7 +197,7 @@ def test_deadline_source_reads_in_chunks_like_one_read_and_gives_up_late(store):
         with pytest.raises(Deadline):
             late.records("b", pids, ["key"])
         with pytest.raises(Deadline):
-            late.lookup("b", pids[:1], np.ones(50, bool))
+            late.lookup("b", CellSet.everything((50,)))
     finally:
         lineage.close()
 

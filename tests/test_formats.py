@@ -16,6 +16,7 @@ import subzero.storage.lineage as ls
 from subzero import Mode, Operator, Workflow
 from subzero.capture.buffer import Pairs
 from subzero.errors import StoreError, SubZeroWarning
+from subzero.model.cellset import CellSet
 from subzero.model.strategy import Direction, Encoding, Strategy, parse_one
 from subzero.storage import schema
 from subzero.storage.catalog import Catalog
@@ -205,7 +206,7 @@ def test_append_to_an_old_format_store_keeps_its_key_blocks(tmp_path, monkeypatc
     q = np.unique(rng.integers(0, n, 3000))
     flat = np.zeros(n, bool)
     flat[q] = True
-    pids = r.lookup("b", q, flat)
+    pids = r.lookup("b", CellSet.of_sorted(q, shape))
     cells, _ = r.records("b", pids, ["v0"])["v0"]
     want = np.unique(np.concatenate([in_a.reshape(-1, 2)[flat[out_a]].ravel(),
                                      in_b.reshape(-1, 2)[flat[out_b]].ravel()]))

@@ -3,12 +3,13 @@
 A set of cells is an ``(N, ndim)`` int64 array.  Internally cells are packed
 to one int64 per cell (C-order flat index for the array's shape) so that sets
 can be sorted, deduplicated, intersected and stored with plain numpy.  The
-set between two query steps is a boolean bitmap of the array's shape.
+set between two query steps is a :class:`~subzero.model.cellset.CellSet`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -192,11 +193,17 @@ def csr_rows(offsets: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(len(lens), dtype=np.int64), lens)
 
 
-def rows_hitting(values: np.ndarray, offsets: np.ndarray, bm_flat: np.ndarray) -> np.ndarray:
-    """Rows of a CSR whose values contain at least one set bit of ``bm_flat``."""
+class Membership(Protocol):
+    """A set of packed cells that answers membership (a CellSet)."""
+
+    def contains(self, ids: np.ndarray) -> np.ndarray: ...
+
+
+def rows_hitting(values: np.ndarray, offsets: np.ndarray, cells: Membership) -> np.ndarray:
+    """Rows of a CSR whose values hold at least one of ``cells``."""
     if values.size == 0:
         return np.zeros(0, np.int64)
-    hit = bm_flat[values]
+    hit = cells.contains(values)
     return sorted_unique(csr_rows(offsets)[hit])
 
 

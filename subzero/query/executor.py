@@ -2,9 +2,11 @@
 
 A query is (start array, cells, path) where the path is a list of
 (operator, input index) steps, or every DAG path between two arrays
-(``graph.py`` finds and checks them).  The set between steps is a boolean
-bitmap of the array's shape, with its sorted cells beside it while it is
-small.  Each step uses the first method that works in the order the simple
+(``graph.py`` finds and checks them).  The set between steps is a
+:class:`~subzero.model.cellset.CellSet`: sorted cell ids while it is small, a
+bitmap only once it fills a good part of its array, and "the entire array"
+as a symbol, so a step's cost follows the cells it carries, not the array's
+size.  Each step uses the first method that works in the order the simple
 rule gives (``methods.py``: stored lineage indexed in the step's direction,
 then mapping functions, then stored lineage indexed the other way, then
 black-box re-execution), or the order a query-time planner gives
@@ -36,21 +38,21 @@ from numpy.typing import ArrayLike
 
 from subzero.capture.context import Context
 from subzero.errors import QueryError, warn
-from subzero.model.cells import as_cells, bitmap_from_packed, first_out_of_bounds, fmt_cell, pack
+from subzero.model.cells import as_cells, first_out_of_bounds, fmt_cell, pack
+from subzero.model.cellset import CellSet
 from subzero.model.operator import Operator
 from subzero.model.strategy import Direction, Strategy
 from subzero.model.workflow import Workflow
 from subzero.query import steps as run_step
 from subzero.query.graph import Edge, RunGraph
 from subzero.query.methods import Mapping, Method, MethodTable, Stored, fallback_order
-from subzero.query.planner import Planner, StepInfo, StepStat, blocks_of_packed, blocks_spanned
-from subzero.query.relation import StepContext, packed_query
+from subzero.query.planner import Planner, StepInfo, StepStat, blocks_of, blocks_spanned
+from subzero.query.relation import StepContext
 from subzero.query.sources import Deadline, PairSource, TimedSource
 from subzero.query.trace import TraceOptions, TraceResult
 from subzero.query.untrusted import DataOnlyMethods, RefusedOperator
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.lineage import CorruptLineage, LineageStore, StrategyReader
-from subzero.tuning import SMALL_QUERY
 
 __all__ = ["Executor", "RunView", "TraceOptions", "TraceResult", "StepStat", "StepInfo",
            "blocks_spanned"]
@@ -116,24 +118,22 @@ class Executor:
         self.graph.check_array(start)
         shape = self.v.shapes[start]
         c = self._cells(cells, start, shape)
-        packed = pack(c, shape)
-        # a small query also keeps its sorted cells (deduplicated); a large one only
-        # its bitmap, so it pays no sort
-        q0 = np.unique(packed) if packed.size <= SMALL_QUERY else None
-        bm = bitmap_from_packed(packed if q0 is None else q0, shape)
+        q = CellSet.of_ids(pack(c, shape), shape)
         if (to is None) == (path is None):
             raise QueryError("give either a target array (--to) or a path (--path), not both")
         stats: list[StepStat] = []
         if path is not None:
-            result, target, direction = self._follow(start, bm, q0, path, opts, stats)
+            result, target, direction = self._follow(start, q, path, opts, stats)
         else:
             assert to is not None
             self.graph.check_array(to)
-            result, direction = self._between(start, to, bm, q0, opts, stats)
+            result, direction = self._between(start, to, q, opts, stats)
             target = to
 
-        def values() -> object:
-            return self._value(target)
+        def values(region: tuple[slice, ...] | None = None) -> object:
+            if region is None:
+                return self._value(target)
+            return self.v.arrays.read_region(target, region)
         return TraceResult(self.v.run_id, start, target, direction, result, stats,
                            time.perf_counter() - t0, values)
 
@@ -148,97 +148,68 @@ class Executor:
             raise QueryError(f"cell {fmt_cell(c[bad])} is outside {name} (shape {tuple(shape)})")
         return c
 
-    def _follow(self, start: str, bm: np.ndarray, q: np.ndarray | None,
-                path: Sequence[tuple[str, int]], opts: TraceOptions,
-                stats: list[StepStat]) -> tuple[np.ndarray, str, str]:
+    def _follow(self, start: str, q: CellSet, path: Sequence[tuple[str, int]],
+                opts: TraceOptions, stats: list[StepStat]) -> tuple[CellSet, str, str]:
         edges = self.graph.follow(start, path)
         for e in edges:
-            bm, _, q = self._step(e, bm, q, None, opts, stats)
+            q = self._step(e, q, opts, stats)
         if not edges:
-            return bm, start, Direction.BACKWARD
-        return bm, edges[-1].dst, edges[0].direction
+            return q, start, Direction.BACKWARD
+        return q, edges[-1].dst, edges[0].direction
 
-    def _between(self, start: str, to: str, bm: np.ndarray, q0: np.ndarray | None,
-                 opts: TraceOptions, stats: list[StepStat]) -> tuple[np.ndarray, str]:
+    def _between(self, start: str, to: str, q: CellSet, opts: TraceOptions,
+                 stats: list[StepStat]) -> tuple[CellSet, str]:
         walk = self.graph.walk(start, to)
-        bms = {start: bm}
-        # sorted packed cells of small sets, kept beside their bitmaps: a small query
-        # never scans a whole bitmap to count or list its cells
-        packed = {start: q0} if q0 is not None else {}
-        counts = {start: int(q0.size) if q0 is not None
-                  else int(np.count_nonzero(bm))}       # one count per bitmap, reused
+        sets = {start: q}
         for a, edges in walk.stages:
-            if a not in bms or not counts[a]:
+            if a not in sets or not sets[a]:
                 continue
             for e in edges:
-                dst = e.dst
-                tgt = bms.get(dst)
-                if tgt is not None and counts[dst] == tgt.size:
+                tgt = sets.get(e.dst)
+                if tgt is not None and tgt.is_entire:
                     continue          # early stop: nothing left to add
-                r, n, rq = self._step(e, bms[a], packed.get(a), counts[a], opts, stats)
-                if tgt is None:
-                    bms[dst], counts[dst] = r, n
-                    if rq is not None:
-                        packed[dst] = rq
-                elif n:
-                    bms[dst] = tgt | r
-                    counts[dst] = int(np.count_nonzero(bms[dst]))
-                    packed.pop(dst, None)
-        out = bms.get(to)
+                r = self._step(e, sets[a], opts, stats)
+                sets[e.dst] = r if tgt is None else tgt | r
+        out = sets.get(to)
         if out is None:
-            out = np.zeros(self.v.shapes[to], bool)
+            out = CellSet.empty(self.v.shapes[to])
         return out, walk.direction
 
     # -- one step --------------------------------------------------------------------------
-    def _step(self, e: Edge, bm: np.ndarray, q_in: np.ndarray | None, n_in: int | None,
-              opts: TraceOptions, stats: list[StepStat]) -> tuple[np.ndarray, int, np.ndarray | None]:
-        """One step; returns the target bitmap, its number of set cells and, for a small
-        result, its sorted packed cells (else None).  ``q_in``: the sorted packed cells
-        of ``bm`` when known."""
+    def _step(self, e: Edge, q: CellSet, opts: TraceOptions, stats: list[StepStat]) -> CellSet:
+        """One step: the cells of the step's target array reached from ``q``."""
         t0 = time.perf_counter()
-        n_in = int(np.count_nonzero(bm)) if n_in is None else n_in
         tgt_shape = self.v.shapes[e.dst]
-        blocks, note, res_q = 0, "", None
-        if n_in == 0:
-            res, method = np.zeros(tgt_shape, bool), "empty"
+        blocks, note = 0, ""
+        if not q:
+            res, method = CellSet.empty(tgt_shape), "empty"
         else:
             sc = self._context(e.op)
             if opts.shortcut and sc.op.is_all_to_all(e.input):
-                res, method = np.ones(tgt_shape, bool), "all-to-all"
+                res, method = CellSet.everything(tgt_shape), "all-to-all"
             else:
-                res, res_q, method, note, blocks = self._choose_and_run(e, sc, bm, q_in, n_in,
-                                                                         opts, t0)
-        if res_q is not None:
-            n_out = int(res_q.size)
-        else:
-            n_out = res.size if method == "all-to-all" else int(np.count_nonzero(res))
-        st = StepStat(e.op, e.input, e.direction, method, n_in, n_out, time.perf_counter() - t0,
-                      blocks, note)
+                res, method, note, blocks = self._choose_and_run(e, sc, q, opts, t0)
+        st = StepStat(e.op, e.input, e.direction, method, len(q), len(res),
+                      time.perf_counter() - t0, blocks, note)
         stats.append(st)
         planner = opts.pricing
         if planner is not None and method not in ("empty", "all-to-all"):
             planner.observe(st)
-        return res, n_out, res_q
+        return res
 
-    def _choose_and_run(self, e: Edge, sc: StepContext, bm: np.ndarray, q: np.ndarray | None,
-                        n_in: int, opts: TraceOptions,
-                        t0: float) -> tuple[np.ndarray, np.ndarray | None, str, str, int]:
+    def _choose_and_run(self, e: Edge, sc: StepContext, q: CellSet, opts: TraceOptions,
+                        t0: float) -> tuple[CellSet, str, str, int]:
         """The first method that works, in the simple rule's or the planner's order;
-        returns (bitmap, sorted packed cells or None, method, note, blocks)."""
+        returns (target cells, method, note, blocks)."""
         name, i, backward = e.op, e.input, e.backward
         methods: Sequence[Method] = self.methods(name, backward, opts.prefer)
         budget, blocks, note = None, 0, ""
         planner = opts.pricing
         if planner is not None:
-            if n_in <= SMALL_QUERY:      # the packed cells are needed anyway
-                q = packed_query(bm)[0] if q is None else q
-                blocks = blocks_of_packed(q)
-            else:
-                blocks = blocks_spanned(bm)
-            info = StepInfo(name, i, backward, n_in, blocks,
+            blocks = blocks_of(q)
+            info = StepInfo(name, i, backward, len(q), blocks,
                             all(a in self._values for a in self.v.inputs_of[name]))
             methods, budget = planner.plan(info, methods)
-        q_flat = bm.ravel()
 
         def inputs() -> list[object]:
             return [self._value(a) for a in self.v.inputs_of[name]]
@@ -249,10 +220,7 @@ class Executor:
         damaged: list[str] = []
         while order:
             m = order.pop(0)
-            if q is None and not isinstance(m, Mapping):
-                q = packed_query(bm)[0]
             if isinstance(m, Stored):
-                assert q is not None
                 key = (name, m.strategy)
                 if key in self._broken:
                     damaged.append(str(m.strategy))
@@ -262,7 +230,7 @@ class Executor:
                     src: PairSource = self._reader(name, m.strategy)
                     if budget is not None:
                         src = TimedSource(src, t0 + budget)
-                    res, method = run_step.stored(src, m.strategy, sc, i, backward, q, q_flat), m.name
+                    res, method = run_step.stored(src, m.strategy, sc, i, backward, q), m.name
                 except CorruptLineage as err:
                     self._broken.add(key)
                     damaged.append(str(m.strategy))
@@ -273,14 +241,12 @@ class Executor:
                     assert budget is not None
                     note = (f"{m.name} took longer than its budget ({budget * 1000:.1f} ms, "
                             f"from the predicted re-execution); switched to re-execution")
-                    res, method = run_step.reexec(sc, i, backward, q, q_flat, inputs, stored)
+                    res, method = run_step.reexec(sc, i, backward, q, inputs, stored)
             elif isinstance(m, Mapping):
-                res, method = run_step.mapping(sc, bm, i, backward, q), m.name
+                res, method = run_step.mapping(sc, q, i, backward), m.name
             else:
-                assert q is not None
-                res, method = run_step.reexec(sc, i, backward, q, q_flat, inputs, stored)
-            out, res_q = run_step.settle(res, self.v.shapes[e.dst])
-            return out, res_q, method, note, blocks
+                res, method = run_step.reexec(sc, i, backward, q, inputs, stored)
+            return run_step.settle(res, self.v.shapes[e.dst]), method, note, blocks
         raise QueryError(f"cannot trace through operator {name!r}: its stored lineage is damaged "
                          f"({', '.join(damaged) or 'none offered'}) and no other method is left "
                          f"(a planner must keep re-execution)")

@@ -17,6 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from subzero.model.cells import run_starts
+from subzero.model.cellset import CellSet
 from subzero.query.methods import Method
 from subzero.tuning import KEY_BITS
 
@@ -66,14 +67,20 @@ class Planner(Protocol):
         ...
 
 
-def blocks_of_packed(q: np.ndarray) -> int:
-    """``blocks_spanned`` from sorted packed cells (cheaper for small queries)."""
-    return int(np.count_nonzero(run_starts(q >> KEY_BITS)))
+def blocks_of(q: CellSet) -> int:
+    """Distinct key blocks (2**KEY_BITS consecutive cells) a query's cells touch: how
+    clustered they are, which decides how many stored blocks a lookup decodes.  Costs
+    the cells held, or one pass over a dense set's bitmap."""
+    if q.is_entire:
+        return -(-q.size // KEY_BLOCK)
+    bits = q.dense_bitmap()
+    if bits is None:
+        return int(np.count_nonzero(run_starts(q.ids() >> KEY_BITS)))
+    return blocks_spanned(bits)
 
 
 def blocks_spanned(bm: np.ndarray) -> int:
-    """Distinct key blocks (2**KEY_BITS consecutive cells) a query bitmap touches: how
-    clustered its cells are, which decides how many stored blocks a lookup decodes."""
+    """``blocks_of`` a boolean bitmap of an array."""
     flat = bm.ravel()
     if flat.size <= KEY_BLOCK:
         return 1

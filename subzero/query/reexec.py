@@ -26,6 +26,7 @@ from subzero.model.cells import (
     rows_hitting,
     unpack,
 )
+from subzero.model.cellset import CellSet
 from subzero.model.modes import Mode
 from subzero.model.operator import rerun_mode as capture_mode
 from subzero.storage.arrays import as_dataarray
@@ -42,10 +43,10 @@ class QueryBuffer(LineageBuffer):
     """
 
     def __init__(self, name, n_inputs, out_shape, in_shapes, backward: bool, i: int,
-                 q_flat: np.ndarray, map_p_pairs, keep_covered: bool):
+                 q: CellSet, map_p_pairs, keep_covered: bool):
         super().__init__(name, n_inputs, len(out_shape), [len(s) for s in in_shapes])
         self.out_shape, self.in_shapes = tuple(out_shape), [tuple(s) for s in in_shapes]
-        self.backward, self.i, self.q_flat = backward, i, q_flat
+        self.backward, self.i, self.q = backward, i, q
         self.map_p_pairs = map_p_pairs
         self.keep_covered = keep_covered
         self.covered: list[np.ndarray] = []
@@ -61,7 +62,7 @@ class QueryBuffer(LineageBuffer):
             self._check(ins[k], self.in_shapes[k], f"input {k}")
             packed_ins.append((pack(ins[k], self.in_shapes[k]), lengths_to_offsets(in_lens[k])))
         key, key_off = (o, oo) if self.backward else packed_ins[self.i]
-        rows = rows_hitting(key, key_off, self.q_flat)
+        rows = rows_hitting(key, key_off, self.q)
         if rows.size:
             self._kept_full.append((o, oo, packed_ins, rows))
         self.n_full += len(out_lens)
@@ -73,7 +74,7 @@ class QueryBuffer(LineageBuffer):
         if self.keep_covered:
             self.covered.append(o)
         if self.backward:
-            rows = rows_hitting(o, oo, self.q_flat)
+            rows = rows_hitting(o, oo, self.q)
         else:
             cells, owner = self.map_p_pairs(out, oo, self.payloads, pay_ids, self.i)
             cells = np.asarray(cells, np.int64).reshape(-1, len(self.in_shapes[self.i]))
@@ -83,7 +84,7 @@ class QueryBuffer(LineageBuffer):
                                    f"{fmt_cell(cells[bad])} outside input {self.i} "
                                    f"(shape {tuple(self.in_shapes[self.i])})")
             packed = pack(cells, self.in_shapes[self.i]) if len(cells) else np.zeros(0, np.int64)
-            rows = np.unique(np.asarray(owner, np.int64)[self.q_flat[packed]]) if len(cells) \
+            rows = np.unique(np.asarray(owner, np.int64)[self.q.contains(packed)]) if len(cells) \
                 else np.zeros(0, np.int64)
         if rows.size:
             self._kept_pay.append((o, oo, pay_ids, rows))
@@ -129,7 +130,7 @@ class Rerun:
 
 
 def rerun(name: str, op, inputs: list, out_shape, mode: Mode, backward: bool, i: int,
-          q_flat: np.ndarray) -> Rerun:
+          q: CellSet) -> Rerun:
     """Re-run ``op`` asking for ``mode``, keeping the pairs the query touches."""
     if not op.deterministic:
         raise QueryError(f"operator {name!r} is not deterministic, so its lineage cannot be "
@@ -140,7 +141,7 @@ def rerun(name: str, op, inputs: list, out_shape, mode: Mode, backward: bool, i:
     def mpp(cells, off, payloads, pay_ids, k):
         return op.map_p_pairs(np.asarray(cells, np.int64), off, payloads, pay_ids, k, mctx)
 
-    buf = QueryBuffer(name, len(inputs), out_shape, in_shapes, backward, i, q_flat, mpp,
+    buf = QueryBuffer(name, len(inputs), out_shape, in_shapes, backward, i, q, mpp,
                       keep_covered=(mode is Mode.COMP))
     ctx = Context(name, op, {mode}, in_shapes, out_shape, buf)
     try:

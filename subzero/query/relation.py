@@ -9,8 +9,9 @@ answers with the same semantics:
 * composite: output cells covered by a payload pair use it, every other
   output cell uses the mapping functions ``map_b``/``map_f``.
 
-Query sets are flat boolean bitmaps (``q_flat``) plus their sorted packed
-cells (``q``); results are packed cells of the target array.
+Query sets are :class:`~subzero.model.cellset.CellSet` values (sorted ids,
+membership tests whose cost follows the cells); results are packed cells of
+the target array.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from subzero.model.cells import (
     as_cells,
     csr_take,
     pack,
-    packed_from_bitmap,
     rows_hitting,
     unpack,
 )
+from subzero.model.cellset import CellSet
 from subzero.model.strategy import Direction
 from subzero.query.sources import PairSource
 
@@ -83,7 +84,7 @@ class StepContext:
             res.append(self.checked(cells, shape_in, "map_p"))
         return np.concatenate(res) if res else np.zeros(0, np.int64)
 
-    def payload_owners(self, keys, key_off, pay_ids, payloads, i, q_flat) -> np.ndarray:
+    def payload_owners(self, keys, key_off, pay_ids, payloads, i, q: CellSet) -> np.ndarray:
         """Pairs whose map_p result intersects the query on input i."""
         if len(key_off) <= 1:
             return np.zeros(0, np.int64)
@@ -91,20 +92,14 @@ class StepContext:
                                            pay_ids, i, self.mapctx)
         packed = self.checked(cells, self.in_shapes[i], "map_p")
         owner = np.asarray(owner, np.int64)
-        return np.unique(owner[q_flat[packed]])
-
-
-def _bits(packed: np.ndarray, size: int) -> np.ndarray:
-    bm = np.zeros(size, bool)
-    bm[packed] = True
-    return bm
+        return np.unique(owner[q.contains(packed)])
 
 
 def backward(src: PairSource, payload: bool, direction: Direction, sc: StepContext, i: int,
-             q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
+             q: CellSet) -> np.ndarray:
     """Input-i cells that the output cells ``q`` depend on, per stored pairs."""
     if direction == Direction.BACKWARD:
-        pids = src.lookup("b", q, q_flat)
+        pids = src.lookup("b", q)
         if not payload:
             return src.records("b", pids, [f"v{i}"])[f"v{i}"][0]
         rec = src.records("b", pids, ["key", "pay"])
@@ -116,49 +111,45 @@ def backward(src: PairSource, payload: bool, direction: Direction, sc: StepConte
         return np.zeros(0, np.int64)
     pids = src.all_pairs(space)
     outs, off = src.records(space, pids, ["v"])["v"]
-    hit = rows_hitting(outs, off, q_flat)
+    hit = rows_hitting(outs, off, q)
     return src.scan_keys(space, pids[hit])[0]
 
 
 def forward(src: PairSource, payload: bool, direction: Direction, sc: StepContext, i: int,
-            q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
+            q: CellSet) -> np.ndarray:
     """Output cells that depend on the input-i cells ``q``, per stored pairs."""
     if direction == Direction.FORWARD:
         space = f"f{i}"
         if not src.has_space(space):
             return np.zeros(0, np.int64)
-        pids = src.lookup(space, q, q_flat)
+        pids = src.lookup(space, q)
         return src.records(space, pids, ["v"])["v"][0]
     if not src.has_space("b"):
         return np.zeros(0, np.int64)
     pids = src.all_pairs("b")
     if not payload:
         ins, off = src.records("b", pids, [f"v{i}"])[f"v{i}"]
-        hit = rows_hitting(ins, off, q_flat)
+        hit = rows_hitting(ins, off, q)
         return src.scan_keys("b", pids[hit])[0]
     rec = src.records("b", pids, ["key", "pay"])
     keys, off = rec["key"]
     pay_ids, table = rec["pay"]
-    hit = sc.payload_owners(keys, off, pay_ids, table, i, q_flat)
+    hit = sc.payload_owners(keys, off, pay_ids, table, i, q)
     return csr_take(keys, off, hit)
 
 
-def composite(src: PairSource, direction_stored: Direction, sc: StepContext, i: int, backward_step: bool,
-              q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
-    """Composite lineage: payload pairs where they cover, mapping elsewhere."""
-    out_size = int(np.prod(sc.out_shape, dtype=np.int64))
-    covered = _bits(src.covered(), out_size)
+def composite(src: PairSource, direction_stored: Direction, sc: StepContext, i: int,
+              backward_step: bool, q: CellSet) -> np.ndarray:
+    """Composite lineage: payload pairs where they cover, mapping elsewhere.  The
+    covered cells are read as sorted ids, so the split costs the query and the
+    covered cells, not the output array."""
+    covered = CellSet.of_ids(src.covered(), sc.out_shape)
     if backward_step:
-        qc = q[covered[q]]
-        qd = q[~covered[q]]
-        qc_flat = _bits(qc, out_size)
-        res = [backward(src, True, direction_stored, sc, i, qc, qc_flat), sc.map_b(qd, i)]
+        ids = q.ids()
+        inside = covered.contains(ids)
+        qc = CellSet.of_sorted(ids[inside], sc.out_shape)
+        res = [backward(src, True, direction_stored, sc, i, qc), sc.map_b(ids[~inside], i)]
         return np.concatenate(res)
-    fwd = forward(src, True, direction_stored, sc, i, q, q_flat)
-    dflt = sc.map_f(q, i)
-    return np.concatenate([fwd, dflt[~covered[dflt]]])
-
-
-def packed_query(bm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    flat = bm.ravel()
-    return packed_from_bitmap(bm), flat
+    fwd = forward(src, True, direction_stored, sc, i, q)
+    dflt = sc.map_f(q.ids(), i)
+    return np.concatenate([fwd, dflt[~covered.contains(dflt)]])

@@ -22,6 +22,7 @@ import numpy as np
 
 from subzero.capture.buffer import Pairs
 from subzero.model.cells import csr_take, lengths_to_offsets, rows_hitting
+from subzero.model.cellset import CellSet
 from subzero.storage.encodings import merge_payload_tables
 from subzero.tuning import TIMED_QUERY_CELLS, TIMED_RECORD_PAIRS
 
@@ -37,9 +38,8 @@ class PairSource(Protocol):
         """Whether pairs keyed this way exist."""
         ...
 
-    def lookup(self, space: str, q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
-        """Sorted ids of the pairs whose key cells meet the query (``q``: sorted packed
-        cells; ``q_flat``: the same as a flat bitmap of the key array)."""
+    def lookup(self, space: str, q: CellSet) -> np.ndarray:
+        """Sorted ids of the pairs whose key cells meet the query cells ``q``."""
         ...
 
     def records(self, space: str, pids: np.ndarray, fields: list[str]) -> Records:
@@ -73,8 +73,8 @@ class MemoryPairs:
     def has_space(self, space: str) -> bool:
         return space == "b"
 
-    def lookup(self, space: str, q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
-        return rows_hitting(self.p.out, self.p.out_off, q_flat)
+    def lookup(self, space: str, q: CellSet) -> np.ndarray:
+        return rows_hitting(self.p.out, self.p.out_off, q)
 
     def all_pairs(self, space: str) -> np.ndarray:
         return np.arange(self.p.n, dtype=np.int64)
@@ -123,14 +123,16 @@ class TimedSource:
         self._check()
         return self.source.covered()
 
-    def lookup(self, space: str, q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
+    def lookup(self, space: str, q: CellSet) -> np.ndarray:
         self._check()
         if len(q) <= self.QUERY_CHUNK:
-            return self.source.lookup(space, q, q_flat)
+            return self.source.lookup(space, q)
         ids = []                  # pairs hit by any chunk of the query are hit by the query
-        for a in range(0, len(q), self.QUERY_CHUNK):
+        cells = q.ids()
+        for a in range(0, len(cells), self.QUERY_CHUNK):
             self._check()
-            ids.append(self.source.lookup(space, q[a:a + self.QUERY_CHUNK], q_flat))
+            ids.append(self.source.lookup(space, CellSet.of_sorted(cells[a:a + self.QUERY_CHUNK],
+                                                                   q.shape)))
         return np.unique(np.concatenate(ids))
 
     def all_pairs(self, space: str) -> np.ndarray:

@@ -1,10 +1,10 @@
 """Running one method for one trace step.
 
 Each function maps the query cells of one step through one operator and
+takes the step's cells as a :class:`~subzero.model.cellset.CellSet` and
 returns the reached cells of the step's target array, either as packed cell
-ids (possibly with duplicates) or, when a whole-bitmap path produced it, as a
-boolean bitmap of the target's shape; :func:`settle` turns either into the
-bitmap the next step starts from.  Choosing the method, falling back when one
+ids (possibly with duplicates) or as a CellSet; :func:`settle` turns either
+into the set the next step starts from.  Choosing the method, falling back when one
 fails, and the planner's deadline are the executor's business.
 """
 
@@ -16,51 +16,50 @@ import numpy as np
 
 from subzero.capture.buffer import empty_pairs
 from subzero.errors import QueryError
-from subzero.model.cells import bitmap_from_packed
+from subzero.model.cellset import CellSet
 from subzero.model.modes import Mode
 from subzero.model.strategy import Direction, Strategy
 from subzero.query import relation
 from subzero.query.reexec import capture_mode, check_region, rerun, verify_output
 from subzero.query.relation import StepContext
 from subzero.query.sources import MemoryPairs, PairSource
-from subzero.tuning import FIRST_CHUNK, LOOKUP_CHUNK, SMALL_QUERY
+from subzero.tuning import FIRST_CHUNK, LOOKUP_CHUNK
 
 
 def target_shape(sc: StepContext, i: int, backward: bool) -> tuple[int, ...]:
     return sc.in_shapes[i] if backward else sc.out_shape
 
 
-def settle(res: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray | None]:
-    """A step's result as (bitmap, sorted unique packed cells or None): a small result
-    keeps its sorted cells, so the next step never scans a whole bitmap for them."""
-    if res.dtype == bool:
-        return res, None
-    if res.size <= SMALL_QUERY:
-        q = np.unique(res)
-        return bitmap_from_packed(q, shape), q
-    return bitmap_from_packed(res, shape), None
+def settle(res: np.ndarray | CellSet, shape: tuple[int, ...]) -> CellSet:
+    """A step's result as the set the next step starts from."""
+    if isinstance(res, CellSet):
+        return res
+    return CellSet.of_ids(res, shape)
 
 
-def mapping(sc: StepContext, bm: np.ndarray, i: int, backward: bool,
-            q: np.ndarray | None) -> np.ndarray:
-    """Mapping functions, through the operator's whole-bitmap fast path when it has one
-    (``q``, the packed cells, is computed only when there is none)."""
+def mapping(sc: StepContext, q: CellSet, i: int, backward: bool) -> np.ndarray | CellSet:
+    """Mapping functions.  The operator's whole-bitmap fast path is taken only for a
+    set that already is a bitmap (dense or entire); a sparse set goes through the
+    cell-wise functions, whose cost follows its cells."""
     op = sc.op
-    fast = (op.map_b_bitmap if backward else op.map_f_bitmap)(bm, i, sc.mapctx)
-    if fast is not NotImplemented:
-        tgt = target_shape(sc, i, backward)
-        fast = np.asarray(fast, dtype=bool)
-        if fast.shape != tuple(tgt):
-            raise QueryError(f"operator {sc.name!r}: its bitmap mapping returned shape "
-                             f"{fast.shape}, expected {tuple(tgt)}")
-        return fast
-    if q is None:
-        q = relation.packed_query(bm)[0]
-    return sc.map_b(q, i) if backward else sc.map_f(q, i)
+    bits = q.dense_bitmap()
+    if bits is not None:
+        src_shape = sc.out_shape if backward else sc.in_shapes[i]
+        fast = (op.map_b_bitmap if backward else op.map_f_bitmap)(
+            bits.reshape(src_shape), i, sc.mapctx)
+        if fast is not NotImplemented:
+            tgt = target_shape(sc, i, backward)
+            fast = np.asarray(fast, dtype=bool)
+            if fast.shape != tuple(tgt):
+                raise QueryError(f"operator {sc.name!r}: its bitmap mapping returned shape "
+                                 f"{fast.shape}, expected {tuple(tgt)}")
+            return CellSet.of_bitmap(fast)
+    ids = q.ids()
+    return sc.map_b(ids, i) if backward else sc.map_f(ids, i)
 
 
 def stored(source: PairSource, s: Strategy, sc: StepContext, i: int, backward: bool,
-           q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
+           q: CellSet) -> np.ndarray | CellSet:
     """Stored pairs of strategy ``s``.  A lookup through the matching index goes in
     chunks so that a step whose target fills up stops early: a high fan-out step (a
     model cell feeds thousands of predictions) often fills it from its first few
@@ -70,28 +69,29 @@ def stored(source: PairSource, s: Strategy, sc: StepContext, i: int, backward: b
     direction = s.direction
     assert direction is not None, f"{s} stores no lineage"
     if s.mode is Mode.COMP:
-        return relation.composite(source, direction, sc, i, backward, q, q_flat)
+        return relation.composite(source, direction, sc, i, backward, q)
     fn = relation.backward if backward else relation.forward
-    if s.backward != backward or q.size <= FIRST_CHUNK:
-        return fn(source, s.payload, direction, sc, i, q, q_flat)
+    ids = q.ids()
+    if s.backward != backward or ids.size <= FIRST_CHUNK:
+        return fn(source, s.payload, direction, sc, i, q)
     tgt_shape = target_shape(sc, i, backward)
-    size = int(np.prod(tgt_shape, dtype=np.int64))
-    out = np.zeros(size, bool)
+    out = CellSet.empty(tgt_shape)
     a, step = 0, FIRST_CHUNK
-    while a < q.size:
-        b = min(q.size, a + step)
-        out[fn(source, s.payload, direction, sc, i, q[a:b], q_flat)] = True
-        n = int(np.count_nonzero(out))
-        if n == size:
+    while a < ids.size:
+        b = min(ids.size, a + step)
+        out = out | CellSet.of_ids(fn(source, s.payload, direction, sc, i,
+                                      CellSet.of_sorted(ids[a:b], q.shape)), tgt_shape)
+        if out.is_entire:
             break
-        step = min(step * 8, LOOKUP_CHUNK) if n * q.size >= size * b else LOOKUP_CHUNK
+        step = min(step * 8, LOOKUP_CHUNK) if len(out) * ids.size >= out.size * b \
+            else LOOKUP_CHUNK
         a = b
-    return out.reshape(tgt_shape)
+    return out
 
 
-def reexec(sc: StepContext, i: int, backward: bool, q: np.ndarray, q_flat: np.ndarray,
+def reexec(sc: StepContext, i: int, backward: bool, q: CellSet,
            inputs: Callable[[], Sequence[object]],
-           stored: Callable[[tuple[slice, ...]], np.ndarray]) -> tuple[np.ndarray, str]:
+           stored: Callable[[tuple[slice, ...]], np.ndarray]) -> tuple[np.ndarray | CellSet, str]:
     """Re-run the operator on its inputs (``inputs()`` loads them) keeping the pairs the
     query touches; returns the result and the method it amounts to: ``reexec:<mode>``,
     or ``map`` / ``all-to-all`` for an operator with no lineage to regenerate.
@@ -102,22 +102,23 @@ def reexec(sc: StepContext, i: int, backward: bool, q: np.ndarray, q_flat: np.nd
     error naming the operator as not deterministic."""
     op = sc.op
     mode = capture_mode(op)
+    ids = q.ids()
     if mode is None:
         if Mode.MAP in op.supported_modes() and op.has_mapping():
-            return (sc.map_b(q, i) if backward else sc.map_f(q, i)), "map"
-        return np.ones(target_shape(sc, i, backward), bool), "all-to-all"
-    r = rerun(sc.name, op, list(inputs()), sc.out_shape, mode, backward, i, q_flat)
+            return (sc.map_b(ids, i) if backward else sc.map_f(ids, i)), "map"
+        return CellSet.everything(target_shape(sc, i, backward)), "all-to-all"
+    r = rerun(sc.name, op, list(inputs()), sc.out_shape, mode, backward, i, q)
     fn = relation.backward if backward else relation.forward
     if mode is Mode.FULL:
-        res = fn(MemoryPairs(r.full), False, Direction.BACKWARD, sc, i, q, q_flat) \
+        res = fn(MemoryPairs(r.full), False, Direction.BACKWARD, sc, i, q) \
             if r.full is not None else np.zeros(0, np.int64)
     elif mode is Mode.PAY:
-        res = fn(MemoryPairs(r.pay), True, Direction.BACKWARD, sc, i, q, q_flat) \
+        res = fn(MemoryPairs(r.pay), True, Direction.BACKWARD, sc, i, q) \
             if r.pay is not None else np.zeros(0, np.int64)
     else:
         src = MemoryPairs(r.pay if r.pay is not None else empty_pairs(len(sc.in_shapes), True),
                           covered=r.covered)
-        res = relation.composite(src, Direction.BACKWARD, sc, i, backward, q, q_flat)
-    region = check_region(q if backward else np.asarray(res), sc.out_shape)
+        res = relation.composite(src, Direction.BACKWARD, sc, i, backward, q)
+    region = check_region(ids if backward else np.asarray(res), sc.out_shape)
     verify_output(sc.name, r.output, sc.out_shape, region, stored)
     return res, f"reexec:{mode.value}"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from subzero.errors import QueryError
-from subzero.model.cells import cells_from_bitmap
+from subzero.model.cellset import CellSet
 from subzero.query.planner import Planner, StepStat
 
 
@@ -34,28 +34,52 @@ class TraceOptions:
 
 @dataclass
 class TraceResult:
-    """Cells of ``target`` reached from ``cells`` of ``start``."""
+    """Cells of ``target`` reached from ``cells`` of ``start``.
+
+    ``cellset`` holds them in a form whose cost follows the answer; ``cells`` lists
+    them, ``values`` reads only the region of the target array they span, and
+    ``bitmap`` (a mask of the whole target array) is built only when asked for."""
 
     run_id: int
     start: str
     target: str
     direction: str
-    bitmap: np.ndarray
+    cellset: CellSet
     steps: list[StepStat]
     seconds: float
-    _values: Callable[[], object] | None = field(default=None, repr=False)
+    #: ``_values(region)`` reads a region of the target array (None: all of it)
+    _values: Callable[..., object] | None = field(default=None, repr=False)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The target array's shape."""
+        return self.cellset.shape
 
     @property
     def cells(self) -> np.ndarray:
-        return cells_from_bitmap(self.bitmap)
+        """``(N, ndim)`` coordinates of the answer, in C order."""
+        return self.cellset.cells()
+
+    @property
+    def bitmap(self) -> np.ndarray:
+        """A boolean mask of the target array's shape (costs the array's size)."""
+        return self.cellset.bitmap()
 
     @property
     def values(self) -> np.ndarray:
-        """Values of the target array at the result cells (same order as ``cells``)."""
+        """Values of the target array at the result cells (same order as ``cells``);
+        reads the answer's bounding box, not the whole array."""
         if self._values is None:
             raise QueryError("this trace result carries no array values")
-        arr = np.asarray(self._values())
-        return arr[self.bitmap]
+        box = self.cellset.bounds()
+        if box is None:
+            return np.asarray(self._values(tuple(slice(0, 0) for _ in self.shape))).reshape(-1)
+        if self.cellset.is_entire:
+            return np.asarray(self._values()).reshape(-1)
+        lo, hi = box
+        region = np.asarray(self._values(tuple(slice(a, b) for a, b in zip(lo, hi))))
+        c = self.cells - np.asarray(lo, np.int64)
+        return region[tuple(c.T)]
 
     def __len__(self) -> int:
-        return int(np.count_nonzero(self.bitmap))
+        return len(self.cellset)

@@ -32,6 +32,7 @@ from subzero.model.cells import (
     unique_ids,
     unpack,
 )
+from subzero.model.cellset import CellSet
 from subzero.model.strategy import Strategy
 from subzero.storage.codec import unpack_arrays
 from subzero.storage.encodings import (
@@ -148,20 +149,17 @@ class StrategyReader:
         return rb
 
     # -- lookups ---------------------------------------------------------------------
-    def lookup(self, space: str, q: np.ndarray, q_flat: np.ndarray) -> np.ndarray:
-        """Ids of the pairs whose key cells intersect the query.
-
-        ``q``: sorted unique packed query cells; ``q_flat``: the query as a flat
-        bitmap of the key array (for exact checks).
-        """
+    def lookup(self, space: str, q: CellSet) -> np.ndarray:
+        """Ids of the pairs whose key cells intersect the query cells ``q``."""
         info = self._spaces.get(space)
-        if info is None or info.pairs == 0 or q.size == 0:   # nothing stored: no R-tree either
+        if info is None or info.pairs == 0 or not q:   # nothing stored: no R-tree either
             return np.zeros(0, np.int64)
+        ids = q.ids()
         try:
             with self.store.env.begin(db=self.db, buffers=False) as txn:
                 if self.enc.one:
-                    return self._lookup_one(txn, space, q)
-                return self._lookup_many(txn, space, q, q_flat)
+                    return self._lookup_one(txn, space, ids)
+                return self._lookup_many(txn, space, ids, q)
         except CorruptLineage:
             raise
         except Exception as e:  # lmdb, zstd, struct, rtree errors: damaged store
@@ -246,7 +244,7 @@ class StrategyReader:
                 raise self._damaged(f"R-tree file {f.name}: {e}", f) from None
         return out
 
-    def _lookup_many(self, txn, space, q, q_flat):
+    def _lookup_many(self, txn, space, q, cells):
         shape = self._space(space).key_shape
         mins, maxs = _runs_to_boxes(q, shape)
         ids, _counts = self._rtree(space).intersection_v(mins, maxs)
@@ -254,8 +252,8 @@ class StrategyReader:
         if cand.size == 0:
             return cand
         recs = self._records(txn, space, cand, ["key"])
-        cells, off = recs["key"]
-        return cand[rows_hitting(cells, off, q_flat)]
+        keys, off = recs["key"]
+        return cand[rows_hitting(keys, off, cells)]
 
     # -- records ----------------------------------------------------------------------
     def records(self, space: str, pids: np.ndarray, fields: list[str]) -> dict:

@@ -1,0 +1,236 @@
+"""CellSet: a set of cells of one array whose cost follows the cells it holds.
+
+The set a trace carries from step to step used to be a boolean bitmap of the
+whole array: a star of a few hundred pixels cost a 16 MB allocation, a scan
+and a count per step on a 16-megapixel image, so trace time grew with the
+image, not with the answer.  A CellSet has three forms and picks one by
+density:
+
+* **sparse** — the sorted unique packed cell ids (C-order flat indexes);
+  every operation costs O(n log n) in the n cells held, nothing of the
+  array's size is allocated or scanned;
+* **dense** — a flat boolean bitmap, kept only once the set holds at least
+  ``1/DENSE_SET_RATIO`` of the array (then the bitmap costs at most that
+  ratio times the ids it replaces and membership tests are one gather);
+* **entire** — "every cell of the array", a symbol that is never
+  materialised (the all-to-all short-cut produces it, and it answers
+  ``contains`` and ``len`` without memory).
+
+Sets are immutable values; operations return new sets.  Only the answers
+that really are large (or callers asking for :meth:`bitmap`) pay the array's
+size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from subzero.model.cells import unique_ids, unpack
+from subzero.tuning import DENSE_SET_RATIO
+
+Shape = tuple[int, ...]
+
+_EMPTY = np.zeros(0, np.int64)
+
+
+def _size(shape: Sequence[int]) -> int:
+    return int(np.prod(tuple(shape), dtype=np.int64))
+
+
+class CellSet:
+    """An immutable set of cells of an array of ``shape`` (see the module docstring)."""
+
+    __slots__ = ("shape", "size", "_ids", "_bits", "_n", "_entire")
+
+    def __init__(self, shape: Sequence[int], ids: np.ndarray | None = None,
+                 bits: np.ndarray | None = None, n: int | None = None, entire: bool = False):
+        """Use the constructors (:meth:`empty`, :meth:`entire`, :meth:`of_ids`,
+        :meth:`of_sorted`, :meth:`of_bitmap`); this one trusts its arguments."""
+        self.shape: Shape = tuple(int(x) for x in shape)
+        self.size = _size(self.shape)
+        self._ids = ids
+        self._bits = bits
+        self._entire = entire
+        self._n = self.size if entire else (int(ids.size) if ids is not None else n)
+
+    # -- constructors -------------------------------------------------------------
+    @classmethod
+    def empty(cls, shape: Sequence[int]) -> CellSet:
+        return cls(shape, ids=_EMPTY)
+
+    @classmethod
+    def everything(cls, shape: Sequence[int]) -> CellSet:
+        """Every cell of the array, without materialising any of them."""
+        return cls(shape, entire=True)
+
+    @classmethod
+    def of_sorted(cls, ids: np.ndarray, shape: Sequence[int]) -> CellSet:
+        """From packed ids already sorted and unique (not checked: the caller knows)."""
+        s = cls(shape, ids=np.asarray(ids, np.int64))
+        return s._settled()
+
+    @classmethod
+    def of_ids(cls, ids: np.ndarray, shape: Sequence[int]) -> CellSet:
+        """From packed ids in any order, duplicates allowed (all inside the array)."""
+        ids = np.asarray(ids, np.int64).ravel()
+        size = _size(shape)
+        if ids.size > 1 and not bool(np.all(ids[1:] > ids[:-1])):
+            if ids.size * DENSE_SET_RATIO >= size:     # may be dense: dedupe with a bitmap
+                bits = np.zeros(size, bool)
+                bits[ids] = True
+                return cls(shape, bits=bits, n=int(np.count_nonzero(bits)))._settled()
+            ids = unique_ids(ids, size)
+        return cls(shape, ids=ids)._settled()
+
+    @classmethod
+    def of_bitmap(cls, bitmap: np.ndarray, shape: Sequence[int] | None = None) -> CellSet:
+        """From a boolean bitmap of the array (any shape with the array's size)."""
+        bm = np.asarray(bitmap, dtype=bool)
+        shape = bm.shape if shape is None else tuple(shape)
+        flat = np.ascontiguousarray(bm).reshape(-1)
+        n = int(np.count_nonzero(flat))
+        if n == flat.size and n > 0:
+            return cls(shape, entire=True)
+        return cls(shape, bits=flat, n=n)._settled()
+
+    def _settled(self) -> CellSet:
+        """The same set in the form its density asks for."""
+        n = len(self)
+        if self._entire:
+            return self
+        if n == self.size and n > 0:
+            return CellSet(self.shape, entire=True)
+        dense = n * DENSE_SET_RATIO >= self.size and n > 0
+        if dense and self._bits is None:
+            bits = np.zeros(self.size, bool)
+            bits[self._ids] = True
+            return CellSet(self.shape, bits=bits, n=n)
+        if not dense and self._ids is None:
+            assert self._bits is not None
+            return CellSet(self.shape, ids=np.flatnonzero(self._bits).astype(np.int64, copy=False))
+        return self
+
+    # -- what it is ---------------------------------------------------------------
+    def __len__(self) -> int:
+        assert self._n is not None
+        return self._n
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    @property
+    def is_entire(self) -> bool:
+        """Every cell of the array (the symbol, or a set that filled up)."""
+        return self._entire
+
+    @property
+    def form(self) -> str:
+        """``"sparse"``, ``"dense"`` or ``"entire"`` (statistics and tests)."""
+        return "entire" if self._entire else ("dense" if self._bits is not None else "sparse")
+
+    def ids(self) -> np.ndarray:
+        """Sorted unique packed cell ids (O(n) to hand out; an entire set lists every
+        cell, which costs the array's size: callers check :attr:`is_entire` first)."""
+        if self._ids is None:
+            if self._entire:
+                self._ids = np.arange(self.size, dtype=np.int64)
+            else:
+                assert self._bits is not None
+                self._ids = np.flatnonzero(self._bits).astype(np.int64, copy=False)
+        return self._ids
+
+    def cells(self) -> np.ndarray:
+        """``(N, ndim)`` coordinates, sorted in C order."""
+        return unpack(self.ids(), self.shape)
+
+    def bitmap(self) -> np.ndarray:
+        """A boolean bitmap of the array's shape: costs the array's size (for callers
+        that want a mask; the executor never asks for one of a sparse set)."""
+        if self._entire:
+            return np.ones(self.shape, bool)
+        if self._bits is not None:
+            return self._bits.reshape(self.shape)
+        bm = np.zeros(self.size, bool)
+        bm[self._ids] = True
+        return bm.reshape(self.shape)
+
+    def dense_bitmap(self) -> np.ndarray | None:
+        """The flat bitmap when the set already is one (dense or entire), else None: a
+        whole-bitmap fast path is worth taking only then."""
+        if self._entire:
+            return np.ones(self.size, bool)
+        return self._bits
+
+    def contains(self, ids: np.ndarray) -> np.ndarray:
+        """Membership of each packed id (a boolean array like ``ids``): a gather for a
+        dense set, a binary search (O(m log n)) for a sparse one."""
+        ids = np.asarray(ids, np.int64)
+        if self._entire:
+            return np.ones(ids.shape, bool)
+        if self._bits is not None:
+            return self._bits[ids]
+        s = self._ids
+        assert s is not None
+        if s.size == 0 or ids.size == 0:
+            return np.zeros(ids.shape, bool)
+        pos = np.minimum(np.searchsorted(s, ids), s.size - 1)
+        return s[pos] == ids
+
+    def bounds(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """The bounding box (inclusive low, exclusive high corner), or None when empty;
+        O(n) for a sparse set."""
+        if not len(self):
+            return None
+        if self._entire:
+            return (0,) * len(self.shape), self.shape
+        if self._ids is not None:
+            c = unpack(self._ids, self.shape)
+            return (tuple(int(x) for x in c.min(axis=0)),
+                    tuple(int(x) + 1 for x in c.max(axis=0)))
+        bm = self.bitmap()
+        lo, hi = [], []
+        for d in range(len(self.shape)):
+            hit = np.flatnonzero(bm.any(axis=tuple(k for k in range(len(self.shape)) if k != d)))
+            lo.append(int(hit[0]))
+            hi.append(int(hit[-1]) + 1)
+        return tuple(lo), tuple(hi)
+
+    # -- algebra --------------------------------------------------------------------
+    def union(self, other: CellSet) -> CellSet:
+        if other.shape != self.shape:
+            raise ValueError(f"cell sets of shapes {self.shape} and {other.shape}")
+        if self._entire or not len(other):
+            return self
+        if other._entire or not len(self):
+            return other
+        if self._bits is not None or other._bits is not None:
+            a = self._bits if self._bits is not None else None
+            b = other._bits if other._bits is not None else None
+            if a is not None and b is not None:
+                bits = a | b
+            else:
+                dense, sparse = (self, other) if a is not None else (other, self)
+                assert dense._bits is not None
+                bits = dense._bits.copy()
+                bits[sparse.ids()] = True
+            return CellSet(self.shape, bits=bits, n=int(np.count_nonzero(bits)))._settled()
+        return CellSet(self.shape, ids=np.union1d(self.ids(), other.ids()))._settled()
+
+    def __or__(self, other: CellSet) -> CellSet:
+        return self.union(other)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CellSet):
+            return NotImplemented
+        if other.shape != self.shape or len(other) != len(self):
+            return False
+        if self._entire or other._entire:
+            return True        # same count over the same array: both entire
+        return bool(np.array_equal(self.ids(), other.ids()))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"CellSet({len(self)} of {self.size} cells, {self.form}, shape {self.shape})"
