@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from subzero.model.cells import unique_ids, unpack
+from subzero.model.cells import unique, unique_ids, unpack
 from subzero.tuning import DENSE_SET_RATIO
 
 Shape = tuple[int, ...]
@@ -216,7 +216,7 @@ class CellSet:
                 bits = dense._bits.copy()
                 bits[sparse.ids()] = True
             return CellSet(self.shape, bits=bits, n=int(np.count_nonzero(bits)))._settled()
-        return CellSet(self.shape, ids=np.union1d(self.ids(), other.ids()))._settled()
+        return CellSet(self.shape, ids=unique(np.concatenate([self.ids(), other.ids()])))._settled()
 
     def __or__(self, other: CellSet) -> CellSet:
         return self.union(other)

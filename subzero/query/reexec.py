@@ -24,6 +24,7 @@ from subzero.model.cells import (
     lengths_to_offsets,
     pack,
     rows_hitting,
+    unique,
     unpack,
 )
 from subzero.model.cellset import CellSet
@@ -84,7 +85,7 @@ class QueryBuffer(LineageBuffer):
                                    f"{fmt_cell(cells[bad])} outside input {self.i} "
                                    f"(shape {tuple(self.in_shapes[self.i])})")
             packed = pack(cells, self.in_shapes[self.i]) if len(cells) else np.zeros(0, np.int64)
-            rows = np.unique(np.asarray(owner, np.int64)[self.q.contains(packed)]) if len(cells) \
+            rows = unique(np.asarray(owner, np.int64)[self.q.contains(packed)]) if len(cells) \
                 else np.zeros(0, np.int64)
         if rows.size:
             self._kept_pay.append((o, oo, pay_ids, rows))
@@ -152,7 +153,7 @@ def rerun(name: str, op, inputs: list, out_shape, mode: Mode, backward: bool, i:
         raise OperatorError(f"re-running operator {name!r} for a trace failed: "
                             f"{type(e).__name__}: {e}") from e
     full, pay = buf.kept()
-    covered = np.unique(np.concatenate(buf.covered)) if buf.covered else (
+    covered = unique(np.concatenate(buf.covered)) if buf.covered else (
         np.zeros(0, np.int64) if mode is Mode.COMP else None)
     return Rerun(full, pay, covered, output)
 

@@ -24,6 +24,7 @@ from subzero.model.cells import (
     csr_take,
     pack,
     rows_hitting,
+    unique,
     unpack,
 )
 from subzero.model.cellset import CellSet
@@ -44,7 +45,7 @@ class StepContext:
             c = as_cells(cells, len(shape))
         except (ValueError, TypeError) as e:
             raise LineageError(f"operator {self.name!r}: {what} returned bad cells: {e}") from None
-        if len(c) and (c.min(axis=0).min() < 0 or (c.max(axis=0) >= np.asarray(shape)).any()):
+        if len(c) and (c.min() < 0 or bool((c >= np.asarray(shape)).any())):
             bad = (c < 0) | (c >= np.asarray(shape))
             row = c[np.flatnonzero(bad.any(axis=1))[0]]
             raise LineageError(f"operator {self.name!r}: {what} returned cell "
@@ -74,7 +75,7 @@ class StepContext:
         out_cells = unpack(keys, self.out_shape)
         res = []
         if self.op.map_p_batched:
-            for pid in np.unique(pay_ids).tolist():
+            for pid in unique(pay_ids).tolist():
                 rows = np.flatnonzero(pay_ids == pid)
                 cells = csr_take(out_cells, key_off, rows)
                 res.append(self.checked(self.op.map_p(cells, payloads[pid], i, self.mapctx),
@@ -92,7 +93,7 @@ class StepContext:
                                            pay_ids, i, self.mapctx)
         packed = self.checked(cells, self.in_shapes[i], "map_p")
         owner = np.asarray(owner, np.int64)
-        return np.unique(owner[q.contains(packed)])
+        return unique(owner[q.contains(packed)])
 
 
 def backward(src: PairSource, payload: bool, direction: Direction, sc: StepContext, i: int,

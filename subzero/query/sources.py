@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from subzero.capture.buffer import Pairs
-from subzero.model.cells import csr_take, lengths_to_offsets, rows_hitting
+from subzero.model.cells import csr_take, lengths_to_offsets, rows_hitting, unique
 from subzero.model.cellset import CellSet
 from subzero.storage.encodings import merge_payload_tables
 from subzero.tuning import TIMED_QUERY_CELLS, TIMED_RECORD_PAIRS
@@ -94,7 +94,7 @@ class MemoryPairs:
         return self.records(space, pids, ["key"])["key"]
 
     def covered(self) -> np.ndarray:
-        return np.unique(self.p.out) if self._covered is None else self._covered
+        return unique(self.p.out) if self._covered is None else self._covered
 
 
 class Deadline(Exception):
@@ -133,7 +133,7 @@ class TimedSource:
             self._check()
             ids.append(self.source.lookup(space, CellSet.of_sorted(cells[a:a + self.QUERY_CHUNK],
                                                                    q.shape)))
-        return np.unique(np.concatenate(ids))
+        return unique(np.concatenate(ids))
 
     def all_pairs(self, space: str) -> np.ndarray:
         self._check()

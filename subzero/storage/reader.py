@@ -29,6 +29,7 @@ from subzero.model.cells import (
     rows_hitting,
     run_starts,
     sorted_unique,
+    unique,
     unique_ids,
     unpack,
 )
@@ -248,7 +249,7 @@ class StrategyReader:
         shape = self._space(space).key_shape
         mins, maxs = _runs_to_boxes(q, shape)
         ids, _counts = self._rtree(space).intersection_v(mins, maxs)
-        cand = np.unique(np.asarray(ids, dtype=np.int64))
+        cand = unique(np.asarray(ids, dtype=np.int64))
         if cand.size == 0:
             return cand
         recs = self._records(txn, space, cand, ["key"])
