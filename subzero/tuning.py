@@ -42,6 +42,9 @@ FIRST_CHUNK = 8
 #: holds at least 1/DENSE_SET_RATIO of the array's cells; below, its sorted cell ids.
 #: 16: a bitmap then costs at most 2 bytes per cell held (ids cost 8).
 DENSE_SET_RATIO = 16
+#: Pairs read per piece when a step scans every stored pair (a step against the
+#: direction lineage is indexed in): the scan's memory follows the piece.
+SCAN_PAIRS = 1 << 18
 #: Pairs per records() call, and query cells per lookup() call, of a stored read that
 #: runs against the planner's deadline (it checks the clock between calls).
 TIMED_RECORD_PAIRS = 4096

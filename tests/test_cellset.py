@@ -133,3 +133,28 @@ def test_a_small_trace_on_a_large_image_costs_its_answer(tmp_path, strategy, que
             assert res.values.shape == (1,)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("strategy", ["full:fullone:backward", "full:fullmany:forward",
+                                      "pay:payone:backward"])
+def test_a_scan_against_the_index_reads_in_pieces_and_answers_the_same(tmp_path, monkeypatch,
+                                                                        strategy):
+    """A step against the direction lineage is indexed in scans every pair; read in pieces
+    of 7 pairs it returns exactly what one read returns, both directions."""
+    from subzero.query import relation
+    shape = (40, 30)
+    store = subzero.Store(tmp_path / "store")
+    a = np.arange(1200, dtype=np.float64).reshape(shape)
+    run = store.run(_chain(shape), {"a": a}, engine="local",
+                    strategies={"twice": strategy, "plus": strategy, "crop": strategy})
+    queries = [("crop", [[0, 0], [5, 7], [29, 24]], "a"), ("a", [[10, 0], [39, 24], [3, 3]], "crop")]
+    try:
+        want = [run.trace(s, c, to=t).cells.tolist() for s, c, t in queries]
+        monkeypatch.setattr(relation, "SCAN_PAIRS", 7)
+        run.executor().clear_cache()
+        got = [run.trace(s, c, to=t).cells.tolist() for s, c, t in queries]
+        mapped = [run.trace(s, c, to=t, prefer="map").cells.tolist() for s, c, t in queries]
+    finally:
+        store.close()
+    assert got == want == mapped
+    assert want[0] == [[10, 0], [15, 7], [39, 24]] and want[1] == [[0, 0], [29, 24]]

@@ -30,6 +30,7 @@ from subzero.model.cells import (
 from subzero.model.cellset import CellSet
 from subzero.model.strategy import Direction
 from subzero.query.sources import PairSource
+from subzero.tuning import SCAN_PAIRS
 
 
 class StepContext:
@@ -110,10 +111,7 @@ def backward(src: PairSource, payload: bool, direction: Direction, sc: StepConte
     space = f"f{i}"
     if not src.has_space(space):
         return np.zeros(0, np.int64)
-    pids = src.all_pairs(space)
-    outs, off = src.records(space, pids, ["v"])["v"]
-    hit = rows_hitting(outs, off, q)
-    return src.scan_keys(space, pids[hit])[0]
+    return _scan(src, space, "v", q)
 
 
 def forward(src: PairSource, payload: bool, direction: Direction, sc: StepContext, i: int,
@@ -127,16 +125,35 @@ def forward(src: PairSource, payload: bool, direction: Direction, sc: StepContex
         return src.records(space, pids, ["v"])["v"][0]
     if not src.has_space("b"):
         return np.zeros(0, np.int64)
-    pids = src.all_pairs("b")
     if not payload:
-        ins, off = src.records("b", pids, [f"v{i}"])[f"v{i}"]
-        hit = rows_hitting(ins, off, q)
-        return src.scan_keys("b", pids[hit])[0]
-    rec = src.records("b", pids, ["key", "pay"])
-    keys, off = rec["key"]
-    pay_ids, table = rec["pay"]
-    hit = sc.payload_owners(keys, off, pay_ids, table, i, q)
-    return csr_take(keys, off, hit)
+        return _scan(src, "b", f"v{i}", q)
+    found = []
+    for pids in _chunks(src.all_pairs("b")):
+        rec = src.records("b", pids, ["key", "pay"])
+        keys, off = rec["key"]
+        pay_ids, table = rec["pay"]
+        hit = sc.payload_owners(keys, off, pay_ids, table, i, q)
+        found.append(csr_take(keys, off, hit))
+    return np.concatenate(found) if found else np.zeros(0, np.int64)
+
+
+def _chunks(pids: np.ndarray):
+    """A scan's pair ids in pieces of SCAN_PAIRS, so its memory follows the piece, not
+    the operator's lineage."""
+    for a in range(0, len(pids), SCAN_PAIRS):
+        yield pids[a:a + SCAN_PAIRS]
+
+
+def _scan(src: PairSource, space: str, field: str, q: CellSet) -> np.ndarray:
+    """Key cells of every pair of ``space`` whose ``field`` cells meet ``q``: a step
+    against the stored index reads every pair, one piece at a time."""
+    found = []
+    for pids in _chunks(src.all_pairs(space)):
+        vals, off = src.records(space, pids, [field])[field]
+        hit = rows_hitting(vals, off, q)
+        if hit.size:
+            found.append(src.scan_keys(space, pids[hit])[0])
+    return np.concatenate(found) if found else np.zeros(0, np.int64)
 
 
 def composite(src: PairSource, direction_stored: Direction, sc: StepContext, i: int,
