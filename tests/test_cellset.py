@@ -136,7 +136,7 @@ def test_a_small_trace_on_a_large_image_costs_its_answer(tmp_path, strategy, que
 
 
 @pytest.mark.parametrize("strategy", ["full:fullone:backward", "full:fullmany:forward",
-                                      "pay:payone:backward"])
+                                      "full:fullone:forward"])
 def test_a_scan_against_the_index_reads_in_pieces_and_answers_the_same(tmp_path, monkeypatch,
                                                                         strategy):
     """A step against the direction lineage is indexed in scans every pair; read in pieces
