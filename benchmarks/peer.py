@@ -26,6 +26,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,10 +51,13 @@ class Captured:
     in_offs: list[np.ndarray]
 
 
-def capture_full(wf: Workflow, inputs: dict) -> tuple[dict[str, Captured], float]:
+def capture_full(wf: Workflow, inputs: dict,
+                 sink: Callable[[str, Captured], None] | None = None) -> tuple[dict[str, Captured], float]:
     """Run every operator of ``wf`` with the full strategy through the capture runner,
-    in memory; returns each operator's pairs and the seconds it took.  An array is
-    dropped after its last consumer."""
+    in memory; returns each operator's pairs and the seconds it took (not counting
+    ``sink``).  With ``sink``, each operator's pairs go to ``sink(name, pairs)`` as
+    soon as it has run and are not kept (the returned dict is empty): memory holds
+    one operator's pairs at a time.  An array is dropped after its last consumer."""
     strat = resolve_strategies(wf, {name: "full" for name in wf.steps})
     order = wf.order()
     last: dict[str, int] = {}
@@ -62,7 +66,7 @@ def capture_full(wf: Workflow, inputs: dict) -> tuple[dict[str, Captured], float
             last[a] = k
     values = {k: np.asarray(v) for k, v in inputs.items()}
     out: dict[str, Captured] = {}
-    t0 = time.perf_counter()
+    t0, in_sink = time.perf_counter(), 0.0
     for k, name in enumerate(order):
         step = wf.steps[name]
         ins = [values[a] for a in step.inputs]
@@ -73,14 +77,22 @@ def capture_full(wf: Workflow, inputs: dict) -> tuple[dict[str, Captured], float
         in_shapes = [tuple(np.shape(x)) or (1,) for x in ins]
         if full is None:       # no pairs at all (e.g. an empty image): nothing depends on anything
             z, off = np.zeros(0, np.int64), np.zeros(1, np.int64)
-            out[name] = Captured(step.inputs, shape, in_shapes, z, off, [z] * len(ins), [off] * len(ins))
+            c = Captured(step.inputs, shape, in_shapes, z, off, [z] * len(ins), [off] * len(ins))
         else:
-            out[name] = Captured(step.inputs, shape, in_shapes, full.out, full.out_off, full.ins, full.in_offs)
+            c = Captured(step.inputs, shape, in_shapes, full.out, full.out_off, full.ins, full.in_offs)
+        del full, ins
         values[name] = np.asarray(value)
         for a in step.inputs:
             if last[a] == k:
                 values.pop(a, None)
-    return out, time.perf_counter() - t0
+        if sink is None:
+            out[name] = c
+        else:
+            t1 = time.perf_counter()
+            sink(name, c)
+            in_sink += time.perf_counter() - t1
+        del c
+    return out, time.perf_counter() - t0 - in_sink
 
 
 def _rows(cells: np.ndarray, off: np.ndarray) -> dict[str, np.ndarray]:
@@ -106,19 +118,26 @@ class Peer:
     def close(self) -> None:
         self.con.close()
 
+    def add(self, op: str, c: Captured) -> None:
+        """Write one operator's pairs: its output side and one table per input."""
+        sides = [("out", c.out, c.out_off)] + [(f"in{i}", c.ins[i], c.in_offs[i]) for i in range(len(c.ins))]
+        for side, cells, off in sides:
+            self.con.register("_rows", _rows(cells, off))
+            self.con.execute(f"CREATE TABLE {_table(op, side)} AS SELECT pair, cell FROM _rows")
+            self.con.unregister("_rows")
+        self.ops[op] = Captured(c.inputs, c.out_shape, c.in_shapes, np.zeros(0, np.int64),
+                                np.zeros(1, np.int64), [], [])   # shapes only: the data is in DuckDB
+
+    def checkpoint(self) -> None:
+        """Everything written to the database file."""
+        self.con.execute("CHECKPOINT")
+
     def load(self, captured: dict[str, Captured]) -> float:
         """Write every operator's pairs; returns the seconds it took (to disk, checkpointed)."""
         t0 = time.perf_counter()
         for op, c in captured.items():
-            sides = [("out", c.out, c.out_off)] + [(f"in{i}", c.ins[i], c.in_offs[i]) for i in range(len(c.ins))]
-            for side, cells, off in sides:
-                rows = _rows(cells, off)
-                self.con.register("_rows", rows)
-                self.con.execute(f"CREATE TABLE {_table(op, side)} AS SELECT pair, cell FROM _rows")
-                self.con.unregister("_rows")
-            self.ops[op] = Captured(c.inputs, c.out_shape, c.in_shapes, np.zeros(0, np.int64),
-                                    np.zeros(1, np.int64), [], [])   # shapes only: the data is in DuckDB
-        self.con.execute("CHECKPOINT")
+            self.add(op, c)
+        self.checkpoint()
         return time.perf_counter() - t0
 
     def bytes_on_disk(self) -> int:

@@ -33,10 +33,10 @@ from scipy import ndimage
 
 from subzero import GLOBAL, Mode, Operator, Workflow, stencil
 from subzero.errors import WorkflowError
-from subzero.storage.inputs import load_path
 from subzero.operators import Binary, Div, Maximum, Mean, Slice, Sub, Unary, WindowComposite
 from subzero.operators.base import MappedOperator
 from subzero.operators.composite import window_offsets
+from subzero.storage.inputs import load_path
 
 EXPOSURES = ("data/lsst/imsim_85408556_R23_S11_C04_E000.fits",
              "data/lsst/imsim_85408556_R23_S11_C04_E001.fits")
@@ -322,7 +322,8 @@ AMPLIFIER_PIXELS = (SHAPE[0] - 1) * (SHAPE[1] - 4)     # the science area one co
 
 def tiling(megapixels: float | None = None, tiles=None) -> tuple[int, int]:
     """Copies of the amplifier's science area (down, across) for an image of about
-    ``megapixels`` million pixels (1 -> 1x1, 4 -> 2x2, 16 -> 4x4, 64 -> 8x8), or
+    ``megapixels`` million pixels, as near square as whole copies allow (1 -> 1x1,
+    4 -> 2x2, 16 -> 4x4, 64 -> 9x7: 64.2 Mpix), or
     ``tiles`` as given."""
     if tiles is not None:
         try:
@@ -386,7 +387,7 @@ class TiledInput:
     run's ``workflow.pkl`` instead of the whole tiled array."""
 
     def __init__(self, name: str, tiles: tuple[int, int]):
-        self.name, self.tiles = name, tuple(tiles)
+        self.name, self.tiles = name, tiling(tiles=tiles)
 
     @property
     def shape(self) -> tuple[int, int]:
