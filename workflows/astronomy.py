@@ -26,13 +26,17 @@ without changing the science.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from scipy import ndimage
 
 from subzero import GLOBAL, Mode, Operator, Workflow, stencil
+from subzero.errors import WorkflowError
 from subzero.operators import Binary, Div, Maximum, Mean, Slice, Sub, Unary, WindowComposite
 from subzero.operators.base import MappedOperator
 from subzero.operators.composite import window_offsets
+from subzero.storage.inputs import load_path
 
 EXPOSURES = ("data/lsst/imsim_85408556_R23_S11_C04_E000.fits",
              "data/lsst/imsim_85408556_R23_S11_C04_E001.fits")
@@ -311,6 +315,93 @@ class DetectStars(Operator):
         return cells, np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
 
 
+# --- sizes: the real amplifier tiled to a larger image ------------------------------------
+
+AMPLIFIER_PIXELS = (SHAPE[0] - 1) * (SHAPE[1] - 4)     # the science area one copy adds
+
+
+def tiling(megapixels: float | None = None, tiles=None) -> tuple[int, int]:
+    """Copies of the amplifier's science area (down, across) for an image of about
+    ``megapixels`` million pixels, as near square as whole copies allow (1 -> 1x1,
+    4 -> 2x2, 16 -> 4x4, 64 -> 9x7: 64.2 Mpix), or
+    ``tiles`` as given."""
+    if tiles is not None:
+        try:
+            r, c = (int(t) for t in tiles)
+        except (TypeError, ValueError):
+            raise WorkflowError(f"astronomy: tiles must be two whole numbers (down, across), "
+                                f"not {tiles!r}") from None
+        if r < 1 or c < 1:
+            raise WorkflowError(f"astronomy: tiles must be at least 1x1, not {r}x{c}")
+        return r, c
+    try:
+        mp = float(megapixels)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise WorkflowError(f"astronomy: megapixels must be a number, not {megapixels!r}") from None
+    if not mp > 0 or not np.isfinite(mp):
+        raise WorkflowError(f"astronomy: megapixels must be a positive number, not {megapixels!r}")
+    n = max(1, round(mp * 1e6 / AMPLIFIER_PIXELS))
+    c = max(1, int(np.sqrt(n)))
+    return max(1, round(n / c)), c
+
+
+def mosaic(image: np.ndarray, tiles: tuple[int, int]) -> np.ndarray:
+    """``image`` (laid out like the amplifier) with its science area repeated
+    ``tiles`` = (down, across) times; the prescan columns and row 0 stay at the
+    edges, as the workflow expects (the prescan strip is repeated down).  Copy
+    (k, l) of science pixel (y, x) is at (y + k * (H - 1), x + l * (W - 4))."""
+    a = np.asarray(image)
+    r, c = tiles
+    (y0, x0), (h, w) = copy_origin(), a.shape
+    out = np.empty((y0 + r * (h - y0), x0 + c * (w - x0)), a.dtype)
+    out[y0:, x0:] = np.tile(a[y0:, x0:], (r, c))
+    out[y0:, :x0] = np.tile(a[y0:, :x0], (r, 1))
+    out[:y0, x0:] = np.tile(a[:y0, x0:], (1, c))
+    out[:y0, :x0] = a[:y0, :x0]
+    return out
+
+
+def copy_origin() -> tuple[int, int]:
+    """Where the science area begins (row, column): copies are laid out from there."""
+    return SCIENCE[0].start, SCIENCE[1].start
+
+
+def source(name: str, crop: tuple[int, int] | None = None) -> np.ndarray:
+    """The untiled value of input ``name`` (the real exposure or a calibration frame),
+    optionally cropped to its first ``crop`` = (rows, columns)."""
+    if name.startswith("raw_"):
+        path = Path(__file__).resolve().parent / EXPOSURES[int(name[4:]) - 1]
+        a = np.asarray(load_path(path, name))       # as the untiled run loads it
+    else:
+        a = {"bias": bias_frame, "dark": dark_frame, "flat": flat_frame}[name](SHAPE)
+    return a if crop is None else np.ascontiguousarray(a[:crop[0], :crop[1]])
+
+
+def tiled_inputs(tiles: tuple[int, int], crop: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+    """Every input of the workflow, tiled: ``store.run(workflow(), inputs=...)``."""
+    return {n: mosaic(source(n, crop), tiles) for n in ("raw_1", "raw_2", "bias", "dark", "flat")}
+
+
+class TiledInput:
+    """An input built when the run loads it (``np.asarray``): a few bytes in the
+    run's ``workflow.pkl`` instead of the whole tiled array."""
+
+    def __init__(self, name: str, tiles: tuple[int, int]):
+        self.name, self.tiles = name, tiling(tiles=tiles)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        (y0, x0), r, c = copy_origin(), *self.tiles
+        return y0 + r * (SHAPE[0] - y0), x0 + c * (SHAPE[1] - x0)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        a = mosaic(source(self.name), self.tiles)
+        return a if dtype is None else a.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"TiledInput({self.name!r}, {self.tiles[0]}x{self.tiles[1]})"
+
+
 # --- the workflow ----------------------------------------------------------------------------
 
 def calibrate(wf: Workflow, j: int, raw, bias, dark, flat):
@@ -327,12 +418,21 @@ def calibrate(wf: Workflow, j: int, raw, bias, dark, flat):
     return wf.add(f"rmbg_{j}", BlockBackground(BG_BLOCK), f)
 
 
-def workflow() -> Workflow:
+def workflow(megapixels: float | None = None, tiles: tuple[int, int] | list[int] | None = None) -> Workflow:
+    """The workflow on the real amplifier, or (``megapixels`` or ``tiles``) on the
+    amplifier tiled to a larger image: ``subzero run workflows/astronomy.py --param
+    megapixels=16``.  Tiled inputs are built when the run loads them, so the run's
+    saved workflow stays small (see :class:`TiledInput`)."""
     wf = Workflow("astronomy")
-    raws = [wf.input(f"raw_{j}", default=EXPOSURES[j - 1]) for j in (1, 2)]
-    bias = wf.input("bias", default=bias_frame())
-    dark = wf.input("dark", default=dark_frame())
-    flat = wf.input("flat", default=flat_frame())
+    if megapixels is None and tiles is None:
+        raws = [wf.input(f"raw_{j}", default=EXPOSURES[j - 1]) for j in (1, 2)]
+        bias = wf.input("bias", default=bias_frame())
+        dark = wf.input("dark", default=dark_frame())
+        flat = wf.input("flat", default=flat_frame())
+    else:
+        grid = tiling(megapixels, tiles)
+        raws = [wf.input(f"raw_{j}", default=TiledInput(f"raw_{j}", grid)) for j in (1, 2)]
+        bias, dark, flat = (wf.input(n, default=TiledInput(n, grid)) for n in ("bias", "dark", "flat"))
     cleaned, masks = [], []
     for j, raw in zip((1, 2), raws):
         bg = calibrate(wf, j, raw, bias, dark, flat)
