@@ -9,8 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import xarray as xr
 
-from subzero.capture.buffer import LineageBuffer
-from subzero.capture.buffer import Pairs
+from subzero.capture.buffer import LineageBuffer, Pairs
 from subzero.capture.context import Context
 from subzero.capture.tiles import Shape, Tile, globalize
 from subzero.errors import OperatorError, SubZeroError

@@ -68,6 +68,7 @@ class LocalEngine:
         #: the arrays held in memory now (every other array is read from the store)
         self.values: dict[str, Any] = {}
         self.shapes: dict[str, tuple[int, ...]] = {}
+        self.dtypes: dict[str, np.dtype] = {}
         self._xarray: set[str] = set()           # arrays the operators see as DataArrays
         self._inputs: set[str] = set()
         self._readers: Counter[str] = Counter()  # operators still to read each array
@@ -97,6 +98,7 @@ class LocalEngine:
 
     def _hold(self, name: str, value) -> None:
         self.shapes[name] = shape_of(value)
+        self.dtypes[name] = _native(np.dtype(value.dtype))
         if isinstance(value, xr.DataArray):
             self._xarray.add(name)
         if self._wanted(name):
@@ -112,10 +114,28 @@ class LocalEngine:
                 self.values.pop(a, None)
 
     def _value(self, name: str):
-        """The whole array, as the operator first saw it."""
+        """The whole array, as the operator first saw it: held, else read back chunk by
+        chunk into one array (a DataArray, with its dims and attrs, through xarray)."""
         if name in self.values:
             return self.values[name]
-        return self.arrays.read_value(name)
+        if name in self._xarray:
+            return self.arrays.read_value(name)
+        out = np.empty(self.shapes[name], self.dtypes[name])
+        for t in tiles_for(out.shape, self.arrays.tile):
+            out[t.core_slices()] = self.arrays.read_region(name, t.core_slices())
+        return out
+
+    def _store(self, name: str, value) -> None:
+        """Write a whole output.  A numeric numpy array goes chunk by chunk into an array
+        made with :meth:`ArrayStore.create`, as streamed outputs do (xarray's writer
+        holds several copies of the array at once)."""
+        if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+            dtype = _native(value.dtype)
+            self.arrays.create(name, value.shape, dtype)
+            for t in tiles_for(value.shape, self.arrays.tile):
+                self.arrays.write_region(name, t.core_slices(), value[t.core_slices()])
+        else:
+            self.arrays.write(name, value)
 
     def _region(self, name: str, tile: Tile) -> np.ndarray:
         """A tile's read region of an array: a copy (an operator may write into its
@@ -156,7 +176,7 @@ class LocalEngine:
         out, full, pay, ctx = run_operator(name, step.operator, ins, strategies, capture)
         run_s = time.perf_counter() - t0
         arr = out.data if isinstance(out, xr.DataArray) else out
-        self.arrays.write(name, out)
+        self._store(name, out)
         self._hold(name, out)
         keep = self.profiling
         return StepResult(shape_of(out), str(arr.dtype), int(arr.nbytes),
@@ -196,6 +216,7 @@ class LocalEngine:
             progress.tiles(k + 1, len(tiles))
         assert dtype is not None
         self.shapes[name] = tuple(out_shape)
+        self.dtypes[name] = dtype
         return StepResult(tuple(out_shape), str(dtype), int(np.prod(out_shape)) * dtype.itemsize,
                           list(in_shapes), concat_pairs(fulls, len(in_shapes)),
                           concat_pairs(pays, len(in_shapes)), run_s, lwrite_s, tiles=len(tiles))
