@@ -194,7 +194,7 @@ class Store:
                 from subzero.engines.spark import SparkEngine
                 eng = SparkEngine(spark, arrays, log=log)
             else:
-                eng = LocalEngine(arrays)
+                eng = LocalEngine(arrays, profiling=profiler is not None)
             lineage = LineageStore(tx.folder / "lineage") if capture else None
             reporter.begin(len(wf.steps), f"run {tx.run_id} ({wf.name}, {engine})")
             try:

@@ -407,7 +407,9 @@ class TiledInput:
 def calibrate(wf: Workflow, j: int, raw, bias, dark, flat):
     """Steps 1-10 for exposure j; returns the background-subtracted image."""
     lin = wf.add(f"linearity_{j}", Unary(linearize), raw)
-    flags = wf.add(f"maskattr_{j}", Unary(pixel_flags), lin)
+    flag_op = Unary(pixel_flags)
+    flag_op.tiling = GLOBAL     # SCIENCE is in array coordinates: a tile's row 0 is not the image's
+    flags = wf.add(f"maskattr_{j}", flag_op, lin)
     bad = wf.add(f"badpix_{j}", Binary(repair), lin, flags)
     osc = wf.add(f"overscan_{j}", Slice(PRESCAN), bad)
     osm = wf.add(f"overscanmean_{j}", Mean(), osc)

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+
 import numpy as np
 import xarray as xr
 
-from subzero.capture.buffer import LineageBuffer
+from subzero.capture.buffer import LineageBuffer, Pairs
 from subzero.capture.context import Context
+from subzero.capture.tiles import Shape, Tile, globalize
 from subzero.errors import OperatorError, SubZeroError
 from subzero.model.operator import Operator
 from subzero.model.strategy import Strategy, modes_needed
@@ -75,3 +79,34 @@ def run_operator(name: str, op, inputs: list, strategies: tuple[Strategy, ...],
     out = normalise_output(name, op, out)
     full, pay = ctx.finish(shape_of(out))
     return out, full, pay, ctx
+
+
+@dataclass
+class TileOutput:
+    """One tile of a tile-parallel operator: the core of its output and the lineage
+    of the core's cells, in array coordinates."""
+
+    core: np.ndarray
+    full: Pairs | None
+    pay: Pairs | None
+    run_s: float
+    lwrite_s: float
+
+
+def run_tile(name: str, op, ins: list, strategies: tuple[Strategy, ...], capture: bool,
+             tile: Tile, out_shape: Shape, in_shapes: list[Shape]) -> TileOutput:
+    """Run a tile-parallel operator on one tile's read region (``ins``: each input's
+    core plus halo) and keep the core: the step both engines share per tile.
+
+    ``ctx`` describes the tile (its shapes), as the operator would see a small array."""
+    t0 = time.perf_counter()
+    out, full, pay, ctx = run_operator(name, op, ins, strategies, capture)
+    run_s = time.perf_counter() - t0
+    out = np.asarray(out.data if isinstance(out, xr.DataArray) else out)
+    if out.shape != tile.read_shape():
+        raise OperatorError(f"operator {name!r} is declared {op.tiling.kind} but returned shape "
+                            f"{out.shape} for an input tile of shape {tile.read_shape()}; "
+                            f"declare it global")
+    local = [tile.read_shape()] * len(ins)
+    return TileOutput(out[tile.core_in_read()], globalize(full, tile, out_shape, in_shapes, local),
+                      globalize(pay, tile, out_shape, in_shapes, local), run_s, ctx.lwrite_seconds)

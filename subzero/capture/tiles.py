@@ -69,6 +69,25 @@ def tiles_for(shape: Shape, tile: int | Sequence[int], halo: int = 0) -> list[Ti
     return out
 
 
+def tile_plan(op, in_shapes: Sequence[Shape]) -> int | None:
+    """The halo radius when the operator can run per tile, else None (global).
+
+    Tile-parallel means: declared elementwise or stencil, every input of the
+    output's shape, and no declared output shape other than that."""
+    kind = getattr(op.tiling, "kind", "global")
+    if kind not in ("elementwise", "stencil") or not in_shapes:
+        return None
+    if any(tuple(s) != tuple(in_shapes[0]) for s in in_shapes):
+        return None
+    try:
+        declared = op.output_shape(*in_shapes)
+    except Exception:
+        declared = None
+    if declared is not None and tuple(declared) != tuple(in_shapes[0]):
+        return None
+    return int(op.tiling.radius) if kind == "stencil" else 0
+
+
 def globalize(pairs: Pairs | None, tile: Tile, out_shape: Shape, in_shapes: Sequence[Shape],
               local_in_shapes: Sequence[Shape]) -> Pairs | None:
     """Translate a tile's pairs to array coordinates and keep only core output cells.

@@ -34,8 +34,10 @@ def run_workflow(engine: Engine, wf: Workflow, inputs: Mapping[str, Any],
     it is None or ``capture`` is off) within ``budget``; return the run's statistics.
 
     ``profiler``, when given, is called after each operator with its input and output
-    values (the optimizer's profiling mode measures lineage there); only an engine that
-    holds the values in memory (local) can serve it."""
+    values (the optimizer's profiling mode measures lineage there); only a local engine
+    made with ``profiling=True`` hands them over (it then runs every operator whole).
+    Nothing of a step is kept once the next one starts: the engine holds only the
+    arrays a later operator still reads whole."""
     check_reexecution(wf, strategies)
     progress = progress if progress is not None else Progress()
     engine.load_inputs(wf, inputs)
@@ -57,9 +59,10 @@ def run_workflow(engine: Engine, wf: Workflow, inputs: Mapping[str, Any],
         st.lineage_s = time.perf_counter() - t0
         if profiler is not None:
             if res.inputs is None:
-                raise SubZeroError(f"profiling runs use the local engine (--engine local), "
-                                   f"not {engine.name}")
+                raise SubZeroError(f"profiling runs use the local engine (--engine local) "
+                                   f"made with profiling=True, not {engine.name}")
             profiler(name, op, res.inputs, res.output, res.run_s)
         stats.ops.append(st)
         progress.finished(name)
+        del res             # the step's values and lineage, before the next step runs
     return stats

@@ -1,56 +1,225 @@
-"""The local engine: runs a workflow's operators in-process on numpy (or
-xarray) values held in memory, capturing lineage as each operator runs.
+"""The local engine: runs a workflow's operators in-process, capturing lineage as
+each operator runs, with memory that follows the tile size, not the image.
 
-Only what is specific to running in-process is here; the loop over operators
-is :func:`subzero.engines.driver.run_workflow`.  It works on plain data and
-the array store it is handed, so an instance-parallel run can drive it inside
-a Spark task.
+* Tile-parallel operators (declared elementwise or stencil, every input of the
+  output's shape) *stream*: per tile, the engine reads the tile's read region
+  (core plus halo) of each input -- from memory when the array is held, else from
+  the array store -- runs the operator on it, writes the core of the output
+  straight into the store and keeps only the tile's lineage.  The tile step is
+  the Spark engine's (:func:`subzero.capture.runner.run_tile`), so both engines
+  see the same tiles and give the same arrays and lineage.
+* Other operators (global, aggregate, inputs that are xarray DataArrays or 0-d,
+  arrays of one tile) run on whole arrays, read back from the store when they
+  are not held.
+* An array is held in memory only while an operator that runs on whole arrays
+  still has to read it (a run's inputs: while any operator does), and is
+  dropped after its last reader.
+
+The loop over operators is :func:`subzero.engines.driver.run_workflow`.  It
+works on plain data and the array store it is handed, so an instance-parallel
+run can drive it inside a Spark task.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import xarray as xr
 
-from subzero.capture.runner import run_operator, shape_of
+from subzero.capture.buffer import Pairs
+from subzero.capture.runner import run_operator, run_tile, shape_of
+from subzero.capture.tiles import Tile, concat_pairs, tile_plan, tiles_for
 from subzero.engines.base import StepResult
 from subzero.engines.progress import Progress
+from subzero.errors import OperatorError, SubZeroError
 from subzero.model.strategy import Strategy
 from subzero.model.workflow import Step, Workflow
 from subzero.storage.arrays import ArrayStore
 
 
+def _tile_parallel(op) -> bool:
+    return getattr(op.tiling, "kind", "global") in ("elementwise", "stencil")
+
+
+def _native(dtype: np.dtype) -> np.dtype:
+    """The dtype as the store keeps it (native byte order)."""
+    return dtype if dtype.byteorder in ("=", "|") else dtype.newbyteorder("=")
+
+
 class LocalEngine:
-    """Operators run one after another in this process; every array stays in memory
-    for the run (the next operator reads it from there, not from the store)."""
+    """Operators run one after another in this process (see the module's docstring).
+
+    ``profiling``: every operator runs on whole arrays and its :class:`StepResult`
+    carries its input and output values, for the optimizer's profiling hook.
+    ``stream``: run tile-parallel operators tile by tile (off: every operator runs
+    whole, as before streaming existed; arrays are still dropped after their last
+    reader)."""
 
     name = "local"
 
-    def __init__(self, arrays: ArrayStore):
+    def __init__(self, arrays: ArrayStore, profiling: bool = False, stream: bool = True):
         self.arrays = arrays
+        self.profiling = profiling
+        self.stream = stream and not profiling
+        #: the arrays held in memory now (every other array is read from the store)
         self.values: dict[str, Any] = {}
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.dtypes: dict[str, np.dtype] = {}
+        self._xarray: set[str] = set()           # arrays the operators see as DataArrays
+        self._inputs: set[str] = set()
+        self._readers: Counter[str] = Counter()  # operators still to read each array
+        self._whole: Counter[str] = Counter()    # ... of them, those that run on whole arrays
 
+    # -- what is held ---------------------------------------------------------------
     def load_inputs(self, wf: Workflow, values: Mapping[str, Any]) -> None:
+        for step in wf.steps.values():
+            whole = not (self.stream and _tile_parallel(step.operator))
+            for a in set(step.inputs):
+                self._readers[a] += 1
+                self._whole[a] += whole
         for name, v in values.items():
-            self.values[name] = v if isinstance(v, xr.DataArray) else np.asarray(v)
-            self.arrays.write(name, self.values[name])
+            v = v if isinstance(v, xr.DataArray) else np.asarray(v)
+            self.arrays.write(name, v)
+            self._inputs.add(name)
+            self._hold(name, v)
 
+    def _wanted(self, name: str) -> bool:
+        """Whether an array is worth holding: an operator still reads it and may read it
+        whole (it is a DataArray, fits in one tile, or has a reader that runs whole) --
+        or it is a run input, which its caller holds anyway."""
+        if self._readers[name] <= 0:
+            return False
+        small = all(n <= self.arrays.tile for n in self.shapes[name])
+        return self._whole[name] > 0 or small or name in self._inputs or name in self._xarray
+
+    def _hold(self, name: str, value) -> None:
+        self.shapes[name] = shape_of(value)
+        self.dtypes[name] = _native(np.dtype(value.dtype))
+        if isinstance(value, xr.DataArray):
+            self._xarray.add(name)
+        if self._wanted(name):
+            self.values[name] = value
+
+    def _read(self, step: Step) -> None:
+        """``step`` has run: its inputs have one reader less; drop those no longer wanted."""
+        whole = not (self.stream and _tile_parallel(step.operator))
+        for a in set(step.inputs):
+            self._readers[a] -= 1
+            self._whole[a] -= whole
+            if not self._wanted(a):
+                self.values.pop(a, None)
+
+    def _value(self, name: str):
+        """The whole array, as the operator first saw it: held, else read back chunk by
+        chunk into one array (a DataArray, with its dims and attrs, through xarray)."""
+        if name in self.values:
+            return self.values[name]
+        if name in self._xarray:
+            return self.arrays.read_value(name)
+        out = np.empty(self.shapes[name], self.dtypes[name])
+        for t in tiles_for(out.shape, self.arrays.tile):
+            out[t.core_slices()] = self.arrays.read_region(name, t.core_slices())
+        return out
+
+    def _store(self, name: str, value) -> None:
+        """Write a whole output.  A numeric numpy array goes chunk by chunk into an array
+        made with :meth:`ArrayStore.create`, as streamed outputs do (xarray's writer
+        holds several copies of the array at once)."""
+        if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+            dtype = _native(value.dtype)
+            self.arrays.create(name, value.shape, dtype)
+            for t in tiles_for(value.shape, self.arrays.tile):
+                self.arrays.write_region(name, t.core_slices(), value[t.core_slices()])
+        else:
+            self.arrays.write(name, value)
+
+    def _region(self, name: str, tile: Tile) -> np.ndarray:
+        """A tile's read region of an array: a copy (an operator may write into its
+        input), from memory when held, else from the store's chunks."""
+        if name in self.values:
+            return np.array(self.values[name][tile.read_slices()])
+        return self.arrays.read_region(name, tile.read_slices())
+
+    def _tiles(self, step: Step, in_shapes: list[tuple[int, ...]]) -> list[Tile] | None:
+        """The tiles to stream the step over, or None: it runs on whole arrays."""
+        if not self.stream:
+            return None
+        halo = tile_plan(step.operator, in_shapes)
+        if halo is None:
+            return None
+        for a in step.inputs:
+            if a in self._xarray or (a in self.values and np.ndim(self.values[a]) == 0):
+                return None        # tiles are numpy: keep what run() sees (dims, attrs, 0-d)
+        tiles = tiles_for(in_shapes[0], self.arrays.tile, halo)
+        return tiles if len(tiles) > 1 else None
+
+    # -- running ----------------------------------------------------------------------
     def run_step(self, name: str, step: Step, strategies: tuple[Strategy, ...], capture: bool,
                  progress: Progress) -> StepResult:
-        ins = [self.values[a] for a in step.inputs]
+        in_shapes = [self.shapes[a] for a in step.inputs]
+        tiles = self._tiles(step, in_shapes)
+        if tiles is None:
+            res = self._run_whole(name, step, strategies, capture)
+        else:
+            res = self._run_tiles(name, step, strategies, capture, progress, tiles, in_shapes)
+        self._read(step)
+        return res
+
+    def _run_whole(self, name: str, step: Step, strategies: tuple[Strategy, ...],
+                   capture: bool) -> StepResult:
+        ins = [self._value(a) for a in step.inputs]
         t0 = time.perf_counter()
         out, full, pay, ctx = run_operator(name, step.operator, ins, strategies, capture)
         run_s = time.perf_counter() - t0
         arr = out.data if isinstance(out, xr.DataArray) else out
-        self.arrays.write(name, out)
-        self.values[name] = out
+        self._store(name, out)
+        self._hold(name, out)
+        keep = self.profiling
         return StepResult(shape_of(out), str(arr.dtype), int(arr.nbytes),
                           [shape_of(x) for x in ins], full, pay, run_s, ctx.lwrite_seconds,
-                          inputs=ins, output=out)
+                          inputs=ins if keep else None, output=out if keep else None)
+
+    def _run_tiles(self, name: str, step: Step, strategies: tuple[Strategy, ...], capture: bool,
+                   progress: Progress, tiles: list[Tile], in_shapes: list[tuple[int, ...]]
+                   ) -> StepResult:
+        """Tile by tile: only one tile's inputs and output are in memory at a time."""
+        op, out_shape = step.operator, in_shapes[0]
+        fulls: list[Pairs | None] = []
+        pays: list[Pairs | None] = []
+        run_s = lwrite_s = 0.0
+        dtype: np.dtype | None = None
+        for k, tile in enumerate(tiles):
+            ins = [self._region(a, tile) for a in step.inputs]
+            try:
+                done = run_tile(name, op, ins, strategies, capture, tile, out_shape, in_shapes)
+            except SubZeroError as e:
+                raise type(e)(f"{e} (on tile {tile.describe()} of {len(tiles)})") from None
+            del ins
+            got = _native(done.core.dtype)
+            if dtype is None:
+                dtype = got
+                self.arrays.create(name, out_shape, dtype)
+            elif got != dtype:
+                raise OperatorError(
+                    f"operator {name!r} is declared {op.tiling.kind} but returned {got} on tile "
+                    f"{tile.describe()} and {dtype} on the first tile; return one dtype, or "
+                    f"declare it global")
+            self.arrays.write_region(name, tile.core_slices(), done.core)
+            fulls.append(done.full)
+            pays.append(done.pay)
+            run_s += done.run_s
+            lwrite_s += done.lwrite_s
+            progress.tiles(k + 1, len(tiles))
+        assert dtype is not None
+        self.shapes[name] = tuple(out_shape)
+        self.dtypes[name] = dtype
+        return StepResult(tuple(out_shape), str(dtype), int(np.prod(out_shape)) * dtype.itemsize,
+                          list(in_shapes), concat_pairs(fulls, len(in_shapes)),
+                          concat_pairs(pays, len(in_shapes)), run_s, lwrite_s, tiles=len(tiles))
 
     def close(self) -> None:
         self.values.clear()

@@ -36,8 +36,8 @@ import numpy as np
 import xarray as xr
 
 from subzero.capture.buffer import Pairs
-from subzero.capture.runner import run_operator, shape_of
-from subzero.capture.tiles import Tile, concat_pairs, globalize, tiles_for
+from subzero.capture.runner import run_operator, run_tile, shape_of
+from subzero.capture.tiles import Tile, concat_pairs, tile_plan, tiles_for
 from subzero.engines.base import StepResult
 from subzero.engines.progress import Progress
 from subzero.engines.session import SparkError, jvm_log_hint, ship_workflow_modules
@@ -70,22 +70,6 @@ def _aggregates(op, in_shapes, strategies) -> bool:
             and all(s.mode.value in ("full", "map", "blackbox") for s in strategies))
 
 
-def tile_plan(op, in_shapes) -> int | None:
-    """The halo radius when the operator can run per tile, else None (global)."""
-    kind = getattr(op.tiling, "kind", "global")
-    if kind not in ("elementwise", "stencil") or not in_shapes:
-        return None
-    if any(tuple(s) != tuple(in_shapes[0]) for s in in_shapes):
-        return None
-    try:
-        declared = op.output_shape(*in_shapes)
-    except Exception:
-        declared = None
-    if declared is not None and tuple(declared) != tuple(in_shapes[0]):
-        return None
-    return int(op.tiling.radius) if kind == "stencil" else 0
-
-
 def _fail(name: str, where: str, e: BaseException):
     msg = str(e) if isinstance(e, SubZeroError) else f"operator {name!r} failed: {type(e).__name__}: {e}"
     return RuntimeError(f"{MARK}{msg} (on {where}){MARK}")
@@ -98,21 +82,12 @@ def _tile_task(run_dir: str, tile_size, name: str, op, inputs: list[str], strate
     where = f"tile {tile.describe()}"
     try:
         ins = [arrays.read_region(a, tile.read_slices()) for a in inputs]
-        t0 = time.perf_counter()
-        out, full, pay, ctx = run_operator(name, op, ins, strategies, capture)
-        run_s = time.perf_counter() - t0
-        out = np.asarray(out.data if isinstance(out, xr.DataArray) else out)
-        if out.shape != tile.read_shape():
-            raise OperatorError(f"operator {name!r} is declared {op.tiling.kind} but returned shape "
-                                f"{out.shape} for an input tile of shape {tile.read_shape()}; "
-                                f"declare it global")
-        arrays.write_region(name, tile.core_slices(), out[tile.core_in_read()])
-        local = [tile.read_shape()] * len(inputs)
-        full = globalize(full, tile, out_shape, in_shapes, local)
-        pay = globalize(pay, tile, out_shape, in_shapes, local)
+        done = run_tile(name, op, ins, strategies, capture, tile, out_shape, in_shapes)
+        arrays.write_region(name, tile.core_slices(), done.core)
     except Exception as e:
         raise _fail(name, where, e) from None
-    return TaskResult(tile.index, full, pay, tuple(out_shape), str(out.dtype), run_s, ctx.lwrite_seconds)
+    return TaskResult(tile.index, done.full, done.pay, tuple(out_shape), str(done.core.dtype), done.run_s,
+                      done.lwrite_s)
 
 
 def _global_task(run_dir: str, tile_size, name: str, op, inputs: list[str], strategies,
