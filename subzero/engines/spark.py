@@ -37,7 +37,7 @@ import xarray as xr
 
 from subzero.capture.buffer import Pairs
 from subzero.capture.runner import run_operator, shape_of
-from subzero.capture.tiles import Tile, concat_pairs, globalize, tiles_for
+from subzero.capture.tiles import Tile, concat_pairs, globalize, tile_plan, tiles_for
 from subzero.engines.base import StepResult
 from subzero.engines.progress import Progress
 from subzero.engines.session import SparkError, jvm_log_hint, ship_workflow_modules
@@ -68,22 +68,6 @@ def _aggregates(op, in_shapes, strategies) -> bool:
             and all(hasattr(op, f) for f in ("partial", "merge", "finish"))
             and op.is_all_to_all(0)
             and all(s.mode.value in ("full", "map", "blackbox") for s in strategies))
-
-
-def tile_plan(op, in_shapes) -> int | None:
-    """The halo radius when the operator can run per tile, else None (global)."""
-    kind = getattr(op.tiling, "kind", "global")
-    if kind not in ("elementwise", "stencil") or not in_shapes:
-        return None
-    if any(tuple(s) != tuple(in_shapes[0]) for s in in_shapes):
-        return None
-    try:
-        declared = op.output_shape(*in_shapes)
-    except Exception:
-        declared = None
-    if declared is not None and tuple(declared) != tuple(in_shapes[0]):
-        return None
-    return int(op.tiling.radius) if kind == "stencil" else 0
 
 
 def _fail(name: str, where: str, e: BaseException):

@@ -25,6 +25,7 @@ step contexts.  A query's options travel down as a :class:`TraceOptions`.
 
 from __future__ import annotations
 
+import functools
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -46,6 +47,7 @@ from subzero.query.methods import Mapping, Method, MethodTable, Stored, fallback
 from subzero.query.planner import Planner, StepInfo, StepStat, blocks_of_packed, blocks_spanned
 from subzero.query.relation import StepContext, packed_query
 from subzero.query.sources import Deadline, PairSource, TimedSource
+from subzero.query.tilerun import TileAccess
 from subzero.query.trace import TraceOptions, TraceResult
 from subzero.query.untrusted import DataOnlyMethods, RefusedOperator
 from subzero.storage.arrays import ArrayStore
@@ -87,6 +89,7 @@ class Executor:
         self._broken: set[tuple[str, Strategy]] = set()
         self._values: dict[str, object] = {}
         self._contexts: dict[str, StepContext] = {}
+        self._tile_access: dict[str, TileAccess] = {}
 
     # -- public -----------------------------------------------------------------------
     def close(self) -> None:
@@ -245,6 +248,7 @@ class Executor:
 
         def stored(region: tuple[slice, ...]) -> np.ndarray:   # a re-run proves itself on it
             return self.v.arrays.read_region(name, region)
+        tiles = self._tiles(name)
         order = list(methods)
         damaged: list[str] = []
         while order:
@@ -273,12 +277,12 @@ class Executor:
                     assert budget is not None
                     note = (f"{m.name} took longer than its budget ({budget * 1000:.1f} ms, "
                             f"from the predicted re-execution); switched to re-execution")
-                    res, method = run_step.reexec(sc, i, backward, q, q_flat, inputs, stored)
+                    res, method = run_step.reexec(sc, i, backward, q, q_flat, inputs, stored, tiles)
             elif isinstance(m, Mapping):
                 res, method = run_step.mapping(sc, bm, i, backward, q), m.name
             else:
                 assert q is not None
-                res, method = run_step.reexec(sc, i, backward, q, q_flat, inputs, stored)
+                res, method = run_step.reexec(sc, i, backward, q, q_flat, inputs, stored, tiles)
             out, res_q = run_step.settle(res, self.v.shapes[e.dst])
             return out, res_q, method, note, blocks
         raise QueryError(f"cannot trace through operator {name!r}: its stored lineage is damaged "
@@ -313,6 +317,16 @@ class Executor:
                 weakref.finalize(self, self._lineage.close)   # released with the executor
             r = self._readers[key] = self._lineage.reader(name, s)
         return r
+
+    def _tiles(self, name: str) -> TileAccess:
+        """How a tile-limited re-run of ``name`` reads its inputs' regions and learns the
+        run's tile (the chunk shape of its stored output, read once)."""
+        t = self._tile_access.get(name)
+        if t is None:
+            chunks = functools.cache(lambda: self.v.arrays.chunk_shape(name))
+            t = self._tile_access[name] = TileAccess(self.v.inputs_of[name],
+                                                     self.v.arrays.read_region, chunks)
+        return t
 
     def _value(self, name: str) -> object:
         v = self._values.get(name)
