@@ -278,3 +278,49 @@ def test_spark_run_traces_through_tiles(store, spark):
         got = sp.trace(start, cells, to=to, prefer="reexec", record=False)
         assert all(s.method == "reexec:full" for s in got.steps), got.steps
         assert np.array_equal(got.bitmap, full.trace(start, cells, to=to, record=False).bitmap)
+
+
+class Recorder:
+    """A query-time planner on the core's protocol: keeps the simple rule's order and
+    records what it is told about each step."""
+
+    def __init__(self):
+        self.infos = []
+
+    def plan(self, step, methods):
+        self.infos.append(step)
+        return methods, None
+
+    def observe(self, stat):
+        pass
+
+
+def test_planner_is_told_the_share_of_tiles_a_reexec_runs(runs):
+    _, bb = runs
+    p = Recorder()
+    bb.trace("box", [(20, 20)], to="scale", planner=p, record=False)
+    bb.trace("scale", [(17, 15)], to="box", planner=p, record=False)
+    bb.trace("box", [(0, 0), (20, 20), (40, 30)], to="scale", planner=p, record=False)
+    assert [(s.op, s.backward, s.tiles) for s in p.infos] == \
+        [("box", True, 1 / 9), ("box", False, 4 / 9), ("box", True, 3 / 9)]
+
+
+def test_cost_model_scales_reexec_with_the_tiles_it_runs():
+    """Re-execution's run, regenerated-cells and load terms scale with the share of
+    tiles it runs; its fixed terms do not, and other methods ignore the share."""
+    from optimizer.costmodel import FEATURES, CostModel
+    from optimizer.stats import OpInfo, WorkflowStats
+    info = OpInfo("box", ["scale"], [(1000, 1000)], (1000, 1000), 8_000_000, 2.0,
+                  frozenset({"full", "blackbox", "map"}), True, [False], False, False, True,
+                  "full", modes={"full": {"run_s": 3.0, "cells": 1e6}})
+    cal = {"coef": {f: [1.0] * len(v) for f, v in FEATURES.items()},
+           "load_fixed_s": 0.01, "load_byte_s": 1e-9}
+    model = CostModel(cal, WorkflowStats("w", {}, 2.0, {"box": info}))
+
+    def cost(method, tiles):
+        return model.cost("box", method, 0, True, 10, 10, tiles=tiles)
+    whole, quarter = cost("reexec", 1.0), cost("reexec", 0.25)
+    fixed = 1 + 20 + 2e6                       # const, io, arr
+    assert whole == pytest.approx(fixed + 3.0 + 1e6 + 0.01 + 0.008)
+    assert quarter == pytest.approx(fixed + (3.0 + 1e6 + 0.01 + 0.008) / 4)
+    assert cost("map", 0.25) == cost("map", 1.0)

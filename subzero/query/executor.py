@@ -47,7 +47,7 @@ from subzero.query.methods import Mapping, Method, MethodTable, Stored, fallback
 from subzero.query.planner import Planner, StepInfo, StepStat, blocks_of_packed, blocks_spanned
 from subzero.query.relation import StepContext, packed_query
 from subzero.query.sources import Deadline, PairSource, TimedSource
-from subzero.query.tilerun import TileAccess
+from subzero.query.tilerun import TileAccess, share
 from subzero.query.trace import TraceOptions, TraceResult
 from subzero.query.untrusted import DataOnlyMethods, RefusedOperator
 from subzero.storage.arrays import ArrayStore
@@ -239,7 +239,8 @@ class Executor:
             else:
                 blocks = blocks_spanned(bm)
             info = StepInfo(name, i, backward, n_in, blocks,
-                            all(a in self._values for a in self.v.inputs_of[name]))
+                            all(a in self._values for a in self.v.inputs_of[name]),
+                            1.0 if q is None else share(sc, self._tiles(name), q, i, backward))
             methods, budget = planner.plan(info, methods)
         q_flat = bm.ravel()
 
@@ -319,13 +320,16 @@ class Executor:
         return r
 
     def _tiles(self, name: str) -> TileAccess:
-        """How a tile-limited re-run of ``name`` reads its inputs' regions and learns the
+        """How a tile-limited re-run of ``name`` reads its inputs' regions (from memory
+        when a whole re-run loaded them, else checksummed from the store) and learns the
         run's tile (the chunk shape of its stored output, read once)."""
         t = self._tile_access.get(name)
         if t is None:
+            def region(a: str, r: tuple[slice, ...]) -> np.ndarray:
+                v = self._values.get(a)
+                return v[r] if isinstance(v, np.ndarray) else self.v.arrays.read_region(a, r)
             chunks = functools.cache(lambda: self.v.arrays.chunk_shape(name))
-            t = self._tile_access[name] = TileAccess(self.v.inputs_of[name],
-                                                     self.v.arrays.read_region, chunks)
+            t = self._tile_access[name] = TileAccess(self.v.inputs_of[name], region, chunks)
         return t
 
     def _value(self, name: str) -> object:

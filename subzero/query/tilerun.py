@@ -21,8 +21,8 @@ deterministic" error as a whole re-run.  Tiles follow the stored output's
 chunks (the run's tile), so each read touches the fewest chunks.
 
 Anything else — global and aggregate operators, inputs of another shape than
-the output, an operator that returns another shape for a tile — re-runs whole
-(:func:`rerun_tiles` returns None).
+the output, an operator that returns another shape for a tile, a query that
+touches every tile — re-runs whole (:func:`rerun_tiles` returns None).
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from subzero.capture.buffer import Pairs
 from subzero.capture.tiles import Tile, concat_pairs, globalize, tile_at, tile_plan, tile_shape
 from subzero.model.cells import pack, unpack, unique_ids
 from subzero.model.modes import Mode
-from subzero.query.reexec import Rerun, check_deterministic, compare, run_with_buffer
+from subzero.query.reexec import Rerun, capture_mode, check_deterministic, compare, run_with_buffer
 from subzero.query.relation import StepContext
 from subzero.storage.arrays import as_dataarray
 
-__all__ = ["TileAccess", "fraction", "halo", "rerun_tiles", "touched_tiles"]
+__all__ = ["TileAccess", "fraction", "halo", "rerun_tiles", "share", "touched_tiles"]
 
 Region = tuple[slice, ...]
 
@@ -118,6 +118,14 @@ def fraction(sc: StepContext, ts: Sequence[int], q: np.ndarray, i: int, backward
     return len(_select(sc, t, h, q, i, backward, mode)) / max(total, 1)
 
 
+def share(sc: StepContext, access: TileAccess, q: np.ndarray, i: int, backward: bool) -> float:
+    """:func:`fraction` for the step's operator, learning the tile only when the
+    operator can re-run per tile (reading the stored chunk shape costs an open)."""
+    if halo(sc) is None:
+        return 1.0
+    return fraction(sc, access.chunks(), q, i, backward, capture_mode(sc.op))
+
+
 def _local_hits(tile: Tile, q: np.ndarray, shape: tuple[int, ...],
                 region: tuple[tuple[int, int], ...]) -> Callable[[np.ndarray], np.ndarray]:
     """The query's cells inside ``region`` (array coordinates), as a membership test on
@@ -163,8 +171,11 @@ def rerun_tiles(sc: StepContext, mode: Mode, backward: bool, i: int, q: np.ndarr
     fulls: list[Pairs | None] = []
     pays: list[Pairs | None] = []
     covered: list[np.ndarray] = []
+    chosen = _select(sc, ts, h, q, i, backward, mode)
+    if len(chosen) == int(np.prod([-(-n // k) for n, k in zip(shape, ts)], dtype=np.int64)):
+        return None       # every tile: one whole re-run does the same work with less overhead
     try:
-        for idx in _select(sc, ts, h, q, i, backward, mode):
+        for idx in chosen:
             tile = tile_at(shape, ts, idx, h)
             local = tile.read_shape()
             ins = [access.read_region(a, tile.read_slices()) for a in access.inputs]
