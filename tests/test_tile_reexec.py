@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from subzero import ELEMENTWISE, Mode, Operator, Workflow, stencil
-from subzero.errors import QueryError
+from subzero.errors import QueryError, SubZeroWarning
 from subzero.model.cells import box
 from subzero.query.tilerun import touched_tiles
 from subzero.storage.chunks import CorruptArray
@@ -245,8 +245,34 @@ def test_nondeterministic_tile_parallel_operator_is_caught(store):
     run = store.run(wf, inputs={"x": image()}, strategies={"n": "blackbox"}, tile=TILE)
     for start, cells, to in (("n", [(20, 20)], "x"), ("x", [(3, 30)], "n")):
         with pytest.raises(QueryError, match=r"operator 'n' is not deterministic: its re-run "
-                                             r"output differs .*at cell \(\d+, \d+\)"):
+                                             r"output differs .*at cell \(\d+, \d+\)"), \
+                pytest.warns(SubZeroWarning, match=r"'n' is declared elementwise but its re-run "
+                                                   r"on tile \[\d+:\d+, \d+:\d+\] differs"):
             run.trace(start, cells, to=to, record=False)
+
+
+class Positional(Scale):
+    """Declared elementwise, but reads its cells' positions (as a science-region mask in
+    array coordinates would): right on the whole array, wrong on any later tile."""
+
+    def run(self, ctx, x):
+        return super().run(ctx, x) + np.arange(np.shape(x)[0])[:, None]
+
+
+def test_misdeclared_position_dependent_operator_reruns_whole_and_answers(store):
+    wf = Workflow("positional")
+    wf.add("p", Positional(), wf.input("x"))
+    x = image()
+    bb = store.run(wf, inputs={"x": x}, strategies={"p": "blackbox"}, tile=TILE)
+    full = store.run(wf, inputs={"x": x}, strategies={"p": "full"}, tile=TILE)
+    # the first tile is right: no warning, one tile re-run
+    got = bb.trace("p", [(3, 3)], to="x", record=False)
+    assert np.array_equal(got.bitmap, full.trace("p", [(3, 3)], to="x", record=False).bitmap)
+    with pytest.warns(SubZeroWarning, match=r"'p' is declared elementwise but its re-run on tile "
+                                            r"\[16:32, 0:16\] differs from the stored output "
+                                            r"\(at cell \(16, 0\): .*must be declared global"):
+        got = bb.trace("p", [(20, 5)], to="x", record=False)
+    assert got.cells.tolist() == [[20, 5]]
 
 
 def test_damaged_chunk_in_a_read_tile_is_named(runs):
@@ -308,8 +334,8 @@ def test_planner_is_told_the_share_of_tiles_a_reexec_runs(runs):
 def test_cost_model_scales_reexec_with_the_tiles_it_runs():
     """Re-execution's run, regenerated-cells and load terms scale with the share of
     tiles it runs; its fixed terms do not, and other methods ignore the share."""
-    from optimizer.costmodel import FEATURES, CostModel
-    from optimizer.stats import OpInfo, WorkflowStats
+    from subzero.optimizer.costmodel import FEATURES, CostModel
+    from subzero.optimizer.stats import OpInfo, WorkflowStats
     info = OpInfo("box", ["scale"], [(1000, 1000)], (1000, 1000), 8_000_000, 2.0,
                   frozenset({"full", "blackbox", "map"}), True, [False], False, False, True,
                   "full", modes={"full": {"run_s": 3.0, "cells": 1e6}})

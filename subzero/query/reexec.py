@@ -33,7 +33,7 @@ from subzero.model.operator import rerun_mode as capture_mode
 from subzero.storage.arrays import as_dataarray
 
 __all__ = ["QueryBuffer", "Rerun", "capture_mode", "check_deterministic", "check_region", "compare",
-           "rerun", "run_with_buffer", "verify_output"]
+           "differs", "rerun", "run_with_buffer", "verify_output"]
 
 
 class QueryBuffer(LineageBuffer):
@@ -218,23 +218,27 @@ def verify_output(name: str, output: object, out_shape: tuple[int, ...],
 
 
 def compare(name: str, new: np.ndarray, old: np.ndarray, origin: Sequence[int]) -> None:
-    """Raise the not-deterministic QueryError unless ``new`` equals ``old`` (the stored
-    values of the same region, whose first cell is ``origin`` in the array): same
-    dtype, same values with NaN equal to NaN."""
-    why = ""
-    if new.dtype != old.dtype:
-        why = f"dtype {new.dtype} instead of {old.dtype}"
-    else:
-        same = (new == old) | ((new != new) & (old != old)) if new.dtype.kind in "fc" \
-            else (new == old)
-        same = np.asarray(same, bool)
-        if not same.all():
-            first = np.argwhere(~same)[0]
-            cell = [int(a) + int(o) for a, o in zip(first, origin)]
-            why = (f"at cell {fmt_cell(cell)}: {new[tuple(first)].item()!r} instead of "
-                   f"{old[tuple(first)].item()!r}")
+    """Raise the not-deterministic QueryError unless ``new`` equals ``old``."""
+    why = differs(new, old, origin)
     if why:
         not_deterministic(name, why)
+
+
+def differs(new: np.ndarray, old: np.ndarray, origin: Sequence[int]) -> str:
+    """How a re-run's ``new`` values differ from the stored ``old`` ones of the same
+    region (whose first cell is ``origin`` in the array), or "" when they are equal:
+    same dtype, same values with NaN equal to NaN."""
+    if new.dtype != old.dtype:
+        return f"dtype {new.dtype} instead of {old.dtype}"
+    same = (new == old) | ((new != new) & (old != old)) if new.dtype.kind in "fc" \
+        else (new == old)
+    same = np.asarray(same, bool)
+    if same.all():
+        return ""
+    first = np.argwhere(~same)[0]
+    cell = [int(a) + int(o) for a, o in zip(first, origin)]
+    return (f"at cell {fmt_cell(cell)}: {new[tuple(first)].item()!r} instead of "
+            f"{old[tuple(first)].item()!r}")
 
 
 def not_deterministic(name: str, why: str) -> NoReturn:

@@ -16,8 +16,12 @@ cell from the input cells within ``r`` of it, so its output over a tile's
 Only those tiles' read regions are read from the array store (checksummed
 reads), the operator runs per tile with a query buffer, the lineage of core
 cells is translated to array coordinates, and each tile's output core must
-equal the stored output there: a tile re-run that differs is the same "not
-deterministic" error as a whole re-run.  Tiles follow the stored output's
+equal the stored output there.  A tile that differs proves nothing yet: an
+operator declared elementwise may still read positions (a mask of the
+science region in array coordinates) — wrong on any tile but the first, and
+wrong on the Spark engine too.  So it is re-run whole, with a warning naming
+the declaration, and the whole re-run's check decides: a non-deterministic
+operator still stops the trace with the "not deterministic" error.  Tiles follow the stored output's
 chunks (the run's tile), so each read touches the fewest chunks.
 
 Anything else — global and aggregate operators, inputs of another shape than
@@ -35,9 +39,10 @@ import numpy as np
 
 from subzero.capture.buffer import Pairs
 from subzero.capture.tiles import Tile, concat_pairs, globalize, tile_at, tile_plan, tile_shape
-from subzero.model.cells import pack, unpack, unique_ids
+from subzero.errors import warn
+from subzero.model.cells import pack, unique_ids, unpack
 from subzero.model.modes import Mode
-from subzero.query.reexec import Rerun, capture_mode, check_deterministic, compare, run_with_buffer
+from subzero.query.reexec import Rerun, capture_mode, check_deterministic, differs, run_with_buffer
 from subzero.query.relation import StepContext
 from subzero.storage.arrays import as_dataarray
 
@@ -151,7 +156,8 @@ def _globalize_covered(covered: np.ndarray | None, tile: Tile,
 
 
 class _Whole(Exception):
-    """The operator cannot re-run per tile after all (it returned another shape)."""
+    """The operator cannot re-run per tile after all: it returned another shape, or
+    another output than the stored one (then a whole re-run decides)."""
 
 
 def rerun_tiles(sc: StepContext, mode: Mode, backward: bool, i: int, q: np.ndarray,
@@ -172,7 +178,7 @@ def rerun_tiles(sc: StepContext, mode: Mode, backward: bool, i: int, q: np.ndarr
     pays: list[Pairs | None] = []
     covered: list[np.ndarray] = []
     chosen = _select(sc, ts, h, q, i, backward, mode)
-    if len(chosen) == int(np.prod([-(-n // k) for n, k in zip(shape, ts)], dtype=np.int64)):
+    if len(chosen) == int(np.prod([-(-m // k) for m, k in zip(shape, ts)], dtype=np.int64)):
         return None       # every tile: one whole re-run does the same work with less overhead
     try:
         for idx in chosen:
@@ -185,8 +191,14 @@ def rerun_tiles(sc: StepContext, mode: Mode, backward: bool, i: int, q: np.ndarr
             new = np.asarray(as_dataarray(r.output, name).values)
             if new.shape != local:
                 raise _Whole
-            compare(name, new[tile.core_in_read()], np.asarray(stored(tile.core_slices())),
-                    [a for a, _ in tile.core])
+            why = differs(new[tile.core_in_read()], np.asarray(stored(tile.core_slices())),
+                          [a for a, _ in tile.core])
+            if why:
+                warn(f"operator {name!r} is declared {op.tiling.kind} but its re-run on tile "
+                     f"{tile.describe()} differs from the stored output ({why}); re-running it "
+                     f"whole (an operator that reads positions, or cells beyond its declared "
+                     f"radius, must be declared global)")
+                raise _Whole
             fulls.append(globalize(r.full, tile, shape, sc.in_shapes, [local] * n))
             pays.append(globalize(r.pay, tile, shape, sc.in_shapes, [local] * n))
             cov = _globalize_covered(r.covered, tile, shape)
