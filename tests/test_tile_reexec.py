@@ -243,12 +243,17 @@ def test_nondeterministic_tile_parallel_operator_is_caught(store):
     wf = Workflow("noisy")
     wf.add("n", Noisy(), wf.input("x"))
     run = store.run(wf, inputs={"x": image()}, strategies={"n": "blackbox"}, tile=TILE)
-    for start, cells, to in (("n", [(20, 20)], "x"), ("x", [(3, 30)], "n")):
-        with pytest.raises(QueryError, match=r"operator 'n' is not deterministic: its re-run "
-                                             r"output differs .*at cell \(\d+, \d+\)"), \
-                pytest.warns(SubZeroWarning, match=r"'n' is declared elementwise but its re-run "
-                                                   r"on tile \[\d+:\d+, \d+:\d+\] differs"):
-            run.trace(start, cells, to=to, record=False)
+    msg = r"operator 'n' is not deterministic: its re-run output differs .*at cell \(\d+, \d+\)"
+    # a tile that differs is re-run whole (with a warning), and the whole re-run differs too
+    with pytest.raises(QueryError, match=msg), \
+            pytest.warns(SubZeroWarning, match=r"'n' is declared elementwise but its re-run "
+                                               r"on tile \[16:32, 16:32\] differs"):
+        run.trace("n", [(20, 20)], to="x", record=False)
+    with pytest.raises(QueryError, match=msg):              # then at once, forward too
+        run.trace("x", [(3, 30)], to="n", record=False)
+    fresh = store.run(wf, inputs={"x": image()}, strategies={"n": "blackbox"}, tile=TILE)
+    with pytest.raises(QueryError, match=msg), pytest.warns(SubZeroWarning):
+        fresh.trace("x", [(3, 30)], to="n", record=False)
 
 
 class Positional(Scale):
@@ -273,6 +278,11 @@ def test_misdeclared_position_dependent_operator_reruns_whole_and_answers(store)
                                             r"\(at cell \(16, 0\): .*must be declared global"):
         got = bb.trace("p", [(20, 5)], to="x", record=False)
     assert got.cells.tolist() == [[20, 5]]
+    # the executor remembers: the next query re-runs it whole at once, without a warning
+    op = bb.workflow.steps["p"].operator
+    op.seen.clear()
+    got = bb.trace("p", [(40, 30)], to="x", record=False)
+    assert got.cells.tolist() == [[40, 30]] and op.seen == [SHAPE]
 
 
 def test_damaged_chunk_in_a_read_tile_is_named(runs):

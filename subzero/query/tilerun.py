@@ -51,15 +51,18 @@ __all__ = ["TileAccess", "fraction", "halo", "rerun_tiles", "share", "touched_ti
 Region = tuple[slice, ...]
 
 
-@dataclass(frozen=True)
+@dataclass
 class TileAccess:
     """How a tile-limited re-run reaches the run's stored arrays (plain callables, so
     the executor keeps its own caching): the operator's input arrays, a checksummed
-    region read, and the stored output's chunk shape (the run's tile)."""
+    region read, and the stored output's chunk shape (the run's tile).  One per
+    operator and executor: ``whole`` remembers that a tile re-run of it differed from
+    the stored output, so later queries re-run it whole at once."""
 
     inputs: Sequence[str]
     read_region: Callable[[str, Region], np.ndarray]
     chunks: Callable[[], tuple[int, ...]]
+    whole: bool = False
 
 
 def halo(sc: StepContext) -> int | None:
@@ -168,7 +171,7 @@ def rerun_tiles(sc: StepContext, mode: Mode, backward: bool, i: int, q: np.ndarr
     in array coordinates (``output`` None: already checked), or None when the operator
     must re-run whole."""
     h = halo(sc)
-    if h is None:
+    if h is None or access.whole:
         return None
     name, op, shape = sc.name, sc.op, sc.out_shape
     check_deterministic(name, op)
@@ -198,6 +201,7 @@ def rerun_tiles(sc: StepContext, mode: Mode, backward: bool, i: int, q: np.ndarr
                      f"{tile.describe()} differs from the stored output ({why}); re-running it "
                      f"whole (an operator that reads positions, or cells beyond its declared "
                      f"radius, must be declared global)")
+                access.whole = True
                 raise _Whole
             fulls.append(globalize(r.full, tile, shape, sc.in_shapes, [local] * n))
             pays.append(globalize(r.pay, tile, shape, sc.in_shapes, [local] * n))
