@@ -139,18 +139,19 @@ class CostModel:
 
     # -- queries ----------------------------------------------------------------------------
     def cost(self, op: str, method, i: int, backward: bool, n_in: float, n_out: float,
-             loaded: bool = False, blocks: int = 0) -> float | None:
+             loaded: bool = False, blocks: int = 0, tiles: float = 1.0) -> float | None:
         """Predicted seconds of one step; None when the statistics cannot price it.
 
         ``blocks``: distinct key blocks the step's input cells span (0 = unknown:
-        assume they are scattered)."""
-        key = (op, method, i, backward, n_in, n_out, loaded, blocks)
+        assume they are scattered).  ``tiles``: the share of the operator's tiles a
+        re-execution runs (tile-parallel operators re-run only the touched tiles)."""
+        key = (op, method, i, backward, n_in, n_out, loaded, blocks, tiles)
         base = self._memo.get(key)
         if base is None:
             # the planner prices the same steps again and again (every method of every
             # step, then the step it observed); the calibrated part is a pure function
             base = self._memo[key] = self._base_cost(op, method, i, backward, n_in, n_out,
-                                                      loaded, blocks)
+                                                      loaded, blocks, tiles)
             if len(self._memo) > 50_000:
                 self._memo.clear()
         if base is None:
@@ -161,9 +162,9 @@ class CostModel:
         corr = self.corrections.get((op, i, correction_key(method, backward)), 1.0)
         return compute * corr + load
 
-    def _base_cost(self, op, method, i, backward, n_in, n_out, loaded, blocks):
+    def _base_cost(self, op, method, i, backward, n_in, n_out, loaded, blocks, tiles=1.0):
         """(compute seconds before corrections, load seconds) or None."""
-        got = self.features(op, method, i, backward, n_in, n_out, loaded, blocks)
+        got = self.features(op, method, i, backward, n_in, n_out, loaded, blocks, tiles)
         if got is None:
             return None
         fam, x = got
@@ -176,7 +177,7 @@ class CostModel:
         return max(float(self.coef[fam] @ x) - load, 1e-6), load
 
     def features(self, op: str, method, i: int, backward: bool, n_in: float, n_out: float,
-                 loaded: bool = False, blocks: int = 0):
+                 loaded: bool = False, blocks: int = 0, tiles: float = 1.0):
         info = self.stats.ops.get(op)
         if info is None:
             return None
@@ -196,9 +197,10 @@ class CostModel:
                 return ("map", _vec("map", const=1, io=n_in + n_out, arr=src + tgt)) \
                     if info.has_map else ("none", None)
             m = info.modes.get(mode, {"run_s": info.run_s, "cells": 0})
-            return "reexec", _vec("reexec", const=1, run=m["run_s"], pcells=m["cells"],
-                                  io=n_in + n_out, load=0 if loaded else self.load_s(info),
-                                  arr=src + tgt)
+            # a tile-limited re-run runs, regenerates and reads that share of the whole
+            return "reexec", _vec("reexec", const=1, run=m["run_s"] * tiles,
+                                  pcells=m["cells"] * tiles, io=n_in + n_out,
+                                  load=0 if loaded else self.load_s(info) * tiles, arr=src + tgt)
         return "map", _vec("map", const=1, io=n_in + n_out, arr=src + tgt)
 
     def load_s(self, info: OpInfo) -> float:

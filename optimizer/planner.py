@@ -44,16 +44,19 @@ class QueryPlanner:
         self._tried: dict[tuple, Strategy] = {}    # step -> the stored method it tries first
         # (op, input, method) that ran out of time -> steps left before it is tried again
         self._too_slow: dict[tuple, int] = {}
+        # step -> the share of its operator's tiles a re-execution runs (as planned)
+        self._tiles: dict[tuple, float] = {}
 
     def _price(self, step: StepInfo, method: Method, n_out: float) -> float | None:
         return self.model.cost(step.op, method, step.input, step.backward, step.cells_in, n_out,
-                               loaded=step.loaded, blocks=step.blocks_in)
+                               loaded=step.loaded, blocks=step.blocks_in, tiles=step.tiles)
 
     def plan(self, step: StepInfo,
              methods: Sequence[Method]) -> tuple[Sequence[Method], float | None]:
         """Methods cheapest first, and the seconds after which reading stored lineage
         should switch to re-execution (None: never)."""
         n_out = self.model.predict_out(step.op, step.input, step.backward, step.cells_in)
+        self._tiles[(step.op, step.input, step.backward)] = step.tiles
         priced: list[tuple[float, int, Method]] = []
         for k, m in enumerate(methods):
             c = self._price(step, m, n_out)
@@ -95,8 +98,10 @@ class QueryPlanner:
         key = (st.op, st.input, correction_key(method, backward))
         corr = self.model.corrections
         old = corr.pop(key, None)
+        tiles = self._tiles.pop((st.op, st.input, backward), 1.0)
         pred = self.model.cost(st.op, method, st.input, backward, st.cells_in, st.cells_out,
-                               loaded=True, blocks=st.blocks_in)
+                               loaded=True, blocks=st.blocks_in,
+                               tiles=tiles if fam == "reexec" else 1.0)
         if old is not None:
             corr[key] = old
         tried = self._tried.pop((st.op, st.input, backward), None)

@@ -61,19 +61,20 @@ def tile_shape(shape: Shape, tile: int | Sequence[int]) -> Shape:
 def tiles_for(shape: Shape, tile: int | Sequence[int], halo: int = 0) -> list[Tile]:
     ts = tile_shape(shape, tile)
     grids = [range(-(-n // k)) for n, k in zip(shape, ts)]
-    out = []
-    for idx in product(*grids):
-        core = tuple((i * k, min(n, (i + 1) * k)) for i, k, n in zip(idx, ts, shape))
-        read = tuple((max(0, a - halo), min(n, b + halo)) for (a, b), n in zip(core, shape))
-        out.append(Tile(tuple(idx), core, read))
-    return out
+    return [tile_at(shape, ts, idx, halo) for idx in product(*grids)]
+
+
+def tile_at(shape: Shape, ts: Shape, idx: Sequence[int], halo: int = 0) -> Tile:
+    """Tile ``idx`` of the grid of ``ts``-sized tiles (``tile_shape``) over ``shape``:
+    its core and its read region (core + ``halo``), both clipped at the array's edges."""
+    core = tuple((int(i) * k, min(n, (int(i) + 1) * k)) for i, k, n in zip(idx, ts, shape))
+    read = tuple((max(0, a - halo), min(n, b + halo)) for (a, b), n in zip(core, shape))
+    return Tile(tuple(int(i) for i in idx), core, read)
 
 
 def tile_plan(op, in_shapes: Sequence[Shape]) -> int | None:
-    """The halo radius when the operator can run per tile, else None (global).
-
-    Tile-parallel means: declared elementwise or stencil, every input of the
-    output's shape, and no declared output shape other than that."""
+    """The halo radius when the operator can run per tile, else None (global): declared
+    elementwise or stencil, inputs all of one shape, output (when declared) of that shape."""
     kind = getattr(op.tiling, "kind", "global")
     if kind not in ("elementwise", "stencil") or not in_shapes:
         return None

@@ -27,6 +27,7 @@ step contexts.  A query's options travel down as a :class:`TraceOptions`.
 
 from __future__ import annotations
 
+import functools
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -49,6 +50,7 @@ from subzero.query.methods import Mapping, Method, MethodTable, Stored, fallback
 from subzero.query.planner import Planner, StepInfo, StepStat, blocks_of, blocks_spanned
 from subzero.query.relation import StepContext
 from subzero.query.sources import Deadline, PairSource, TimedSource
+from subzero.query.tilerun import TileAccess, share
 from subzero.query.trace import TraceOptions, TraceResult
 from subzero.query.untrusted import DataOnlyMethods, RefusedOperator
 from subzero.storage.arrays import ArrayStore
@@ -89,6 +91,7 @@ class Executor:
         self._broken: set[tuple[str, Strategy]] = set()
         self._values: dict[str, object] = {}
         self._contexts: dict[str, StepContext] = {}
+        self._tile_access: dict[str, TileAccess] = {}
 
     # -- public -----------------------------------------------------------------------
     def close(self) -> None:
@@ -208,7 +211,9 @@ class Executor:
         if planner is not None:
             blocks = blocks_of(q)
             info = StepInfo(name, i, backward, len(q), blocks,
-                            all(a in self._values for a in self.v.inputs_of[name]))
+                            all(a in self._values for a in self.v.inputs_of[name]),
+                            share(sc, self._tiles(name), q.ids(), i, backward)
+                            if q.form == "sparse" else 1.0)
             methods, budget = planner.plan(info, methods)
 
         def inputs() -> list[object]:
@@ -216,6 +221,7 @@ class Executor:
 
         def stored(region: tuple[slice, ...]) -> np.ndarray:   # a re-run proves itself on it
             return self.v.arrays.read_region(name, region)
+        tiles = self._tiles(name)
         order = list(methods)
         damaged: list[str] = []
         while order:
@@ -241,11 +247,11 @@ class Executor:
                     assert budget is not None
                     note = (f"{m.name} took longer than its budget ({budget * 1000:.1f} ms, "
                             f"from the predicted re-execution); switched to re-execution")
-                    res, method = run_step.reexec(sc, i, backward, q, inputs, stored)
+                    res, method = run_step.reexec(sc, i, backward, q, inputs, stored, tiles)
             elif isinstance(m, Mapping):
                 res, method = run_step.mapping(sc, q, i, backward), m.name
             else:
-                res, method = run_step.reexec(sc, i, backward, q, inputs, stored)
+                res, method = run_step.reexec(sc, i, backward, q, inputs, stored, tiles)
             return run_step.settle(res, self.v.shapes[e.dst]), method, note, blocks
         raise QueryError(f"cannot trace through operator {name!r}: its stored lineage is damaged "
                          f"({', '.join(damaged) or 'none offered'}) and no other method is left "
@@ -279,6 +285,19 @@ class Executor:
                 weakref.finalize(self, self._lineage.close)   # released with the executor
             r = self._readers[key] = self._lineage.reader(name, s)
         return r
+
+    def _tiles(self, name: str) -> TileAccess:
+        """How a tile-limited re-run of ``name`` reads its inputs' regions (from memory
+        when a whole re-run loaded them, else checksummed from the store) and learns the
+        run's tile (the chunk shape of its stored output, read once)."""
+        t = self._tile_access.get(name)
+        if t is None:
+            def region(a: str, r: tuple[slice, ...]) -> np.ndarray:
+                v = self._values.get(a)
+                return v[r] if isinstance(v, np.ndarray) else self.v.arrays.read_region(a, r)
+            chunks = functools.cache(lambda: self.v.arrays.chunk_shape(name))
+            t = self._tile_access[name] = TileAccess(self.v.inputs_of[name], region, chunks)
+        return t
 
     def _value(self, name: str) -> object:
         v = self._values.get(name)

@@ -51,6 +51,9 @@ class StepInfo:
     cells_in: int
     blocks_in: int              # distinct 2**KEY_BITS-cell blocks of the input cells
     loaded: bool                # the operator's inputs are already in memory (re-execution)
+    #: the share of the operator's tiles a re-execution would run: tile-parallel operators
+    #: re-run only the tiles the query touches (1.0: a whole re-run)
+    tiles: float = 1.0
 
 
 class Planner(Protocol):

@@ -10,8 +10,9 @@ and the trace a different answer each time, with nothing to tell.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NoReturn
 
 import numpy as np
 
@@ -19,11 +20,12 @@ from subzero.capture.buffer import LineageBuffer, Pairs
 from subzero.capture.context import Context
 from subzero.errors import LineageError, OperatorError, QueryError, SubZeroError
 from subzero.model.cells import (
+    csr_rows,
     first_out_of_bounds,
     fmt_cell,
     lengths_to_offsets,
     pack,
-    rows_hitting,
+    sorted_unique,
     unique,
     unpack,
 )
@@ -32,7 +34,8 @@ from subzero.model.modes import Mode
 from subzero.model.operator import rerun_mode as capture_mode
 from subzero.storage.arrays import as_dataarray
 
-__all__ = ["QueryBuffer", "Rerun", "capture_mode", "check_region", "rerun", "verify_output"]
+__all__ = ["QueryBuffer", "Rerun", "capture_mode", "check_deterministic", "check_region", "compare",
+           "differs", "rerun", "run_with_buffer", "verify_output"]
 
 
 class QueryBuffer(LineageBuffer):
@@ -44,10 +47,10 @@ class QueryBuffer(LineageBuffer):
     """
 
     def __init__(self, name, n_inputs, out_shape, in_shapes, backward: bool, i: int,
-                 q: CellSet, map_p_pairs, keep_covered: bool):
+                 hit: Callable[[np.ndarray], np.ndarray], map_p_pairs, keep_covered: bool):
         super().__init__(name, n_inputs, len(out_shape), [len(s) for s in in_shapes])
         self.out_shape, self.in_shapes = tuple(out_shape), [tuple(s) for s in in_shapes]
-        self.backward, self.i, self.q = backward, i, q
+        self.backward, self.i, self.hit = backward, i, hit
         self.map_p_pairs = map_p_pairs
         self.keep_covered = keep_covered
         self.covered: list[np.ndarray] = []
@@ -63,7 +66,7 @@ class QueryBuffer(LineageBuffer):
             self._check(ins[k], self.in_shapes[k], f"input {k}")
             packed_ins.append((pack(ins[k], self.in_shapes[k]), lengths_to_offsets(in_lens[k])))
         key, key_off = (o, oo) if self.backward else packed_ins[self.i]
-        rows = rows_hitting(key, key_off, self.q)
+        rows = self._rows(key, key_off)
         if rows.size:
             self._kept_full.append((o, oo, packed_ins, rows))
         self.n_full += len(out_lens)
@@ -75,7 +78,7 @@ class QueryBuffer(LineageBuffer):
         if self.keep_covered:
             self.covered.append(o)
         if self.backward:
-            rows = rows_hitting(o, oo, self.q)
+            rows = self._rows(o, oo)
         else:
             cells, owner = self.map_p_pairs(out, oo, self.payloads, pay_ids, self.i)
             cells = np.asarray(cells, np.int64).reshape(-1, len(self.in_shapes[self.i]))
@@ -85,11 +88,17 @@ class QueryBuffer(LineageBuffer):
                                    f"{fmt_cell(cells[bad])} outside input {self.i} "
                                    f"(shape {tuple(self.in_shapes[self.i])})")
             packed = pack(cells, self.in_shapes[self.i]) if len(cells) else np.zeros(0, np.int64)
-            rows = unique(np.asarray(owner, np.int64)[self.q.contains(packed)]) if len(cells) \
+            rows = unique(np.asarray(owner, np.int64)[self.hit(packed)]) if len(cells) \
                 else np.zeros(0, np.int64)
         if rows.size:
             self._kept_pay.append((o, oo, pay_ids, rows))
         self.n_pay += len(out_lens)
+
+    def _rows(self, key: np.ndarray, key_off: np.ndarray) -> np.ndarray:
+        """Rows of a CSR whose cells the query holds."""
+        if key.size == 0:
+            return np.zeros(0, np.int64)
+        return sorted_unique(csr_rows(key_off)[self.hit(key)])
 
     def kept(self) -> tuple[Pairs | None, Pairs | None]:
         from subzero.model.cells import csr_take
@@ -122,7 +131,8 @@ class QueryBuffer(LineageBuffer):
 @dataclass
 class Rerun:
     """What a re-run gives: the query's pairs (full, payload), for composite lineage the
-    covered output cells, and the output itself (to check against the stored one)."""
+    covered output cells, and the output itself (to check against the stored one; None
+    when the re-run already checked it, as a tile-limited re-run does per tile)."""
 
     full: Pairs | None
     pay: Pairs | None
@@ -130,19 +140,37 @@ class Rerun:
     output: object
 
 
-def rerun(name: str, op, inputs: list, out_shape, mode: Mode, backward: bool, i: int,
-          q: CellSet) -> Rerun:
-    """Re-run ``op`` asking for ``mode``, keeping the pairs the query touches."""
+def check_deterministic(name: str, op) -> None:
     if not op.deterministic:
         raise QueryError(f"operator {name!r} is not deterministic, so its lineage cannot be "
                          f"recomputed by re-running it; store it (e.g. --strategy {name}=full)")
+
+
+def rerun(name: str, op, inputs: list, out_shape, mode: Mode, backward: bool, i: int,
+          q: CellSet) -> Rerun:
+    """Re-run ``op`` on whole inputs asking for ``mode``, keeping the pairs the query
+    touches."""
+    check_deterministic(name, op)
     in_shapes = [tuple(int(x) for x in np.shape(v)) or (1,) for v in inputs]
+
+    def hit(ids: np.ndarray) -> np.ndarray:      # the one use of the query's set
+        return q.contains(ids)
+    return run_with_buffer(name, op, inputs, in_shapes, tuple(out_shape), mode, backward, i,
+                           hit, "")
+
+
+def run_with_buffer(name: str, op, inputs: list, in_shapes: list[tuple[int, ...]],
+                    out_shape: tuple[int, ...], mode: Mode, backward: bool, i: int,
+                    hit: Callable[[np.ndarray], np.ndarray], where: str) -> Rerun:
+    """Run ``op`` on ``inputs`` (of ``in_shapes``; the whole arrays, or one tile's read
+    regions with ``where`` naming the tile) with a :class:`QueryBuffer` that keeps the
+    pairs whose key cells ``hit`` (packed ids in these shapes -> bool mask) holds."""
     mctx = Context(name, op, frozenset(), in_shapes, out_shape)
 
     def mpp(cells, off, payloads, pay_ids, k):
         return op.map_p_pairs(np.asarray(cells, np.int64), off, payloads, pay_ids, k, mctx)
 
-    buf = QueryBuffer(name, len(inputs), out_shape, in_shapes, backward, i, q, mpp,
+    buf = QueryBuffer(name, len(inputs), out_shape, in_shapes, backward, i, hit, mpp,
                       keep_covered=(mode is Mode.COMP))
     ctx = Context(name, op, {mode}, in_shapes, out_shape, buf)
     try:
@@ -150,7 +178,7 @@ def rerun(name: str, op, inputs: list, out_shape, mode: Mode, backward: bool, i:
     except SubZeroError:
         raise
     except Exception as e:
-        raise OperatorError(f"re-running operator {name!r} for a trace failed: "
+        raise OperatorError(f"re-running operator {name!r} for a trace failed{where}: "
                             f"{type(e).__name__}: {e}") from e
     full, pay = buf.kept()
     covered = unique(np.concatenate(buf.covered)) if buf.covered else (
@@ -186,25 +214,37 @@ def verify_output(name: str, output: object, out_shape: tuple[int, ...],
     stored output (``stored(region)`` reads it) on ``region``: same shape, same dtype,
     same values with NaN equal to NaN."""
     new = np.asarray(as_dataarray(output, name).values)
-    why = ""
     if new.shape != tuple(out_shape):
-        why = f"shape {new.shape} instead of {tuple(out_shape)}"
-    else:
-        old = np.asarray(stored(region))
-        new = new[region]
-        if new.dtype != old.dtype:
-            why = f"dtype {new.dtype} instead of {old.dtype}"
-        else:
-            same = (new == old) | ((new != new) & (old != old)) if new.dtype.kind in "fc" \
-                else (new == old)
-            same = np.asarray(same, bool)
-            if not same.all():
-                first = np.argwhere(~same)[0]
-                cell = [int(a) + (s.start or 0) for a, s in zip(first, region)]
-                why = (f"at cell {fmt_cell(cell)}: {new[tuple(first)].item()!r} instead of "
-                       f"{old[tuple(first)].item()!r}")
+        not_deterministic(name, f"shape {new.shape} instead of {tuple(out_shape)}")
+    compare(name, new[region], np.asarray(stored(region)), [s.start or 0 for s in region])
+
+
+def compare(name: str, new: np.ndarray, old: np.ndarray, origin: Sequence[int]) -> None:
+    """Raise the not-deterministic QueryError unless ``new`` equals ``old``."""
+    why = differs(new, old, origin)
     if why:
-        raise QueryError(f"operator {name!r} is not deterministic: its re-run output differs "
-                         f"from the stored output ({why}), so lineage recomputed by re-running it "
-                         f"cannot be trusted; declare it deterministic = False and store its lineage "
-                         f"(e.g. --strategy {name}=full)")
+        not_deterministic(name, why)
+
+
+def differs(new: np.ndarray, old: np.ndarray, origin: Sequence[int]) -> str:
+    """How a re-run's ``new`` values differ from the stored ``old`` ones of the same
+    region (whose first cell is ``origin`` in the array), or "" when they are equal:
+    same dtype, same values with NaN equal to NaN."""
+    if new.dtype != old.dtype:
+        return f"dtype {new.dtype} instead of {old.dtype}"
+    same = (new == old) | ((new != new) & (old != old)) if new.dtype.kind in "fc" \
+        else (new == old)
+    same = np.asarray(same, bool)
+    if same.all():
+        return ""
+    first = np.argwhere(~same)[0]
+    cell = [int(a) + int(o) for a, o in zip(first, origin)]
+    return (f"at cell {fmt_cell(cell)}: {new[tuple(first)].item()!r} instead of "
+            f"{old[tuple(first)].item()!r}")
+
+
+def not_deterministic(name: str, why: str) -> NoReturn:
+    raise QueryError(f"operator {name!r} is not deterministic: its re-run output differs "
+                     f"from the stored output ({why}), so lineage recomputed by re-running it "
+                     f"cannot be trusted; declare it deterministic = False and store its lineage "
+                     f"(e.g. --strategy {name}=full)")

@@ -23,6 +23,7 @@ from subzero.query import relation
 from subzero.query.reexec import capture_mode, check_region, rerun, verify_output
 from subzero.query.relation import StepContext
 from subzero.query.sources import MemoryPairs, PairSource
+from subzero.query.tilerun import TileAccess, rerun_tiles
 from subzero.tuning import FIRST_CHUNK, LOOKUP_CHUNK
 
 
@@ -91,14 +92,18 @@ def stored(source: PairSource, s: Strategy, sc: StepContext, i: int, backward: b
 
 def reexec(sc: StepContext, i: int, backward: bool, q: CellSet,
            inputs: Callable[[], Sequence[object]],
-           stored: Callable[[tuple[slice, ...]], np.ndarray]) -> tuple[np.ndarray | CellSet, str]:
-    """Re-run the operator on its inputs (``inputs()`` loads them) keeping the pairs the
-    query touches; returns the result and the method it amounts to: ``reexec:<mode>``,
-    or ``map`` / ``all-to-all`` for an operator with no lineage to regenerate.
+           stored: Callable[[tuple[slice, ...]], np.ndarray],
+           tiles: TileAccess | None = None) -> tuple[np.ndarray | CellSet, str]:
+    """Re-run the operator keeping the pairs the query touches; returns the result and
+    the method it amounts to: ``reexec:<mode>``, or ``map`` / ``all-to-all`` for an
+    operator with no lineage to regenerate.
 
-    The re-run must reproduce the stored output (``stored(region)`` reads a region of
-    it) on the output cells the step uses: the query's cells going backward, the
-    answer's going forward (their bounding box); otherwise the step stops with an
+    A tile-parallel operator re-runs on only the tiles the query touches, reading their
+    regions through ``tiles`` (``tilerun.py``); any other re-runs whole on its inputs
+    (``inputs()`` loads them).  The re-run must reproduce the stored output
+    (``stored(region)`` reads a region of it) on the output cells the step uses: each
+    re-run tile's core, or for a whole re-run the bounding box of the query's cells
+    going backward, of the answer's going forward; otherwise the step stops with an
     error naming the operator as not deterministic."""
     op = sc.op
     mode = capture_mode(op)
@@ -107,7 +112,9 @@ def reexec(sc: StepContext, i: int, backward: bool, q: CellSet,
         if Mode.MAP in op.supported_modes() and op.has_mapping():
             return (sc.map_b(ids, i) if backward else sc.map_f(ids, i)), "map"
         return CellSet.everything(target_shape(sc, i, backward)), "all-to-all"
-    r = rerun(sc.name, op, list(inputs()), sc.out_shape, mode, backward, i, q)
+    r = rerun_tiles(sc, mode, backward, i, ids, tiles, stored) if tiles is not None else None
+    if r is None:
+        r = rerun(sc.name, op, list(inputs()), sc.out_shape, mode, backward, i, q)
     fn = relation.backward if backward else relation.forward
     if mode is Mode.FULL:
         res = fn(MemoryPairs(r.full), False, Direction.BACKWARD, sc, i, q) \
@@ -119,6 +126,7 @@ def reexec(sc: StepContext, i: int, backward: bool, q: CellSet,
         src = MemoryPairs(r.pay if r.pay is not None else empty_pairs(len(sc.in_shapes), True),
                           covered=r.covered)
         res = relation.composite(src, Direction.BACKWARD, sc, i, backward, q)
-    region = check_region(ids if backward else np.asarray(res), sc.out_shape)
-    verify_output(sc.name, r.output, sc.out_shape, region, stored)
+    if r.output is not None:         # a whole re-run: checked on what the step used
+        region = check_region(ids if backward else np.asarray(res), sc.out_shape)
+        verify_output(sc.name, r.output, sc.out_shape, region, stored)
     return res, f"reexec:{mode.value}"

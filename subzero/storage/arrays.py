@@ -152,6 +152,11 @@ class ArrayStore:
         # every chunk is written, even one of fill values: a missing chunk means damage
         z.with_config({"write_empty_chunks": True})[region] = np.asarray(values)
 
+    def chunk_shape(self, name: str) -> tuple[int, ...]:
+        """The array's chunk shape as stored: the run's tile, clipped to the shape."""
+        _, _, z = self._zarr(name, "r")
+        return tuple(int(k) for k in z.chunks)
+
     def read_region(self, name: str, region: tuple[slice, ...]) -> np.ndarray:
         """A region of the array, checking only the chunks it touches."""
         p, nodes, z = self._zarr(name, "r")
