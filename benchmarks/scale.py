@@ -329,6 +329,8 @@ def main() -> None:
     ap.add_argument("--stars", type=int, default=10)
     ap.add_argument("--blackbox-stars", type=int, default=3)
     ap.add_argument("--no-write", action="store_true", help="leave RESULTS.md alone")
+    ap.add_argument("--add", action="store_true",
+                    help="keep the other sizes of the last results (benchmarks/.work/scale.json)")
     ap.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)
     ap.add_argument("--megapixels", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--folder", help=argparse.SUPPRESS)
@@ -339,6 +341,12 @@ def main() -> None:
         a.stars, a.blackbox_stars = min(a.stars, 3), 1
     work = Path(tempfile.mkdtemp(prefix="sz-scale-"))
     results: dict = {}
+    last = HERE / ".work" / "scale.json"
+    if a.add and last.is_file():     # earlier sizes, each measured whole in its own invocation
+        for k, r in json.loads(last.read_text())["sizes"].items():
+            if float(k) not in a.sizes:
+                r.pop("summary", None)
+                results[float(k)] = r
     try:
         for mp in a.sizes:
             folder = work / f"{mp:g}"
@@ -353,10 +361,13 @@ def main() -> None:
                 print(f"{mp:g} Mpix {kind}: " + ("FAILED " + r[kind]["error"] if "error" in r[kind] else
                                                  f"{r[kind]['wall_s']:.0f} s"), file=sys.stderr, flush=True)
             r["took_s"] = time.perf_counter() - t0
+            r["command"] = command_line()
             results[mp] = r
             shutil.rmtree(folder, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    results = dict(sorted(results.items()))
+    commands = sorted({r.get("command", command_line()) for r in results.values()})
     lines = table(results)
     print("\n".join(lines))
     (HERE / ".work").mkdir(exist_ok=True)
@@ -366,7 +377,7 @@ def main() -> None:
     plot(results, HERE / "scale.png")
     if not a.no_write:
         update_section("scale", "\n".join(
-            ["## Scale (issue 12)", "", f"Command: `{command_line()}` — machine: {machine()}.", "",
+            ["## Scale (issue 12)", "", "Commands: " + "; ".join(f"`{c}`" for c in commands) + f" — machine: {machine()}.", "",
              "The LSST workflow on the real amplifier tiled to each size (`workflow(megapixels=N)`), in-process "
              "engine, default strategies; every measurement in a fresh child process (peak memory = its "
              "`ru_maxrss`). Star traces: a star's peak pixel back to `raw_1`, empty block cache, "

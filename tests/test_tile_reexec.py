@@ -3,8 +3,8 @@ operator re-runs on the tiles holding the query's cells (plus their halo), and t
 trace answers exactly what stored FULL lineage and a whole re-run answer."""
 
 import numpy as np
-import xarray as xr
 import pytest
+import xarray as xr
 
 from subzero import ELEMENTWISE, Mode, Operator, Workflow, stencil
 from subzero.errors import QueryError, SubZeroWarning

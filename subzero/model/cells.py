@@ -60,14 +60,23 @@ def fmt_cell(cell: Sequence[int]) -> str:
     return str(tuple(int(c) for c in cell))
 
 
+def _strides(shape: Shape) -> list[int]:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= int(n)
+    return out[::-1]
+
+
 def pack(cells: np.ndarray, shape: Shape) -> np.ndarray:
     """Flat C-order index of each cell (cells must be in bounds)."""
     if cells.shape[0] == 0:
         return np.zeros(0, np.int64)
     if len(shape) == 1:
         return cells[:, 0].astype(np.int64, copy=True)
-    strides = np.cumprod((1,) + tuple(shape[:0:-1]))[::-1].astype(np.int64)
-    return cells @ strides
+    if len(shape) == 2:              # the common case, without a matrix product
+        return cells[:, 0] * int(shape[1]) + cells[:, 1]
+    return cells @ np.asarray(_strides(shape), np.int64)
 
 
 def unpack(packed: np.ndarray, shape: Shape) -> np.ndarray:
@@ -75,6 +84,10 @@ def unpack(packed: np.ndarray, shape: Shape) -> np.ndarray:
     packed = np.asarray(packed, dtype=np.int64)
     if packed.size == 0:
         return np.zeros((0, len(shape)), np.int64)
+    if len(shape) == 2:
+        out = np.empty((packed.size, 2), np.int64)
+        np.divmod(packed, int(shape[1]), out=(out[:, 0], out[:, 1]))
+        return out
     return np.stack(np.unravel_index(packed, shape), axis=1).astype(np.int64, copy=False)
 
 

@@ -23,6 +23,7 @@ size.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -36,7 +37,7 @@ _EMPTY = np.zeros(0, np.int64)
 
 
 def _size(shape: Sequence[int]) -> int:
-    return int(np.prod(tuple(shape), dtype=np.int64))
+    return math.prod(int(x) for x in shape)
 
 
 class CellSet:
