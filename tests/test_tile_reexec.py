@@ -165,15 +165,22 @@ def whole(run, start, cells, **kw):
         ex._tiles = saved
 
 
+def same_as_stored_and_whole(full, bb, start, to, cells):
+    """The tile-limited re-run's answer equals stored FULL lineage's and a whole
+    re-run's; returns both traces (tile-limited, stored)."""
+    want = full.trace(start, cells, to=to, record=False)
+    got = bb.trace(start, cells, to=to, prefer="reexec", record=False)
+    assert np.array_equal(got.bitmap, want.bitmap), (start, to, cells)
+    assert np.array_equal(whole(bb, start, cells, to=to).bitmap, want.bitmap)
+    return got, want
+
+
 @pytest.mark.parametrize("cells", QUERIES)
 def test_backward_equals_stored_and_whole_reexec(runs, cells):
     full, bb = runs
     for start, to in (("spots", "x"), ("spots", "y"), ("box", "scale"), ("blend", "box")):
-        want = full.trace(start, cells, to=to, record=False)
-        got = bb.trace(start, cells, to=to, prefer="reexec", record=False)
+        got, want = same_as_stored_and_whole(full, bb, start, to, cells)
         assert all(s.method.startswith("reexec:") for s in got.steps), got.steps
-        assert np.array_equal(got.bitmap, want.bitmap), (start, to, cells)
-        assert np.array_equal(whole(bb, start, cells, to=to).bitmap, want.bitmap)
         assert len(want) > 0
 
 
@@ -181,10 +188,7 @@ def test_backward_equals_stored_and_whole_reexec(runs, cells):
 def test_forward_equals_stored_and_whole_reexec(runs, cells):
     full, bb = runs
     for start, to in (("x", "spots"), ("y", "spots"), ("scale", "box"), ("blend", "spots")):
-        want = full.trace(start, cells, to=to, record=False)
-        got = bb.trace(start, cells, to=to, prefer="reexec", record=False)
-        assert np.array_equal(got.bitmap, want.bitmap), (start, to, cells)
-        assert np.array_equal(whole(bb, start, cells, to=to).bitmap, want.bitmap)
+        same_as_stored_and_whole(full, bb, start, to, cells)
 
 
 def test_composite_step_uses_its_payload_pairs(runs):

@@ -207,12 +207,13 @@ class Executor:
         name, i, backward = e.op, e.input, e.backward
         methods: Sequence[Method] = self.methods(name, backward, opts.prefer)
         budget, blocks, note = None, 0, ""
+        tiles = self._tiles(name)
         planner = opts.pricing
         if planner is not None:
             blocks = blocks_of(q)
             info = StepInfo(name, i, backward, len(q), blocks,
                             all(a in self._values for a in self.v.inputs_of[name]),
-                            share(sc, self._tiles(name), q.ids(), i, backward)
+                            share(sc, tiles, q.ids(), i, backward)
                             if q.form == "sparse" else 1.0)
             methods, budget = planner.plan(info, methods)
 
@@ -221,7 +222,6 @@ class Executor:
 
         def stored(region: tuple[slice, ...]) -> np.ndarray:   # a re-run proves itself on it
             return self.v.arrays.read_region(name, region)
-        tiles = self._tiles(name)
         order = list(methods)
         damaged: list[str] = []
         while order:
