@@ -1,19 +1,25 @@
-"""The calibration benchmark: fits the cost model's coefficients on this machine.
+"""The calibration benchmark: fits the cost model's coefficients on this machine,
+and measures how far the fitted model can be trusted.
 
-It runs a small synthetic workflow whose operators write region pairs of
-three shapes (one output cell from a 3x3 window, 4x4 tiles from 8x8 windows,
-32x32 tiles from 48x48 windows), stores every encoding and direction of Full,
-Pay and Comp lineage, then traces queries of 1, 64, 2048 and 16384 scattered cells
-and 32x32 and 96x96 boxes through
-every method — stored lineage with the matched and the mismatched index,
-mapping functions, re-execution — with the real executor.  The cost model's
-features for each observed step (computed by the same code that prices real
-workflows) are fit to the observed seconds by non-negative least squares on
-relative errors.  R-tree bulk loads are timed separately: they slow down as
-the file grows, which a sample cannot show.
+It runs a small synthetic workflow whose operators write region pairs of four
+shapes (one output cell from a 3x3 window, 4x4 tiles from 8x8 windows, 32x32
+tiles from 48x48 windows, and 65,536 small pairs of 2x2 cells a side), stores
+every encoding and direction of Full, Pay and Comp lineage, then traces queries
+of 1, 64, 2048 and 16384 scattered cells and 32x32 and 96x96 boxes (a quarter
+of the array, scattered and as a box, for the small pairs) through every method
+— stored lineage with the matched and the mismatched index, mapping functions,
+re-execution — with the real executor.  The cost model's features for each
+observed step (computed by the same code that prices real workflows) are fit to
+the observed seconds by non-negative least squares on relative errors, one
+coefficient set per way of reading (``costmodel.STORED_FAMILIES``, mapping,
+re-execution).  The fitted model's errors on those steps, by kind and size, are
+the **error model** (``costmodel.error_table``) the optimizer and the
+query-time planner use to decide how far to trust a prediction.  R-tree bulk
+loads are timed separately: they slow down as the file grows, which a sample
+cannot show.
 
-Takes about 20-30 s; the result is stored in the catalog per host and reused
-until ``subzero optimize --recalibrate``.
+The result is stored in the catalog per host and reused until ``subzero optimize
+--recalibrate`` (or a new cost model version).
 """
 
 from __future__ import annotations
@@ -28,16 +34,17 @@ import numpy as np
 from scipy.optimize import nnls
 
 from subzero import Mode, Operator, Workflow
+from subzero.model.cellset import CellSet
 from subzero.model.strategy import DIRECTIONS, ENCODINGS, Strategy
 from subzero.operators import WindowComposite, box_payloads
-from subzero.query.planner import blocks_spanned
+from subzero.query.planner import blocks_spanned, runs_of
 
-from .costmodel import FEATURES, CostModel, method_family
+from .costmodel import FEATURES, CostModel, error_kind, error_table, method_family
 from .profile import profile_workflow
 from .progress import Progress, ProgressArg
 from .stats import for_run, required
 
-VERSION = 4
+VERSION = 5
 
 
 class CalibrationPatches(WindowComposite):
@@ -82,13 +89,15 @@ class CalibrationPatches(WindowComposite):
         return res
 
 
-def calibration_workflow() -> Workflow:
+def calibration_workflow(huge: bool = True) -> Workflow:
     wf = Workflow("subzero-calibration")
     small = wf.input("small")
     big = wf.input("big")
     wf.add("p1", CalibrationPatches(1, 3), small)
     wf.add("p4", CalibrationPatches(4, 8), big)
     wf.add("p32", CalibrationPatches(32, 48, spin=4), big)
+    if huge:          # many small pairs: per-pair costs at scale (2 x 2 cells each side)
+        wf.add("p2", CalibrationPatches(2, 2), wf.input("huge"))
     return wf
 
 
@@ -96,23 +105,38 @@ def calibration_workflow() -> Workflow:
 SCATTERED = (1, 64, 2048, 16384)
 BOXES = (32, 96)
 QUERY_CELLS = sum(SCATTERED) + sum(b * b for b in BOXES)
+#: The many-pairs tier: one operator of small pairs (2 x 2 cells a side) on a 512 x 512
+#: input, 65,536 pairs, asked a quarter of the array scattered and as a box, through the
+#: index reads and one scan per encoding: per-pair costs dominate real lineage of a few
+#: cells per pair (a data-dependent UDF's), which the other operators' big pairs hide.
+HUGE_SIDE = 512
+HUGE_SCATTERED = (16384,)
+HUGE_BOXES = (256,)
+HUGE_CELLS = sum(HUGE_SCATTERED) + sum(b * b for b in HUGE_BOXES)
+#: An observation slower than this is timed once.
+SLOW_OBSERVATION_S = 0.1
 
 
-def _queries(shape, rng) -> list[np.ndarray]:
+def _queries(shape, rng, scattered=SCATTERED, boxes=BOXES) -> list[np.ndarray]:
     cells = np.argwhere(np.ones(shape, bool))
-    out = [cells[rng.choice(len(cells), n, replace=False)] for n in SCATTERED]
+    out = [cells[rng.choice(len(cells), n, replace=False)] for n in scattered]
     y, x = shape[0] // 3, shape[1] // 3
-    for side, (oy, ox) in zip(BOXES, ((y, x), (y // 2, x // 2))):
+    for side, (oy, ox) in zip(boxes, ((y, x), (y // 2, x // 2))):
         out.append(np.argwhere(np.ones((side, side), bool)) + [oy, ox])
     return out
 
 
 def _observe(run, start, cells, op, method, prefer, repeats):
+    """The best of ``repeats`` traces of one step by one method (one trace when it takes
+    over ``SLOW_OBSERVATION_S``: its timer noise is small and calibration time is not)."""
     bm = np.zeros(run.shapes()[start], bool)
     bm[tuple(cells.T)] = True
     blocks = blocks_spanned(bm)
+    runs = runs_of(CellSet.of_bitmap(bm))
     best = None
     for _ in range(repeats):
+        if best is not None and best["seconds"] > SLOW_OBSERVATION_S:
+            break
         run.executor().clear_cache()
         res = run.trace(start, cells, path=[(op, 0)], prefer=prefer, record=False)
         st = res.steps[0]
@@ -122,7 +146,7 @@ def _observe(run, start, cells, op, method, prefer, repeats):
         if best is None or st.seconds < best["seconds"]:
             best = {"op": op, "method": st.method, "input": 0, "direction": st.direction,
                     "cells_in": st.cells_in, "cells_out": st.cells_out, "seconds": st.seconds,
-                    "blocks_in": blocks}
+                    "blocks_in": blocks, "runs_in": runs}
     return best
 
 
@@ -201,38 +225,54 @@ def _capture_overheads(store, wf, inputs, repeats: int = 5) -> tuple[float, floa
             max(0.0, med["one"] - med["empty"] - float(np.median(inner))))
 
 
-def fit(observations: list[dict], model: CostModel) -> tuple[dict, dict]:
-    """NNLS on relative errors, per method family; returns (coef, quality).  The
-    re-execution's ``load`` feature is already in seconds (measured directly by
-    ``_load_costs``: the calibration's inputs are too alike in size to separate
-    loading from the constant), so its coefficient is fixed at 1."""
+#: Coefficients fixed by what the features mean rather than fitted: re-execution's ``load``
+#: is already in seconds (measured directly by ``_load_costs``: the calibration's inputs
+#: are too alike in size to separate loading from the constant) and ``run`` is the
+#: operator's own profiled runtime with lineage (a re-execution cannot run it faster;
+#: fitted freely, the calibration's operators, whose runtime grows with their pairs,
+#: made it absorb the pair scan and under-price re-execution of big lineage).
+FIXED = {"reexec": {"load": 1.0, "run": 1.0}}
+
+
+def fit(observations: list[dict], model: CostModel) -> tuple[dict, dict, dict]:
+    """NNLS on relative errors, per method family; returns (coef, quality, errors):
+    ``errors`` is the error model (``costmodel.error_table``) of the fitted
+    coefficients on these observations."""
     rows: dict[str, list] = {f: [] for f in FEATURES}
     for o in observations:
         fam = method_family(o["method"])
         got = model.features(o["op"], o["method"] if fam == "stored" else fam, o["input"],
                              o["direction"] == "backward", o["cells_in"], o["cells_out"],
-                             blocks=o["blocks_in"])
-        if got is None or got[0] != fam:
+                             blocks=o["blocks_in"], runs=o.get("runs_in", 0))
+        if got is None or got[0].split(".")[0] != fam:      # e.g. nothing to re-execute
             continue
-        rows[fam].append((got[1], o["seconds"]))
+        rows[got[0]].append((got[1], o["seconds"], o))
     coef, quality = {}, {}
+    predicted = []
     for fam, obs in rows.items():
         if not obs:
             raise RuntimeError(f"calibration observed no {fam} steps")
-        X = np.array([x for x, _ in obs])
-        t = np.array([s for _, s in obs])
+        X = np.array([x for x, _, _ in obs])
+        t = np.array([s for _, s, _ in obs])
         fixed = np.zeros(X.shape[1])
-        if fam == "reexec":
-            fixed[FEATURES[fam].index("load")] = 1.0
+        for name, v in FIXED.get(fam, {}).items():
+            fixed[FEATURES[fam].index(name)] = v
         rest = np.clip(t - X @ fixed, 1e-6, None)
         free = fixed == 0
         c = fixed.copy()
         c[free], _ = nnls(X[:, free] / t[:, None], rest / t)
         coef[fam] = c.tolist()
-        err = np.abs(X @ c / t - 1)
+        pred = np.maximum(X @ c, 1e-6)
+        err = np.abs(pred / t - 1)
         quality[fam] = {"observations": len(t), "median_rel_error": float(np.median(err)),
                         "p90_rel_error": float(np.quantile(err, 0.9))}
-    return coef, quality
+        for (_, s, o), p in zip(obs, pred):
+            method = o["method"] if fam.startswith("stored") else fam.split(".")[0]
+            bk = o["direction"] == "backward"
+            predicted.append((error_kind(method, bk),
+                              model.error_size(o["op"], method, o["input"], bk, o["cells_in"],
+                                               o["cells_out"]), float(s / p)))
+    return coef, quality, error_table(predicted)
 
 
 def _observation_weight(op: Operator, cells: int, methods: int) -> float:
@@ -247,6 +287,16 @@ def _observation_weight(op: Operator, cells: int, methods: int) -> float:
 _PHASE_SHARE = {"profile": 0.12, "runs": 0.05, "tail": 0.02}
 
 
+def _huge_method(method: str, backward: bool) -> bool:
+    """The large tier's methods: every index read in its own direction, and one scan
+    per lineage mode (FullOne, PayOne) — scans grow with the array, not the answer."""
+    if not method.startswith("stored:"):
+        return True
+    spec = method[len("stored:"):]
+    matched = spec.endswith(":backward") == backward
+    return matched or spec in ("full:fullone:backward", "pay:payone:forward")
+
+
 def calibrate(repeats: int = 2, seed: int = 0, progress: ProgressArg = False) -> dict:
     """Run the calibration benchmark; returns the calibration (not yet stored).
 
@@ -256,7 +306,8 @@ def calibrate(repeats: int = 2, seed: int = 0, progress: ProgressArg = False) ->
     prog = Progress.of(progress)
     tmp = Path(tempfile.mkdtemp(prefix="subzero-calibration-"))
     rng = np.random.default_rng(seed)
-    inputs = {"small": rng.random((192, 192)), "big": rng.random((384, 384))}
+    inputs = {"small": rng.random((192, 192)), "big": rng.random((384, 384)),
+              "huge": rng.random((HUGE_SIDE, HUGE_SIDE))}
     wf = calibration_workflow()
     ops = list(wf.steps)
     full_pay = [Strategy(m, e, d) for m in (Mode.FULL, Mode.PAY) for e in ENCODINGS[m]
@@ -264,7 +315,8 @@ def calibrate(repeats: int = 2, seed: int = 0, progress: ProgressArg = False) ->
     comp = [Strategy(Mode.COMP, e, d) for e in ENCODINGS[Mode.COMP] for d in DIRECTIONS]
     groups = [full_pay, comp + [Strategy(Mode.MAP)]]
     n_methods = [sum(1 for s in groups[0] if s.stored), sum(1 for s in groups[1] if s.stored) + 2]
-    obs_weight = sum(2 * _observation_weight(wf.steps[op].operator, QUERY_CELLS, n)
+    obs_weight = sum(2 * _observation_weight(wf.steps[op].operator,
+                                             HUGE_CELLS if op == "p2" else QUERY_CELLS, n)
                      for n in n_methods for op in ops)
     share = {k: v * obs_weight for k, v in _PHASE_SHARE.items()}
     store = subzero.open_store(tmp / "store")
@@ -279,12 +331,17 @@ def calibrate(repeats: int = 2, seed: int = 0, progress: ProgressArg = False) ->
             obs = []
             for run, group in runs:
                 for op in ops:
+                    huge = op == "p2"
                     for backward in (True, False):
                         start = op if backward else wf.steps[op].inputs[0]
-                        for cells in _queries(run.shapes()[start], rng):
+                        queries = _queries(run.shapes()[start], rng, HUGE_SCATTERED, HUGE_BOXES) \
+                            if huge else _queries(run.shapes()[start], rng)
+                        for cells in queries:
                             methods = [(f"stored:{s}", str(s)) for s in group if s.stored]
                             if run is runs[1][0]:
                                 methods += [("map", "map"), ("reexec", "reexec")]
+                            if huge:
+                                methods = [m for m in methods if _huge_method(m[0], backward)]
                             for method, prefer in methods:
                                 o = _observe(run, start, cells, op, method, prefer, repeats)
                                 if o is not None:
@@ -298,15 +355,17 @@ def calibrate(repeats: int = 2, seed: int = 0, progress: ProgressArg = False) ->
             both = required(for_run(store, runs[1][0]), "the calibration")
             for s, info in both.ops.items():                             # both runs' stored sizes
                 model.stats.ops[s].strategies.update(info.strategies)
-            coef, quality = fit(obs, model)
-            capture_s, strategy_s = _capture_overheads(store, wf, inputs)
+            coef, quality, errors = fit(obs, model)
+            small = calibration_workflow(huge=False)
+            capture_s, strategy_s = _capture_overheads(
+                store, small, {k: v for k, v in inputs.items() if k != "huge"})
             rtree_quadratic = _rtree_quadratic()
             advance(share["tail"])
     finally:
         store.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return {"version": VERSION, "coef": coef, "features": {f: list(v) for f, v in FEATURES.items()},
-            "rtree_quadratic": rtree_quadratic, "quality": quality,
+            "rtree_quadratic": rtree_quadratic, "quality": quality, "errors": errors,
             "capture_fixed_s": capture_s, "strategy_fixed_s": strategy_s,
             "load_fixed_s": load_fixed_s, "load_byte_s": load_byte_s,
             "seconds": time.perf_counter() - t0, "host": os.uname().nodename}

@@ -31,13 +31,21 @@ from subzero.model.modes import Mode
 from subzero.model.strategy import Strategy, parse_one
 from subzero.query.methods import Mapping, Reexec, Stored
 from subzero.storage.encodings import KEY_BITS, REC_PAIRS
-from subzero.tuning import CORRECTION_RANGE
+from subzero.tuning import CORRECTION_RANGE, DEFAULT_MARGIN, ERROR_BUCKETS, EXTRAPOLATION_GROWTH
 
 from .stats import OpInfo, WorkflowStats
 
+STORED_FEATURES = ("one", "many", "dec", "blk", "scan", "kscan", "sblk", "io", "call", "exp",
+                   "sexp", "ptab", "box", "arr", "pairs")
+#: Stored reads are fitted apart by how they read — through the index of the step's
+#: direction or by a scan of the other, one record per cell (``one``) or R-tree regions
+#: (``many``), explicit pairs (``full``) or payloads expanded by ``map_p`` (``pay``, Comp
+#: too): their costs grow with different features, and one coefficient set for all of
+#: them fitted none well (R-tree and payload reads were 3-20x off on big steps).
+STORED_FAMILIES = tuple(f"stored.{how}.{enc}.{kind}" for how in ("index", "scan")
+                        for enc in ("one", "many") for kind in ("full", "pay"))
 FEATURES = {
-    "stored": ("one", "many", "dec", "blk", "scan", "kscan", "sblk", "io", "call", "exp", "sexp",
-               "ptab", "box", "arr"),
+    **{f: STORED_FEATURES for f in STORED_FAMILIES},
     "map": ("const", "io", "arr"),
     "reexec": ("const", "run", "pcells", "io", "load", "arr"),
 }
@@ -64,6 +72,40 @@ def method_family(method) -> str:
     if m.startswith("reexec"):
         return "reexec"
     return "map"
+
+
+def error_kind(method, backward: bool) -> str:
+    """What a prediction's error depends on: the coefficient family that priced it — a
+    stored read through the index of the step's direction or by a scan of the other,
+    one record per cell or R-tree regions ('stored.index.one.full', ...), mapping functions
+    ('map') or re-execution ('reexec')."""
+    fam = method_family(method)
+    if fam != "stored":
+        return fam
+    return _stored_family(_strategy(method), backward)
+
+
+def error_table(observed) -> dict:
+    """The error model from (kind, cells, measured / predicted) of calibration steps:
+    per kind, buckets of step size (cells in or out, the larger) with the 10th and
+    90th percentile of measured / predicted; a bucket with few steps joins the one
+    below it.  ``max_cells``: the largest step observed (beyond it predictions are
+    extrapolations, and ``CostModel.margin`` widens them)."""
+    out: dict = {}
+    for kind in sorted({k for k, _, _ in observed}):
+        sizes = np.array([n for k, n, _ in observed if k == kind], float)
+        ratios = np.array([r for k, _, r in observed if k == kind], float)
+        buckets, lo_edge = [], 0.0
+        for edge in (*ERROR_BUCKETS, math.inf):
+            sel = (sizes > lo_edge) & (sizes <= edge)
+            if sel.sum() >= 5 or (edge == math.inf and sel.any()):
+                r = ratios[sel]
+                buckets.append([min(edge, float(sizes[sel].max())),
+                                max(1.0, float(np.quantile(r, 0.9))),
+                                min(1.0, float(np.quantile(r, 0.1))), int(sel.sum())])
+                lo_edge = edge
+        out[kind] = {"buckets": buckets, "max_cells": float(sizes.max())}
+    return out
 
 
 @lru_cache(maxsize=4096)
@@ -106,6 +148,52 @@ class CostModel:
         self.corrections = dict(corrections or {})
         self._memo: dict[tuple, tuple | None] = {}
 
+    # -- how far predictions can be trusted ----------------------------------------------
+    def margin(self, kind: str, cells: float) -> tuple[float, float]:
+        """(low, high) factors around a prediction of a step of this kind and size: the
+        calibration's 10th and 90th percentile of measured / predicted for steps that
+        size, widened by ``EXTRAPOLATION_GROWTH`` per decade beyond the largest step it
+        measured.  An older calibration without an error model gets ``DEFAULT_MARGIN``."""
+        table = (self.calibration.get("errors") or {}).get(kind)
+        if not table or not table["buckets"]:
+            return 1.0 / DEFAULT_MARGIN, DEFAULT_MARGIN
+        buckets = table["buckets"]
+        row = next((b for b in buckets if cells <= b[0]), buckets[-1])
+        hi, lo = row[1], row[2]
+        if cells > table["max_cells"] > 0:
+            grow = 1.0 + EXTRAPOLATION_GROWTH * math.log10(cells / table["max_cells"])
+            hi, lo = hi * grow, lo / grow
+        return lo, hi
+
+    def error_size(self, op: str, method, i: int, backward: bool, n_in: float,
+                   n_out: float) -> float:
+        """The size a prediction's error is judged by: the cells a step reads — its
+        input and output for index reads, mapping functions and re-execution, the
+        whole scanned lineage for a scan (which grows with the array, not the answer)."""
+        size = max(n_in, n_out)
+        if error_kind(method, backward).startswith("stored.scan"):
+            info = self.stats.ops.get(op)
+            si = info.strategies.get(str(_strategy(method))) if info else None
+            s = _strategy(method)
+            sp = (si.spaces.get("b" if s.backward else f"f{i}") or {}) if si else {}
+            size = max(size, float(sp.get("record_cells", 0)) + float(sp.get("key_cells", 0)))
+        return size
+
+    def high_factor(self, op: str, method, i: int, backward: bool, n_in: float,
+                    n_out: float) -> float:
+        """How much slower than predicted a step of this kind and size may be (nine
+        cases out of ten, by the calibration)."""
+        size = self.error_size(op, method, i, backward, n_in, n_out)
+        return self.margin(error_kind(method, backward), size)[1]
+
+    def high(self, op: str, method, i: int, backward: bool, n_in: float, n_out: float,
+             **kw) -> float | None:
+        """A pessimistic price: the prediction times its high error factor."""
+        c = self.cost(op, method, i, backward, n_in, n_out, **kw)
+        if c is None:
+            return None
+        return c * self.high_factor(op, method, i, backward, n_in, n_out)
+
     # -- storage and capture --------------------------------------------------------
     def info(self, op: str) -> OpInfo:
         return self.stats.op(op)
@@ -139,19 +227,22 @@ class CostModel:
 
     # -- queries ----------------------------------------------------------------------------
     def cost(self, op: str, method, i: int, backward: bool, n_in: float, n_out: float,
-             loaded: bool = False, blocks: int = 0, tiles: float = 1.0) -> float | None:
+             loaded: bool = False, blocks: int = 0, tiles: float = 1.0,
+             runs: int = 0) -> float | None:
         """Predicted seconds of one step; None when the statistics cannot price it.
 
         ``blocks``: distinct key blocks the step's input cells span (0 = unknown:
         assume they are scattered).  ``tiles``: the share of the operator's tiles a
-        re-execution runs (tile-parallel operators re-run only the touched tiles)."""
-        key = (op, method, i, backward, n_in, n_out, loaded, blocks, tiles)
+        re-execution runs (tile-parallel operators re-run only the touched tiles).
+        ``runs``: runs of consecutive input cells, the probes of an R-tree lookup (0 =
+        unknown: estimated from ``blocks``)."""
+        key = (op, method, i, backward, n_in, n_out, loaded, blocks, tiles, runs)
         base = self._memo.get(key)
         if base is None:
             # the planner prices the same steps again and again (every method of every
             # step, then the step it observed); the calibrated part is a pure function
             base = self._memo[key] = self._base_cost(op, method, i, backward, n_in, n_out,
-                                                      loaded, blocks, tiles)
+                                                      loaded, blocks, tiles, runs)
             if len(self._memo) > 50_000:
                 self._memo.clear()
         if base is None:
@@ -162,9 +253,9 @@ class CostModel:
         corr = self.corrections.get((op, i, correction_key(method, backward)), 1.0)
         return compute * corr + load
 
-    def _base_cost(self, op, method, i, backward, n_in, n_out, loaded, blocks, tiles=1.0):
+    def _base_cost(self, op, method, i, backward, n_in, n_out, loaded, blocks, tiles=1.0, runs=0):
         """(compute seconds before corrections, load seconds) or None."""
-        got = self.features(op, method, i, backward, n_in, n_out, loaded, blocks, tiles)
+        got = self.features(op, method, i, backward, n_in, n_out, loaded, blocks, tiles, runs)
         if got is None:
             return None
         fam, x = got
@@ -177,7 +268,7 @@ class CostModel:
         return max(float(self.coef[fam] @ x) - load, 1e-6), load
 
     def features(self, op: str, method, i: int, backward: bool, n_in: float, n_out: float,
-                 loaded: bool = False, blocks: int = 0, tiles: float = 1.0):
+                 loaded: bool = False, blocks: int = 0, tiles: float = 1.0, runs: int = 0):
         info = self.stats.ops.get(op)
         if info is None:
             return None
@@ -189,8 +280,8 @@ class CostModel:
             si = info.strategies.get(str(method))
             if si is None:
                 return None
-            return "stored", self._stored(info, method, si.spaces, i, backward, n_in, n_out,
-                                          src + tgt, blocks)
+            x = self._stored(info, method, si.spaces, i, backward, n_in, n_out, src + tgt, blocks, runs)
+            return _stored_family(method, backward), x
         if method_family(method) == "reexec":
             mode = info.reexec_mode
             if mode is None:                # nothing to regenerate: mapping or all-to-all
@@ -211,7 +302,7 @@ class CostModel:
         return len(info.in_shapes) * self.load_fixed_s + info.in_bytes * self.load_byte_s
 
     def _stored(self, info: OpInfo, s: Strategy, spaces: dict, i: int, backward: bool,
-                n_in: float, n_out: float, arr: float, blocks: int) -> np.ndarray:
+                n_in: float, n_out: float, arr: float, blocks: int, runs: int = 0) -> np.ndarray:
         """Features of reading stored lineage.  Matched index: the key blocks the query
         touches and the record blocks of the pairs it hits are decoded.  Mismatched
         index: every record (and, for FullOne, every key block) is decoded and
@@ -220,7 +311,7 @@ class CostModel:
         f["one" if not s.many else "many"] = 1
         sp = spaces.get("b" if s.backward else f"f{i}")
         if not sp or not sp["pairs"]:
-            return _vec("stored", **f)
+            return _vec(_stored_family(s, backward), **f)
         P, K, KB, N = sp["pairs"], sp["key_cells"], max(sp["key_blocks"], 1), max(sp["key_size"], 1)
         R = -(-P // REC_PAIRS)
         rec_cells = sp["record_cells"]
@@ -248,7 +339,8 @@ class CostModel:
             rb = rb_c + (touched(hit, R) - rb_c) * local
             kb = 0.0 if s.many else spread * local * min(1.0, KB / nb)
             f.update(dec=kb * K / KB + rb * rec_cells / R, blk=kb + rb, ptab=rb * per_block,
-                     box=q * local * math.log2(max(P, 2)) if s.many else 0.0)   # probes x depth
+                     pairs=rb * min(REC_PAIRS, P),       # pairs decoded: cost per pair, not cell
+                     box=(runs or q * local) * math.log2(max(P, 2)) if s.many else 0.0)  # probes x depth
             if s.payload and s.backward:
                 f["call"] = touched(hit, u) if info.map_p_batched else \
                     (1.0 if info.map_p_vectorized else hit)
@@ -256,13 +348,14 @@ class CostModel:
         else:                                              # a full scan of the other index
             one_full = not s.many and not s.payload
             f["scan"] += rec_cells
+            f["pairs"] = P
             f["kscan"] = K if one_full else 0.0
             f["sblk"] = R + (KB if one_full else 0)
             f["ptab"] = R * per_block
             if s.payload and s.backward:    # map_p over every pair
                 f["sexp"] = expanded
                 f["call"] = 1.0 if info.map_p_vectorized else P
-        return _vec("stored", **f)
+        return _vec(_stored_family(s, backward), **f)
 
     def predict_out(self, op: str, i: int, backward: bool, n_in: float) -> float:
         """Expected cells a step reaches (before running it): the lineage's cells per
@@ -291,7 +384,8 @@ class CostModel:
             fam = method_family(method)
             m, backward = (method if fam == "stored" else fam), st["direction"] == "backward"
             pred = self.cost(st["op"], m, st["input"], backward, st["cells_in"], st["cells_out"],
-                             loaded=True, blocks=st.get("blocks_in") or 0)
+                             loaded=True, blocks=st.get("blocks_in") or 0,
+                             runs=st.get("runs_in") or 0)
             if pred and st["seconds"] > 0:
                 ratios[(st["op"], st["input"], correction_key(m, backward))].append(
                     st["seconds"] / pred)
@@ -299,6 +393,11 @@ class CostModel:
         for key, rs in ratios.items():
             if len(rs) >= min_obs:
                 self.corrections[key] = min(hi, max(lo, statistics.median(rs[-recent:])))
+
+
+def _stored_family(s: Strategy, backward: bool) -> str:
+    return (f"stored.{'index' if s.backward == backward else 'scan'}.{'many' if s.many else 'one'}"
+            f".{'pay' if s.payload else 'full'}")
 
 
 def _vec(family: str, **values) -> np.ndarray:

@@ -5,6 +5,7 @@ over       x_c  in {0,1}   store candidate strategy c
            b_o  in {0,1}   operator o stores nothing (black-box; always possible)
            m_oM in {0,1}   operator o runs lineage mode M (its lineage work is paid once)
            y_kj in [0,1]   query step k is answered by option j
+           + P sum_q w_q s_q                    (soft bounds: a query no slower than the defaults)
 subject to sum_j y_kj = 1                     every step is answered
            y_kj <= x_c                        ... by a stored strategy only if it is stored
            sum_c x_c + b_o >= 1,  x_c + b_o <= 1   at least one strategy per operator
@@ -13,10 +14,16 @@ subject to sum_j y_kj = 1                     every step is answered
            sum_c bytes_c x_c <= MaxDISK
            sum gen_oM m_oM + sum write_c x_c + F z <= MaxRUNTIME
            x_c <= z                           (z: the run stores anything; F its fixed cost)
-           pinned x fixed.
+           pinned x fixed
+           sum_{k in q} sum_j c_kj y_kj - s_q <= bound_q - fixed_q,  s_q >= 0   per bounded query q.
 
 ``y`` selects the cheapest stored strategy per step: the paper's min over an
-operator's strategies, linearised.  Options with no candidate (mapping
+operator's strategies, linearised.  ``c`` is the price the plan is chosen by (the
+optimizer passes pessimistic prices: prediction times its measured error), each
+option also keeps its expected cost for reports.  A query bound (the query's price
+under the workflow's default strategies, times a tolerance) is soft: exceeding it
+costs ``P`` times the excess, so a budget too small for the defaults still has a
+plan.  Options with no candidate (mapping
 functions, re-execution) are always available.  With ``x`` integral the best
 ``y`` is integral, so only ``x``, ``b`` and ``m`` are integer variables.
 ``brute_force`` enumerates every combination instead; tests check both agree.
@@ -46,8 +53,13 @@ class Candidate:
 @dataclass
 class Option:
     cand: int | None       # candidate that must be stored, or None (mapping, re-execution)
-    cost: float            # seconds
+    cost: float            # seconds the plan is chosen by (pessimistic)
     label: str = ""
+    expected: float | None = None    # predicted seconds (None: ``cost``)
+
+    @property
+    def predicted(self) -> float:
+        return self.cost if self.expected is None else self.expected
 
 
 @dataclass
@@ -55,6 +67,22 @@ class Step:
     op: str
     weight: float
     options: list[Option]
+
+
+@dataclass
+class QueryBound:
+    """A query's steps (indices into ``Problem.steps``, repeats allowed), the cost of
+    its steps that have no choice, and the most its priced cost should be."""
+
+    name: str
+    weight: float
+    steps: list[int]
+    fixed: float
+    bound: float
+
+
+#: A query over its bound costs this many times the excess.
+BOUND_PENALTY = 10.0
 
 
 @dataclass
@@ -70,6 +98,7 @@ class Problem:
     eps_disk: float = 0.0                        # tie-breaking penalty per byte
     eps_runtime: float = 0.0                     # ... per second of runtime overhead
     fixed_runtime_s: float = 0.0                 # paid once by a run that stores anything
+    bounds: list[QueryBound] = field(default_factory=list)
 
     def cands_of(self, op: str) -> list[int]:
         return [k for k, c in enumerate(self.candidates) if c.op == op]
@@ -89,8 +118,10 @@ class Solution:
 def evaluate(p: Problem, chosen) -> tuple[float, float, float, float]:
     """(objective, query cost, disk, runtime) of storing exactly ``chosen``."""
     chosen = set(chosen)
-    q = sum(st.weight * min(o.cost for o in st.options if o.cand is None or o.cand in chosen)
-            for st in p.steps)
+    best = [min(o.cost for o in st.options if o.cand is None or o.cand in chosen) for st in p.steps]
+    q = sum(st.weight * c for st, c in zip(p.steps, best))
+    q += sum(BOUND_PENALTY * qb.weight * max(0.0, qb.fixed + sum(best[k] for k in qb.steps) - qb.bound)
+             for qb in p.bounds)
     disk = sum(p.candidates[k].bytes for k in chosen)
     modes = {(p.candidates[k].op, p.candidates[k].mode) for k in chosen}
     rt = sum(p.gen_s.get(m, 0.0) for m in modes) + sum(p.candidates[k].write_s for k in chosen)
@@ -194,6 +225,13 @@ def solve(p: Problem) -> Solution:
         for col, opt in zip(cols, st.options):
             if opt.cand is not None:
                 b.row({col: 1.0, x[opt.cand]: -1.0}, hi=0.0)
+    for qb in p.bounds:
+        slack = b.col(f"s_{qb.name}", BOUND_PENALTY * qb.weight, 0.0, math.inf, integer=False)
+        coefs: dict[int, float] = {slack: -1.0}
+        for k in qb.steps:
+            for col, opt in zip(ys[k], p.steps[k].options):
+                coefs[col] = coefs.get(col, 0.0) + opt.cost
+        b.row(coefs, hi=qb.bound - qb.fixed)
     status, values = _glpk(b)
     solve_s = time.perf_counter() - t0
     if status != "optimal":

@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from subzero.model.strategy import Strategy, parse
+from subzero.model.strategy import Strategy, default_for, parse
 from subzero.model.workflow import load_workflow
 
 from .budgets import BudgetError, Budgets, OptimizerError, fmt_size
@@ -183,7 +183,8 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
     model.learn([s for s in store.catalog.trace_steps() if s["run_id"] in same])
     queries = _workload(store, model, stats, workload, wf, prog)
     prog.note(f"choosing strategies for {len(queries)} queries within {budgets.describe()} (GLPK)")
-    built = build(model, queries, budgets, pins)
+    defaults = {name: default_for(step.operator) for name, step in wf.steps.items()}
+    built = build(model, queries, budgets, pins, defaults)
     sol = solve(built.problem)
     if sol.status != "optimal":
         raise BudgetError(f"no plan fits {budgets.describe()}" + (" with the pinned strategies"
@@ -195,10 +196,11 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
 def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) -> Plan:
     p = built.problem
     chosen = {k: p.candidates[k] for k in sol.chosen}
+    # reports use predicted (not pessimistic) seconds of the method a planner would pick
     op_cost = dict(built.fixed_cost)
     for st in p.steps:
         op_cost[st.op] = op_cost.get(st.op, 0.0) + st.weight * min(
-            o.cost for o in st.options if o.cand is None or o.cand in chosen)
+            o.predicted for o in st.options if o.cand is None or o.cand in chosen)
     rows, predicted = [], {}
     for op, info in stats.ops.items():
         mine = [c for c in chosen.values() if c.op == op]
@@ -214,12 +216,12 @@ def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) ->
                             op_cost.get(op, 0.0)))
     queries = {}
     for qname, steps in built.query_steps.items():
-        queries[qname] = sum(min(o.cost for o in opts if o.cand is None or o.cand in chosen)
+        queries[qname] = sum(min(o.predicted for o in opts if o.cand is None or o.cand in chosen)
                              for _, opts, _ in steps)
-    blackbox = sum(w * min(o.cost for o in opts if o.cand is None)
+    blackbox = sum(w * min(o.predicted for o in opts if o.cand is None)
                    for steps in built.query_steps.values() for _, opts, w in steps)
     plan = Plan(name, wf.name, dict(wf.params), budgets.max_disk, budgets.max_runtime, stats.base_s,
-                rows, sol.query_cost + sum(built.fixed_cost.values()), blackbox, queries,
+                rows, sum(op_cost.values()), blackbox, queries,
                 predicted, sol.solve_s,
                 len(p.candidates), {r: len(v) for r, v in built.pruned.items()},
                 capture_s=model.capture_fixed_s)

@@ -16,6 +16,7 @@ reason (pinned strategies are exempt):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from subzero.errors import StrategyError
@@ -24,11 +25,14 @@ from subzero.model.strategy import Strategy
 
 from .budgets import BudgetError, Budgets, OptimizerError, fmt_size
 from .costmodel import CostModel
-from .ilp import Candidate, Option, Problem, Step
+from .ilp import Candidate, Option, Problem, QueryBound, Step
 from .workloads import WorkloadQuery
 
 UNANSWERABLE_S = 1e4        # re-executing a non-deterministic operator is impossible
 TIE_BREAK = 1e-3
+#: A plan's (pessimistic) price of a query may exceed the default strategies' by this
+#: factor before the integer program pays a penalty for it.
+DEFAULTS_TOLERANCE = 1.1
 
 
 @dataclass
@@ -65,23 +69,40 @@ def check_pins(model: CostModel, pins: dict[str, tuple[Strategy, ...]]) -> None:
                                      f"stored strategies of operators with mapping functions)")
 
 
+def _option(model: CostModel, op: str, method, args: tuple[int, bool, float, float],
+            where: dict, cand: int | None = None, label: str = "") -> Option | None:
+    """An option priced twice: pessimistically (what the plan is chosen by: the model
+    is trusted only as far as the calibration measured it for steps of this kind and
+    size) and as predicted (what the plan reports)."""
+    c = model.cost(op, method, *args, **where)
+    if c is None:
+        return None
+    hi = model.high_factor(op, method, *args)
+    return Option(cand, c * hi, label or str(method), c)
+
+
 def _priced(model: CostModel, op: str, method: str, args: tuple[int, bool, float, float],
-            blocks: int) -> float:
+            where: dict) -> Option:
     """Seconds of a re-execution or mapping step, which every profiled operator can price.
 
     ``CostModel.cost`` answers None only for an operator without statistics or a stored
     strategy it has not profiled; ``build`` skips the former and asks no strategy here, so
     None means the statistics contradict themselves: say so rather than plan on a guess.
     """
-    cost = model.cost(op, method, *args, blocks=blocks)
-    if cost is None:
+    opt = _option(model, op, method, args, where)
+    if opt is None:
         raise OptimizerError(f"the cost model cannot price {method} of operator {op!r}; "
                              f"profile it again (subzero optimize --reprofile)")
-    return cost
+    return opt
 
 
 def build(model: CostModel, queries: list[WorkloadQuery], budgets: Budgets,
-          pins: dict[str, tuple[Strategy, ...]] | None = None) -> Built:
+          pins: dict[str, tuple[Strategy, ...]] | None = None,
+          defaults: dict[str, tuple[Strategy, ...]] | None = None) -> Built:
+    """The integer program for ``queries`` within ``budgets``.  ``defaults``: the
+    strategies a run stores when none are given; each query is then bounded by its
+    price under them (``DEFAULTS_TOLERANCE``), so a plan does not trade one query's
+    speed for another's beyond what the model can vouch for."""
     pins = dict(pins or {})
     check_pins(model, pins)
     stats = model.stats
@@ -91,26 +112,39 @@ def build(model: CostModel, queries: list[WorkloadQuery], budgets: Budgets,
     # every step of every query, priced for every method
     raw: dict[tuple, dict] = {}
     built = Built(Problem(list(stats.ops), [], {}, []))
+    keys_of: dict[str, list[tuple]] = {}
+    default_cost: dict[str, float] = {}
     for q in queries:
         plan_steps = built.query_steps.setdefault(q.name, [])
+        keys_of[q.name] = []
+        default_cost[q.name] = 0.0
         for st in q.steps:
             if st["method"] in ("all-to-all", "empty") or st["op"] not in stats.ops:
                 continue
             op, info = st["op"], stats.ops[st["op"]]
             args = (st["input"], st["direction"] == "backward", st["cells_in"], st["cells_out"])
-            blocks = st.get("blocks_in") or 0
-            always = [Option(None, _priced(model, op, "reexec", args, blocks)
-                             if info.deterministic or info.has_map else UNANSWERABLE_S, "reexec")]
+            where = {"blocks": st.get("blocks_in") or 0, "runs": st.get("runs_in") or 0}
+            if info.deterministic or info.has_map:
+                always = [_priced(model, op, "reexec", args, where)]
+            else:
+                always = [Option(None, UNANSWERABLE_S, "reexec")]
             if info.has_map:
-                always.append(Option(None, _priced(model, op, "map", args, blocks), "map"))
-            costs = {k: model.cost(op, s, *args, blocks=blocks)
-                     for k, (o, s) in enumerate(cands) if o == op}
-            key = (op, *args, blocks)
-            ent = raw.setdefault(key, {"op": op, "weight": 0.0, "always": always, "costs": costs,
-                                       "dir": st["direction"]})
+                always.append(_priced(model, op, "map", args, where))
+            key = (op, *args, where["blocks"], where["runs"])
+            ent = raw.get(key)
+            if ent is None:
+                costs = {k: _option(model, op, s, args, where, k, str(s))
+                         for k, (o, s) in enumerate(cands) if o == op}
+                mine = [s for s in (defaults or {}).get(op, ()) if s.stored]
+                dflt = [o for o in (_option(model, op, s, args, where) for s in mine) if o]
+                ent = raw[key] = {"op": op, "weight": 0.0, "always": always, "costs": costs,
+                                  "dir": st["direction"],
+                                  "default": min(o.cost for o in always + dflt)}
             ent["weight"] += q.weight
-            plan_steps.append((op, always + [Option(k, c, str(cands[k][1]))
-                                             for k, c in costs.items() if c is not None], q.weight))
+            keys_of[q.name].append(key)
+            default_cost[q.name] += ent["default"]
+            plan_steps.append((op, always + [o for o in ent["costs"].values() if o is not None],
+                               q.weight))
     keep = _prune(model, cands, raw, budgets, max_rt, pins, built)
     index = {k: j for j, k in enumerate(keep)}
     p = built.problem
@@ -125,18 +159,28 @@ def build(model: CostModel, queries: list[WorkloadQuery], budgets: Budgets,
     p.exclusive = [(a, b) for a in range(len(p.candidates)) for b in range(a + 1, len(p.candidates))
                    if p.candidates[a].op == p.candidates[b].op
                    and {p.candidates[a].mode, p.candidates[b].mode} == {"pay", "comp"}]
-    for ent in raw.values():
-        opts = list(ent["always"]) + [Option(index[k], c, str(cands[k][1]))
-                                      for k, c in ent["costs"].items() if k in index and c is not None]
+    step_of: dict[tuple, int] = {}
+    fixed_of: dict[tuple, float] = {}
+    for key, ent in raw.items():
+        opts = list(ent["always"]) + [Option(index[k], o.cost, o.label, o.expected)
+                                      for k, o in ent["costs"].items() if k in index and o is not None]
         if len(opts) == len(ent["always"]):
             built.fixed_cost[ent["op"]] = built.fixed_cost.get(ent["op"], 0.0) + \
-                ent["weight"] * min(o.cost for o in opts)
+                ent["weight"] * min(o.predicted for o in opts)
+            fixed_of[key] = min(o.cost for o in opts)
         else:
+            step_of[key] = len(p.steps)
             p.steps.append(Step(ent["op"], ent["weight"], opts))
+    if defaults is not None:
+        for q in queries:
+            p.bounds.append(QueryBound(q.name, q.weight,
+                                       [step_of[k] for k in keys_of[q.name] if k in step_of],
+                                       sum(fixed_of.get(k, 0.0) for k in keys_of[q.name]),
+                                       DEFAULTS_TOLERANCE * default_cost[q.name]))
     for steps in built.query_steps.values():           # reporting: surviving candidates only
         for j, (op, opts, w) in enumerate(steps):
             steps[j] = (op, [Option(index.get(o.cand) if o.cand is not None else None, o.cost,
-                                    o.label) for o in opts
+                                    o.label, o.expected) for o in opts
                              if o.cand is None or o.cand in index], w)
     blackbox = sum(e["weight"] * min(o.cost for o in e["always"]) for e in raw.values())
     total_b = sum(c.bytes for c in p.candidates) or 1.0
@@ -151,6 +195,17 @@ def build(model: CostModel, queries: list[WorkloadQuery], budgets: Budgets,
         raise BudgetError(f"the pinned strategies alone need {fmt_size(pinned_bytes)}, more than "
                           f"the disk budget of {fmt_size(budgets.max_disk)}")
     return built
+
+
+def _c(ent: dict, k: int) -> float | None:
+    """The price of candidate ``k`` on a step entry (None: it cannot answer it)."""
+    o = ent["costs"].get(k)
+    return None if o is None else o.cost
+
+
+def _c_inf(ent: dict, k: int) -> float:
+    c = _c(ent, k)
+    return math.inf if c is None else c
 
 
 def _prune(model, cands, raw, budgets, max_rt, pins, built) -> list[int]:
@@ -179,7 +234,7 @@ def _prune(model, cands, raw, budgets, max_rt, pins, built) -> list[int]:
             drop("breaks the disk budget on its own", k)
         elif max_rt is not None and model.runtime(op, (s,)) > max_rt:
             drop("breaks the runtime budget on its own", k)
-        elif all(e["costs"].get(k) is None or e["costs"][k] >= min(o.cost for o in e["always"])
+        elif all(_c(e, k) is None or _c(e, k) >= min(o.cost for o in e["always"])
                  for e in steps):
             drop("never faster than mapping or re-execution", k)
         else:
@@ -191,13 +246,13 @@ def _prune(model, cands, raw, budgets, max_rt, pins, built) -> list[int]:
             survivors.append(k)
             continue
         steps = by_op.get(op, [])
-        mine = (model.disk(op, s), model.write_s(op, s), [e["costs"][k] for e in steps])
+        mine = (model.disk(op, s), model.write_s(op, s), [_c_inf(e, k) for e in steps])
         dominated = False
         for j in keep:
             o2, s2 = cands[j]
             if j == k or o2 != op or s2.mode is not s.mode:
                 continue
-            other = (model.disk(o2, s2), model.write_s(o2, s2), [e["costs"][j] for e in steps])
+            other = (model.disk(o2, s2), model.write_s(o2, s2), [_c_inf(e, j) for e in steps])
             if other[0] <= mine[0] and other[1] <= mine[1] and \
                     all(a <= b for a, b in zip(other[2], mine[2])) and (other != mine or j < k):
                 dominated = True

@@ -484,7 +484,7 @@ class Run:
             cat = self.store.catalog
             cat.add_trace_steps([
                 (tid, self.id, s.op, s.input, s.direction, s.method, s.cells_in, s.cells_out,
-                 s.seconds, now, s.blocks_in) for s in res.steps])
+                 s.seconds, now, s.blocks_in, s.runs_in) for s in res.steps])
             sig, n_in = trace_signature(start, cells, to, path, shortcut)
             cat.add_trace(tid, self.id, start, res.target, res.direction, sig,
                           {"to": to, "path": path, "shortcut": shortcut}, n_in, len(res),

@@ -53,14 +53,19 @@ TIMED_QUERY_CELLS = 1024
 # -- query-time planner (subzero.optimizer.planner) --------------------------------------
 #: Never give up on stored lineage sooner than this (seconds).
 MIN_BUDGET_S = 0.002
-#: Stored lineage may take this share of the predicted re-execution ...
-SWITCH_FACTOR = 0.5
-#: ... or this multiple of its own predicted cost, up to the re-execution.
-STORED_SLACK = 2.0
-#: A stored read that timed out waits this many steps before it is tried again.
-TOO_SLOW_STEPS = 3
+#: A stored read whose pessimistic price is at most this share of the predicted
+#: re-execution is abandoned once it overruns that price (a query then costs at most
+#: about 1 + SAFE_SHARE times black-box); a read not that clearly faster is committed to.
+SAFE_SHARE = 0.2
 #: Learned corrections of predicted step costs are clipped to this range.
-CORRECTION_RANGE = (0.25, 4.0)
+CORRECTION_RANGE = (0.25, 8.0)
+#: The calibration's error model buckets steps by size (cells in or out) at these edges.
+ERROR_BUCKETS = (64, 4096, 65536)
+#: Beyond the largest calibrated step, a prediction's error factors widen by this much
+#: per decade of size (an assumption the optimizer benchmark's scale sweep measures).
+EXTRAPOLATION_GROWTH = 0.5
+#: Error factor assumed for a calibration without an error model.
+DEFAULT_MARGIN = 2.0
 
 # -- profiling runs (subzero.optimizer.profile) -------------------------------------------
 #: Pairs encoded per candidate strategy at most (then extrapolated).

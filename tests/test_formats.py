@@ -304,8 +304,8 @@ def test_pre_versioning_catalog_migrates_on_open(tmp_path, cli):
         assert cat.ops(1)[0]["strategies"] == ["full:fullone:backward"]
         assert cat.trace_steps(1)[0]["blocks_in"] == 0          # the new column, defaulted
         assert cat.plan_names() == [] and cat.downgrades(1) == []   # tables added since exist
-        cat.add_trace_steps([("t2", 1, "cr", 0, "forward", "map", 2, 2, 0.001, 1004.0, 3)])
-        assert [s["blocks_in"] for s in cat.trace_steps(1)] == [0, 3]
+        cat.add_trace_steps([("t2", 1, "cr", 0, "forward", "map", 2, 2, 0.001, 1004.0, 3, 5)])
+        assert [(s["blocks_in"], s["runs_in"]) for s in cat.trace_steps(1)] == [(0, 0), (3, 5)]
     finally:
         cat.close()
     # and the store runs and traces as a new one would
@@ -334,8 +334,9 @@ def test_a_failing_migration_leaves_the_catalog_as_it_was(tmp_path, monkeypatch)
 
     def boom(db):
         raise RuntimeError("migration failed halfway")
-    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS + (schema.Migration(3, "x", boom),))
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 3)
+    nxt = schema.SCHEMA_VERSION + 1
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS + (schema.Migration(nxt, "x", boom),))
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", nxt)
     with pytest.raises(RuntimeError, match="halfway"):
         Catalog(path)
     monkeypatch.undo()

@@ -7,10 +7,11 @@ import random
 import pytest
 
 from subzero.optimizer.budgets import BudgetError, Budgets, parse_factor, parse_size
-from subzero.optimizer.ilp import Candidate, Option, Problem, Step, brute_force, evaluate, solve
+from subzero.optimizer.ilp import Candidate, Option, Problem, QueryBound, Step, brute_force, evaluate, solve
 
 
-def random_problem(rng: random.Random, n_ops=3, max_cands=4, n_steps=8, pins=False) -> Problem:
+def random_problem(rng: random.Random, n_ops=3, max_cands=4, n_steps=8, pins=False,
+                   bounds=False) -> Problem:
     ops = [f"op{i}" for i in range(n_ops)]
     cands, gen = [], {}
     for op in ops:
@@ -36,13 +37,19 @@ def random_problem(rng: random.Random, n_ops=3, max_cands=4, n_steps=8, pins=Fal
         op = rng.choice(ops)
         mine = p.cands_of(op)
         p.pinned[op] = [rng.choice(mine)] if rng.random() < 0.7 else []
+    if bounds:                 # queries of a few steps each, bounded near their black-box cost
+        for q in range(3):
+            ks = [rng.randrange(len(steps)) for _ in range(rng.randint(1, 4))]
+            bb = sum(min(o.cost for o in steps[k].options if o.cand is None) for k in ks)
+            p.bounds.append(QueryBound(f"q{q}", rng.uniform(0.5, 2), ks, rng.uniform(0, 0.3),
+                                       bb * rng.uniform(0.2, 1.2)))
     return p
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_ilp_equals_brute_force(seed):
     rng = random.Random(seed)
-    p = random_problem(rng, pins=seed % 3 == 0)
+    p = random_problem(rng, pins=seed % 3 == 0, bounds=seed % 2 == 1)
     ilp, brute = solve(p), brute_force(p)
     assert ilp.status == brute.status
     if brute.status == "optimal":
@@ -66,6 +73,24 @@ def test_brute_force_cases_are_not_trivial():
         ops = [p.candidates[k].op for k in sol.chosen]
         multi += len(ops) != len(set(ops))
     assert len(chosen_sets) >= 15 and 5 < binding < 35 and multi >= 2
+
+
+def test_query_bounds_bind_and_change_plans():
+    """Soft bounds per query (no slower than the default strategies) are not decoration:
+    over random problems they change the optimum, and a plan whose query costs exceed
+    their bound pays for it in the objective."""
+    changed = 0
+    for seed in range(40):
+        p = random_problem(random.Random(500 + seed), bounds=True)
+        free = Problem(p.ops, p.candidates, p.gen_s, p.steps, p.max_disk, p.max_runtime_s,
+                       exclusive=p.exclusive, eps_disk=p.eps_disk, eps_runtime=p.eps_runtime,
+                       fixed_runtime_s=p.fixed_runtime_s)
+        bounded, unbounded = solve(p), solve(free)
+        assert bounded.status == unbounded.status == "optimal"     # soft: always a plan
+        changed += bounded.chosen != unbounded.chosen
+        over = evaluate(p, unbounded.chosen)[0] - evaluate(free, unbounded.chosen)[0]
+        assert over >= -1e-12
+    assert changed >= 3
 
 
 @pytest.mark.parametrize("seed", range(30))

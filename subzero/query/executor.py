@@ -47,7 +47,7 @@ from subzero.model.workflow import Workflow
 from subzero.query import steps as run_step
 from subzero.query.graph import Edge, RunGraph
 from subzero.query.methods import Mapping, Method, MethodTable, Stored, fallback_order
-from subzero.query.planner import Planner, StepInfo, StepStat, blocks_of, blocks_spanned
+from subzero.query.planner import Planner, StepInfo, StepStat, blocks_of, blocks_spanned, runs_of
 from subzero.query.relation import StepContext
 from subzero.query.sources import Deadline, PairSource, TimedSource
 from subzero.query.tilerun import TileAccess, share
@@ -57,7 +57,7 @@ from subzero.storage.arrays import ArrayStore
 from subzero.storage.lineage import CorruptLineage, LineageStore, StrategyReader
 
 __all__ = ["Executor", "RunView", "TraceOptions", "TraceResult", "StepStat", "StepInfo",
-           "blocks_spanned"]
+           "blocks_spanned", "runs_of"]
 
 
 @dataclass
@@ -183,7 +183,7 @@ class Executor:
         """One step: the cells of the step's target array reached from ``q``."""
         t0 = time.perf_counter()
         tgt_shape = self.v.shapes[e.dst]
-        blocks, note = 0, ""
+        shape_in, note = (0, 0), ""
         if not q:
             res, method = CellSet.empty(tgt_shape), "empty"
         else:
@@ -191,9 +191,9 @@ class Executor:
             if opts.shortcut and sc.op.is_all_to_all(e.input):
                 res, method = CellSet.everything(tgt_shape), "all-to-all"
             else:
-                res, method, note, blocks = self._choose_and_run(e, sc, q, opts, t0)
+                res, method, note, shape_in = self._choose_and_run(e, sc, q, opts, t0)
         st = StepStat(e.op, e.input, e.direction, method, len(q), len(res),
-                      time.perf_counter() - t0, blocks, note)
+                      time.perf_counter() - t0, shape_in[0], note, shape_in[1])
         stats.append(st)
         planner = opts.pricing
         if planner is not None and method not in ("empty", "all-to-all"):
@@ -201,20 +201,20 @@ class Executor:
         return res
 
     def _choose_and_run(self, e: Edge, sc: StepContext, q: CellSet, opts: TraceOptions,
-                        t0: float) -> tuple[CellSet, str, str, int]:
+                        t0: float) -> tuple[CellSet, str, str, tuple[int, int]]:
         """The first method that works, in the simple rule's or the planner's order;
-        returns (target cells, method, note, blocks)."""
+        returns (target cells, method, note, (blocks, runs) of the input cells)."""
         name, i, backward = e.op, e.input, e.backward
         methods: Sequence[Method] = self.methods(name, backward, opts.prefer)
-        budget, blocks, note = None, 0, ""
+        budget, blocks, runs, note = None, 0, 0, ""
         tiles = self._tiles(name)
         planner = opts.pricing
         if planner is not None:
-            blocks = blocks_of(q)
+            blocks, runs = blocks_of(q), runs_of(q)
             info = StepInfo(name, i, backward, len(q), blocks,
                             all(a in self._values for a in self.v.inputs_of[name]),
                             share(sc, tiles, q.ids(), i, backward)
-                            if q.form == "sparse" else 1.0)
+                            if q.form == "sparse" else 1.0, runs)
             methods, budget = planner.plan(info, methods)
 
         def inputs() -> list[object]:
@@ -252,7 +252,7 @@ class Executor:
                 res, method = run_step.mapping(sc, q, i, backward), m.name
             else:
                 res, method = run_step.reexec(sc, i, backward, q, inputs, stored, tiles)
-            return run_step.settle(res, self.v.shapes[e.dst]), method, note, blocks
+            return run_step.settle(res, self.v.shapes[e.dst]), method, note, (blocks, runs)
         raise QueryError(f"cannot trace through operator {name!r}: its stored lineage is damaged "
                          f"({', '.join(damaged) or 'none offered'}) and no other method is left "
                          f"(a planner must keep re-execution)")

@@ -39,6 +39,7 @@ class StepStat:
     seconds: float
     blocks_in: int = 0          # key blocks the input cells span (taken when a planner runs)
     note: str = ""              # e.g. why the planner switched to re-execution
+    runs_in: int = 0            # runs of consecutive cells of the input (taken with blocks_in)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class StepInfo:
     #: the share of the operator's tiles a re-execution would run: tile-parallel operators
     #: re-run only the tiles the query touches (1.0: a whole re-run)
     tiles: float = 1.0
+    #: runs of consecutive cells along the last axis: the probes an R-tree lookup makes
+    runs_in: int = 0
 
 
 class Planner(Protocol):
@@ -80,6 +83,24 @@ def blocks_of(q: CellSet) -> int:
     if bits is None:
         return int(np.count_nonzero(run_starts(q.ids() >> KEY_BITS)))
     return blocks_spanned(bits)
+
+
+def runs_of(q: CellSet) -> int:
+    """Runs of consecutive cells along the last axis (a row of a box is one run): the
+    probes an R-tree lookup makes, since it asks one box per run.  Costs the cells held,
+    or one pass over a dense set's bitmap."""
+    if q.is_entire:
+        return int(np.prod(q.shape[:-1], dtype=np.int64)) if len(q.shape) > 1 else 1
+    last = q.shape[-1] if q.shape else 1
+    bits = q.dense_bitmap()
+    if bits is None:
+        ids = q.ids()
+        if ids.size == 0:
+            return 0
+        return 1 + int(np.count_nonzero((np.diff(ids) != 1) | (ids[1:] % last == 0)))
+    b = bits.reshape(-1, last)
+    starts = np.count_nonzero(b[:, 1:] & ~b[:, :-1]) if last > 1 else 0
+    return int(starts + np.count_nonzero(b[:, 0]))
 
 
 def blocks_spanned(bm: np.ndarray) -> int:

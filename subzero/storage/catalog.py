@@ -205,16 +205,16 @@ class Catalog:
         with self.tx():
             self.db.executemany(
                 "INSERT INTO trace_steps (trace_id, run_id, op, input_idx, direction, method,"
-                " cells_in, cells_out, seconds, ts, blocks_in) VALUES"
-                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", steps)
+                " cells_in, cells_out, seconds, ts, blocks_in, runs_in) VALUES"
+                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", steps)
 
     def trace_steps(self, run_id: int | None = None) -> list[dict[str, Any]]:
         q = ("SELECT trace_id, run_id, op, input_idx, direction, method, cells_in, cells_out,"
-             " seconds, blocks_in FROM trace_steps")
+             " seconds, blocks_in, runs_in FROM trace_steps")
         rows = self.db.execute(q + (" WHERE run_id=?" if run_id is not None else "") + " ORDER BY id",
                                (() if run_id is None else (run_id,))).fetchall()
         keys = ("trace_id", "run_id", "op", "input", "direction", "method", "cells_in",
-                "cells_out", "seconds", "blocks_in")
+                "cells_out", "seconds", "blocks_in", "runs_in")
         return [dict(zip(keys, r)) for r in rows]
 
     # -- optimizer bookkeeping: traces, lineage sizes, profiles, calibrations, plans ---------
@@ -247,9 +247,10 @@ class Catalog:
 
     def steps_of(self, trace_id: str) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT op, input_idx, direction, method, cells_in, cells_out, seconds,"
-                               " blocks_in FROM trace_steps WHERE trace_id=? ORDER BY id",
+                               " blocks_in, runs_in FROM trace_steps WHERE trace_id=? ORDER BY id",
                                (trace_id,)).fetchall()
-        keys = ("op", "input", "direction", "method", "cells_in", "cells_out", "seconds", "blocks_in")
+        keys = ("op", "input", "direction", "method", "cells_in", "cells_out", "seconds", "blocks_in",
+                "runs_in")
         return [dict(zip(keys, r)) for r in rows]
 
     def add_strategy_space(self, run_id, op, strategy, data: dict) -> None:

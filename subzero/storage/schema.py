@@ -72,6 +72,10 @@ def _add_blocks_in(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE trace_steps ADD COLUMN blocks_in INTEGER DEFAULT 0")
 
 
+def _add_runs_in(db: sqlite3.Connection) -> None:
+    db.execute("ALTER TABLE trace_steps ADD COLUMN runs_in INTEGER DEFAULT 0")
+
+
 @dataclass(frozen=True)
 class Migration:
     """Brings a catalog from version ``to - 1`` to ``to``."""
@@ -87,6 +91,8 @@ MIGRATIONS: tuple[Migration, ...] = (
               _create_tables),
     Migration(2, "trace_steps.blocks_in: key blocks a step's query spanned (query-time planner)",
               _add_blocks_in),
+    Migration(3, "trace_steps.runs_in: runs of consecutive cells a step's query held (R-tree "
+                 "probes, query-time planner)", _add_runs_in),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].to
 assert [m.to for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))
