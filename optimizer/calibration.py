@@ -90,6 +90,8 @@ class CalibrationPatches(WindowComposite):
 
 
 def calibration_workflow(huge: bool = True) -> Workflow:
+    """The calibration's operators; ``huge=False`` leaves out the two extra tiers (the
+    capture-overhead runs need only the core three)."""
     wf = Workflow("subzero-calibration")
     small = wf.input("small")
     big = wf.input("big")
@@ -98,6 +100,9 @@ def calibration_workflow(huge: bool = True) -> Workflow:
     wf.add("p32", CalibrationPatches(32, 48, spin=4), big)
     if huge:          # many small pairs: per-pair costs at scale (2 x 2 cells each side)
         wf.add("p2", CalibrationPatches(2, 2), wf.input("huge"))
+        # a tiny lineage: the fixed costs of a read, which big lineages hide (a scan of a
+        # few hundred pairs is not free)
+        wf.add("p1t", CalibrationPatches(1, 3), wf.input("tiny"))
     return wf
 
 
@@ -113,6 +118,14 @@ HUGE_SIDE = 512
 HUGE_SCATTERED = (16384,)
 HUGE_BOXES = (256,)
 HUGE_CELLS = sum(HUGE_SCATTERED) + sum(b * b for b in HUGE_BOXES)
+#: The tiny tier: 24 x 24 cells, asked 1 and 64 cells and an 8 x 8 box.
+TINY_SIDE = 24
+TINY_SCATTERED = (1, 64)
+TINY_BOXES = (8,)
+TINY_CELLS = sum(TINY_SCATTERED) + sum(b * b for b in TINY_BOXES)
+#: Queries per tier: (scattered sizes, box sides, cells in all).
+TIERS = {"p2": (HUGE_SCATTERED, HUGE_BOXES, HUGE_CELLS),
+         "p1t": (TINY_SCATTERED, TINY_BOXES, TINY_CELLS)}
 #: An observation slower than this is timed once.
 SLOW_OBSERVATION_S = 0.1
 
@@ -307,7 +320,8 @@ def calibrate(repeats: int = 2, seed: int = 0, progress: ProgressArg = False) ->
     tmp = Path(tempfile.mkdtemp(prefix="subzero-calibration-"))
     rng = np.random.default_rng(seed)
     inputs = {"small": rng.random((192, 192)), "big": rng.random((384, 384)),
-              "huge": rng.random((HUGE_SIDE, HUGE_SIDE))}
+              "huge": rng.random((HUGE_SIDE, HUGE_SIDE)),
+              "tiny": rng.random((TINY_SIDE, TINY_SIDE))}
     wf = calibration_workflow()
     ops = list(wf.steps)
     full_pay = [Strategy(m, e, d) for m in (Mode.FULL, Mode.PAY) for e in ENCODINGS[m]
@@ -316,7 +330,7 @@ def calibrate(repeats: int = 2, seed: int = 0, progress: ProgressArg = False) ->
     groups = [full_pay, comp + [Strategy(Mode.MAP)]]
     n_methods = [sum(1 for s in groups[0] if s.stored), sum(1 for s in groups[1] if s.stored) + 2]
     obs_weight = sum(2 * _observation_weight(wf.steps[op].operator,
-                                             HUGE_CELLS if op == "p2" else QUERY_CELLS, n)
+                                             TIERS.get(op, (0, 0, QUERY_CELLS))[2], n)
                      for n in n_methods for op in ops)
     share = {k: v * obs_weight for k, v in _PHASE_SHARE.items()}
     store = subzero.open_store(tmp / "store")
@@ -334,8 +348,8 @@ def calibrate(repeats: int = 2, seed: int = 0, progress: ProgressArg = False) ->
                     huge = op == "p2"
                     for backward in (True, False):
                         start = op if backward else wf.steps[op].inputs[0]
-                        queries = _queries(run.shapes()[start], rng, HUGE_SCATTERED, HUGE_BOXES) \
-                            if huge else _queries(run.shapes()[start], rng)
+                        scattered, boxes, _ = TIERS.get(op, (SCATTERED, BOXES, 0))
+                        queries = _queries(run.shapes()[start], rng, scattered, boxes)
                         for cells in queries:
                             methods = [(f"stored:{s}", str(s)) for s in group if s.stored]
                             if run is runs[1][0]:
@@ -358,7 +372,7 @@ def calibrate(repeats: int = 2, seed: int = 0, progress: ProgressArg = False) ->
             coef, quality, errors = fit(obs, model)
             small = calibration_workflow(huge=False)
             capture_s, strategy_s = _capture_overheads(
-                store, small, {k: v for k, v in inputs.items() if k != "huge"})
+                store, small, {k: v for k, v in inputs.items() if k in ("small", "big")})
             rtree_quadratic = _rtree_quadratic()
             advance(share["tail"])
     finally:
