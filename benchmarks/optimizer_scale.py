@@ -281,7 +281,8 @@ def _methods(ms: list[str]) -> str:
 
 def tables(results: dict) -> list[str]:
     ok = {k: r for k, r in results.items() if "error" not in r}
-    lines = ["| size | plain run s | optimize s (with profiling / again) | plan run s | end to end "
+    lines = ["| size | plain run s | optimize s (with profiling / again) | plan run s (x plain: measured "
+             "/ predicted) | end to end "
              "| lineage MB (plan pred. / meas.; defaults) | workload ms: predicted / plan / defaults "
              "/ BlackBox | peak GB | size took |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -292,7 +293,8 @@ def tables(results: dict) -> list[str]:
         s, p = summarise(r), r["plan"]
         lines.append(
             f"| {label(r['flow'], r['size'])} | {s['plain_s']:.1f} | {r['optimize_s']:.1f} / "
-            f"{r['reoptimize_s']:.2f} | {r['plan_run_s']:.1f} | {s['end_to_end']:.2f}x | "
+            f"{r['reoptimize_s']:.2f} | {r['plan_run_s']:.1f} ({s['plan_run_ratio']:.2f}x / "
+            f"{p['runtime_factor']:.2f}x) | {s['end_to_end']:.2f}x | "
             f"{_mb(p['disk'])} / {_mb(r['disk']['plan'])}; {_mb(r['disk']['defaults'])} | "
             f"{_ms(s['predicted_cost'])} / {_ms(s['cost']['plan'])} / {_ms(s['cost']['defaults'])} / "
             f"{_ms(s['cost']['blackbox'])} | {r['peak_gb']:.1f} | {r['took_s']:.0f} s |")
@@ -336,44 +338,60 @@ def target_table(results: dict) -> tuple[list[str], int, int]:
 
 
 def plot(results: dict, path: Path) -> None:
+    """Per workflow: each query under the plan as a multiple of the defaults and of
+    BlackBox; predicted vs measured per query; the workload cost and optimize time."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     flows = [f for f in FULL if any(r.get("flow") == f and "error" not in r for r in results.values())]
     if not flows:
         return
-    fig, axes = plt.subplots(len(flows), 2, figsize=(14, 4.6 * len(flows)), squeeze=False)
+    fig, axes = plt.subplots(len(flows), 3, figsize=(18, 4.8 * len(flows)), squeeze=False)
     for row, flow in zip(axes, flows):
         rs = sorted((r for r in results.values() if r.get("flow") == flow and "error" not in r),
                     key=lambda r: r["size"])
         x = [r["size"] for r in rs]
+        ss = [summarise(r) for r in rs]
         names = list(rs[0]["queries"])
         ax = row[0]
         for k, n in enumerate(names):
-            c = f"C{k}"
-            ax.plot(x, [r["queries"][n]["plan"]["s"] * 1e3 for r in rs], "o-", color=c, label=f"{n} plan")
-            ax.plot(x, [r["queries"][n]["defaults"]["s"] * 1e3 for r in rs], "s--", color=c, lw=0.8,
-                    label=f"{n} defaults")
-            ax.plot(x, [r["queries"][n]["blackbox"]["s"] * 1e3 for r in rs], "x:", color=c, lw=0.8,
-                    label=f"{n} BlackBox")
-        ax.set(xscale="log", yscale="log", ylabel="ms (cold caches)",
-               title=f"{flow}: each query under the plan, the defaults and BlackBox")
-        ax.legend(fontsize=6, ncol=3)
+            ax.plot(x, [s["vs_defaults"][n] for s in ss], "o-", color=f"C{k}", label=n)
+            ax.plot(x, [s["vs_blackbox"][n] for s in ss], "x:", color=f"C{k}", lw=0.8)
+        ax.axhline(PLAN_VS_DEFAULTS, color="r", lw=0.8, ls="--")
+        ax.set(yscale="log", ylabel="query under the plan / under the baseline",
+               title=f"{flow}: each query, plan / defaults (solid) and\nplan / BlackBox (dotted); "
+                     f"red: {PLAN_VS_DEFAULTS}x")
+        ax.legend(fontsize=7, ncol=2)
         ax = row[1]
-        ss = [summarise(r) for r in rs]
-        ax.plot(x, [s["predicted_cost"] * 1e3 for s in ss], "o--k", label="plan, predicted")
+        pts = [v for r in rs for n in names if n in r["plan"]["queries"]
+               for v in (r["plan"]["queries"][n], r["queries"][n]["plan"]["s"])]
+        if pts:
+            lo, hi = min(pts) / 2, max(pts) * 2
+            ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+            ax.fill_between([lo, hi], [lo / (1 + QUERY_ERROR), hi / (1 + QUERY_ERROR)],
+                            [lo / (1 - QUERY_ERROR), hi / (1 - QUERY_ERROR)], color="grey", alpha=0.2)
+            for i, r in enumerate(rs):
+                for k, n in enumerate(names):
+                    if n in r["plan"]["queries"]:
+                        ax.scatter(r["plan"]["queries"][n], r["queries"][n]["plan"]["s"], color=f"C{k}",
+                                   s=12 + 40 * i, alpha=0.8)
+        ax.set(xscale="log", yscale="log", xlabel="predicted s", ylabel="measured s",
+               title=f"{flow}: each query under the plan, predicted vs\nmeasured (bigger dot = "
+                     f"larger size; band: {QUERY_ERROR:.0%} error)")
+        ax = row[2]
+        ax.plot(x, [s["predicted_cost"] for s in ss], "o--k", label="plan, predicted")
         for k, style in zip(KINDS, ("x:", "s--", "o-")):
-            ax.plot(x, [s["cost"][k] * 1e3 for s in ss], style, label=f"{k}, measured")
-        ax.plot(x, [r["optimize_s"] * 1e3 for r in rs], "^-", color="grey", label="optimize time")
-        ax.set(xscale="log", yscale="log", ylabel="ms",
-               title=f"{flow}: workload cost (weighted sum) and optimize time")
+            ax.plot(x, [s["cost"][k] for s in ss], style, label=f"{k}, measured")
+        ax.plot(x, [r["optimize_s"] for r in rs], "^-", color="grey", label="optimize (with profiling)")
+        ax.set(yscale="log", ylabel="seconds", title=f"{flow}: workload cost (weighted sum)\nand optimize time")
         ax.legend(fontsize=7)
-        for ax in row:
+        for ax in (row[0], row[2]):
+            ax.set_xscale("log")
             ax.set_xlabel("replicate (patients x96)" if flow == "genomics" else "megapixels")
             ax.set_xticks(x, [f"{v:g}" for v in x])
             ax.minorticks_off()
     fig.tight_layout()
-    fig.savefig(path, dpi=85)
+    fig.savefig(path, dpi=80)
 
 
 def section(results: dict, calibration: dict, a) -> str:
