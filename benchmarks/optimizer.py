@@ -57,6 +57,32 @@ FLOWS = {
 }
 
 
+def time_query(run, q, cells, planner, repeats: int, cold: bool = True,
+               seconds: float = QUERY_SECONDS):
+    """Median seconds of a query (warm process; ``cold``: empty block cache and arrays
+    reloaded each time), and its answer.  Queries over 2 s are timed once; fast ones
+    are repeated until ``seconds`` have passed (at most QUERY_MAX_REPEATS times),
+    because a sub-millisecond median of three is mostly scheduler noise.  (Shared with
+    ``optimizer_scale.py``.)"""
+    t0 = time.perf_counter()
+    run.trace(q.start, cells, to=q.to, path=q.path, shortcut=q.shortcut, planner=planner,
+              record=False)                                   # warm-up: readers, imports
+    once = time.perf_counter() - t0
+    if once > 2.0:
+        repeats = 1
+    else:
+        repeats = max(repeats, min(QUERY_MAX_REPEATS, int(seconds / max(once, 1e-5))))
+    times, res = [], None
+    for _ in range(repeats):
+        if cold:
+            run.executor().clear_cache()
+        t0 = time.perf_counter()
+        res = run.trace(q.start, cells, to=q.to, path=q.path, shortcut=q.shortcut,
+                        planner=planner, record=False)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), res
+
+
 class Bench:
     def __init__(self, a, bar):
         self.a, self.bar = a, bar
@@ -68,27 +94,7 @@ class Bench:
         shutil.rmtree(self.work, ignore_errors=True)
 
     def time_query(self, run, q, cells, planner, repeats, cold=True):
-        """Median seconds of a query (warm process; ``cold``: empty block cache and arrays
-        reloaded each time), and its answer.  Queries over 2 s are timed once; fast ones
-        are repeated until QUERY_SECONDS have passed (at most QUERY_MAX_REPEATS times),
-        because a sub-millisecond median of three is mostly scheduler noise."""
-        t0 = time.perf_counter()
-        run.trace(q.start, cells, to=q.to, path=q.path, shortcut=q.shortcut, planner=planner,
-                  record=False)                                   # warm-up: readers, imports
-        once = time.perf_counter() - t0
-        if once > 2.0:
-            repeats = 1
-        else:
-            repeats = max(repeats, min(QUERY_MAX_REPEATS, int(QUERY_SECONDS / max(once, 1e-5))))
-        times, res = [], None
-        for _ in range(repeats):
-            if cold:
-                run.executor().clear_cache()
-            t0 = time.perf_counter()
-            res = run.trace(q.start, cells, to=q.to, path=q.path, shortcut=q.shortcut,
-                            planner=planner, record=False)
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times), res
+        return time_query(run, q, cells, planner, repeats, cold)
 
     def runtimes(self, wf, params, plan_name, repeats):
         """Median plan run and no-lineage run seconds, and the median of their pairwise

@@ -69,6 +69,14 @@ def java_ok() -> bool:
 
 
 @pytest.fixture(scope="session")
+def calibration():
+    """One real calibration of the optimizer's cost model (quick: one repeat), shared by
+    every test that optimizes or plans (it takes tens of seconds)."""
+    from subzero.optimizer.calibration import calibrate
+    return calibrate(repeats=1)
+
+
+@pytest.fixture(scope="session")
 def spark():
     """One SparkSession for the whole test session (local mode, task retries on)."""
     if not java_ok():

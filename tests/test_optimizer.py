@@ -2,7 +2,7 @@
 under budgets, pins, black-box plans, clear errors, runs that keep to the
 plan's disk budget (downgrading when a prediction was wrong), the query-time
 planner and its switch to re-execution, workloads from the trace log, and the
-CLI.  One real calibration (quick) is shared by the whole module."""
+CLI.  One real calibration (quick, conftest's ``calibration``) is shared by the session."""
 
 import json
 import os
@@ -15,7 +15,6 @@ import subzero
 from subzero.errors import StrategyError, SubZeroError, SubZeroWarning
 from subzero.model.strategy import parse_one
 from subzero.optimizer import BudgetError, OptimizerError, load_plan, optimize, planner_for
-from subzero.optimizer.calibration import calibrate
 from subzero.optimizer.costmodel import correction_key
 from subzero.optimizer.planner import QueryPlanner
 from subzero.optimizer.workloads import from_trace_log
@@ -26,11 +25,6 @@ ROOT = Path(__file__).resolve().parent.parent
 WF = str(ROOT / "workflows" / "genomics.py")
 WORKLOAD = str(ROOT / "workflows" / "genomics_workload.json")
 UDFS = ("extract", "model", "predict")
-
-
-@pytest.fixture(scope="module")
-def calibration():
-    return calibrate(repeats=1)
 
 
 def _store(path, calibration):
