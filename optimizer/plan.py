@@ -54,6 +54,9 @@ class Plan:
     pruned: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     capture_s: float = 0.0     # paid once by a run that stores anything (LMDB environment)
+    #: the workload's pessimistic price the plan was chosen by (each step's prediction times
+    #: its error factor, plus any penalty for a query slower than under the defaults)
+    priced_s: float = 0.0
 
     @property
     def strategies(self) -> dict[str, str]:
@@ -224,7 +227,8 @@ def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) ->
                 rows, sum(op_cost.values()), blackbox, queries,
                 predicted, sol.solve_s,
                 len(p.candidates), {r: len(v) for r, v in built.pruned.items()},
-                capture_s=model.capture_fixed_s)
+                capture_s=model.capture_fixed_s,
+                priced_s=sol.query_cost + built.fixed_priced)
     if not chosen:
         small = built.smallest
         if budgets.max_disk is not None and small is not None and small[0] > budgets.max_disk:

@@ -40,6 +40,7 @@ class Built:
     problem: Problem
     pruned: dict[str, list[str]] = field(default_factory=dict)     # reason -> ["op strategy"]
     fixed_cost: dict[str, float] = field(default_factory=dict)     # op -> weighted cost, no choice
+    fixed_priced: float = 0.0      # the same steps' weighted pessimistic price
     query_steps: dict[str, list[tuple[str, list[Option], float]]] = field(default_factory=dict)
     smallest: tuple[float, str] | None = None                      # cheapest candidate on disk
 
@@ -168,6 +169,7 @@ def build(model: CostModel, queries: list[WorkloadQuery], budgets: Budgets,
             built.fixed_cost[ent["op"]] = built.fixed_cost.get(ent["op"], 0.0) + \
                 ent["weight"] * min(o.predicted for o in opts)
             fixed_of[key] = min(o.cost for o in opts)
+            built.fixed_priced += ent["weight"] * fixed_of[key]
         else:
             step_of[key] = len(p.steps)
             p.steps.append(Step(ent["op"], ent["weight"], opts))
