@@ -6,12 +6,14 @@ functions where operators have them, black-box elsewhere), so it is queryable
 by re-execution.  After each operator runs, the profiler
 
 * re-runs it once per lineage mode it supports (Full, Pay, Comp), lineage kept
-  in memory, to time the lineage work of each mode (fast operators: best of 3);
+  in memory, to time the lineage work of each mode (best of 3 only when that
+  run is fast: a mode that takes seconds is timed once);
 * counts what ``lwrite`` produced (pairs, cells on each side, payload bytes);
 * encodes a sample of the pairs with every candidate encoding and direction
   into a scratch store and extrapolates bytes and write time to all pairs.
   Sampling matters for operators with a million pairs; a small lineage is
-  encoded whole, so its prediction is exact.
+  encoded whole, so its prediction is exact (a sample too small to extrapolate
+  grows in one step to the size it needs, or to all pairs).
 """
 
 from __future__ import annotations
