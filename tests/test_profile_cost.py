@@ -1,0 +1,104 @@
+"""What profiling costs: a lineage mode that takes real time is run once (a fast one is
+timed best of 3), a small lineage's sample grows straight to the size it needs (it is
+not encoded again and again), and the profile's numbers stay what a stored run of the
+same strategy measures."""
+
+import time
+
+import numpy as np
+
+from subzero import Mode, Operator, Workflow
+from subzero.capture.runner import run_operator
+from subzero.engines.lineage import store_lineage
+from subzero.engines.stats import OpStats
+from subzero.model.strategy import Direction, Strategy
+from subzero.optimizer.profile import Profiler, profile_workflow
+from subzero.storage.lineage import LineageStore
+from subzero.tuning import FAST_OP_S
+
+
+class Cellwise(Operator):
+    """Elementwise copy that writes one Full pair per cell; sleeps ``slow`` seconds when
+    it captures lineage, and counts the runs that did."""
+
+    def __init__(self, slow: float = 0.0):
+        self.slow, self.lineage_runs, self.runs = slow, 0, 0
+
+    def supported_modes(self):
+        return {Mode.FULL, Mode.BLACKBOX}
+
+    def run(self, ctx, x):
+        self.runs += 1
+        if Mode.FULL in ctx.modes:
+            self.lineage_runs += 1
+            time.sleep(self.slow)
+            cells = np.argwhere(np.ones(np.shape(x), bool))
+            ctx.lwrite(cells, cells, each=True)
+        return np.asarray(x) + 0
+
+
+def _workflow(slow_op, fast_op):
+    wf = Workflow("cost")
+    a = wf.input("a")
+    b = wf.add("slow", slow_op, a)
+    wf.add("fast", fast_op, b)
+    return wf
+
+
+def test_slow_lineage_mode_is_run_once_fast_one_best_of_three(store):
+    slow, fast = Cellwise(slow=2 * FAST_OP_S), Cellwise()
+    prof = profile_workflow(store, _workflow(slow, fast), inputs={"a": np.zeros((8, 16))},
+                            progress=False)
+    assert slow.lineage_runs == 1 and fast.lineage_runs == 3
+    full = prof["ops"]["slow"]["modes"]["full"]
+    assert full["run_s"] >= 2 * FAST_OP_S and full["gen_s"] >= FAST_OP_S
+    assert full["pairs"] == 128 and prof["ops"]["fast"]["modes"]["full"]["pairs"] == 128
+
+
+def _pairs(shape):
+    op = Cellwise()
+    _out, full, _pay, _ctx = run_operator("op", op, [np.zeros(shape)],
+                                          (Strategy(Mode.FULL, "fullone", Direction.BACKWARD),))
+    return op, full
+
+
+def _stored(tmp_path, op, s, pairs, shape) -> dict:
+    """What storing ``s`` for real writes (bytes, spaces)."""
+    lin = LineageStore(tmp_path / "real")
+    try:
+        st = OpStats("op", "", [], [], shape)
+        store_lineage("op", op, (s,), pairs, None, shape, [shape], lin, st)
+        return st.per_strategy[0]
+    finally:
+        lin.close()
+
+
+def test_small_lineage_sample_grows_straight_to_all_pairs(tmp_path):
+    shape = (50, 400)                           # 20,000 pairs: a few LMDB pages
+    op, pairs = _pairs(shape)
+    s = Strategy(Mode.FULL, "fullone", Direction.FORWARD)
+    prof = Profiler(tmp_path / "scratch", sample_pairs=1024)
+    try:
+        got = prof._encode("op", op, s, pairs, shape, [shape])
+        writes = prof._n
+    finally:
+        prof.close()
+    # one sample, then all pairs: stepping 4x at a time took 4 encodings (1K, 4K, 16K, all)
+    assert writes == 2
+    real = _stored(tmp_path, op, s, pairs, shape)
+    assert got["exact"] and got["bytes"] == real["bytes"]
+    assert got["spaces"] == real["spaces"]
+
+
+def test_sampled_prediction_stays_close_to_the_stored_bytes(tmp_path):
+    shape = (300, 1000)                         # 300,000 pairs, sampled
+    op, pairs = _pairs(shape)
+    s = Strategy(Mode.FULL, "fullmany", Direction.BACKWARD)
+    prof = Profiler(tmp_path / "scratch", sample_pairs=8192)
+    try:
+        got = prof._encode("op", op, s, pairs, shape, [shape])
+    finally:
+        prof.close()
+    real = _stored(tmp_path, op, s, pairs, shape)
+    assert not got["exact"] and got["sample_frac"] < 0.5
+    assert abs(got["bytes"] - real["bytes"]) <= 0.25 * real["bytes"]
