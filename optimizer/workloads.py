@@ -31,7 +31,7 @@ class WorkloadQuery:
     direction: str
     start: str
     target: str
-    steps: list[dict] = field(default_factory=list)   # op, input, direction, cells_in/out, blocks_in
+    steps: list[dict] = field(default_factory=list)   # op, input, direction, cells_in/out, blocks_in, runs_in
 
 
 def read_file(path: str | Path) -> list[tuple[Query, int | None]]:
@@ -91,7 +91,7 @@ def measure(store, run, queries: list[tuple[Query, int | None]], planner=None,
                             planner=planner)
             steps = [dict(op=s.op, input=s.input, direction=s.direction, method=s.method,
                           cells_in=s.cells_in, cells_out=s.cells_out, seconds=s.seconds,
-                          blocks_in=s.blocks_in) for s in res.steps]
+                          blocks_in=s.blocks_in, runs_in=s.runs_in) for s in res.steps]
             target, direction = res.target, res.direction
         want = q.extra.get("direction")
         if want and want != direction:
