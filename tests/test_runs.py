@@ -176,3 +176,18 @@ def test_operator_stats_recorded(store):
     steps = store.catalog.trace_steps(run.id)
     assert [s["op"] for s in steps] == ["stars", "clean", "calib"]
     assert steps[0]["method"].startswith("stored:full")
+
+
+def test_a_run_without_lineage_says_it_stored_none(store):
+    """`--no-lineage` stores nothing, so the run must not list stored strategies: its
+    traces then go straight to mapping functions or re-execution, without a warning per
+    step about lineage that was never written (pytest turns any warning into an error)."""
+    with_lineage = store.run(EXAMPLE, strategies={"stars": "full"})
+    plain = store.run(EXAMPLE, strategies={"stars": "full"}, capture=False)
+    assert any(":" in s for o in with_lineage.ops() for s in o["strategies"])
+    assert all(":" not in s for o in plain.ops() for s in o["strategies"])
+    assert plain.lineage_bytes() == 0
+    a = with_lineage.trace("stars", [(40, 70)], to="raw")
+    b = plain.trace("stars", [(40, 70)], to="raw")
+    assert np.array_equal(a.bitmap, b.bitmap)
+    assert all(not s.method.startswith("stored") for s in b.steps)

@@ -17,7 +17,7 @@ from subzero.engines.lineage import store_lineage
 from subzero.engines.progress import Progress
 from subzero.engines.stats import ArrayInfo, OpStats, RunStats
 from subzero.errors import SubZeroError
-from subzero.model.strategy import Strategy
+from subzero.model.strategy import BLACKBOX, Strategy
 from subzero.model.workflow import Workflow, check_reexecution
 from subzero.storage.budget import DiskBudget
 from subzero.storage.lineage import LineageStore
@@ -48,7 +48,9 @@ def run_workflow(engine: Engine, wf: Workflow, inputs: Mapping[str, Any],
         strat = strategies[name]
         progress.started(name)
         res = engine.run_step(name, step, strat, capture, progress)
-        st = OpStats(name, type(op).__name__, list(step.inputs), [str(s) for s in strat],
+        # a run without lineage stores nothing: it says so, so traces do not look for it
+        kept = strat if capture else (tuple(s for s in strat if not s.stored) or (BLACKBOX,))
+        st = OpStats(name, type(op).__name__, list(step.inputs), [str(s) for s in kept],
                      res.out_shape, dtype=res.dtype, nbytes=res.nbytes, run_s=res.run_s,
                      lwrite_s=res.lwrite_s, tiles=res.tiles)
         t0 = time.perf_counter()
