@@ -127,7 +127,7 @@ TINY_CELLS = sum(TINY_SCATTERED) + sum(b * b for b in TINY_BOXES)
 TIERS = {"p2": (HUGE_SCATTERED, HUGE_BOXES, HUGE_CELLS),
          "p1t": (TINY_SCATTERED, TINY_BOXES, TINY_CELLS)}
 #: An observation slower than this is timed once.
-SLOW_OBSERVATION_S = 0.1
+SLOW_OBSERVATION_S = 0.05
 
 
 def _queries(shape, rng, scattered=SCATTERED, boxes=BOXES) -> list[np.ndarray]:
