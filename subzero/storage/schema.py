@@ -73,7 +73,9 @@ def _add_blocks_in(db: sqlite3.Connection) -> None:
 
 
 def _add_runs_in(db: sqlite3.Connection) -> None:
-    db.execute("ALTER TABLE trace_steps ADD COLUMN runs_in INTEGER DEFAULT 0")
+    # idempotent like every step: a catalog whose version was rolled back may have it
+    if "runs_in" not in _columns(db, "trace_steps"):
+        db.execute("ALTER TABLE trace_steps ADD COLUMN runs_in INTEGER DEFAULT 0")
 
 
 @dataclass(frozen=True)
