@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
+import signal
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -119,3 +122,24 @@ def sandwiched_runtimes(run_baseline, run_strategy, strategies: dict, repeats: i
             if bar is not None:
                 bar.update(1)
     return ratios, base_times, kept
+
+
+def run_child(cmd: list[str], result: Path, what: str) -> tuple[dict, float]:
+    """Run a benchmark child process that writes its numbers to ``result``; returns
+    (numbers, wall seconds).  A child that dies (killed, out of memory) is reported in
+    the numbers, not fatal; a child that found a wrong answer (``mismatch``) stops the
+    benchmark, naming ``what``."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wall = time.perf_counter() - t0
+    if result.exists():
+        res = json.loads(result.read_text())
+    elif proc.returncode < 0:
+        res = {"error": f"killed by {signal.Signals(-proc.returncode).name} (out of memory?)"}
+    else:
+        res = {"error": f"exit {proc.returncode}: {proc.stdout.strip().splitlines()[-1:]}"}
+    if "error" in res and proc.stdout.strip():
+        sys.stderr.write(proc.stdout[-3000:])
+    if res.get("mismatch"):
+        raise SystemExit(f"{what}: {res['error']}")
+    return res, wall

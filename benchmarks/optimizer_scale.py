@@ -39,8 +39,6 @@ import json
 import os
 import resource
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -76,7 +74,7 @@ def _shared():
 
 bench = _shared()
 sys.path.insert(0, str(HERE))
-from _common import command_line, machine, update_section  # noqa: E402
+from _common import command_line, machine, run_child, update_section  # noqa: E402
 
 optimizer = bench.optimizer      # the package (subzero.optimizer), as optimizer.py imports it
 
@@ -190,26 +188,13 @@ def child_main(a) -> None:
     sys.exit(1 if "error" in res else 0)
 
 
-def run_child(flow: str, size: float, folder: Path, a) -> dict:
+def run_size(flow: str, size: float, folder: Path, a) -> dict:
     """One size in a child process; a child that dies is reported, a mismatch is fatal."""
     cmd = [sys.executable, __file__, "--child", key(flow, size), "--folder", str(folder),
            "--max-disk", str(a.max_disk), "--repeats", str(a.repeats),
            "--query-seconds", str(a.query_seconds)]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    wall = time.perf_counter() - t0
-    out_file = folder / "result.json"
-    if out_file.exists():
-        res = json.loads(out_file.read_text())
-    elif proc.returncode < 0:
-        res = {"error": f"killed by {signal.Signals(-proc.returncode).name} (out of memory?)"}
-    else:
-        res = {"error": f"exit {proc.returncode}: {proc.stdout.strip().splitlines()[-1:]}"}
-    if "error" in res and proc.stdout.strip():
-        sys.stderr.write(proc.stdout[-3000:])
+    res, wall = run_child(cmd, folder / "result.json", label(flow, size))
     res["took_s"] = wall
-    if res.get("mismatch"):
-        raise SystemExit(f"{label(flow, size)}: {res['error']}")
     return res
 
 
@@ -484,7 +469,7 @@ def main(argv: list[str] | None = None) -> None:
             folder = work / key(flow, size).replace(":", "-")
             folder.mkdir()
             (folder / "calibration.json").write_text(json.dumps(cal, default=float))
-            r = run_child(flow, size, folder, a)
+            r = run_size(flow, size, folder, a)
             r.update(command=command_line(), calibration_s=cal_s, flow=flow, size=size)
             results[key(flow, size)] = r
             print(f"{label(flow, size)}: " + (f"FAILED {r['error']}" if "error" in r else

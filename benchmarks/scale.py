@@ -31,9 +31,7 @@ import json
 import os
 import resource
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import command_line, machine, update_section  # noqa: E402
+from _common import command_line, machine, run_child, update_section  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 FORWARD_BOX = ((1000, 200), (1010, 210))     # raw_1 -> stars
@@ -197,20 +195,8 @@ def measure(kind: str, mp: float, folder: Path, a) -> dict:
     res_file.unlink(missing_ok=True)
     cmd = [sys.executable, __file__, "--child", kind, "--megapixels", str(mp), "--folder", str(folder),
            "--stars", str(a.stars), "--blackbox-stars", str(a.blackbox_stars)]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    wall = time.perf_counter() - t0
-    if res_file.exists():
-        res = json.loads(res_file.read_text())
-    elif proc.returncode < 0:
-        res = {"error": f"killed by {signal.Signals(-proc.returncode).name} (out of memory?)"}
-    else:
-        res = {"error": f"exit {proc.returncode}: {proc.stdout.strip().splitlines()[-1:]}"}
-    if "error" in res and proc.stdout.strip():
-        sys.stderr.write(proc.stdout[-3000:])
+    res, wall = run_child(cmd, res_file, f"{mp} Mpix, {kind}")
     res["wall_s"] = wall
-    if res.get("mismatch"):
-        raise SystemExit(f"{mp} Mpix, {kind}: {res['error']}")
     return res
 
 
