@@ -186,14 +186,6 @@ class CostModel:
         size = self.error_size(op, method, i, backward, n_in, n_out)
         return self.margin(error_kind(method, backward), size)[1]
 
-    def high(self, op: str, method, i: int, backward: bool, n_in: float, n_out: float,
-             **kw) -> float | None:
-        """A pessimistic price: the prediction times its high error factor."""
-        c = self.cost(op, method, i, backward, n_in, n_out, **kw)
-        if c is None:
-            return None
-        return c * self.high_factor(op, method, i, backward, n_in, n_out)
-
     # -- storage and capture --------------------------------------------------------
     def info(self, op: str) -> OpInfo:
         return self.stats.op(op)
