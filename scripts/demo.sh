@@ -7,7 +7,7 @@ SZ=.venv/bin/subzero
 STORE=.subzero-demo
 STAR=1162,112          # the peak pixel of the brightest star on this sensor
 echo "== subzero run workflows/astronomy.py   (2 LSST exposures, 26 operators)"
-$SZ run workflows/astronomy.py --store "$STORE" -v
+$SZ run workflows/astronomy.py --store "$STORE" --engine spark -v
 for j in 1 2; do
   echo
   echo "== which pixels of raw exposure $j made the star at ($STAR)?"

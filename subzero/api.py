@@ -21,7 +21,7 @@ import os
 import time
 import uuid
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +140,8 @@ class Store:
             spark=None, master: str | None = None, conf: Mapping[str, str] | None = None,
             tile: int | None = None, log=None, plan: str | Mapping | None = None,
             max_disk: int | str | None = None, max_runtime: float | str | None = None,
-            workload=None, profiler: Profiler | None = None) -> "Run":
+            workload=None, profiler: Profiler | None = None,
+            announce: Callable[[str], None] | None = None) -> "Run":
         """Run a workflow (module name, .py path or Workflow) and return the run.
 
         ``inputs`` maps input names to arrays, DataArrays or file paths;
@@ -150,6 +151,9 @@ class Store:
         ``engine="spark"`` runs on a SparkSession: ``spark`` (one you have),
         or one SubZero creates from ``master`` (default ``local[*]``) and
         ``conf``; ``tile`` is the tile size per axis (default 512).
+        ``engine="auto"`` chooses as ``subzero run`` does (Spark for a master or a
+        session given, or for inputs big enough that Spark pays; see
+        :mod:`subzero.engines.choice`) and tells ``announce`` the choice in one line.
 
         ``plan`` (the name of a plan saved by ``subzero optimize``, or its dict)
         chooses every operator's strategies and brings its disk budget.
@@ -165,8 +169,8 @@ class Store:
         ``True`` always, ``False`` never; or a
         :class:`~subzero.engines.progress.Progress` to receive them yourself.
         """
-        if engine not in ("local", "spark"):
-            raise SubZeroError(f"unknown engine {engine!r}; use local or spark")
+        if engine not in ("local", "spark", "auto"):
+            raise SubZeroError(f"unknown engine {engine!r}; use local, spark or auto")
         self.require_writable("a run")
         if plan is None and (max_disk is not None or max_runtime is not None):
             from subzero.optimizer import optimize  # lazy: the optimizer depends on subzero, not back
@@ -179,10 +183,22 @@ class Store:
             strategies, budget = self._plan(plan, wf, strategies, max_disk)
         elif max_disk is not None:
             budget = DiskBudget(_size(max_disk))
+        if profiler is not None and engine == "auto":
+            engine = "local"
         if profiler is not None and engine != "local":
             raise SubZeroError("profiling runs use the local engine (--engine local)")
         strat = resolve_strategies(wf, strategies)
         values, described = self._inputs(wf, dict(inputs or {}))
+        if engine == "auto":
+            from subzero.engines.choice import choose_engine
+            from subzero.engines.session import java_version
+            choice = choose_engine(None, master or (spark is not None and "your SparkSession") or None,
+                                   (int(np.prod(shape_of(v))) for v in values.values()), java_version)
+            if choice.fallback:
+                warn(choice.reason)
+            engine = choice.engine
+            if announce is not None:
+                announce(choice.line(master))
         if engine == "spark" and spark is None:
             from subzero.engines.session import session
             spark = session(master, conf)

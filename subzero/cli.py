@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from subzero.errors import SubZeroError, SubZeroWarning, warn
+from subzero.errors import SubZeroError, SubZeroWarning
 
 EXIT_USER = 2
 
@@ -75,18 +75,20 @@ def _fmt_bytes(n: float) -> str:
 
 
 def _engine(a) -> str:
-    """--engine, else $SUBZERO_ENGINE, else spark — falling back to the local engine
-    (with a warning) when Java is missing and no engine was asked for."""
-    engine = a.engine or os.environ.get("SUBZERO_ENGINE") or "spark"
-    if engine not in ("local", "spark"):
-        raise SubZeroError(f"unknown engine {engine!r}; use --engine local or --engine spark")
-    if engine == "spark" and not a.engine and not a.master:
+    """--engine, else $SUBZERO_ENGINE, else auto: the run chooses (Spark for a master or
+    big inputs, else in-process; see subzero.engines.choice) and says so first."""
+    engine = a.engine or os.environ.get("SUBZERO_ENGINE") or "auto"
+    if engine not in ("local", "spark", "auto"):
+        raise SubZeroError(f"unknown engine {engine!r}; use --engine local, spark or auto")
+    if engine == "auto" and a.master:
+        return "spark"
+    if engine == "auto" and a.inputs_from:
         from subzero.engines.session import java_version
         v = java_version()
         if v is None or v < 17:
-            warn("Java 17+ was not found, so this run uses the local engine; "
-                 "install Java 17+ for the Spark engine (or pass --engine local)")
-            return "local"
+            raise SubZeroError("--inputs-from runs instances as Spark tasks, which needs Java 17+: "
+                               "install it (e.g. 'apt-get install openjdk-17-jre-headless')")
+        return "spark"
     return engine
 
 
@@ -96,6 +98,8 @@ def cmd_run(a) -> int:
     conf = _kv(a.conf, "--conf")
     if engine == "local" and (a.master or conf or a.inputs_from):
         raise SubZeroError("--master, --conf and --inputs-from need the Spark engine (--engine spark)")
+    if engine == "auto" and conf:
+        engine = "spark"            # Spark settings given: the user means Spark
     store = open_store(a.store)
     try:
         if a.inputs_from:
@@ -106,7 +110,8 @@ def cmd_run(a) -> int:
                         strategies=_kv(a.strategy, "--strategy"), params=_params(a.param),
                         capture=not a.no_lineage, progress=None if not a.json else False,
                         engine=engine, master=a.master, conf=conf, tile=a.tile, log=log,
-                        plan=plan, max_disk=a.max_disk)
+                        plan=plan, max_disk=a.max_disk,
+                        announce=None if a.json or a.quiet else print)
         ops = run.ops()
         if a.json:
             print(json.dumps(_run_json(store, run.id), default=str))
@@ -452,8 +457,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--param", action="append", metavar="KEY=VALUE",
                    help="keyword argument for the module's workflow() (JSON values allowed)")
     r.add_argument("--no-lineage", action="store_true", help="run without capturing lineage")
-    r.add_argument("--engine", choices=("spark", "local"), default=None,
-                   help="spark (default; local mode unless --master) or local (in-process)")
+    r.add_argument("--engine", choices=("auto", "spark", "local"), default=None,
+                   help="spark (local mode unless --master), local (in-process), or auto "
+                        "(default: Spark for a --master or big inputs, else in-process)")
     r.add_argument("--master", metavar="URL", help="Spark master, e.g. spark://host:7077 or local[4]")
     r.add_argument("--conf", action="append", metavar="KEY=VALUE", help="Spark configuration")
     r.add_argument("--tile", type=_positive, metavar="N", help="tile size per axis (default 512)")

@@ -26,6 +26,12 @@ EMIT_BATCH_CELLS = 1 << 21
 # -- engines -------------------------------------------------------------------------------
 #: How often a Spark run's progress bar asks Spark's status tracker for tiles done (s).
 PROGRESS_POLL_S = 0.25
+#: Cells of a run's largest input from which `subzero run` without --engine uses Spark
+#: (local mode) rather than the in-process engine: measured by benchmarks/spark_scale.py.
+SPARK_PAYS_CELLS = 16_000_000
+#: cells per axis of the corner a fused Spark stage runs on in the driver to learn its
+#: operators' output dtypes before the tasks write (halos are added to it)
+PROBE_CELLS = 64
 #: Spark JVM logs kept in the log folder (older ones, of ended processes, are removed).
 KEEP_JVM_LOGS = 5
 #: How long a spark:// master may take to accept a connection and answer the probe (s):

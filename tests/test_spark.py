@@ -42,7 +42,8 @@ def test_example_identical_to_local(spark, store, strategy):
     same_runs(sp, lo, QUERIES)
     assert sp.row.engine == "spark" and lo.row.engine == "local"
     log = (sp.dir / "run.log").read_text()
-    assert "smooth: 6 tile task(s)" in log and "halo 1" in log
+    assert "stage of 2 operators (calib, smooth): 6 tile task(s)" in log
+    assert "halos accumulated up to 1" in log
     assert "clean: global operator, one task on the whole array" in log
 
 
@@ -62,7 +63,7 @@ def test_3d_tiles_and_halo(spark, store):
     lo = store.run(cube_wf(), inputs={"cube": cube}, strategies=strat)
     q = [("scaled", [(0, 0, 0), (3, 4, 2), (6, 8, 4)], "cube"), ("cube", [(2, 2, 2), (3, 3, 3)], "scaled")]
     same_runs(sp, lo, q)
-    assert "smooth: 18 tile task(s)" in (sp.dir / "run.log").read_text()
+    assert "stage of 2 operators (smooth, scaled): 18 tile task(s)" in (sp.dir / "run.log").read_text()
     for s in ("full:fullmany:backward", "full:fullone:forward"):
         a = sp.trace("scaled", [(3, 3, 3)], to="cube", prefer=s)
         assert np.array_equal(a.bitmap, lo.trace("scaled", [(3, 3, 3)], to="cube", prefer=s).bitmap)
@@ -253,12 +254,14 @@ def test_spark_progress_reports_operators_and_tiles(spark, store):
               strategies={"smooth": "full"}, progress=rec)
     ev = rec.events
     assert ev[0] == ("begin", 2, "op") and ev[-1] == ("close",)
-    for name in ("smooth", "scaled"):
-        part = ev[ev.index(("started", name)) + 1: ev.index(("finished", name))]
-        assert part and all(e[0] == "tiles" and e[2] == 18 for e in part), part
-        assert part[-1] == ("tiles", 18, 18)
-        done = [e[1] for e in part]
-        assert done == sorted(done)
+    # smooth and scaled run as one fused stage: one job, its tiles, then both finish
+    assert ev[1] == ("started", "smooth +1 fused")
+    part = ev[2: ev.index(("finished", "smooth"))]
+    assert part and all(e[0] == "tiles" and e[2] == 18 for e in part), part
+    assert part[-1] == ("tiles", 18, 18)
+    done = [e[1] for e in part]
+    assert done == sorted(done)
+    assert ev[ev.index(("finished", "smooth")) + 1] == ("finished", "scaled")
     # a silent reporter costs no polling thread, and nothing is drawn off a terminal
     quiet = Recorder(tasks=False)
     store.run(cube_wf(), inputs={"cube": cube}, engine="spark", spark=spark, tile=3, progress=quiet)

@@ -91,6 +91,9 @@ class TileOutput:
     pay: Pairs | None
     run_s: float
     lwrite_s: float
+    #: the output over the whole read region (core and halo): a fused stage hands its
+    #: halo on to the operators after it
+    whole: np.ndarray | None = None
 
 
 def run_tile(name: str, op, ins: list, strategies: tuple[Strategy, ...], capture: bool,
@@ -109,4 +112,5 @@ def run_tile(name: str, op, ins: list, strategies: tuple[Strategy, ...], capture
                             f"declare it global")
     local = [tile.read_shape()] * len(ins)
     return TileOutput(out[tile.core_in_read()], globalize(full, tile, out_shape, in_shapes, local),
-                      globalize(pay, tile, out_shape, in_shapes, local), run_s, ctx.lwrite_seconds)
+                      globalize(pay, tile, out_shape, in_shapes, local), run_s, ctx.lwrite_seconds,
+                      whole=out)

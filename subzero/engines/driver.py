@@ -42,29 +42,46 @@ def run_workflow(engine: Engine, wf: Workflow, inputs: Mapping[str, Any],
     progress = progress if progress is not None else Progress()
     engine.load_inputs(wf, inputs)
     stats = RunStats(inputs=[ArrayInfo.of(name, v) for name, v in inputs.items()])
-    for name in wf.order():
-        step = wf.steps[name]
-        op = step.operator
-        strat = strategies[name]
-        progress.started(name)
-        res = engine.run_step(name, step, strat, capture, progress)
-        # a run without lineage stores nothing: it says so, so traces do not look for it
-        kept = strat if capture else (tuple(s for s in strat if not s.stored) or (BLACKBOX,))
-        st = OpStats(name, type(op).__name__, list(step.inputs), [str(s) for s in kept],
-                     res.out_shape, dtype=res.dtype, nbytes=res.nbytes, run_s=res.run_s,
-                     lwrite_s=res.lwrite_s, tiles=res.tiles)
-        t0 = time.perf_counter()
-        if capture and lineage is not None:
-            st.pairs = (res.full.n if res.full else 0) + (res.pay.n if res.pay else 0)
-            store_lineage(name, op, strat, res.full, res.pay, res.out_shape, res.in_shapes,
-                          lineage, st, budget=budget)
-        st.lineage_s = time.perf_counter() - t0
-        if profiler is not None:
-            if res.inputs is None:
-                raise SubZeroError(f"profiling runs use the local engine (--engine local) "
-                                   f"made with profiling=True, not {engine.name}")
-            profiler(name, op, res.inputs, res.output, res.run_s)
-        stats.ops.append(st)
-        progress.finished(name)
-        del res             # the step's values and lineage, before the next step runs
+    pending = list(wf.order())
+    while pending:
+        names = engine.group(wf, pending) if hasattr(engine, "group") else [pending[0]]
+        progress.started(names[0] if len(names) == 1 else f"{names[0]} +{len(names) - 1} fused")
+        if len(names) == 1:
+            step = wf.steps[names[0]]
+            results = [engine.run_step(names[0], step, strategies[names[0]], capture, progress)]
+        else:
+            results = engine.run_stage(wf, names, strategies, capture, progress)  # type: ignore[attr-defined]
+        for name, res in zip(names, results):
+            _finish_step(name, wf, res, strategies[name], capture, lineage, budget, stats,
+                         profiler, engine)
+            progress.finished(name)
+        del results         # the steps' values and lineage, before the next step runs
+        done = set(names)
+        pending = [n for n in pending if n not in done]
     return stats
+
+
+def _finish_step(name: str, wf: Workflow, res, strat: tuple[Strategy, ...], capture: bool,
+                 lineage: LineageStore | None, budget: DiskBudget | None, stats: RunStats,
+                 profiler: Profiler | None, engine: Engine) -> None:
+    """One operator has run: its statistics, its lineage under the budget, the
+    profiling hook."""
+    step = wf.steps[name]
+    op = step.operator
+    # a run without lineage stores nothing: it says so, so traces do not look for it
+    kept = strat if capture else (tuple(s for s in strat if not s.stored) or (BLACKBOX,))
+    st = OpStats(name, type(op).__name__, list(step.inputs), [str(s) for s in kept],
+                 res.out_shape, dtype=res.dtype, nbytes=res.nbytes, run_s=res.run_s,
+                 lwrite_s=res.lwrite_s, tiles=res.tiles)
+    t0 = time.perf_counter()
+    if capture and lineage is not None:
+        st.pairs = (res.full.n if res.full else 0) + (res.pay.n if res.pay else 0)
+        store_lineage(name, op, strat, res.full, res.pay, res.out_shape, res.in_shapes,
+                      lineage, st, budget=budget)
+    st.lineage_s = time.perf_counter() - t0
+    if profiler is not None:
+        if res.inputs is None:
+            raise SubZeroError(f"profiling runs use the local engine (--engine local) "
+                               f"made with profiling=True, not {engine.name}")
+        profiler(name, op, res.inputs, res.output, res.run_s)
+    stats.ops.append(st)

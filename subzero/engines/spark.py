@@ -41,11 +41,12 @@ from subzero.capture.tiles import Tile, concat_pairs, tile_plan, tiles_for
 from subzero.engines.base import StepResult
 from subzero.engines.progress import Progress
 from subzero.engines.session import SparkError, jvm_log_hint, ship_workflow_modules
+from subzero.engines.stages import Box, Member, last_readers, next_stage, plan_boxes, within
 from subzero.errors import OperatorError, SubZeroError
 from subzero.model.strategy import Strategy
 from subzero.model.workflow import Step, Workflow
 from subzero.storage.arrays import ArrayStore
-from subzero.tuning import PROGRESS_POLL_S
+from subzero.tuning import PROBE_CELLS, PROGRESS_POLL_S
 
 MARK = "@@subzero@@"
 
@@ -88,6 +89,53 @@ def _tile_task(run_dir: str, tile_size, name: str, op, inputs: list[str], strate
         raise _fail(name, where, e) from None
     return TaskResult(tile.index, done.full, done.pay, tuple(out_shape), str(done.core.dtype), done.run_s,
                       done.lwrite_s)
+
+
+def _stage_task(run_dir: str, tile_size, members: list[Member], capture: bool, shape,
+                tile: Tile) -> list[TaskResult]:
+    """One tile of a fused stage (:mod:`subzero.engines.stages`), on an executor."""
+    return run_members(ArrayStore(run_dir, tile=tile_size), members, capture, shape, tile, True)
+
+
+def run_members(arrays: ArrayStore, members: list[Member], capture: bool, shape, tile: Tile,
+                write: bool) -> list[TaskResult]:
+    """A stage's operators on one tile, in workflow order; an intermediate stays in
+    memory while operators of the stage still read it; with ``write`` every core
+    goes to its Zarr array (off: the driver's dtype probe)."""
+    boxes = plan_boxes(members, tile.core, shape)
+    last = last_readers(members)
+    held: dict[str, tuple[Box, np.ndarray]] = {}
+    results = []
+    for k, m in enumerate(members):
+        need, read = boxes[m.name]
+        try:
+            ins = []
+            for a in m.inputs:
+                if a in held:
+                    box, data = held[a]
+                    ins.append(np.array(data[within(read, box)]))
+                else:
+                    ins.append(arrays.read_region(a, tuple(slice(x, y) for x, y in read)))
+            done = run_tile(m.name, m.op, ins, m.strategies, capture, Tile(tile.index, tile.core, read),
+                            tuple(shape), [tuple(shape)] * len(ins))
+            del ins
+            if write:
+                arrays.write_region(m.name, tile.core_slices(), done.core)
+        except Exception as e:
+            raise _fail(m.name, f"tile {tile.describe()}", e) from None
+        if last[m.name] > k:
+            assert done.whole is not None
+            held[m.name] = (need, done.whole[within(need, read)])
+        for a in [a for a in held if last[a] <= k]:
+            del held[a]
+        results.append(TaskResult(tile.index, done.full, done.pay, tuple(shape),
+                                  str(_native(done.core.dtype)), done.run_s, done.lwrite_s))
+    return results
+
+
+def _native(dtype: np.dtype) -> np.dtype:
+    """The dtype as the store keeps it (native byte order)."""
+    return dtype if dtype.byteorder in ("=", "|") else dtype.newbyteorder("=")
 
 
 def _global_task(run_dir: str, tile_size, name: str, op, inputs: list[str], strategies,
@@ -357,11 +405,69 @@ class SparkEngine:
                           concat_pairs([r.pay for r in results], len(in_shapes)), wall,
                           sum(r.lwrite_s for r in results), tiles=tasks)
 
+    def group(self, wf: Workflow, pending: list[str]) -> list[str]:
+        """The operators to run next as one job: a fused stage of tile-parallel
+        operators over one shape (see :mod:`subzero.engines.stages`), or one operator."""
+        return next_stage(wf, pending, self.shapes, tile_plan)
+
+    def run_stage(self, wf: Workflow, names: list[str], strategies: Mapping[str, tuple[Strategy, ...]],
+                  capture: bool, progress: Progress) -> list[StepResult]:
+        """Run a fused stage as one Spark job, one task per tile; one result per operator."""
+        arrays = self.arrays
+        steps = [wf.steps[n] for n in names]
+        shape = self.shapes[steps[0].inputs[0]]
+        members = [Member(n, st.operator, tuple(st.inputs), tuple(strategies[n]),
+                          int(tile_plan(st.operator, [shape] * len(st.inputs)) or 0))
+                   for n, st in zip(names, steps)]
+        tiles = tiles_for(shape, arrays.tile)
+        probe = Tile(tiles[0].index, tuple((0, min(n, PROBE_CELLS)) for n in shape),
+                     tuple((0, min(n, PROBE_CELLS)) for n in shape))
+        try:
+            dtypes = [r.dtype for r in run_members(arrays, members, False, shape, probe, False)]
+        except Exception as e:
+            _raise_from_spark(e, "(stage probe)")
+        for m, dt in zip(members, dtypes):
+            arrays.create(m.name, shape, np.dtype(dt))
+        widest = max(m.radius for m in members)
+        self.note(f"stage of {len(members)} operators ({', '.join(names)}): {len(tiles)} tile "
+                  f"task(s) of up to {arrays.tile} cells per axis"
+                  + (f", halos accumulated up to {_accumulated(members)}" if widest else ""))
+        on_tasks = progress.tiles if progress.wants_tasks else None
+        t0 = time.perf_counter()
+        fn = partial(_stage_task, str(arrays.dir.parent), arrays.tile, members, capture, shape)
+        per_tile: list[list[TaskResult]] = collect(self.sc.parallelize(tiles, len(tiles)).map(fn),
+                                                   f"stage {names[0]}..{names[-1]}", on_tasks)
+        wall = time.perf_counter() - t0
+        busy = sum(r.run_s for rs in per_tile for r in rs) or 1.0
+        out = []
+        for k, (m, dt) in enumerate(zip(members, dtypes)):
+            rs = [rs[k] for rs in per_tile]
+            bad = next((r for r in rs if r.dtype != dt), None)
+            if bad is not None:
+                raise OperatorError(
+                    f"operator {m.name!r} is declared {m.op.tiling.kind} but returned {bad.dtype} "  # type: ignore[attr-defined]
+                    f"on tile {bad.index} and {dt} on the first; return one dtype, or declare it global")
+            self.shapes[m.name] = tuple(shape)
+            run_s = wall * sum(r.run_s for r in rs) / busy
+            out.append(StepResult(tuple(shape), dt, int(np.prod(shape)) * np.dtype(dt).itemsize,
+                                  [tuple(shape)] * len(m.inputs),
+                                  concat_pairs([r.full for r in rs], len(m.inputs)),
+                                  concat_pairs([r.pay for r in rs], len(m.inputs)), run_s,
+                                  sum(r.lwrite_s for r in rs), tiles=len(tiles)))
+        return out
+
     def close(self) -> None:
         """Write the notes to the run folder's ``run.log`` (a failed run's folder, log
         included, is then removed by its transaction)."""
         if self.arrays.dir.parent.is_dir():
             (self.arrays.dir.parent / "run.log").write_text("\n".join(self.notes) + "\n")
+
+
+def _accumulated(members: list[Member]) -> int:
+    """The widest halo any operator of the stage reads (its own plus those after it)."""
+    mid = 1 << 30
+    boxes = plan_boxes(members, ((mid, mid + 1),), (1 << 31,))
+    return max(mid - read[0][0] for _, read in boxes.values())
 
 
 def _probe_dtype(name, op, arrays: ArrayStore, inputs, tile: Tile, strategies) -> np.dtype:
