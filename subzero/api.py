@@ -41,7 +41,7 @@ from subzero.query.executor import Executor, RunView, TraceResult
 from subzero.storage.arrays import DEFAULT_TILE, ArrayStore
 from subzero.storage.budget import DiskBudget
 from subzero.storage.catalog import Catalog, RunRow
-from subzero.storage.inputs import load_path
+from subzero.storage.inputs import is_region_source, open_input
 from subzero.storage.lineage import LineageStore
 from subzero.storage.pickles import PickleCode, load_workflow_pickle, pickle_code
 from subzero.storage.trust import (
@@ -264,10 +264,13 @@ class Store:
                                     f"--input {name}=PATH")
             if isinstance(v, (str, os.PathLike)):
                 described[name] = str(Path(v).resolve())
-                v = load_path(v, name)
+                v = open_input(v, name)
             else:
                 described[name] = f"<{type(v).__name__} {list(shape_of(v))}>"
-            if not isinstance(v, xr.DataArray):
+            if is_region_source(v):
+                if np.dtype(v.dtype).kind not in "biuf":
+                    raise WorkflowError(f"input {name!r} is not a numeric array")
+            elif not isinstance(v, xr.DataArray):
                 v = np.asarray(v)
                 if v.dtype == object:
                     raise WorkflowError(f"input {name!r} is not a numeric array")

@@ -394,6 +394,22 @@ class TiledInput:
         (y0, x0), r, c = copy_origin(), *self.tiles
         return y0 + r * (SHAPE[0] - y0), x0 + c * (SHAPE[1] - x0)
 
+    @property
+    def dtype(self) -> np.dtype:
+        return np.asarray(source(self.name, crop=(1, 1))).dtype
+
+    def read_region(self, region: tuple[slice, ...]) -> np.ndarray:
+        """One region of the mosaic, built from the amplifier alone (what
+        :func:`mosaic` puts there): engines copy the input tile by tile, so no
+        process builds the whole image."""
+        a = source(self.name)
+        (y0, x0), (h, w) = copy_origin(), a.shape
+        rows = np.arange(*region[0].indices(self.shape[0]))
+        cols = np.arange(*region[1].indices(self.shape[1]))
+        rows = np.where(rows < y0, rows, y0 + (rows - y0) % (h - y0))
+        cols = np.where(cols < x0, cols, x0 + (cols - x0) % (w - x0))
+        return a[np.ix_(rows, cols)]
+
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         a = mosaic(source(self.name), self.tiles)
         return a if dtype is None else a.astype(dtype)

@@ -39,6 +39,7 @@ from subzero.errors import OperatorError, SubZeroError
 from subzero.model.strategy import Strategy
 from subzero.model.workflow import Step, Workflow
 from subzero.storage.arrays import ArrayStore
+from subzero.storage.inputs import is_region_source
 
 
 def _tile_parallel(op) -> bool:
@@ -82,10 +83,26 @@ class LocalEngine:
                 self._readers[a] += 1
                 self._whole[a] += whole
         for name, v in values.items():
+            if is_region_source(v):
+                self._copy_source(name, v)
+                continue
             v = v if isinstance(v, xr.DataArray) else np.asarray(v)
             self.arrays.write(name, v)
             self._inputs.add(name)
             self._hold(name, v)
+
+    def _copy_source(self, name: str, source) -> None:
+        """An input read region by region (a file, a lazily built array) goes into the
+        store a tile at a time and is not held: operators read it back like any
+        stored array, so memory follows the tile, not the input."""
+        shape = tuple(int(n) for n in source.shape)
+        dtype = _native(np.dtype(source.dtype))
+        self.arrays.create(name, shape, dtype, getattr(source, "dims", None),
+                           getattr(source, "attrs", None))
+        for t in tiles_for(shape, self.arrays.tile):
+            self.arrays.write_region(name, t.core_slices(), source.read_region(t.core_slices()))
+        self.shapes[name] = shape
+        self.dtypes[name] = dtype
 
     def _wanted(self, name: str) -> bool:
         """Whether an array is worth holding: an operator still reads it and may read it

@@ -305,7 +305,7 @@ class _stderr_to:
         return False
 
 
-def ship_workflow_modules(wf=None) -> None:
+def ship_workflow_modules(wf=None, extra=()) -> None:
     """Send the code of the workflow's operators to Spark workers by value when
     workers could not import it themselves: workflow files loaded by path
     (made-up module names) and modules that are only on the driver's path
@@ -315,11 +315,11 @@ def ship_workflow_modules(wf=None) -> None:
     except ImportError:
         return
     mods = [m for n, m in list(sys.modules.items()) if n.startswith("subzero_wf_")]
-    if wf is not None:
-        for step in wf.steps.values():
-            m = sys.modules.get(type(step.operator).__module__)
-            if m is not None and m.__name__ != "__main__" and not _installed(m):
-                mods.append(m)
+    objs = [step.operator for step in wf.steps.values()] if wf is not None else []
+    for obj in [*objs, *extra]:         # extra: other objects tasks carry (inputs' sources)
+        m = sys.modules.get(type(obj).__module__)
+        if m is not None and m.__name__ != "__main__" and not _installed(m):
+            mods.append(m)
     for mod in mods:
         try:
             pcp.register_pickle_by_value(mod)

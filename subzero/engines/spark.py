@@ -46,6 +46,7 @@ from subzero.errors import OperatorError, SubZeroError
 from subzero.model.strategy import Strategy
 from subzero.model.workflow import Step, Workflow
 from subzero.storage.arrays import ArrayStore
+from subzero.storage.inputs import is_region_source
 from subzero.tuning import PROBE_CELLS, PROGRESS_POLL_S
 
 MARK = "@@subzero@@"
@@ -136,6 +137,17 @@ def run_members(arrays: ArrayStore, members: list[Member], capture: bool, shape,
 def _native(dtype: np.dtype) -> np.dtype:
     """The dtype as the store keeps it (native byte order)."""
     return dtype if dtype.byteorder in ("=", "|") else dtype.newbyteorder("=")
+
+
+def _copy_task(run_dir: str, tile_size, job) -> int:
+    """Copy one tile of an input from its source into the run's array store."""
+    name, source, tile = job
+    try:
+        ArrayStore(run_dir, tile=tile_size).write_region(name, tile.core_slices(),
+                                                         source.read_region(tile.core_slices()))
+    except Exception as e:
+        raise _fail(f"(input {name})", f"tile {tile.describe()}", e) from None
+    return 1
 
 
 def _global_task(run_dir: str, tile_size, name: str, op, inputs: list[str], strategies,
@@ -362,10 +374,25 @@ class SparkEngine:
             self._log(msg)
 
     def load_inputs(self, wf: Workflow, values: Mapping[str, Any]) -> None:
-        ship_workflow_modules(wf)
+        """Store the run's inputs.  Inputs that read region by region (files, lazily
+        built arrays: :class:`~subzero.storage.inputs.RegionSource`) are copied by the
+        executors, one task per tile, in one job: the driver never holds them."""
+        ship_workflow_modules(wf, [v for v in values.values() if is_region_source(v)])
+        jobs = []
         for name, v in values.items():
-            self.arrays.write(name, v)
             self.shapes[name] = shape_of(v)
+            if is_region_source(v):
+                shape = tuple(int(n) for n in v.shape)
+                self.arrays.create(name, shape, np.dtype(v.dtype), getattr(v, "dims", None),
+                                   getattr(v, "attrs", None))
+                jobs += [(name, v, t) for t in tiles_for(shape, self.arrays.tile)]
+            else:
+                self.arrays.write(name, v)
+        if jobs:
+            self.note(f"inputs {', '.join(dict.fromkeys(n for n, _, _ in jobs))}: {len(jobs)} tile "
+                      f"task(s), read from their sources on the executors")
+            fn = partial(_copy_task, str(self.arrays.dir.parent), self.arrays.tile)
+            collect(self.sc.parallelize(jobs, len(jobs)).map(fn), "(loading inputs)")
 
     def run_step(self, name: str, step: Step, strategies: tuple[Strategy, ...], capture: bool,
                  progress: Progress) -> StepResult:

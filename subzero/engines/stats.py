@@ -44,6 +44,10 @@ class ArrayInfo:
 
     @classmethod
     def of(cls, name: str, value: Any) -> ArrayInfo:
+        if hasattr(value, "read_region"):       # an input read region by region: never loaded here
+            shape = tuple(int(n) for n in value.shape) or (1,)
+            dtype = np.dtype(value.dtype)
+            return cls(name, shape, str(dtype), int(np.prod(shape)) * dtype.itemsize)
         a = np.asarray(value)
         shape = tuple(int(n) for n in a.shape) or (1,)
         return cls(name, shape, str(a.dtype), int(a.nbytes))

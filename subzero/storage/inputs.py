@@ -93,3 +93,99 @@ def _load_table(p: Path, sep: str) -> np.ndarray:
         raise SubZeroError(f"table {p} is ragged: line {bad + 1} has {len(rows[bad])} fields, "
                            f"line 1 has {len(rows[0])}")
     return np.array(rows, dtype=str)
+
+
+# -- inputs read region by region ------------------------------------------------------------
+
+class RegionSource:
+    """An input that can be read region by region, so no process ever has to hold
+    it whole: Spark executors (and the in-process engine, tile by tile) copy it into
+    the run's array store a tile at a time.  Plain data: it is pickled into tasks.
+
+    Any object with ``shape``, ``dtype`` and ``read_region(region)`` (a tuple of
+    slices -> numpy array) is used the same way -- a workflow's lazily built input,
+    for one (see ``workflows/astronomy.py``'s ``TiledInput``); ``dims`` and ``attrs``
+    are kept when it has them."""
+
+    def __init__(self, path: str | os.PathLike, input_name: str, kind: str, shape, dtype,
+                 dims=None, attrs=None, hdu: int = 0):
+        self.path, self.input_name, self.kind = str(Path(path).resolve()), input_name, kind
+        self.shape = tuple(int(n) for n in shape)
+        dt = np.dtype(dtype)
+        self.dtype = dt if dt.isnative else dt.newbyteorder("=")    # as the store keeps it
+        self.dims = list(dims) if dims else None
+        self.attrs = dict(attrs or {})
+        self.hdu = hdu
+
+    def read_region(self, region: tuple[slice, ...]) -> np.ndarray:
+        try:
+            if self.kind == "npy":
+                part = np.load(self.path, mmap_mode="r", allow_pickle=False)[region]
+            else:
+                from astropy.io import fits
+                with fits.open(self.path, memmap=False, lazy_load_hdus=True) as hdul:
+                    part = np.asarray(hdul[self.hdu].section[region])
+            return np.array(part, dtype=self.dtype)
+        except Exception as e:
+            raise SubZeroError(f"input {self.input_name!r}: cannot read {self.path}: "
+                               f"{type(e).__name__}: {e}") from None
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        whole = self.read_region(tuple(slice(0, n) for n in self.shape))
+        return whole if dtype is None else whole.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"RegionSource({self.path!r}, {self.shape}, {self.dtype})"
+
+
+def is_region_source(value) -> bool:
+    """Whether an input can be copied into a run region by region (see RegionSource)."""
+    return all(hasattr(value, a) for a in ("shape", "dtype", "read_region"))
+
+
+def open_input(path: str | os.PathLike, input_name: str = "input"):
+    """An input file, opened to be read region by region when its format allows it
+    (.npy, an uncompressed FITS image), else loaded whole (:func:`load_path`): Zarr
+    and NetCDF inputs keep their labelled coordinates as DataArrays."""
+    p = Path(path)
+    name = p.name.lower()
+    if not p.exists() or not name.endswith((".npy", ".fits", ".fit", ".fts")):
+        return load_path(p, input_name)
+    try:
+        if name.endswith(".npy"):
+            _load_npy_header(p, input_name)
+            m = np.load(p, mmap_mode="r", allow_pickle=False)
+            if m.dtype.kind not in "biuf":
+                return load_path(p, input_name)
+            return RegionSource(p, input_name, "npy", m.shape, m.dtype)
+        return _fits_source(p, input_name) or load_path(p, input_name)
+    except SubZeroError:
+        raise
+    except Exception:
+        return load_path(p, input_name)     # its own error message, in the user's terms
+
+
+def _load_npy_header(p: Path, input_name: str) -> None:
+    with open(p, "rb") as f:
+        head = f.read(len(NPY_MAGIC))
+    if head != NPY_MAGIC:
+        _load_npy(p, input_name)            # raises the one-line error
+
+
+def _fits_source(p: Path, input_name: str) -> RegionSource | None:
+    from astropy.io import fits
+    with fits.open(p, memmap=False, lazy_load_hdus=True) as hdul:
+        for k, hdu in enumerate(hdul):
+            ndim = int(hdu.header.get("NAXIS", 0))
+            if ndim < 1 or not hdu.is_image or isinstance(hdu, fits.CompImageHDU):
+                if hdu.header.get("NAXIS", 0) and not hdu.is_image:
+                    return None
+                continue
+            shape = tuple(int(hdu.header[f"NAXIS{ndim - j}"]) for j in range(ndim))
+            probe = np.asarray(hdu.section[tuple(slice(0, 1) for _ in shape)])
+            attrs = {k2: (v if isinstance(v, (int, float, str, bool)) else str(v))
+                     for k2, v in hdu.header.items() if k2 and k2 not in ("COMMENT", "HISTORY")}
+            dims = ["y", "x"] if ndim == 2 else [f"dim_{j}" for j in range(ndim)]
+            return RegionSource(p, input_name, "fits", shape, probe.dtype.newbyteorder("="),
+                                dims, attrs, k)
+    return None
