@@ -91,7 +91,8 @@ class Store:
     """A SubZero store directory: catalog, and one folder per run."""
 
     def __init__(self, path: str | os.PathLike = DEFAULT_STORE, create: bool = True):
-        self.path = Path(path)
+        # absolute: Spark executors resolve paths against their own working folder
+        self.path = Path(os.path.abspath(path))
         if not self.path.exists():
             if not create:
                 raise StoreError(f"no SubZero store at {self.path}; run a workflow first "
@@ -199,9 +200,10 @@ class Store:
             engine = choice.engine
             if announce is not None:
                 announce(choice.line(master))
-        if engine == "spark" and spark is None:
-            from subzero.engines.session import session
-            spark = session(master, conf)
+        if engine == "spark":
+            from subzero.engines.session import check_workers, session
+            spark = spark if spark is not None else session(master, conf)
+            check_workers(spark, self.path)
         reporter = progress_for(progress)
         with RunTransaction.begin(self.catalog, self.path / "runs", wf, described, engine) as tx:
             arrays = ArrayStore(tx.folder, tile=tile or DEFAULT_TILE)
@@ -288,9 +290,9 @@ class Store:
         wf = load_workflow(workflow, dict(params or {}))
         strat = resolve_strategies(wf, strategies)
         rows = read_manifest(manifest, wf)
-        if spark is None:
-            from subzero.engines.session import session
-            spark = session(master, conf)
+        from subzero.engines.session import check_workers, session
+        spark = spark if spark is not None else session(master, conf)
+        check_workers(spark, self.path)
         reporter = progress_for(progress)
         reporter.begin(len(rows), f"{len(rows)} instances of {wf.name}", unit="run")
         try:

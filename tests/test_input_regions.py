@@ -2,11 +2,8 @@
 dtype and read_region) go into a run a tile at a time -- on Spark by the executors
 -- and never whole through the driver."""
 
-import sys
-
 import numpy as np
 import pytest
-from conftest import ROOT
 
 from subzero import Workflow
 from subzero.operators import MeanFilter, Mul
@@ -92,8 +89,7 @@ def test_spark_executors_read_the_inputs(spark, store, tmp_path):
 
 
 def test_tiled_astronomy_input_regions():
-    sys.path.insert(0, str(ROOT / "workflows"))
-    import astronomy
+    from subzero.workflows import astronomy
     t = astronomy.TiledInput("raw_2", (2, 3))
     whole = np.asarray(t)
     assert whole.shape == t.shape and whole.dtype == t.dtype

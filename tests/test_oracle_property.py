@@ -444,7 +444,7 @@ def single_cases(draw):
     return spec, one, out_qs, in_qs, draw(st.booleans())
 
 
-@settings(max_examples=160, **SETTINGS)
+@settings(max_examples=100, **SETTINGS)
 @given(case=single_cases())
 def test_single_operator_matches_oracle(ostore, case):
     """Every strategy, map and re-execution, both directions, against the oracle."""
@@ -523,7 +523,7 @@ def dag_oracle(specs, inputs_of, mat, arrays, start, qbits, backward):
     return bms
 
 
-@settings(max_examples=100, **SETTINGS)
+@settings(max_examples=70, **SETTINGS)
 @given(case=dag_cases())
 def test_multi_step_traces_match_composed_oracle(ostore, case):
     """Paths through 2-3 operators and DAG traces (union over every path)."""

@@ -325,3 +325,62 @@ def ship_workflow_modules(wf=None, extra=()) -> None:
             pcp.register_pickle_by_value(mod)
         except Exception:
             pass
+
+
+def _probe_worker(store: str, _):
+    """Run on an executor: who it is and what it sees.  Imports SubZero itself, so a
+    worker whose Python lacks it answers with the import error, not a crash."""
+    import os as _os
+    import socket as _socket
+    import sys as _sys
+    try:
+        import subzero as _sz
+        version, err = getattr(_sz, "__version__", "?"), ""
+    except Exception as e:          # noqa: BLE001 - reported to the user as it is
+        version, err = None, f"{type(e).__name__}: {e}"
+    return (_socket.gethostname(), _sys.executable, version, err, _os.path.isdir(store),
+            _os.access(store, _os.W_OK))
+
+
+def check_workers(spark, store: str | os.PathLike) -> None:
+    """Before the first job on a cluster: every executor must run SubZero (this
+    version) and see the store folder, writable.  One small job; a wrong worker is one
+    line naming the host and what to do.  Local mode needs no check (the executors
+    are this process's JVM and this Python)."""
+    import subzero
+    sc = spark.sparkContext
+    if str(sc.master).startswith("local"):
+        return
+    n = max(2, int(sc.defaultParallelism))
+    from functools import partial
+    fn = partial(_by_value(_probe_worker), str(store))
+    try:
+        seen = sc.parallelize(range(n), n).map(fn).collect()
+    except Exception as e:
+        from subzero.engines.spark import python_error
+        raise SparkError(f"the Spark workers of {sc.master} cannot run SubZero's check: "
+                         f"{python_error(str(e)) or type(e).__name__}; {WORKER_HINT}") from None
+    for host, python, version, err, exists, writable in seen:
+        if version is None:
+            raise SparkError(f"Spark worker {host} cannot import SubZero with {python} ({err}); "
+                             f"{WORKER_HINT}")
+        if version != subzero.__version__:
+            raise SparkError(f"Spark worker {host} runs SubZero {version} ({python}), the driver "
+                             f"{subzero.__version__}; install the same version on every worker")
+        if not exists or not writable:
+            raise SparkError(f"Spark worker {host} cannot {'see' if not exists else 'write to'} the "
+                             f"store {store}: put the store on a file system every worker mounts at "
+                             f"the same path (--store)")
+
+
+#: what a worker needs, said wherever one is found wanting
+WORKER_HINT = ("every worker needs SubZero installed in the Python its executors run (the same "
+               "virtualenv path on every machine, or PYSPARK_PYTHON pointing at one that has it)")
+
+
+def _by_value(fn):
+    """``fn`` rebuilt outside SubZero's modules, so cloudpickle ships its code by value:
+    a worker without SubZero can still run it (and say so)."""
+    import types
+    return types.FunctionType(fn.__code__, {"__builtins__": __builtins__}, fn.__name__,
+                              fn.__defaults__, fn.__closure__)

@@ -24,6 +24,7 @@ operator and strategy.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -61,6 +62,19 @@ class TaskResult:
     dtype: str
     run_s: float
     lwrite_s: float
+    #: peak resident memory of the Python worker that ran the task, in bytes (a reused
+    #: worker's largest task so far): tasks are bounded by tiles and halos, not images
+    rss: int = 0
+
+
+def peak_rss() -> int:
+    """This process's peak resident memory in bytes (0 where it cannot be told)."""
+    try:
+        import resource
+        kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except (ImportError, OSError):
+        return 0
+    return int(kb) * (1 if sys.platform == "darwin" else 1024)
 
 
 def _aggregates(op, in_shapes, strategies) -> bool:
@@ -89,7 +103,7 @@ def _tile_task(run_dir: str, tile_size, name: str, op, inputs: list[str], strate
     except Exception as e:
         raise _fail(name, where, e) from None
     return TaskResult(tile.index, done.full, done.pay, tuple(out_shape), str(done.core.dtype), done.run_s,
-                      done.lwrite_s)
+                      done.lwrite_s, peak_rss())
 
 
 def _stage_task(run_dir: str, tile_size, members: list[Member], capture: bool, shape,
@@ -130,7 +144,8 @@ def run_members(arrays: ArrayStore, members: list[Member], capture: bool, shape,
         for a in [a for a in held if last[a] <= k]:
             del held[a]
         results.append(TaskResult(tile.index, done.full, done.pay, tuple(shape),
-                                  str(_native(done.core.dtype)), done.run_s, done.lwrite_s))
+                                  str(_native(done.core.dtype)), done.run_s, done.lwrite_s,
+                                  peak_rss()))
     return results
 
 
@@ -163,7 +178,8 @@ def _global_task(run_dir: str, tile_size, name: str, op, inputs: list[str], stra
         arr = out.data if isinstance(out, xr.DataArray) else out
     except Exception as e:
         raise _fail(name, "the whole array", e) from None
-    return TaskResult((0,), full, pay, shape_of(out), str(arr.dtype), run_s, ctx.lwrite_seconds)
+    return TaskResult((0,), full, pay, shape_of(out), str(arr.dtype), run_s, ctx.lwrite_seconds,
+                      peak_rss())
 
 
 def _partial_task(run_dir: str, tile_size, name: str, op, inputs: list[str], tile: Tile):
@@ -424,6 +440,7 @@ class SparkEngine:
             results = collect(self.sc.parallelize(tiles, len(tiles)).map(fn), name, on_tasks)
             tasks = len(tiles)
         wall = time.perf_counter() - t0
+        self._done(name, wall, results)
         out_shape = results[0].out_shape
         self.shapes[name] = out_shape
         out_dtype = results[0].dtype
@@ -431,6 +448,11 @@ class SparkEngine:
                           in_shapes, concat_pairs([r.full for r in results], len(in_shapes)),
                           concat_pairs([r.pay for r in results], len(in_shapes)), wall,
                           sum(r.lwrite_s for r in results), tiles=tasks)
+
+    def _done(self, what: str, wall: float, results: list[TaskResult]) -> None:
+        rss = max((r.rss for r in results), default=0)
+        self.note(f"  {what} done in {wall:.2f} s" + (f"; largest worker peak memory "
+                                                     f"{rss / 2**20:.0f} MB" if rss else ""))
 
     def group(self, wf: Workflow, pending: list[str]) -> list[str]:
         """The operators to run next as one job: a fused stage of tile-parallel
@@ -465,6 +487,7 @@ class SparkEngine:
         per_tile: list[list[TaskResult]] = collect(self.sc.parallelize(tiles, len(tiles)).map(fn),
                                                    f"stage {names[0]}..{names[-1]}", on_tasks)
         wall = time.perf_counter() - t0
+        self._done("stage", wall, [r for rs in per_tile for r in rs])
         busy = sum(r.run_s for rs in per_tile for r in rs) or 1.0
         out = []
         for k, (m, dt) in enumerate(zip(members, dtypes)):
