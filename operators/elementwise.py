@@ -5,8 +5,9 @@ Output cell c depends on cell c of every input.  Binary operators can also
 broadcast (``broadcast="scalar"``: the second input holds one cell and every
 output cell depends on it, so that input is declared all-to-all;
 ``broadcast="numpy"``: general numpy broadcasting, mapped exactly).
-Broadcasting operators declare global tiling: a tile of the output is not
-computed from the same tile of every input.
+With ``"scalar"`` they still run per tile (every tile reads the one cell
+whole); with ``"numpy"`` they declare global tiling: a tile of the output is
+not computed from the same tile of every input.
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ class Elementwise(MappedOperator):
             raise ValueError(f"{type(self).__name__}: broadcast must be one of "
                              f"{', '.join(BROADCASTS)}, not {broadcast!r}")
         self.broadcast = broadcast
-        if broadcast != "none":
-            self.tiling = GLOBAL
+        if broadcast == "numpy":
+            self.tiling = GLOBAL     # a tile of the output is not a tile of every input
+        # "scalar": the one-cell input is read whole by every tile (see capture.tiles)
         if broadcast == "scalar":
             if self.arity is None:
                 raise TypeError(f"{type(self).__name__}: broadcast='scalar' needs a fixed number "

@@ -97,12 +97,19 @@ def test_where_lineage_is_the_coordinate_relation():
 def test_scalar_broadcast_declares_second_input_all_to_all(tmp_path):
     op = O.Sub(broadcast="scalar")
     assert not op.is_all_to_all(0) and op.is_all_to_all(1)
-    assert op.tiling == subzero.GLOBAL
+    assert op.tiling == subzero.ELEMENTWISE          # the one cell is read whole per tile
+    assert O.Sub(broadcast="numpy").tiling == subzero.GLOBAL
     wf = subzero.Workflow("t")
     wf.add("op", op, wf.input("a"), wf.input("b"))
     with subzero.open_store(tmp_path) as st:
         run = st.run(wf, inputs={"a": A2, "b": np.array([1.0])}, strategies={"op": "full"},
-                     progress=False)
+                     progress=False, tile=2)
+        whole = st.run(wf, inputs={"a": A2, "b": np.array([1.0])}, strategies={"op": "full"},
+                       progress=False)
+        assert np.array_equal(run.array("op").values, whole.array("op").values)
+        for cells, to in (([(0, 0), (4, 5)], "a"), ([(1, 1)], "b")):
+            assert np.array_equal(run.trace("op", cells, to=to, shortcut=False).bitmap,
+                                  whole.trace("op", cells, to=to, shortcut=False).bitmap)
         res = run.trace("op", [(2, 3)], to="b")
         assert res.cells.tolist() == [[0]] and res.steps[0].method == "all-to-all"
         assert len(run.trace("b", [(0,)], to="op")) == 30

@@ -71,25 +71,28 @@ def same_as_reference(store_dir: Path, run_id: int, reference) -> None:
             {o["name"]: (o["pairs"], o["lineage_bytes"]) for o in reference.ops()}
 
 
-def test_astronomy_on_two_workers_with_a_relative_store(cluster, reference, tmp_path):
-    p = cli_run(tmp_path, cluster.master_url)
-    out, err = p.communicate(timeout=900)
-    assert p.returncode == 0, err[-3000:]
-    run_id = json.loads(out)["run_id"]
-    # the relative store is the driver's, resolved once: executors wrote into it
-    store = tmp_path / "rel" / "store"
-    assert (store / "runs" / str(run_id) / "arrays" / "stars.zarr").is_dir()
-    assert not list((tmp_path / "rel" / "store" / "runs").glob("*.partial*"))
-    assert not list(cluster.folder.rglob("store"))      # nothing inside the workers' folders
-    apps = cluster.status().get("completedapps", [])
-    assert apps and all(a["cores"] >= 1 for a in apps)
-    same_as_reference(store, run_id, reference)
+def test_a_worker_without_subzero_is_one_line(cluster, tmp_path):
+    """Executors run tasks with the driver's PYSPARK_PYTHON: here the system's python3,
+    which has no SubZero."""
+    bare = next((p for p in ("/usr/bin/python3", "/bin/python3") if Path(p).exists()), None)
+    if bare is None or subprocess.run([bare, "-c", "import subzero"], capture_output=True).returncode == 0:
+        pytest.skip("no Python without SubZero on this machine")
+    env = {k: v for k, v in os.environ.items() if k != "SUBZERO_ENGINE"}
+    env["PYSPARK_PYTHON"] = bare
+    p = subprocess.run([subzero_exe(), "run", str(ROOT / "workflows" / "example.py"), "--master",
+                        cluster.master_url, "--store", str(tmp_path / "st")], capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot import SubZero" in lines[0] and bare in lines[0], p.stderr
+    assert "PYSPARK_PYTHON" in lines[0]
 
 
-def test_a_worker_lost_mid_run_changes_nothing(cluster, reference, tmp_path):
-    if cluster.alive_workers() < 2:
-        cluster.start_worker()
-        cluster.wait_for_workers(2)
+def test_astronomy_with_a_relative_store_and_a_worker_lost(cluster, reference, tmp_path):
+    """The real workflow from the command line, with a relative store (resolved once, on
+    the driver: executors write into it, not into their own folders); one worker -- its
+    JVM and its executors -- is killed mid-run: the run completes on the other, with the
+    in-process engine's arrays, lineage and answers."""
     p = cli_run(tmp_path, cluster.master_url)
     arrays = tmp_path / "rel" / "store" / "runs" / "1.partial" / "arrays"
     end = time.monotonic() + 600
@@ -97,28 +100,14 @@ def test_a_worker_lost_mid_run_changes_nothing(cluster, reference, tmp_path):
         assert p.poll() is None, p.communicate()[1][-3000:]
         assert time.monotonic() < end
         time.sleep(0.2)
-    cluster.kill_worker(0)                                   # the JVM and its executors
+    cluster.kill_worker(0)
     out, err = p.communicate(timeout=900)
     assert p.returncode == 0, err[-3000:]
     assert cluster.alive_workers() == 1
-    same_as_reference(tmp_path / "rel" / "store", json.loads(out)["run_id"], reference)
-    cluster.start_worker()
-    cluster.wait_for_workers(2)
-
-
-def test_a_worker_without_subzero_is_one_line(tmp_path):
-    """Workers whose Python lacks SubZero (here: the system's python3, without it)."""
-    from subzero.engines.standalone import LocalCluster
-    bare = next((p for p in ("/usr/bin/python3", "/bin/python3") if Path(p).exists()), None)
-    if bare is None or subprocess.run([bare, "-c", "import subzero"], capture_output=True).returncode == 0:
-        pytest.skip("no Python without SubZero on this machine")
-    with LocalCluster(workers=1, cores=1, memory="1g", folder=tmp_path / "c", python=bare) as c:
-        env = {k: v for k, v in os.environ.items() if k != "SUBZERO_ENGINE"}
-        env["PYSPARK_PYTHON"] = bare
-        p = subprocess.run([subzero_exe(), "run", str(ROOT / "workflows" / "example.py"), "--master",
-                            c.master_url, "--store", str(tmp_path / "st")], capture_output=True,
-                           text=True, env=env, timeout=600)
-    assert p.returncode == 2, p.stderr
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and "cannot import SubZero" in lines[0] and bare in lines[0], p.stderr
-    assert "PYSPARK_PYTHON" in lines[0]
+    run_id = json.loads(out)["run_id"]
+    store = tmp_path / "rel" / "store"
+    assert (store / "runs" / str(run_id) / "arrays" / "stars.zarr").is_dir()
+    assert not list((store / "runs").glob("*.partial*"))
+    assert not list((store / "runs" / str(run_id) / "arrays").glob(".*attempt*"))
+    assert not list(cluster.folder.rglob("store"))       # nothing inside the workers' folders
+    same_as_reference(store, run_id, reference)

@@ -80,18 +80,34 @@ def linearize(x):
     return GAIN * x * (1.0 + NONLINEARITY * x)
 
 
-def pixel_flags(x):
+def pixel_flags(x, origin=(0, 0)):
     """Per-pixel quality code (elementwise): 1 saturated, 2 dead, 0 good.
 
     Only science pixels can be dead; the prescan strip is at the bias level
-    by design.  (Position-dependent, still elementwise: out[c] = f(x[c], c).)
+    by design.  (Position-dependent, still elementwise: out[c] = f(x[c], c);
+    ``origin`` is where ``x`` begins in the image, for a tile of it.)
     """
     x = np.asarray(x)
     flags = np.where(x >= SATURATION, 1, 0).astype(np.uint8)
-    sci = np.zeros(x.shape, bool)
-    sci[SCIENCE] = True
+    rows = origin[0] + np.arange(x.shape[0])
+    cols = origin[1] + np.arange(x.shape[1])
+    sci = (rows >= SCIENCE[0].start)[:, None] & (cols >= SCIENCE[1].start)[None, :]
     flags[sci & (x < DEAD_LEVEL)] = 2
     return flags
+
+
+class PixelFlags(Unary):
+    """:func:`pixel_flags` as an elementwise operator that runs per tile: the
+    science area is in image coordinates, so a tile adds its ``ctx.origin``."""
+
+    def __init__(self):
+        super().__init__(pixel_flags)
+
+    def run(self, ctx, x):
+        out = pixel_flags(np.asarray(x), ctx.origin)
+        if Mode.FULL in ctx.modes:
+            self.emit_full(ctx)
+        return out
 
 
 def repair(image, flags):
@@ -423,9 +439,7 @@ class TiledInput:
 def calibrate(wf: Workflow, j: int, raw, bias, dark, flat):
     """Steps 1-10 for exposure j; returns the background-subtracted image."""
     lin = wf.add(f"linearity_{j}", Unary(linearize), raw)
-    flag_op = Unary(pixel_flags)
-    flag_op.tiling = GLOBAL     # SCIENCE is in array coordinates: a tile's row 0 is not the image's
-    flags = wf.add(f"maskattr_{j}", flag_op, lin)
+    flags = wf.add(f"maskattr_{j}", PixelFlags(), lin)
     bad = wf.add(f"badpix_{j}", Binary(repair), lin, flags)
     osc = wf.add(f"overscan_{j}", Slice(PRESCAN), bad)
     osm = wf.add(f"overscanmean_{j}", Mean(), osc)

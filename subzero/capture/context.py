@@ -48,12 +48,31 @@ class Context:
         self._deferred: list[tuple] = []  # (method, args): lwrite calls replayed by finish()
         self.buffer = buffer
         self.lwrite_seconds = 0.0
+        self._origin = tuple(int(x) for x in tile_origin) if tile_origin is not None else None
+        self._array_shape: tuple[int, ...] | None = None
         self._supported: set[Mode] | None = None
 
     # -- shapes ----------------------------------------------------------------
     @property
     def n_inputs(self) -> int:
         return len(self._input_shapes)
+
+    @property
+    def origin(self) -> tuple[int, ...]:
+        """Where this data begins in the whole array: the array coordinates of the
+        first cell of the first input.  An operator run per tile sees a tile's
+        read region; one whose result depends on the position (a mask of the
+        sensor's science area, say) adds ``origin`` to its local coordinates.
+        Zeros when the operator runs on the whole array."""
+        if self._origin is None:
+            return (0,) * len(self._input_shapes[0]) if self._input_shapes else ()
+        return self._origin
+
+    @property
+    def array_shape(self) -> tuple[int, ...] | None:
+        """The shape of the whole output array when running per tile (the tile's own
+        shape is the inputs' shape), else None: it is then the output's shape."""
+        return self._array_shape
 
     def input_shape(self, i: int) -> tuple[int, ...]:
         if not 0 <= i < len(self._input_shapes):

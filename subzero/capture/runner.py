@@ -57,7 +57,8 @@ def told_output_shape(op, in_shapes) -> tuple[tuple[int, ...] | None, bool]:
 
 
 def run_operator(name: str, op, inputs: list, strategies: tuple[Strategy, ...],
-                 capture: bool = True):
+                 capture: bool = True, origin: tuple[int, ...] | None = None,
+                 array_shape: tuple[int, ...] | None = None):
     """Run one operator and capture its lineage in memory.
 
     Returns (output, full pairs, payload pairs, ctx).  Operator exceptions
@@ -68,7 +69,9 @@ def run_operator(name: str, op, inputs: list, strategies: tuple[Strategy, ...],
     declared, guessed = told_output_shape(op, in_shapes)
     buf = LineageBuffer(name, len(inputs), None if guessed or declared is None else len(declared),
                         [len(s) for s in in_shapes]) if modes else None
-    ctx = Context(name, op, modes, in_shapes, declared, buf, output_guessed=guessed)
+    ctx = Context(name, op, modes, in_shapes, declared, buf, tile_origin=origin,
+                  output_guessed=guessed)
+    ctx._array_shape = tuple(array_shape) if array_shape is not None else None
     try:
         out = op.run(ctx, *inputs)
     except SubZeroError:
@@ -103,14 +106,15 @@ def run_tile(name: str, op, ins: list, strategies: tuple[Strategy, ...], capture
 
     ``ctx`` describes the tile (its shapes), as the operator would see a small array."""
     t0 = time.perf_counter()
-    out, full, pay, ctx = run_operator(name, op, ins, strategies, capture)
+    out, full, pay, ctx = run_operator(name, op, ins, strategies, capture, origin=tile.origin,
+                                       array_shape=tuple(out_shape))
     run_s = time.perf_counter() - t0
     out = np.asarray(out.data if isinstance(out, xr.DataArray) else out)
     if out.shape != tile.read_shape():
         raise OperatorError(f"operator {name!r} is declared {op.tiling.kind} but returned shape "
                             f"{out.shape} for an input tile of shape {tile.read_shape()}; "
                             f"declare it global")
-    local = [tile.read_shape()] * len(ins)
+    local = [shape_of(x) for x in ins]          # a one-cell input is read whole
     return TileOutput(out[tile.core_in_read()], globalize(full, tile, out_shape, in_shapes, local),
                       globalize(pay, tile, out_shape, in_shapes, local), run_s, ctx.lwrite_seconds,
                       whole=out)

@@ -78,7 +78,7 @@ def tile_plan(op, in_shapes: Sequence[Shape]) -> int | None:
     kind = getattr(op.tiling, "kind", "global")
     if kind not in ("elementwise", "stencil") or not in_shapes:
         return None
-    if any(tuple(s) != tuple(in_shapes[0]) for s in in_shapes):
+    if any(tuple(s) != tuple(in_shapes[0]) and not one_cell(s) for s in in_shapes[1:]):
         return None
     try:
         declared = op.output_shape(*in_shapes)
@@ -87,6 +87,21 @@ def tile_plan(op, in_shapes: Sequence[Shape]) -> int | None:
     if declared is not None and tuple(declared) != tuple(in_shapes[0]):
         return None
     return int(op.tiling.radius) if kind == "stencil" else 0
+
+
+def one_cell(shape: Shape) -> bool:
+    """A one-cell input (a scalar an operator broadcasts): every tile reads it whole."""
+    return int(np.prod(shape)) == 1
+
+
+def input_slices(tile: Tile, shape: Shape, read: tuple[tuple[int, int], ...] | None = None
+                 ) -> tuple[slice, ...]:
+    """What a tile reads of an input of ``shape``: its read region (``read``, default
+    the tile's), or the whole input when it is one cell (for an array of one cell
+    the two are the same)."""
+    if one_cell(shape):
+        return tuple(slice(0, int(n)) for n in shape)
+    return tuple(slice(a, b) for a, b in (read if read is not None else tile.read))
 
 
 def globalize(pairs: Pairs | None, tile: Tile, out_shape: Shape, in_shapes: Sequence[Shape],

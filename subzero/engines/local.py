@@ -32,7 +32,7 @@ import xarray as xr
 
 from subzero.capture.buffer import Pairs
 from subzero.capture.runner import run_operator, run_tile, shape_of
-from subzero.capture.tiles import Tile, concat_pairs, tile_plan, tiles_for
+from subzero.capture.tiles import Tile, concat_pairs, input_slices, tile_plan, tiles_for
 from subzero.engines.base import StepResult
 from subzero.engines.progress import Progress
 from subzero.errors import OperatorError, SubZeroError
@@ -157,9 +157,10 @@ class LocalEngine:
     def _region(self, name: str, tile: Tile) -> np.ndarray:
         """A tile's read region of an array: a copy (an operator may write into its
         input), from memory when held, else from the store's chunks."""
+        region = input_slices(tile, self.shapes[name])
         if name in self.values:
-            return np.array(self.values[name][tile.read_slices()])
-        return self.arrays.read_region(name, tile.read_slices())
+            return np.array(np.asarray(self.values[name]).reshape(self.shapes[name])[region])
+        return self.arrays.read_region(name, region)
 
     def _tiles(self, step: Step, in_shapes: list[tuple[int, ...]]) -> list[Tile] | None:
         """The tiles to stream the step over, or None: it runs on whole arrays."""

@@ -38,7 +38,7 @@ import xarray as xr
 
 from subzero.capture.buffer import Pairs
 from subzero.capture.runner import run_operator, run_tile, shape_of
-from subzero.capture.tiles import Tile, concat_pairs, tile_plan, tiles_for
+from subzero.capture.tiles import Tile, concat_pairs, input_slices, tile_plan, tiles_for
 from subzero.engines.base import StepResult
 from subzero.engines.progress import Progress
 from subzero.engines.session import SparkError, jvm_log_hint, ship_workflow_modules
@@ -65,6 +65,8 @@ class TaskResult:
     #: peak resident memory of the Python worker that ran the task, in bytes (a reused
     #: worker's largest task so far): tasks are bounded by tiles and halos, not images
     rss: int = 0
+    #: the task attempt that wrote the output whole (global tasks), for the driver to commit
+    attempt: int | None = None
 
 
 def peak_rss() -> int:
@@ -97,7 +99,7 @@ def _tile_task(run_dir: str, tile_size, name: str, op, inputs: list[str], strate
     arrays = ArrayStore(run_dir, tile=tile_size)
     where = f"tile {tile.describe()}"
     try:
-        ins = [arrays.read_region(a, tile.read_slices()) for a in inputs]
+        ins = [arrays.read_region(a, input_slices(tile, s)) for a, s in zip(inputs, in_shapes)]
         done = run_tile(name, op, ins, strategies, capture, tile, out_shape, in_shapes)
         arrays.write_region(name, tile.core_slices(), done.core)
     except Exception as e:
@@ -125,14 +127,14 @@ def run_members(arrays: ArrayStore, members: list[Member], capture: bool, shape,
         need, read = boxes[m.name]
         try:
             ins = []
-            for a in m.inputs:
+            for a, sh in zip(m.inputs, m.in_shapes):
                 if a in held:
                     box, data = held[a]
                     ins.append(np.array(data[within(read, box)]))
                 else:
-                    ins.append(arrays.read_region(a, tuple(slice(x, y) for x, y in read)))
+                    ins.append(arrays.read_region(a, input_slices(tile, sh, read)))
             done = run_tile(m.name, m.op, ins, m.strategies, capture, Tile(tile.index, tile.core, read),
-                            tuple(shape), [tuple(shape)] * len(ins))
+                            tuple(shape), [tuple(x) for x in m.in_shapes])
             del ins
             if write:
                 arrays.write_region(m.name, tile.core_slices(), done.core)
@@ -174,12 +176,23 @@ def _global_task(run_dir: str, tile_size, name: str, op, inputs: list[str], stra
         t0 = time.perf_counter()
         out, full, pay, ctx = run_operator(name, op, ins, strategies, capture)
         run_s = time.perf_counter() - t0
-        arrays.write(name, out)
+        attempt = _attempt_id()
+        arrays.write(name, out, attempt=attempt)     # moved into place by the driver
         arr = out.data if isinstance(out, xr.DataArray) else out
     except Exception as e:
         raise _fail(name, "the whole array", e) from None
     return TaskResult((0,), full, pay, shape_of(out), str(arr.dtype), run_s, ctx.lwrite_seconds,
-                      peak_rss())
+                      peak_rss(), attempt)
+
+
+def _attempt_id() -> int:
+    """This Spark task attempt's id, unique in the application (0 outside Spark)."""
+    try:
+        from pyspark import TaskContext
+        ctx = TaskContext.get()
+        return int(ctx.taskAttemptId()) if ctx is not None else 0
+    except ImportError:
+        return 0
 
 
 def _partial_task(run_dir: str, tile_size, name: str, op, inputs: list[str], tile: Tile):
@@ -428,10 +441,12 @@ class SparkEngine:
             fn = partial(_global_task, str(arrays.dir.parent), arrays.tile, name, op,
                          list(step.inputs), strategies, capture)
             results = collect(self.sc.parallelize([0], 1).map(fn), name, on_tasks)
+            assert results[0].attempt is not None
+            arrays.commit_attempt(name, results[0].attempt)     # the attempt that succeeded
         else:
             out_shape = in_shapes[0]
             tiles = tiles_for(out_shape, arrays.tile, halo)
-            dtype = _probe_dtype(name, op, arrays, step.inputs, tiles[0], strategies)
+            dtype = _probe_dtype(name, op, arrays, step.inputs, in_shapes, tiles[0])
             arrays.create(name, out_shape, dtype)
             self.note(f"{name}: {len(tiles)} tile task(s) of up to {arrays.tile} cells per axis"
                       + (f", halo {halo}" if halo else ""))
@@ -465,8 +480,10 @@ class SparkEngine:
         arrays = self.arrays
         steps = [wf.steps[n] for n in names]
         shape = self.shapes[steps[0].inputs[0]]
+        known = {**self.shapes, **{n: shape for n in names}}
         members = [Member(n, st.operator, tuple(st.inputs), tuple(strategies[n]),
-                          int(tile_plan(st.operator, [shape] * len(st.inputs)) or 0))
+                          int(tile_plan(st.operator, [known[a] for a in st.inputs]) or 0),
+                          tuple(tuple(known[a]) for a in st.inputs))
                    for n, st in zip(names, steps)]
         tiles = tiles_for(shape, arrays.tile)
         probe = Tile(tiles[0].index, tuple((0, min(n, PROBE_CELLS)) for n in shape),
@@ -520,12 +537,12 @@ def _accumulated(members: list[Member]) -> int:
     return max(mid - read[0][0] for _, read in boxes.values())
 
 
-def _probe_dtype(name, op, arrays: ArrayStore, inputs, tile: Tile, strategies) -> np.dtype:
+def _probe_dtype(name, op, arrays: ArrayStore, inputs, in_shapes, tile: Tile) -> np.dtype:
     """The output dtype, from running the operator on the first tile in the driver
     (tasks write into an array that must exist with its dtype before they start)."""
-    ins = [arrays.read_region(a, tile.read_slices()) for a in inputs]
+    ins = [arrays.read_region(a, input_slices(tile, sh)) for a, sh in zip(inputs, in_shapes)]
     try:
-        out, _, _, _ = run_operator(name, op, ins, (), capture=False)
+        out, _, _, _ = run_operator(name, op, ins, (), capture=False, origin=tile.origin)
     except SubZeroError:
         raise
     except Exception as e:

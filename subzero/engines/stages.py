@@ -42,6 +42,7 @@ class Member:
     inputs: tuple[str, ...]
     strategies: tuple
     radius: int          # its stencil radius (0: elementwise)
+    in_shapes: tuple = ()    # its inputs' shapes (a one-cell input is read whole)
 
 
 def next_stage(wf: Workflow, pending: Sequence[str], shapes: Mapping[str, tuple[int, ...]],

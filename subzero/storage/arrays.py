@@ -11,6 +11,8 @@ every read verifies what it touches (``chunks.py``).
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import warnings
 from pathlib import Path
 
@@ -83,12 +85,19 @@ class ArrayStore:
         whose deleted chunks cannot be told from fill values)."""
         return sums_file(self.path(name)).exists()
 
-    def write(self, name: str, value) -> xr.DataArray:
-        """Store an array (never overwrites); returns it as a DataArray."""
+    def write(self, name: str, value, attempt: int | None = None) -> xr.DataArray:
+        """Store an array (never overwrites); returns it as a DataArray.
+
+        With ``attempt`` (a Spark task attempt's id) the array goes to a folder of that
+        attempt's own, which :meth:`commit_attempt` moves into place for the attempt
+        that succeeded: a retried task never meets its failed attempt's files."""
         da = as_dataarray(value, name)
-        p = self.path(name)
+        p = self.path(name) if attempt is None else self._attempt_path(name, attempt)
         if p.exists():
-            raise StoreError(f"array {name!r} already stored in this run")
+            if attempt is None:
+                raise StoreError(f"array {name!r} already stored in this run")
+            shutil.rmtree(p)
+            sums_file(p).unlink(missing_ok=True)
         self.dir.mkdir(parents=True, exist_ok=True)
         ds = da.to_dataset(name="data")
         ds["data"].attrs = _clean_attrs(da.attrs)
@@ -105,6 +114,21 @@ class ArrayStore:
                        write_empty_chunks=True)
         seal(p)
         return da
+
+    def _attempt_path(self, name: str, attempt: int) -> Path:
+        return self.dir / f".{name}.attempt-{int(attempt)}.zarr"
+
+    def commit_attempt(self, name: str, attempt: int) -> None:
+        """The array written by task attempt ``attempt`` becomes the array ``name``;
+        other attempts' folders of it are removed."""
+        src = self._attempt_path(name, attempt)
+        os.replace(sums_file(src), sums_file(self.path(name)))
+        os.replace(src, self.path(name))
+        for stale in self.dir.glob(f".{name}.attempt-*"):
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)
 
     # -- tiles (Spark executors read and write their own regions) -----------------
     def create(self, name: str, shape, dtype, dims=None, attrs=None) -> None:
