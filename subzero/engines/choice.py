@@ -5,7 +5,7 @@ and every job costs a fraction of a second of scheduling, while the in-process
 engine streams tile by tile with no start-up at all.  So a run without
 ``--engine`` goes to Spark when a master is configured (the user has a
 cluster) or when its largest input reaches :data:`subzero.tuning.SPARK_PAYS_CELLS`
-(measured by ``benchmarks/spark_scale.py``), and runs in-process otherwise.
+(a provisional value, see its note), and runs in-process otherwise.
 The choice and its reason are said in the run's first line.
 """
 
