@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 import uuid
 import weakref
@@ -31,6 +32,7 @@ import xarray as xr
 from subzero.capture.runner import shape_of
 from subzero.engines.base import Engine
 from subzero.engines.driver import Profiler, run_workflow
+from subzero.engines.journal import Journal, Resumable, fingerprint, read_journal
 from subzero.engines.local import LocalEngine
 from subzero.engines.progress import Progress, progress_for
 from subzero.engines.transaction import RunTransaction
@@ -204,26 +206,101 @@ class Store:
             from subzero.engines.session import check_workers, session
             spark = spark if spark is not None else session(master, conf)
             check_workers(spark, self.path)
-        reporter = progress_for(progress)
         with RunTransaction.begin(self.catalog, self.path / "runs", wf, described, engine) as tx:
-            arrays = ArrayStore(tx.folder, tile=tile or DEFAULT_TILE)
-            eng: Engine
-            if engine == "spark":
-                from subzero.engines.spark import SparkEngine
-                eng = SparkEngine(spark, arrays, log=log)
+            journal = Journal(tx.folder)
+            journal.begin(wf, strat, capture, tile or DEFAULT_TILE, budget)
+            self._execute(tx, wf, values, strat, budget, capture, engine, spark, tile or DEFAULT_TILE,
+                          log, progress, profiler, journal, None)
+        self._workflows[tx.run_id] = wf
+        return self.get(tx.run_id)
+
+    def _execute(self, tx: RunTransaction, wf: Workflow, values, strat, budget, capture: bool,
+                 engine: str, spark, tile: int, log, progress, profiler, journal: Journal,
+                 resume: Resumable | None) -> None:
+        """Drive the run's operators on the engine into ``tx``'s folder, and commit."""
+        reporter = progress_for(progress)
+        arrays = ArrayStore(tx.folder, tile=tile)
+        eng: Engine
+        if engine == "spark":
+            from subzero.engines.spark import SparkEngine
+            eng = SparkEngine(spark, arrays, log=log)
+        else:
+            eng = LocalEngine(arrays, profiling=profiler is not None)
+        lineage = LineageStore(tx.folder / "lineage") if capture else None
+        what = "resuming run" if resume is not None else "run"
+        reporter.begin(len(wf.steps), f"{what} {tx.run_id} ({wf.name}, {engine})")
+        try:
+            stats = run_workflow(eng, wf, values, strat, lineage, budget=budget,
+                                 capture=capture, progress=reporter, profiler=profiler,
+                                 journal=journal, resume=resume)
+        finally:
+            reporter.close()
+            eng.close()
+            if lineage is not None:
+                lineage.close()
+        tx.commit(wf, stats, budget.downgrades if budget is not None and capture else ())
+
+    def resume(self, run: int | str, workflow: str | os.PathLike | Workflow | None = None,
+               progress: bool | Progress | None = None, engine: str | None = None, spark=None,
+               master: str | None = None, conf: Mapping[str, str] | None = None, log=None,
+               announce: Callable[[str], None] | None = None) -> "Run":
+        """Finish an interrupted run (its driver was lost: killed, out of memory, its host
+        gone) from its first unfinished operator, with the strategies, tile size and
+        disk budget it began with; the result is the run an uninterrupted one would
+        have been, under the same id.
+
+        The workflow is loaded again from where the run loaded it (its module or
+        file; give ``workflow`` for a run of a Workflow object made in Python), and
+        must be unchanged: its operators and their modules' source are compared with
+        the run's journal.  ``engine`` defaults to the run's own (``"spark"`` when a
+        ``master`` or ``spark`` is given).  Runs that completed, failed or are still
+        running (their driver alive, on any host) are refused."""
+        self.require_writable("resuming a run")
+        row = self.catalog.get_run(run)
+        if row.status != "interrupted":
+            self.catalog.claim_run(row.id)      # says why not
+        state = read_journal(self.path / "runs" / f"{row.id}.partial", row.id)
+        if workflow is None:
+            if not row.source:
+                raise WorkflowError(f"run {row.id} ran a workflow made in Python; pass it: "
+                                    f"store.resume({row.id}, workflow=wf)")
+            workflow = row.source
+        wf = load_workflow(workflow, dict(row.params))
+        if fingerprint(wf) != state.fingerprint:
+            raise WorkflowError(f"workflow {wf.name!r} ({row.source or 'in-process'}) changed since "
+                                f"run {row.id} began (its operators or their modules' source "
+                                f"differ); resume needs the code it began with, or start a new run")
+        strat = {n: parse("+".join(ss)) for n, ss in state.strategies.items()}
+        if engine is None:
+            engine = "spark" if (master or spark is not None or conf) else row.engine
+        if engine not in ("local", "spark"):
+            raise SubZeroError(f"unknown engine {engine!r}; use local or spark")
+        if announce is not None:
+            announce(f"resuming run {row.id} ({wf.name}): {len(state.done)} of {len(wf.steps)} "
+                     f"operators were done; engine: {engine}")
+        if engine == "spark":
+            from subzero.engines.session import check_workers, session
+            spark = spark if spark is not None else session(master, conf)
+            check_workers(spark, self.path)
+        tx = RunTransaction.resume(self.catalog, self.path / "runs", row.id)
+        with tx:
+            if state.inputs is None:
+                # lost before its inputs were stored: start over in the same folder
+                for child in tx.folder.iterdir():
+                    shutil.rmtree(child) if child.is_dir() else child.unlink()
+                journal = Journal(tx.folder)
+                journal.begin(wf, strat, state.capture, state.tile, state.disk_budget())
+                lost = [k for k, v in row.inputs.items() if str(v).startswith("<")]
+                if lost:
+                    raise StoreError(f"run {row.id} was lost before its inputs were stored, and "
+                                     f"input {lost[0]!r} was an array in memory; start a new run")
+                values, _ = self._inputs(wf, dict(row.inputs))
+                resume = None
             else:
-                eng = LocalEngine(arrays, profiling=profiler is not None)
-            lineage = LineageStore(tx.folder / "lineage") if capture else None
-            reporter.begin(len(wf.steps), f"run {tx.run_id} ({wf.name}, {engine})")
-            try:
-                stats = run_workflow(eng, wf, values, strat, lineage, budget=budget,
-                                     capture=capture, progress=reporter, profiler=profiler)
-            finally:
-                reporter.close()
-                eng.close()
-                if lineage is not None:
-                    lineage.close()
-            tx.commit(wf, stats, budget.downgrades if budget is not None and capture else ())
+                _discard_unfinished(tx.folder, wf, strat, state)
+                journal, values, resume = Journal(tx.folder), {}, state
+            self._execute(tx, wf, values, strat, state.disk_budget(), state.capture, engine, spark,
+                          state.tile, log, progress, None, journal, resume)
         self._workflows[tx.run_id] = wf
         return self.get(tx.run_id)
 
@@ -304,6 +381,42 @@ class Store:
     # -- reading -----------------------------------------------------------------------------
     def runs(self) -> list[RunRow]:
         return self.catalog.runs()
+
+    def clean(self, dry_run: bool = False) -> list[dict[str, Any]]:
+        """Remove what abandoned runs left in ``runs/``: the folders of interrupted runs
+        (their driver is gone, on any host; they are then recorded failed, so they
+        can no longer be resumed), task attempts' folders, heartbeat files and folders
+        no catalog row owns.  Complete runs and runs still running are never
+        touched.  Returns what was (with ``dry_run``: would be) removed: one dict per
+        path with ``path``, ``run``, ``bytes`` and ``why``."""
+        self.require_writable("cleaning")
+        rows = {r.id: r for r in self.catalog.runs()}
+        removed: list[dict[str, Any]] = []
+        for p in sorted((self.path / "runs").iterdir()):
+            head = p.name.split(".", 1)[0]
+            rid = int(head) if head.isdigit() else None
+            row = rows.get(rid) if rid is not None else None
+            if row is not None and (row.status == "running" or p.name == str(rid)):
+                continue        # alive, or a run's final folder
+            if row is None and p.name.isdigit():
+                why = "a run folder the catalog does not know"
+            elif row is None:
+                why = "left by a run the catalog does not know"
+            elif row.status == "interrupted":
+                why = "an interrupted run (its driver is gone)"
+            else:
+                why = f"left by a {row.status} run"
+            removed.append({"path": str(p), "run": rid, "bytes": _tree_bytes(p), "why": why})
+        if dry_run:
+            return removed
+        for item in removed:
+            p = Path(item["path"])
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        for rid in {i["run"] for i in removed}:
+            row = rows.get(rid)
+            if row is not None and row.status == "interrupted":
+                self.catalog.finish_run(row.id, "failed", "interrupted; removed by subzero clean")
+        return removed
 
     def get(self, ref: str | int = "latest") -> "Run":
         row = self.catalog.get_run(ref)
@@ -511,6 +624,29 @@ class Run:
                           {"to": to, "path": path, "shortcut": shortcut}, n_in, len(res),
                           res.seconds)
         return res
+
+
+def _tree_bytes(p: Path) -> int:
+    if p.is_file():
+        return p.stat().st_size
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+
+
+def _discard_unfinished(folder: Path, wf: Workflow, strategies, state: Resumable) -> None:
+    """Remove what the operators without a journal entry may have left half-written."""
+    arrays = ArrayStore(folder)
+    done = set(state.done)
+    lineage = LineageStore(folder / "lineage") if (folder / "lineage").is_dir() else None
+    try:
+        for name in wf.steps:
+            if name in done:
+                continue
+            arrays.remove(name)
+            if lineage is not None:
+                lineage.drop_operator(name, strategies[name])
+    finally:
+        if lineage is not None:
+            lineage.close()
 
 
 def trace_signature(start: str, cells, to, path, shortcut: bool) -> tuple[str, int]:

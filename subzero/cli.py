@@ -94,6 +94,11 @@ def _engine(a) -> str:
 
 def cmd_run(a) -> int:
     from subzero.api import open_store
+    if a.resume is not None:
+        return _resume(a)
+    if a.workflow is None:
+        raise SubZeroError("subzero run needs a workflow (a .py file or module name), or "
+                           "--resume RUN")
     engine = _engine(a)
     conf = _kv(a.conf, "--conf")
     if engine == "local" and (a.master or conf or a.inputs_from):
@@ -124,6 +129,62 @@ def cmd_run(a) -> int:
             print(run.id if a.quiet else f"run id: {run.id}")
     finally:
         store.close()
+    return 0
+
+
+def _resume(a) -> int:
+    """``run --resume RUN``: the run keeps what it began with; only where it runs may change."""
+    from subzero.api import open_store
+    fixed = [f for f, v in (("--input", a.input), ("--strategy", a.strategy), ("--param", a.param),
+                            ("--no-lineage", a.no_lineage), ("--tile", a.tile),
+                            ("--inputs-from", a.inputs_from), ("--plan", a.plan),
+                            ("--max-disk", a.max_disk), ("--max-runtime", a.max_runtime)) if v]
+    if fixed:
+        raise SubZeroError(f"{fixed[0]} cannot be combined with --resume: a resumed run keeps "
+                           f"the inputs, strategies, parameters and tile size it began with")
+    conf = _kv(a.conf, "--conf")
+    # default: where the run began; a master or Spark settings given mean Spark
+    engine = a.engine or ("spark" if a.master or conf else None)
+    engine = None if engine == "auto" else engine
+    if engine == "local" and (a.master or conf):
+        raise SubZeroError("--master and --conf need the Spark engine (--engine spark)")
+    store = open_store(a.store, create=False)
+    try:
+        log = (lambda m: print(f"  spark: {m}", file=sys.stderr)) if a.verbose and not a.json else None
+        run = store.resume(a.resume, workflow=a.workflow, progress=None if not a.json else False,
+                           engine=engine, master=a.master, conf=conf, log=log,
+                           announce=None if a.json or a.quiet else print)
+        ops = run.ops()
+        if a.json:
+            print(json.dumps(_run_json(store, run.id), default=str))
+        else:
+            total = sum(o["lineage_bytes"] for o in ops)
+            print(f"run {run.id} complete (resumed): workflow {run.row.workflow}, {len(ops)} "
+                  f"operators, lineage {_fmt_bytes(total)}")
+            if a.verbose:
+                _ops_table(ops)
+            print(run.id if a.quiet else f"run id: {run.id}")
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_clean(a) -> int:
+    from subzero.api import open_store
+    store = open_store(a.store, create=False)
+    try:
+        removed = store.clean(dry_run=a.dry_run)
+    finally:
+        store.close()
+    if a.json:
+        print(json.dumps({"dry_run": a.dry_run, "removed": removed}))
+        return 0
+    verb = "would remove" if a.dry_run else "removed"
+    for item in removed:
+        print(f"  {verb} {item['path']}  {_fmt_bytes(item['bytes'])}  ({item['why']})")
+    total = sum(i["bytes"] for i in removed)
+    print(f"nothing to clean in {a.store}" if not removed else
+          f"{verb} {len(removed)} item(s), {_fmt_bytes(total)}")
     return 0
 
 
@@ -295,6 +356,10 @@ def cmd_runs(a) -> int:
             err = f"  ({r.error})" if r.error and r.status != "complete" else ""
             print(f"{r.id:>5}  {r.status:<11} {r.workflow:<16} {t}  {dur:>8}  "
                   f"{trust.get(r.id, '-'):<9}{err}")
+        lost = [r.id for r in rows if r.status == "interrupted"]
+        if lost:
+            print(f"interrupted runs ({', '.join(map(str, lost))}) lost their driver: finish one "
+                  f"with `subzero run --resume {lost[-1]}`, or remove them with `subzero clean`")
         if any(v != "trusted" for v in trust.values()):
             print(f"runs not trusted are data: traces that need their code stop; see "
                   f"`subzero trust {store.path}`")
@@ -448,7 +513,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help=argparse.SUPPRESS)
 
     r = sub.add_parser("run", help="run a workflow and capture its lineage")
-    r.add_argument("workflow", help="workflow .py file or module name (defines workflow())")
+    r.add_argument("workflow", nargs="?",
+                   help="workflow .py file or module name (defines workflow())")
+    r.add_argument("--resume", metavar="RUN",
+                   help="finish an interrupted run (its driver was lost) from its first "
+                        "unfinished operator")
     r.add_argument("--input", action="append", metavar="NAME=PATH",
                    help="bind a workflow input to a .npy/.fits/.zarr/.nc file")
     r.add_argument("--strategy", action="append", metavar="OP=STRATEGY",
@@ -514,6 +583,15 @@ def build_parser() -> argparse.ArgumentParser:
     ru = sub.add_parser("runs", help="list runs")
     common(ru)
     ru.set_defaults(fn=cmd_runs, command_parser=ru)
+
+    c = sub.add_parser("clean", help="remove what interrupted and failed runs left behind",
+                       description="Removes the folders of interrupted runs (their driver is "
+                                   "gone, on any host), task attempts' folders and leftovers no "
+                                   "run owns. Complete and running runs are never touched; an "
+                                   "interrupted run cleaned can no longer be resumed.")
+    c.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    common(c)
+    c.set_defaults(fn=cmd_clean, command_parser=c)
 
     s = sub.add_parser("show", help="show a run's operators, strategies and statistics")
     s.add_argument("run", nargs="?", default="latest", help="run id or 'latest'")

@@ -82,3 +82,11 @@ SAMPLE_PAIRS = 32 * 1024
 SMALL_SAMPLE_BYTES = 64 * 4096
 #: Operators faster than this (seconds) are timed best-of-3.
 FAST_OP_S = 0.05
+
+#: a running run's driver touches its heartbeat file this often (seconds) ...
+HEARTBEAT_S = 5.0
+#: ... and a run whose heartbeat is older than this, seen from another host, was
+#: lost (its driver died or its host went away): `subzero runs` shows it
+#: interrupted, and `subzero run --resume` may take it over.  Twelve missed beats:
+#: a driver busy in native code or a slow shared file system is not taken for dead.
+HEARTBEAT_STALE_S = 60.0

@@ -135,24 +135,37 @@ def robust_sigma(img: np.ndarray) -> float:
 # --- a built-in: block background subtraction ---------------------------------------------
 
 class BlockBackground(MappedOperator):
-    """Image minus the median of its ``block`` x ``block`` tile (edge tiles are
-    smaller).  An output pixel depends on every input pixel of its tile."""
+    """Image minus the median of its ``block`` x ``block`` block (edge blocks are
+    smaller).  An output pixel depends on every input pixel of its block.
+
+    Blocks lie on the image's grid, so the operator runs per tile: with a halo of
+    ``block - 1`` every block that meets a tile's core lies whole in its read
+    region, and ``ctx.origin`` puts the read region on the image's block grid.
+    Each block's median is then the whole image's, bit for bit, whatever the
+    tile size."""
 
     arity = 1
-    tiling = GLOBAL
 
     def __init__(self, block: int = BG_BLOCK):
         self.block = int(block)
+        self.tiling = stencil(self.block - 1)
 
-    def compute(self, img):
+    def compute(self, img, origin=(0, 0)):
         img = np.asarray(img, dtype=np.float64)
         b = self.block
-        ny, nx = -(-img.shape[0] // b), -(-img.shape[1] // b)
+        lead = [int(o) % b for o in origin]         # cells of a block cut off before the region
+        ny, nx = -(-(img.shape[0] + lead[0]) // b), -(-(img.shape[1] + lead[1]) // b)
         pad = np.full((ny * b, nx * b), np.nan)
-        pad[:img.shape[0], :img.shape[1]] = img
+        pad[lead[0]:lead[0] + img.shape[0], lead[1]:lead[1] + img.shape[1]] = img
         med = np.nanmedian(pad.reshape(ny, b, nx, b).transpose(0, 2, 1, 3).reshape(ny, nx, -1), axis=2)
-        bg = np.repeat(np.repeat(med, b, axis=0), b, axis=1)[:img.shape[0], :img.shape[1]]
-        return img - bg
+        bg = np.repeat(np.repeat(med, b, axis=0), b, axis=1)
+        return img - bg[lead[0]:lead[0] + img.shape[0], lead[1]:lead[1] + img.shape[1]]
+
+    def run(self, ctx, img):
+        out = self.compute(img, ctx.origin)
+        if Mode.FULL in ctx.modes:
+            self.emit_full(ctx)
+        return out
 
     def _tile_ids(self, cells, shape):
         return (cells[:, 0] // self.block) * -(-shape[1] // self.block) + cells[:, 1] // self.block
@@ -188,10 +201,13 @@ class BlockBackground(MappedOperator):
         return self.map_b(cells, i, ctx)
 
     def emit_full(self, ctx) -> None:
-        """One region pair per tile: all its output cells <- all its input cells."""
+        """One region pair per block: all its output cells <- all its input cells (on a
+        tile, blocks are numbered on the image's grid; pairs of blocks the tile's read
+        region cuts are dropped with the halo)."""
         shape = ctx.input_shape(0)
         cells = np.argwhere(np.ones(shape, bool))
-        tid = self._tile_ids(cells, shape)
+        whole = ctx.array_shape or shape
+        tid = self._tile_ids(cells + np.asarray(ctx.origin), whole)
         ctx.lwrite_groups(cells, tid, (cells, tid))
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from subzero.engines.base import Engine
+from subzero.engines.journal import Journal, Resumable
 from subzero.engines.lineage import store_lineage
 from subzero.engines.progress import Progress
 from subzero.engines.stats import ArrayInfo, OpStats, RunStats
@@ -29,7 +30,8 @@ Profiler = Callable[[str, Any, list, Any, float], None]
 def run_workflow(engine: Engine, wf: Workflow, inputs: Mapping[str, Any],
                  strategies: Mapping[str, tuple[Strategy, ...]], lineage: LineageStore | None,
                  budget: DiskBudget | None = None, capture: bool = True,
-                 progress: Progress | None = None, profiler: Profiler | None = None) -> RunStats:
+                 progress: Progress | None = None, profiler: Profiler | None = None,
+                 journal: Journal | None = None, resume: Resumable | None = None) -> RunStats:
     """Run every operator of ``wf`` on ``engine``; write lineage to ``lineage`` (none when
     it is None or ``capture`` is off) within ``budget``; return the run's statistics.
 
@@ -37,12 +39,27 @@ def run_workflow(engine: Engine, wf: Workflow, inputs: Mapping[str, Any],
     values (the optimizer's profiling mode measures lineage there); only a local engine
     made with ``profiling=True`` hands them over (it then runs every operator whole).
     Nothing of a step is kept once the next one starts: the engine holds only the
-    arrays a later operator still reads whole."""
+    arrays a later operator still reads whole.
+
+    ``journal`` records what is durable as the run goes (inputs stored, each
+    operator's array and lineage written); ``resume`` is such a journal read back:
+    the run then continues from its first unfinished operator, with the inputs and
+    finished operators' arrays already in the engine's store (``inputs`` unused)."""
     check_reexecution(wf, strategies)
     progress = progress if progress is not None else Progress()
-    engine.load_inputs(wf, inputs)
-    stats = RunStats(inputs=[ArrayInfo.of(name, v) for name, v in inputs.items()])
-    pending = list(wf.order())
+    if resume is not None and resume.inputs is not None:
+        done = set(resume.done)
+        engine.resume(wf, [a.name for a in resume.inputs] + resume.done)  # type: ignore[attr-defined]
+        stats = RunStats(inputs=list(resume.inputs), ops=list(resume.ops))
+        for name in resume.done:
+            progress.finished(name)
+    else:
+        done = set()
+        engine.load_inputs(wf, inputs)
+        stats = RunStats(inputs=[ArrayInfo.of(name, v) for name, v in inputs.items()])
+        if journal is not None:
+            journal.inputs(stats.inputs)
+    pending = [n for n in wf.order() if n not in done]
     while pending:
         names = engine.group(wf, pending) if hasattr(engine, "group") else [pending[0]]
         progress.started(names[0] if len(names) == 1 else f"{names[0]} +{len(names) - 1} fused")
@@ -54,6 +71,10 @@ def run_workflow(engine: Engine, wf: Workflow, inputs: Mapping[str, Any],
         for name, res in zip(names, results):
             _finish_step(name, wf, res, strategies[name], capture, lineage, budget, stats,
                          profiler, engine)
+            if journal is not None:
+                if lineage is not None:
+                    lineage.sync()      # on disk before the journal says so
+                journal.finished(stats.ops[-1], budget)
             progress.finished(name)
         del results         # the steps' values and lineage, before the next step runs
         done = set(names)

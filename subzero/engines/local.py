@@ -91,6 +91,27 @@ class LocalEngine:
             self._inputs.add(name)
             self._hold(name, v)
 
+    def resume(self, wf: Workflow, stored: list[str]) -> None:
+        """Continue a run whose inputs and first operators (``stored``, in the order they
+        ran) are already in the array store: hold what later operators read whole."""
+        for step in wf.steps.values():
+            whole = not (self.stream and _tile_parallel(step.operator))
+            for a in set(step.inputs):
+                self._readers[a] += 1
+                self._whole[a] += whole
+        for name in stored:
+            self.shapes[name], self.dtypes[name], numpy = self.arrays.describe(name)
+            if not numpy:
+                self._xarray.add(name)
+            if name in wf.inputs:
+                self._inputs.add(name)
+        for name in stored:
+            if name in wf.steps:
+                self._read(wf.steps[name])
+        for name in stored:
+            if self._wanted(name):
+                self.values[name] = self.arrays.read_value(name)
+
     def _copy_source(self, name: str, source) -> None:
         """An input read region by region (a file, a lazily built array) goes into the
         store a tile at a time and is not held: operators read it back like any

@@ -423,6 +423,13 @@ class SparkEngine:
             fn = partial(_copy_task, str(self.arrays.dir.parent), self.arrays.tile)
             collect(self.sc.parallelize(jobs, len(jobs)).map(fn), "(loading inputs)")
 
+    def resume(self, wf: Workflow, stored: list[str]) -> None:
+        """Continue a run whose inputs and first operators (``stored``) are already in the
+        array store: tasks read them from there."""
+        ship_workflow_modules(wf, [])
+        for name in stored:
+            self.shapes[name] = self.arrays.describe(name)[0]
+
     def run_step(self, name: str, step: Step, strategies: tuple[Strategy, ...], capture: bool,
                  progress: Progress) -> StepResult:
         op, arrays = step.operator, self.arrays

@@ -8,9 +8,12 @@ transaction, signs the run with this user's key (``storage.trust``), renames
 the folder to ``runs/<id>`` and only then marks the run complete;
 :meth:`~RunTransaction.fail` marks it failed with the error (an operator's
 message names the operator; Ctrl-C says ``interrupted``) and removes its
-folders.  Used as a context manager, any exception fails the run.  A process
-killed mid-run leaves the row ``running`` with a dead pid, which the catalog
-reports as ``interrupted``: never complete.
+folders.  Used as a context manager, any exception fails the run.  While it
+runs, a thread beats ``runs/<id>.heartbeat`` (:mod:`subzero.storage.liveness`).
+A driver killed mid-run leaves the row ``running`` with a dead pid and a stale
+heartbeat, which the catalog reports as ``interrupted``: never complete.
+:meth:`RunTransaction.resume` takes such a run over (its folder and journal,
+:mod:`subzero.engines.journal`, are kept) to finish it.
 
 Instance-parallel runs begin without a folder: each Spark task attempt writes
 ``runs/<id>.partial-a<attempt>``, and the attempt that succeeded is committed —
@@ -29,6 +32,7 @@ from subzero.engines.stats import RunStats
 from subzero.errors import StoreError, SubZeroError, warn
 from subzero.model.workflow import Workflow
 from subzero.storage.catalog import Catalog
+from subzero.storage.liveness import Heartbeat, heartbeat_path
 from subzero.storage.pickles import save_workflow
 from subzero.storage.trust import sign_run
 
@@ -59,6 +63,8 @@ class RunTransaction:
         self.run_id = run_id
         self.status = "running"
         self._moved = False
+        self._heart = Heartbeat()
+        self._heart.add(heartbeat_path(self.runs_dir, run_id))
 
     @classmethod
     def begin(cls, catalog: Catalog, runs_dir: str | os.PathLike, wf: Workflow,
@@ -74,6 +80,22 @@ class RunTransaction:
                 tx.fail(e)
                 raise
         return tx
+
+    @classmethod
+    def resume(cls, catalog: Catalog, runs_dir: str | os.PathLike, run_id: int) -> RunTransaction:
+        """Take over an interrupted run (its driver is gone) to finish it; its partial
+        folder must still be there."""
+        row = catalog.claim_run(run_id)
+        tx = cls(catalog, Path(runs_dir), row.id)
+        if not tx.folder.is_dir():
+            tx._stop_heart()
+            raise StoreError(f"run {row.id} cannot be resumed: its folder {tx.folder} is gone "
+                             f"(an instance run, or removed); remove the run with `subzero clean`")
+        return tx
+
+    def _stop_heart(self) -> None:
+        self._heart.discard(heartbeat_path(self.runs_dir, self.run_id))
+        self._heart.close()
 
     @property
     def folder(self) -> Path:
@@ -101,6 +123,7 @@ class RunTransaction:
             self.fail(e)
             raise
         self.status = "complete"
+        self._stop_heart()
         self._remove_attempts()
         for d in downgrades:
             warn(f"{d['reason']} (run {self.run_id} keeps what fits; see `subzero show {self.run_id}`)")
@@ -142,6 +165,7 @@ class RunTransaction:
         try:
             self.catalog.finish_run(self.run_id, "failed", failure_message(error))
         finally:
+            self._stop_heart()
             shutil.rmtree(self.folder, ignore_errors=True)
             if self._moved:
                 shutil.rmtree(self.final, ignore_errors=True)

@@ -130,6 +130,30 @@ class ArrayStore:
             else:
                 stale.unlink(missing_ok=True)
 
+    def describe(self, name: str) -> tuple[tuple[int, ...], np.dtype, bool]:
+        """A stored array's shape, dtype, and whether operators saw it as numpy (not a
+        DataArray), from its metadata (nothing is read)."""
+        p, _ = self._open(name)
+        try:
+            meta = json.loads((p / "zarr.json").read_text())
+            arr = json.loads((p / "data" / "zarr.json").read_text())
+            shape = tuple(int(n) for n in arr["shape"])
+            dtype = np.dtype(arr["data_type"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise CorruptArray(f"{self.label(name)} is damaged: cannot read its metadata in "
+                               f"{p}: {e}") from None
+        return shape, dtype, bool(meta.get("attributes", {}).get("subzero_numpy", True))
+
+    def remove(self, name: str) -> None:
+        """Remove an array and any task attempt's folder of it (a resumed run redoes the
+        operator that wrote it)."""
+        for p in [self.path(name), *self.dir.glob(f".{name}.attempt-*")]:
+            if p.is_dir():
+                shutil.rmtree(p)
+            sums_file(p).unlink(missing_ok=True)
+            if p.is_file():
+                p.unlink()
+
     # -- tiles (Spark executors read and write their own regions) -----------------
     def create(self, name: str, shape, dtype, dims=None, attrs=None) -> None:
         """An empty array whose regions tasks fill with :meth:`write_region`.

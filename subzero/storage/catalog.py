@@ -3,7 +3,9 @@
 SQLite gives the durable, atomic bookkeeping runs need: a run row is
 ``running`` until the engine has moved the run's folder into place and then
 flips it to ``complete`` in one transaction; a crash leaves it ``running``
-with a dead pid, which is reported as ``interrupted``, never as complete.
+whose driver is gone (a dead pid on its host, a stale heartbeat from another:
+:mod:`subzero.storage.liveness`), which is reported as ``interrupted``, never as
+complete, until ``subzero run --resume`` takes it over.
 The tables and their versions are :mod:`subzero.storage.schema`; opening a
 catalog migrates an older one.
 """
@@ -22,6 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 from subzero.errors import QueryError, StoreError
+from subzero.storage.liveness import alive, heartbeat_path
 from subzero.storage.schema import SCHEMA_VERSION, migrate, version_of
 
 
@@ -48,6 +51,8 @@ class Catalog:
 
     def __init__(self, path: str | os.PathLike, readonly: bool | None = None):
         self.path = Path(path)
+        #: the store's runs folder, where running runs' heartbeat files are
+        self.runs_dir = self.path.parent / "runs"
         #: opened for reading only (nothing this process does writes the catalog)
         self.readonly = not writable(self.path) if readonly is None else readonly
         #: The catalog version the store had when opened (0: new or unversioned).
@@ -134,6 +139,21 @@ class Catalog:
         self.db.execute("UPDATE runs SET status=?, ended=?, error=? WHERE id=?",
                         (status, time.time(), error, run_id))
 
+    def claim_run(self, run_id: int) -> RunRow:
+        """Take over an interrupted run for this process (``--resume``): in one
+        transaction, check its driver is gone and make this process its driver, so
+        two resumes of one run cannot both proceed."""
+        with self.tx():
+            row = self.get_run(run_id)
+            if row.status != "interrupted":
+                why = {"running": "it is still running (its driver is alive)",
+                       "complete": "it is complete", "failed": f"it failed ({row.error})"}
+                raise StoreError(f"run {row.id} cannot be resumed: "
+                                 f"{why.get(row.status, row.status)}")
+            self.db.execute("UPDATE runs SET pid=?, host=? WHERE id=?",
+                            (os.getpid(), os.uname().nodename, row.id))
+        return row
+
     def runs(self) -> list[RunRow]:
         rows = self.db.execute("SELECT id, workflow, source, params, status, started, ended, error,"
                                " inputs, pid, host, engine FROM runs ORDER BY id").fetchall()
@@ -141,7 +161,7 @@ class Catalog:
 
     def _row(self, r) -> RunRow:
         status = r[4]
-        if status == "running" and not _alive(r[9], r[10]):
+        if status == "running" and not alive(r[9], r[10], heartbeat_path(self.runs_dir, r[0])):
             status = "interrupted"
         return RunRow(r[0], r[1], r[2], self._loads(r[3] or "{}"), status, r[5], r[6], r[7],
                       self._loads(r[8] or "{}"), r[11])
@@ -406,15 +426,3 @@ def _store_error(e: sqlite3.DatabaseError, path: Path) -> Exception:
     if "full" in low:
         return StoreError(f"store catalog {path} cannot grow: {msg}")
     return e
-
-
-def _alive(pid: int | None, host: str | None) -> bool:
-    if pid is None or host != os.uname().nodename:
-        return True   # cannot tell for another host; keep 'running'
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

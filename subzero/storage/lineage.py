@@ -139,6 +139,16 @@ class LineageStore:
             self._closed = True
             _close_env(self.path)
 
+    def sync(self) -> None:
+        """Flush what is written to disk (writes are not synced one by one)."""
+        self.env.sync(True)
+
+    def drop_operator(self, op: str, strategies) -> None:
+        """Remove whatever an operator's strategies wrote (a resumed run redoes an
+        operator its lost driver may have left half-written)."""
+        for s in strategies:
+            self.drop(op, s)
+
     # -- names --------------------------------------------------------------------
     @staticmethod
     def db_name(op: str, strategy: Strategy) -> bytes:
