@@ -385,6 +385,9 @@ def cmd_show(a) -> int:
             print("  trusted: its code (operators) may be loaded" if verdict.trusted else
                   f"  NOT trusted: {verdict.why}; traces answer only from stored lineage "
                   f"(trust it with `subzero trust {store.path} --run {row.id}`)")
+        if row.status == "interrupted":
+            print(f"  its driver is gone: finish it with `subzero run --resume {row.id}`, or "
+                  f"remove it with `subzero clean`")
         for k, v in row.inputs.items():
             shape = arrays.get(k, {}).get("shape")
             where = f"shape {tuple(shape)}" if shape is not None else f"not stored (the run is {row.status})"

@@ -87,6 +87,8 @@ def test_killed_driver_is_interrupted_and_resume_finishes_it(wfdir, shell):
     rid = start_killed_run(wfdir)
     code, out, err = shell("runs", "--store", "s", cwd=wfdir)
     assert code == 0 and "interrupted" in out and f"subzero run --resume {rid}" in out
+    code, out, err = shell("show", rid, "--store", "s", cwd=wfdir)
+    assert code == 0 and "interrupted" in out and f"subzero run --resume {rid}" in out
     journal = (wfdir / "s" / "runs" / f"{rid}.partial" / "journal.jsonl").read_text().splitlines()
     assert [json.loads(x)["event"] for x in journal] == ["begin", "inputs", "op", "op", "op"]
     code, out, err = shell("run", "--resume", rid, "--store", "s", cwd=wfdir)
