@@ -255,7 +255,7 @@ def test_spark_progress_reports_operators_and_tiles(spark, store):
     ev = rec.events
     assert ev[0] == ("begin", 2, "op") and ev[-1] == ("close",)
     # smooth and scaled run as one fused stage: one job, its tiles, then both finish
-    assert ev[1] == ("started", "smooth +1 fused")
+    assert ev[1] == ("started", "smooth +1 in one job")
     part = ev[2: ev.index(("finished", "smooth"))]
     assert part and all(e[0] == "tiles" and e[2] == 18 for e in part), part
     assert part[-1] == ("tiles", 18, 18)

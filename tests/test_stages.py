@@ -80,3 +80,31 @@ def test_fused_stage_identical_to_local(spark, store, tile, radii):
                        ("total", [(0,)], "y")])
     assert [o["name"] for o in sp.ops()] != []
     assert {o["name"]: o["pairs"] for o in sp.ops()} == {o["name"]: o["pairs"] for o in lo.ops()}
+
+
+def test_independent_global_operators_share_one_job(spark, store):
+    """Two branches' global operators (a transpose each, as the two exposures'
+    cosmic-ray detections are) run side by side as one job, one task each; a
+    global operator that reads one of them waits for the next job."""
+    from test_spark import same_runs
+
+    from subzero.operators import Rebin, Transpose
+    wf = Workflow("two-globals")
+    x, y = wf.input("x"), wf.input("y")
+    tx = wf.add("tx", Transpose(), wf.add("sx", MeanFilter(size=3), x))
+    ty = wf.add("ty", Transpose(), y)
+    wf.add("r", Rebin((2, 2)), wf.add("j", Add(), tx, ty))
+    wf.add("tt", Transpose(), tx)
+    rng = np.random.default_rng(5)
+    ins = {"x": rng.normal(size=(14, 10)), "y": rng.normal(size=(14, 10))}
+    strats = {"tx": "full", "ty": "full:fullmany:forward", "tt": "full", "r": "full"}
+    sp = store.run(wf, inputs=ins, engine="spark", spark=spark, tile=4, strategies=strats,
+                   progress=False)
+    lo = store.run(wf, inputs=ins, strategies=strats)
+    log = (sp.dir / "run.log").read_text()
+    jobs = [set(m.split(", ")) for m in re.findall(r"2 independent global operators \((.*?)\)", log)]
+    # tt reads tx, so it waits for the next job (with r, once j is stored)
+    assert jobs == [{"tx", "ty"}, {"tt", "r"}], log
+    same_runs(sp, lo, [("r", [(0, 0), (4, 6)], "x"), ("x", [(13, 9)], "tt"),
+                       ("ty", [(3, 2)], "y"), ("y", [(13, 0)], "r")])
+    assert {o["name"]: o["pairs"] for o in sp.ops()} == {o["name"]: o["pairs"] for o in lo.ops()}

@@ -62,7 +62,7 @@ def run_workflow(engine: Engine, wf: Workflow, inputs: Mapping[str, Any],
     pending = [n for n in wf.order() if n not in done]
     while pending:
         names = engine.group(wf, pending) if hasattr(engine, "group") else [pending[0]]
-        progress.started(names[0] if len(names) == 1 else f"{names[0]} +{len(names) - 1} fused")
+        progress.started(names[0] if len(names) == 1 else f"{names[0]} +{len(names) - 1} in one job")
         if len(names) == 1:
             step = wf.steps[names[0]]
             results = [engine.run_step(names[0], step, strategies[names[0]], capture, progress)]

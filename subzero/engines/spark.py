@@ -44,7 +44,7 @@ from subzero.engines.progress import Progress
 from subzero.engines.session import SparkError, jvm_log_hint, ship_workflow_modules
 from subzero.engines.stages import Box, Member, last_readers, next_stage, plan_boxes, within
 from subzero.errors import OperatorError, SubZeroError
-from subzero.model.strategy import Strategy
+from subzero.model.strategy import BLACKBOX, Strategy
 from subzero.model.workflow import Step, Workflow
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.inputs import is_region_source
@@ -183,6 +183,13 @@ def _global_task(run_dir: str, tile_size, name: str, op, inputs: list[str], stra
         raise _fail(name, "the whole array", e) from None
     return TaskResult((0,), full, pay, shape_of(out), str(arr.dtype), run_s, ctx.lwrite_seconds,
                       peak_rss(), attempt)
+
+
+def _globals_task(run_dir: str, tile_size, capture: bool, job) -> TaskResult:
+    """One of several independent global operators run as one job: ``job`` is
+    (name, operator, inputs, strategies)."""
+    name, op, inputs, strategies = job
+    return _global_task(run_dir, tile_size, name, op, inputs, strategies, capture, 0)
 
 
 def _attempt_id() -> int:
@@ -478,12 +485,61 @@ class SparkEngine:
 
     def group(self, wf: Workflow, pending: list[str]) -> list[str]:
         """The operators to run next as one job: a fused stage of tile-parallel
-        operators over one shape (see :mod:`subzero.engines.stages`), or one operator."""
-        return next_stage(wf, pending, self.shapes, tile_plan)
+        operators over one shape (see :mod:`subzero.engines.stages`); or, when the
+        next operator runs whole, it and every other pending whole-array operator
+        whose inputs are already stored (independent branches, such as the two
+        exposures' cosmic-ray detection), one task each; or one operator."""
+        first = pending[0]
+        if not self._runs_whole(wf, first):
+            return next_stage(wf, pending, self.shapes, tile_plan)
+        return [first] + [n for n in pending[1:]
+                          if all(a in self.shapes for a in wf.steps[n].inputs)
+                          and self._runs_whole(wf, n)]
+
+    def _runs_whole(self, wf: Workflow, name: str) -> bool:
+        """A global operator (one task on whole arrays), its inputs all stored."""
+        step = wf.steps[name]
+        if not step.inputs or any(a not in self.shapes for a in step.inputs):
+            return False
+        in_shapes = [self.shapes[a] for a in step.inputs]
+        return tile_plan(step.operator, in_shapes) is None and not _aggregates(
+            step.operator, in_shapes, (BLACKBOX,))
+
+    def _run_globals(self, wf: Workflow, names: list[str],
+                     strategies: Mapping[str, tuple[Strategy, ...]], capture: bool,
+                     progress: Progress) -> list[StepResult]:
+        """Independent global operators as one job, one task each: they run side by
+        side on the cluster instead of one after another."""
+        arrays = self.arrays
+        jobs = [(n, wf.steps[n].operator, list(wf.steps[n].inputs), tuple(strategies[n]))
+                for n in names]
+        self.note(f"{len(names)} independent global operators ({', '.join(names)}): one task "
+                  f"each on the whole arrays, in one job")
+        on_tasks = progress.tiles if progress.wants_tasks else None
+        t0 = time.perf_counter()
+        fn = partial(_globals_task, str(arrays.dir.parent), arrays.tile, capture)
+        results: list[TaskResult] = collect(self.sc.parallelize(jobs, len(jobs)).map(fn),
+                                            f"{names[0]}..{names[-1]}", on_tasks)
+        wall = time.perf_counter() - t0
+        self._done("job", wall, results)
+        busy = sum(r.run_s for r in results) or 1.0
+        out = []
+        for (name, _, inputs, _), r in zip(jobs, results):
+            assert r.attempt is not None
+            arrays.commit_attempt(name, r.attempt)       # the attempt that succeeded
+            self.shapes[name] = r.out_shape
+            in_shapes = [self.shapes[a] for a in inputs]
+            out.append(StepResult(r.out_shape, r.dtype,
+                                  int(np.prod(r.out_shape)) * np.dtype(r.dtype).itemsize,
+                                  in_shapes, r.full, r.pay, wall * r.run_s / busy, r.lwrite_s))
+        return out
 
     def run_stage(self, wf: Workflow, names: list[str], strategies: Mapping[str, tuple[Strategy, ...]],
                   capture: bool, progress: Progress) -> list[StepResult]:
-        """Run a fused stage as one Spark job, one task per tile; one result per operator."""
+        """Run a fused stage as one Spark job, one task per tile (or independent global
+        operators, one task each); one result per operator."""
+        if self._runs_whole(wf, names[0]):
+            return self._run_globals(wf, names, strategies, capture, progress)
         arrays = self.arrays
         steps = [wf.steps[n] for n in names]
         shape = self.shapes[steps[0].inputs[0]]
