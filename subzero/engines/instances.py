@@ -36,6 +36,7 @@ from subzero.model.workflow import Workflow
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.inputs import load_path
 from subzero.storage.lineage import LineageStore
+from subzero.storage.liveness import Heartbeat
 
 
 @dataclass
@@ -127,9 +128,11 @@ def run_instances(store, wf: Workflow, strategies: dict[str, tuple[Strategy, ...
                 raise WorkflowError(f"manifest gives no column for input {name!r}, which has no default")
             defaults[name] = load_path(d, name) if isinstance(d, (str, os.PathLike)) else d
     runs_dir = store.path / "runs"
+    heart = Heartbeat()         # one thread beats every instance's heartbeat file
     with ExitStack() as stack:
+        stack.callback(heart.close)
         txs = [stack.enter_context(RunTransaction.begin(store.catalog, runs_dir, wf, r, "spark",
-                                                        folder=False)) for r in rows]
+                                                        folder=False, heartbeat=heart)) for r in rows]
         ship_workflow_modules(wf)
         fn = partial(_instance_task, str(runs_dir), tile, wf, strategies, capture, defaults)
         rdd = spark.sparkContext.parallelize([(tx.run_id, r) for tx, r in zip(txs, rows)], len(rows))

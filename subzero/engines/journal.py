@@ -47,7 +47,13 @@ def fingerprint(wf: Workflow) -> str:
     operators as pickled (classes by name, parameters and state by value) and the
     source files of the modules their classes come from."""
     h = hashlib.sha256()
-    h.update(cloudpickle.dumps([(n, s.operator, list(s.inputs)) for n, s in wf.steps.items()]))
+    steps = [(n, s.operator, list(s.inputs)) for n, s in wf.steps.items()]
+    try:
+        h.update(cloudpickle.dumps(steps))
+    except Exception:       # operators that cannot be pickled: their classes, parameters' repr
+        h.update(repr([(n, type(op).__module__, type(op).__qualname__, sorted(vars(op).items())
+                        if hasattr(op, "__dict__") else None, ins)
+                       for n, op, ins in steps]).encode())
     files = set()
     for step in wf.steps.values():
         mod = sys.modules.get(type(step.operator).__module__)

@@ -17,7 +17,8 @@ heartbeat, which the catalog reports as ``interrupted``: never complete.
 
 Instance-parallel runs begin without a folder: each Spark task attempt writes
 ``runs/<id>.partial-a<attempt>``, and the attempt that succeeded is committed —
-and signed — by the driver: executors never need the user's key.
+and signed — by the driver: executors never need the user's key.  That driver beats
+all its instances' heartbeat files from one thread (``heartbeat=``).
 """
 
 from __future__ import annotations
@@ -57,22 +58,26 @@ class RunTransaction:
             tx.commit(wf, stats, downgrades)
     """
 
-    def __init__(self, catalog: Catalog, runs_dir: Path, run_id: int):
+    def __init__(self, catalog: Catalog, runs_dir: Path, run_id: int,
+                 heartbeat: Heartbeat | None = None):
         self.catalog = catalog
         self.runs_dir = Path(runs_dir)
         self.run_id = run_id
         self.status = "running"
         self._moved = False
-        self._heart = Heartbeat()
+        # a shared heartbeat (an instance-parallel run's) is closed by its owner
+        self._own_heart = heartbeat is None
+        self._heart = heartbeat if heartbeat is not None else Heartbeat()
         self._heart.add(heartbeat_path(self.runs_dir, run_id))
 
     @classmethod
     def begin(cls, catalog: Catalog, runs_dir: str | os.PathLike, wf: Workflow,
-              inputs: Mapping[str, Any], engine: str, folder: bool = True) -> RunTransaction:
+              inputs: Mapping[str, Any], engine: str, folder: bool = True,
+              heartbeat: Heartbeat | None = None) -> RunTransaction:
         """Record a new run ``running`` (``inputs`` describes its inputs for the catalog)
         and, with ``folder``, make its partial folder."""
         run_id = catalog.begin_run(wf.name, wf.source, wf.params, dict(inputs), engine)
-        tx = cls(catalog, Path(runs_dir), run_id)
+        tx = cls(catalog, Path(runs_dir), run_id, heartbeat)
         if folder:
             try:
                 tx.folder.mkdir(parents=True)
@@ -95,7 +100,8 @@ class RunTransaction:
 
     def _stop_heart(self) -> None:
         self._heart.discard(heartbeat_path(self.runs_dir, self.run_id))
-        self._heart.close()
+        if self._own_heart:
+            self._heart.close()
 
     @property
     def folder(self) -> Path:
