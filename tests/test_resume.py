@@ -245,3 +245,18 @@ def test_spark_driver_killed_then_resumed(wfdir, shell):
     assert "engine: spark" in out.splitlines()[0]
     st = subzero.open_store(wfdir / "s", create=False)
     assert_same_run(st.get(rid), reference(wfdir))
+
+
+def test_a_run_lost_before_its_inputs_were_stored_starts_over(wfdir):
+    """The journal ends at its header (the driver died while storing inputs): resume
+    reads the inputs again from their files and runs every operator."""
+    rid = start_killed_run(wfdir)
+    folder = wfdir / "s" / "runs" / f"{rid}.partial"
+    journal = folder / "journal.jsonl"
+    journal.write_text(journal.read_text().splitlines()[0] + "\n")
+    st = subzero.open_store(wfdir / "s", create=False)
+    run = st.resume(rid)
+    assert_same_run(run, reference(wfdir))
+    events = [json.loads(x)["event"] for x in (folder.parent / str(rid) / "journal.jsonl")
+              .read_text().splitlines()]
+    assert events == ["begin", "inputs"] + ["op"] * 5
