@@ -78,7 +78,7 @@ def test_spark_executors_read_the_inputs(spark, store, tmp_path):
                     tile=16, progress=False)
     ref = store.run(wf(), inputs={"a": x.astype("<i2")}, tile=16)
     log = (run.dir / "run.log").read_text()
-    assert "inputs a: 9 tile task(s), read from their sources on the executors" in log
+    assert "inputs a: 9 tile(s) in 9 task(s), read from their sources on the executors" in log
     assert run.array("a").attrs["NAXIS"] == 2
     for name in ("a", "smooth", "out"):
         assert np.array_equal(run.array(name).values, ref.array(name).values), name

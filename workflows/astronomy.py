@@ -36,7 +36,7 @@ from subzero.errors import WorkflowError
 from subzero.operators import Binary, Div, Maximum, Mean, Slice, Sub, Unary, WindowComposite
 from subzero.operators.base import MappedOperator
 from subzero.operators.composite import window_offsets
-from subzero.storage.inputs import load_path
+from subzero.storage.inputs import load_path, memo
 
 EXPOSURES = ("data/lsst/imsim_85408556_R23_S11_C04_E000.fits",
              "data/lsst/imsim_85408556_R23_S11_C04_E001.fits")
@@ -400,13 +400,25 @@ def copy_origin() -> tuple[int, int]:
 
 def source(name: str, crop: tuple[int, int] | None = None) -> np.ndarray:
     """The untiled value of input ``name`` (the real exposure or a calibration frame),
-    optionally cropped to its first ``crop`` = (rows, columns)."""
+    optionally cropped to its first ``crop`` = (rows, columns); a fresh array."""
+    a = _amplifier(name)
+    return a.copy() if crop is None else np.array(a[:crop[0], :crop[1]], order="C")
+
+
+def _amplifier(name: str) -> np.ndarray:
+    """The amplifier-sized input, read or made once per process (read-only,
+    :func:`subzero.storage.inputs.memo`): the tasks that copy a mosaic input into a
+    run, a region each, all build their regions from it."""
+    return memo(("astronomy-amplifier", name), lambda: _make_amplifier(name))
+
+
+def _make_amplifier(name: str) -> np.ndarray:
     if name.startswith("raw_"):
         path = Path(__file__).resolve().parent / EXPOSURES[int(name[4:]) - 1]
         a = np.asarray(load_path(path, name))       # as the untiled run loads it
     else:
         a = {"bias": bias_frame, "dark": dark_frame, "flat": flat_frame}[name](SHAPE)
-    return a if crop is None else np.ascontiguousarray(a[:crop[0], :crop[1]])
+    return a
 
 
 def tiled_inputs(tiles: tuple[int, int], crop: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
@@ -428,13 +440,13 @@ class TiledInput:
 
     @property
     def dtype(self) -> np.dtype:
-        return np.asarray(source(self.name, crop=(1, 1))).dtype
+        return _amplifier(self.name).dtype
 
     def read_region(self, region: tuple[slice, ...]) -> np.ndarray:
         """One region of the mosaic, built from the amplifier alone (what
         :func:`mosaic` puts there): engines copy the input tile by tile, so no
         process builds the whole image."""
-        a = source(self.name)
+        a = _amplifier(self.name)
         (y0, x0), (h, w) = copy_origin(), a.shape
         rows = np.arange(*region[0].indices(self.shape[0]))
         cols = np.arange(*region[1].indices(self.shape[1]))

@@ -156,15 +156,15 @@ def _native(dtype: np.dtype) -> np.dtype:
     return dtype if dtype.byteorder in ("=", "|") else dtype.newbyteorder("=")
 
 
-def _copy_task(run_dir: str, tile_size, job) -> int:
-    """Copy one tile of an input from its source into the run's array store."""
-    name, source, tile = job
-    try:
-        ArrayStore(run_dir, tile=tile_size).write_region(name, tile.core_slices(),
-                                                         source.read_region(tile.core_slices()))
-    except Exception as e:
-        raise _fail(f"(input {name})", f"tile {tile.describe()}", e) from None
-    return 1
+def _copy_task(run_dir: str, tile_size, jobs) -> int:
+    """Copy one tile of each of several inputs from their sources into the run's store."""
+    arrays = ArrayStore(run_dir, tile=tile_size)
+    for name, source, tile in jobs:
+        try:
+            arrays.write_region(name, tile.core_slices(), source.read_region(tile.core_slices()))
+        except Exception as e:
+            raise _fail(f"(input {name})", f"tile {tile.describe()}", e) from None
+    return len(jobs)
 
 
 def _global_task(run_dir: str, tile_size, name: str, op, inputs: list[str], strategies,
@@ -425,10 +425,17 @@ class SparkEngine:
             else:
                 self.arrays.write(name, v)
         if jobs:
-            self.note(f"inputs {', '.join(dict.fromkeys(n for n, _, _ in jobs))}: {len(jobs)} tile "
-                      f"task(s), read from their sources on the executors")
+            # one task per tile position, copying that tile of every input: fewer, bigger tasks
+            by_tile: dict[tuple, list] = {}
+            for job in jobs:
+                by_tile.setdefault(tuple(job[2].core), []).append(job)
+            tasks = list(by_tile.values())
+            self.note(f"inputs {', '.join(dict.fromkeys(n for n, _, _ in jobs))}: {len(jobs)} "
+                      f"tile(s) in {len(tasks)} task(s), read from their sources on the executors")
             fn = partial(_copy_task, str(self.arrays.dir.parent), self.arrays.tile)
-            collect(self.sc.parallelize(jobs, len(jobs)).map(fn), "(loading inputs)")
+            t0 = time.perf_counter()
+            collect(self.sc.parallelize(tasks, len(tasks)).map(fn), "(loading inputs)")
+            self.note(f"  inputs done in {time.perf_counter() - t0:.2f} s")
 
     def resume(self, wf: Workflow, stored: list[str]) -> None:
         """Continue a run whose inputs and first operators (``stored``) are already in the

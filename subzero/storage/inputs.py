@@ -189,3 +189,38 @@ def _fits_source(p: Path, input_name: str) -> RegionSource | None:
             return RegionSource(p, input_name, "fits", shape, probe.dtype.newbyteorder("="),
                                 dims, attrs, k)
     return None
+
+
+class _Memo:
+    """A small least-recently-used map of read-only arrays (see :func:`memo`)."""
+
+    def __init__(self, keep: int = 8):
+        from collections import OrderedDict
+        self.keep = keep
+        self.items: OrderedDict = OrderedDict()
+
+    def get(self, key, make):
+        if key in self.items:
+            self.items.move_to_end(key)
+            return self.items[key]
+        value = np.array(make())
+        value.flags.writeable = False
+        self.items[key] = value
+        while len(self.items) > self.keep:
+            self.items.popitem(last=False)
+        return value
+
+
+_MEMO = _Memo()
+
+
+def memo(key, make):
+    """``make()``'s array, made once per process and kept read-only (the last 8 kept).
+
+    For input objects that build each region from a small source (a file, a frame
+    computed from parameters): on Spark every copy task of a run's inputs calls
+    ``read_region`` in a Python worker that runs many such tasks, and reading the
+    source once per worker instead of once per region is most of the copy's time.
+    The cache lives in this importable module, so it is never pickled with the
+    input object (a workflow module loaded from a file is shipped by value)."""
+    return _MEMO.get(key, make)
