@@ -95,3 +95,20 @@ def test_tiled_astronomy_input_regions():
     assert whole.shape == t.shape and whole.dtype == t.dtype
     for reg in (np.s_[0:5, 0:7], np.s_[1990:2100, 500:1100], np.s_[3000:4001, 1000:1525]):
         assert np.array_equal(t.read_region(reg), whole[reg])
+
+
+def test_memo_makes_once_keeps_read_only_and_forgets_the_oldest():
+    from subzero.storage.inputs import memo
+    calls = []
+
+    def make(k):
+        calls.append(k)
+        return np.full(3, k)
+    a = memo(("test-memo", 0), lambda: make(0))
+    assert memo(("test-memo", 0), lambda: make(0)) is a and calls == [0]
+    with pytest.raises(ValueError):
+        a[0] = 5                                    # shared between tasks: read-only
+    for k in range(1, 10):                          # eight are kept
+        memo(("test-memo", k), lambda k=k: make(k))
+    memo(("test-memo", 0), lambda: make(0))
+    assert calls == list(range(10)) + [0]
