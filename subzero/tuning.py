@@ -29,10 +29,10 @@ PROGRESS_POLL_S = 0.25
 #: Cells of a run's largest input from which `subzero run` without --engine uses Spark
 #: (local mode) rather than the in-process engine.  Measured on 2 cores
 #: (benchmarks/spark_megapixels.py, the astronomy workflow): Spark `local[*]` / in-process
-#: run time 1.99x at 1 Mpix, 1.56x at 4, 1.25x at 16, plus 5-6 s of start-up; the trend
-#: reaches 1x near 64 Mpix, where this is set (extrapolated: 64 Mpix was not measured).
-#: On more cores, or for memory (the in-process driver grew to 1.25 GB at 16 Mpix,
-#: Spark's stayed at 179 MB), choose Spark with --engine spark or --master.
+#: run time 2.02x at 1 Mpix, 1.34x at 4, 1.00x at 16, plus 7-8 s of start-up; set where
+#: Spark should pay with its start-up included (extrapolated: 64 Mpix was not measured).
+#: On more cores, or for memory (the in-process driver grew to 1.28 GB at 16 Mpix,
+#: Spark's stayed at 187 MB), choose Spark with --engine spark or --master.
 SPARK_PAYS_CELLS = 64_000_000
 #: cells per axis of the corner a fused Spark stage runs on in the driver to learn its
 #: operators' output dtypes before the tasks write (halos are added to it)
