@@ -260,3 +260,11 @@ def test_a_run_lost_before_its_inputs_were_stored_starts_over(wfdir):
     events = [json.loads(x)["event"] for x in (folder.parent / str(rid) / "journal.jsonl")
               .read_text().splitlines()]
     assert events == ["begin", "inputs"] + ["op"] * 5
+
+
+def test_run_needs_a_workflow_or_resume(cli, tmp_path):
+    code, out, err = cli("run", "--store", tmp_path / "s")
+    assert code == 2 and err.strip() == ("subzero: error: subzero run needs a workflow (a .py file "
+                                         "or module name), or --resume RUN")
+    code, out, err = cli("clean", "--store", tmp_path / "nowhere")
+    assert code == 2 and "no SubZero store at" in err
