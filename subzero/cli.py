@@ -109,27 +109,37 @@ def cmd_run(a) -> int:
     try:
         if a.inputs_from:
             return _run_many(store, a, conf)
-        log = (lambda m: print(f"  spark: {m}", file=sys.stderr)) if a.verbose and not a.json else None
         plan = _run_plan(store, a)
         run = store.run(a.workflow, inputs=_kv(a.input, "--input"),
                         strategies=_kv(a.strategy, "--strategy"), params=_params(a.param),
                         capture=not a.no_lineage, progress=None if not a.json else False,
-                        engine=engine, master=a.master, conf=conf, tile=a.tile, log=log,
-                        plan=plan, max_disk=a.max_disk,
+                        engine=engine, master=a.master, conf=conf, tile=a.tile,
+                        log=_spark_log(a), plan=plan, max_disk=a.max_disk,
                         announce=None if a.json or a.quiet else print)
-        ops = run.ops()
-        if a.json:
-            print(json.dumps(_run_json(store, run.id), default=str))
-        else:
-            total = sum(o["lineage_bytes"] for o in ops)
-            print(f"run {run.id} complete: workflow {run.row.workflow}, {len(ops)} operators, "
-                  f"lineage {_fmt_bytes(total)}")
-            if a.verbose:
-                _ops_table(ops)
-            print(run.id if a.quiet else f"run id: {run.id}")
+        _report_run(store, run, a, "complete")
     finally:
         store.close()
     return 0
+
+
+def _spark_log(a):
+    """With -v (not --json), what the Spark engine does goes to stderr."""
+    return (lambda m: print(f"  spark: {m}", file=sys.stderr)) if a.verbose and not a.json else None
+
+
+def _report_run(store, run, a, how: str) -> None:
+    """A finished run as `subzero run` prints it: JSON, or its summary line (-v: its
+    operators) and its id (-q: the id alone)."""
+    ops = run.ops()
+    if a.json:
+        print(json.dumps(_run_json(store, run.id), default=str))
+        return
+    total = sum(o["lineage_bytes"] for o in ops)
+    print(f"run {run.id} {how}: workflow {run.row.workflow}, {len(ops)} operators, "
+          f"lineage {_fmt_bytes(total)}")
+    if a.verbose:
+        _ops_table(ops)
+    print(run.id if a.quiet else f"run id: {run.id}")
 
 
 def _resume(a) -> int:
@@ -150,20 +160,10 @@ def _resume(a) -> int:
         raise SubZeroError("--master and --conf need the Spark engine (--engine spark)")
     store = open_store(a.store, create=False)
     try:
-        log = (lambda m: print(f"  spark: {m}", file=sys.stderr)) if a.verbose and not a.json else None
         run = store.resume(a.resume, workflow=a.workflow, progress=None if not a.json else False,
-                           engine=engine, master=a.master, conf=conf, log=log,
+                           engine=engine, master=a.master, conf=conf, log=_spark_log(a),
                            announce=None if a.json or a.quiet else print)
-        ops = run.ops()
-        if a.json:
-            print(json.dumps(_run_json(store, run.id), default=str))
-        else:
-            total = sum(o["lineage_bytes"] for o in ops)
-            print(f"run {run.id} complete (resumed): workflow {run.row.workflow}, {len(ops)} "
-                  f"operators, lineage {_fmt_bytes(total)}")
-            if a.verbose:
-                _ops_table(ops)
-            print(run.id if a.quiet else f"run id: {run.id}")
+        _report_run(store, run, a, "complete (resumed)")
     finally:
         store.close()
     return 0

@@ -49,6 +49,11 @@ class Engine(Protocol):
         """Store the run's input arrays, where the steps will read them."""
         ...
 
+    def resume(self, wf: Workflow, stored: list[str]) -> None:
+        """Continue a run whose inputs and first operators (``stored``, in the order they
+        ran) are already in the array store (instead of :meth:`load_inputs`)."""
+        ...
+
     def run_step(self, name: str, step: Step, strategies: tuple[Strategy, ...], capture: bool,
                  progress: Progress) -> StepResult:
         """Run one operator, store its output array, and capture its lineage in memory

@@ -49,7 +49,7 @@ def run_workflow(engine: Engine, wf: Workflow, inputs: Mapping[str, Any],
     progress = progress if progress is not None else Progress()
     if resume is not None and resume.inputs is not None:
         done = set(resume.done)
-        engine.resume(wf, [a.name for a in resume.inputs] + resume.done)  # type: ignore[attr-defined]
+        engine.resume(wf, [a.name for a in resume.inputs] + resume.done)
         stats = RunStats(inputs=list(resume.inputs), ops=list(resume.ops))
         for name in resume.done:
             progress.finished(name)

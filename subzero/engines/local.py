@@ -76,12 +76,16 @@ class LocalEngine:
         self._whole: Counter[str] = Counter()    # ... of them, those that run on whole arrays
 
     # -- what is held ---------------------------------------------------------------
-    def load_inputs(self, wf: Workflow, values: Mapping[str, Any]) -> None:
+    def _count_readers(self, wf: Workflow) -> None:
+        """How many operators read each array, and how many of them read it whole."""
         for step in wf.steps.values():
             whole = not (self.stream and _tile_parallel(step.operator))
             for a in set(step.inputs):
                 self._readers[a] += 1
                 self._whole[a] += whole
+
+    def load_inputs(self, wf: Workflow, values: Mapping[str, Any]) -> None:
+        self._count_readers(wf)
         for name, v in values.items():
             if is_region_source(v):
                 self._copy_source(name, v)
@@ -94,11 +98,7 @@ class LocalEngine:
     def resume(self, wf: Workflow, stored: list[str]) -> None:
         """Continue a run whose inputs and first operators (``stored``, in the order they
         ran) are already in the array store: hold what later operators read whole."""
-        for step in wf.steps.values():
-            whole = not (self.stream and _tile_parallel(step.operator))
-            for a in set(step.inputs):
-                self._readers[a] += 1
-                self._whole[a] += whole
+        self._count_readers(wf)
         for name in stored:
             self.shapes[name], self.dtypes[name], numpy = self.arrays.describe(name)
             if not numpy:
