@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from subzero.model.grid import Grid
+
 from .base import MappedOperator, grid_product, no_cells, rows
 
 
@@ -28,6 +30,17 @@ class MatMul(MappedOperator):
     def compute(self, a, b):
         self.output_shape(a.shape, b.shape)
         return a @ b
+
+    def output_grid(self, grids, input_shapes, output_shape):
+        """Rows are labelled as A's rows, columns as B's columns."""
+        a, b = grids
+        dims = (a.dims[0] if a is not None else "dim_0", b.dims[1] if b is not None else "dim_1")
+        coords = {}
+        if a is not None and a.dims[0] in a.coords:
+            coords[dims[0]] = a.coords[a.dims[0]]
+        if b is not None and b.dims[1] in b.coords and dims[1] != dims[0]:
+            coords[dims[1]] = b.coords[b.dims[1]]
+        return Grid(dims, coords) if coords else None
 
     def backward(self, cells, i, ctx):
         k = ctx.input_shape(0)[1]

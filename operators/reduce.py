@@ -107,6 +107,14 @@ class Reduce(MappedOperator):
         _, kept = self._axes(len(shape))
         return tuple(shape[d] for d in kept) or (1,)
 
+    def output_grid(self, grids, input_shapes, output_shape):
+        """The kept axes keep their labels (and a sky WCS whose axes are all kept)."""
+        _, kept = self._axes(len(input_shapes[0]))
+        if grids[0] is None or not kept:
+            return None
+        n = list(input_shapes[0])
+        return grids[0].sliced([0] * len(n), [1] * len(n), n, kept)
+
     # -- whole-array aggregation: partial per tile, merge, finish ---------------------------
     def partial(self, x) -> dict:
         """Partial result of one tile (sums exact, see :func:`exact_sum_state`)."""

@@ -72,6 +72,12 @@ class Slice(MappedOperator):
         _, _, length, kept = self._plan(shape)
         return tuple(int(length[d]) for d in kept) or (1,)
 
+    def output_grid(self, grids, input_shapes, output_shape):
+        if grids[0] is None:
+            return None
+        start, step, length, kept = self._plan(tuple(input_shapes[0]))
+        return grids[0].sliced(start.tolist(), step.tolist(), length.tolist(), kept) if kept else None
+
     def compute(self, x):
         return x[self._key(x.ndim)].reshape(self.output_shape(x.shape))
 
@@ -143,6 +149,9 @@ class Concat(MappedOperator):
         out[ax] = sum(s[ax] for s in shapes)
         return tuple(out)
 
+    def output_grid(self, grids, input_shapes, output_shape):
+        return None     # the inputs' grids need not continue one another
+
     def compute(self, *arrays):
         self.output_shape(*[a.shape for a in arrays])
         return np.concatenate(arrays, axis=self._axis(arrays[0].ndim))
@@ -188,6 +197,9 @@ class Transpose(MappedOperator):
     def compute(self, x):
         return x.transpose(self._axes(x.ndim))
 
+    def output_grid(self, grids, input_shapes, output_shape):
+        return None if grids[0] is None else grids[0].transposed(self._axes(len(input_shapes[0])))
+
     def backward(self, cells, i, ctx):
         out = np.empty_like(cells)
         out[:, self._axes(cells.shape[1])] = cells
@@ -221,6 +233,11 @@ class Pad(MappedOperator):
         # mode: a str checked by mode_from_numpy; numpy's stubs want their Literal of modes
         return np.pad(x, self._widths(x.ndim), mode=self.mode, **kw)  # type: ignore[call-overload]
 
+    def output_grid(self, grids, input_shapes, output_shape):
+        if grids[0] is None:
+            return None
+        return grids[0].shifted(self._widths(len(input_shapes[0]))[:, 0].tolist())
+
     def _rel(self, ndim: int) -> Neighbourhood:
         return Neighbourhood(-self._widths(ndim)[:, 0][None, :], self._edge)
 
@@ -251,6 +268,9 @@ class Rebin(MappedOperator):
         if np.any(f <= 0):
             raise ValueError(f"Rebin: factors must be positive, got {self.factor}")
         return f
+
+    def output_grid(self, grids, input_shapes, output_shape):
+        return None     # a block's labels and sky position are not one input cell's
 
     def output_shape(self, shape):
         f = self._factor(len(shape))

@@ -30,6 +30,8 @@ import numpy as np
 import xarray as xr
 
 from subzero.capture.runner import shape_of
+from subzero.coords import cells_at as sky_cells
+from subzero.coords import cells_for, derive_grids, stored_grid
 from subzero.engines.base import Engine
 from subzero.engines.driver import Profiler, run_workflow
 from subzero.engines.journal import Journal, Resumable, fingerprint, read_journal
@@ -37,6 +39,7 @@ from subzero.engines.local import LocalEngine
 from subzero.engines.progress import Progress, progress_for
 from subzero.engines.transaction import RunTransaction
 from subzero.errors import QueryError, StoreError, StrategyError, SubZeroError, WorkflowError, warn
+from subzero.model.grid import Grid
 from subzero.model.strategy import Strategy, check_supported, default_for, parse
 from subzero.model.workflow import Workflow, check_reexecution, load_workflow
 from subzero.query.executor import Executor, RunView, TraceResult
@@ -532,6 +535,7 @@ class Run:
         self.dir = store.run_dir(row.id)
         self._arrays = ArrayStore(self.dir)
         self._executor: Executor | None = None
+        self._grids: Callable[[str], Grid | None] | None = None
         self.planner = None      # query-time planner used by trace() (optimizer.planner_for)
 
     def __repr__(self) -> str:
@@ -572,10 +576,60 @@ class Run:
         return list(self.shapes())
 
     def array(self, name: str) -> xr.DataArray:
+        """The array, with the labels and sky WCS of its :meth:`grid` (an operator's
+        output carries its inputs' coordinates although the operator returned numpy)."""
+        self._known(name)
+        da = self._arrays.read(name)
+        g = self.grid(name)
+        if g is None:
+            return da
+        if tuple(da.dims) != g.dims and not set(g.dims) & set(da.dims) - set(g.dims):
+            da = da.rename(dict(zip(da.dims, g.dims)))
+        missing = {d: (d, np.asarray(v)) for d, v in g.coords.items() if d not in da.coords}
+        if missing:
+            da = da.assign_coords(missing)
+        if g.wcs:
+            da.attrs.update({k: v for k, v in g.wcs.items() if k not in da.attrs})
+        return da
+
+    def _known(self, name: str) -> None:
         if name not in self.shapes():
             raise QueryError(f"unknown array {name!r} in run {self.id}; its arrays are: "
                              f"{', '.join(self.shapes())}")
-        return self._arrays.read(name)
+
+    def grid(self, name: str) -> Grid | None:
+        """Where array ``name``'s cells sit in labelled axes and on the sky: the labels
+        and FITS WCS it was stored with, else what its operator's ``output_grid`` makes
+        of its inputs' grids.  Derived grids need the run's code, so an untrusted run
+        has grids for its stored arrays only."""
+        self._known(name)
+        if self._grids is None:
+            ops = self.ops()
+            operator = None
+            if self.trusted:
+                steps = self.workflow.steps
+                operator = lambda n: steps[n].operator  # noqa: E731 - looked up lazily
+            self._grids = derive_grids(
+                {o["name"]: o["inputs"] for o in ops}, self.shapes(),
+                lambda n: stored_grid(*self._arrays.grid_parts(n)), operator)
+        return self._grids(name)
+
+    def cells_at(self, array: str, sky=None, radius=None, sel: Mapping[str, Any] | None = None,
+                 ) -> np.ndarray:
+        """Cells of ``array`` named in the user's terms: ``sky=(ra, dec)`` (degrees, or
+        ``"23:47:09.8,-2:17:37"``, or a SkyCoord) with an optional ``radius``
+        (``"2arcsec"``, an astropy angle, or arcseconds), or ``sel={"time": "2020-01-03",
+        "lat": slice(10, 20)}`` (xarray ``.sel`` rules; nearest label on numeric and time
+        axes)."""
+        self._known(array)
+        if (sky is None) == (sel is None):
+            raise QueryError("give exactly one of sky=... or sel=...")
+        shape = self.shapes()[array]
+        if sky is not None:
+            return sky_cells(self.grid(array), shape, sky, radius, array)
+        if radius is not None:
+            raise QueryError("radius goes with sky=..., not with sel=...")
+        return cells_for(self.grid(array), shape, dict(sel or {}), array)
 
     def lineage_bytes(self) -> int:
         return sum(s["bytes"] for s in self.strategy_stats())
@@ -594,19 +648,31 @@ class Run:
             self._executor = Executor(view)
         return self._executor
 
-    def trace(self, start: str, cells, to: str | None = None,
+    def trace(self, start: str, cells=None, to: str | None = None,
               path: list[tuple[str, int]] | None = None, prefer: str | None = None,
-              shortcut: bool = True, record: bool = True, planner=None) -> TraceResult:
+              shortcut: bool = True, record: bool = True, planner=None, *, sky=None,
+              radius=None, sel: Mapping[str, Any] | None = None) -> TraceResult:
         """Trace ``cells`` of array ``start`` to array ``to`` (every DAG path,
         results united) or along ``path`` = [(operator, input index), ...].
+
+        Instead of cells, name them by ``sky``/``radius`` or ``sel`` as in
+        :meth:`cells_at`; the result's :meth:`~TraceResult.sky_region` and
+        :meth:`~TraceResult.label_region` say where the answer lies in those terms.
 
         ``planner`` (default: ``self.planner``, e.g. ``optimizer.planner_for(run)``)
         prices each step's methods with a cost model; without one each step
         follows the simple rule (stored in the step's direction, map, stored the
         other way, re-execution).  ``record`` keeps the trace in the catalog's
         trace log, from which the optimizer derives workloads."""
+        if sky is not None or sel is not None:
+            if cells is not None:
+                raise QueryError("give cells, or sky=/sel=, not both")
+            cells = self.cells_at(start, sky=sky, radius=radius, sel=sel)
+        elif cells is None:
+            raise QueryError(f"trace from {start!r} needs cells (or sky=... / sel=...)")
         res = self.executor().trace(start, cells, to=to, path=path, prefer=prefer, shortcut=shortcut,
                                     planner=planner if planner is not None else self.planner)
+        res._grid = self.grid
         if record and self.store.catalog.readonly:
             if not self.store._noted_readonly:
                 self.store._noted_readonly = True

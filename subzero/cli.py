@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from subzero.errors import SubZeroError, SubZeroWarning
+from subzero.errors import QueryError, SubZeroError, SubZeroWarning
 
 EXIT_USER = 2
 
@@ -270,26 +270,39 @@ def cmd_trace(a) -> int:
     try:
         if a.workload:
             return _workload(store, a)
-        if not a.frm or not a.cells:
-            raise SubZeroError("trace needs --from ARRAY and --cells SPEC (or --workload FILE)")
+        named = [flag for flag, v in (("--cells", a.cells), ("--sky", a.sky), ("--sel", a.sel)) if v]
+        if not a.frm or len(named) != 1:
+            raise SubZeroError("trace needs --from ARRAY and one of --cells SPEC, --sky RA,DEC or "
+                               "--sel NAME=LABEL" + (f" (got {' and '.join(named)})" if named else "")
+                               + " (or --workload FILE)")
+        if a.radius is not None and not a.sky:
+            raise SubZeroError("--radius goes with --sky")
         run = store.get(a.run)
         shapes = run.shapes()
         if a.frm not in shapes:
             raise SubZeroError(f"unknown array {a.frm!r} in run {run.id}; its arrays are: "
                                f"{', '.join(shapes)}")
-        cells = parse_spec(a.cells, shapes[a.frm], a.frm)
+        if a.cells:
+            cells = parse_spec(a.cells, shapes[a.frm], a.frm)
+        else:
+            from subzero.coords import parse_sel
+            cells = run.cells_at(a.frm, sky=a.sky, radius=a.radius,
+                                 sel=parse_sel(a.sel) if a.sel else None)
         if (a.to is None) == (a.path is None):
             raise SubZeroError("give exactly one of --to ARRAY or --path OP:IDX,...")
         res = run.trace(a.frm, cells, to=a.to, path=_path(a.path) if a.path else None,
                         shortcut=not a.no_shortcut, planner=_planner(run, a))
         out_cells = res.cells
+        where = _where(res)
         if a.json:
             print(json.dumps({"run_id": run.id, "from": a.frm, "to": res.target,
                               "direction": res.direction, "count": int(len(out_cells)),
-                              "seconds": res.seconds, "cells": out_cells.tolist(),
+                              "seconds": res.seconds, "cells_in": int(len(cells)),
+                              "cells": out_cells.tolist(), **where,
                               "steps": [s.__dict__ for s in res.steps]}))
         else:
             _print_trace(res, out_cells, len(cells))
+            _print_where(where)
         if a.plot:
             from subzero.plot import plot_trace
             plot_trace(run, a.frm, cells, res, a.plot)
@@ -313,6 +326,34 @@ def _print_trace(res, cells, n_in) -> None:
     for s in res.steps:
         print(f"  step {s.op}:{s.input} {s.direction:<8} {s.method:<30} {s.cells_in:>8} -> "
               f"{s.cells_out:<8} {s.seconds * 1000:8.2f} ms")
+
+
+def _where(res) -> dict:
+    """The answer's region in the target's own terms: ``sky`` (RA/Dec of its bounding
+    box) when the target has a sky WCS, ``labels`` (first and last label per labelled
+    axis) when it has labels."""
+    if not len(res):
+        return {}
+    g = res.grid()
+    out: dict = {}
+    if g is not None and g.wcs:
+        try:
+            out["sky"] = res.sky_region()
+        except QueryError:
+            pass            # WCS cards astropy cannot read: the answer stays in cells
+    if g is not None and g.coords:
+        out["labels"] = res.label_region()
+    return out
+
+
+def _print_where(where: dict) -> None:
+    if "sky" in where:
+        s = where["sky"]
+        print(f"  sky region: centre {s['center_hmsdms']} (RA {s['center'][0]:.6f}, "
+              f"Dec {s['center'][1]:.6f}); RA {s['ra'][0]:.6f}..{s['ra'][1]:.6f}, "
+              f"Dec {s['dec'][0]:.6f}..{s['dec'][1]:.6f} (deg, ICRS)")
+    if where.get("labels"):
+        print("  labels: " + ", ".join(f"{k} {v[0]}..{v[1]}" for k, v in where["labels"].items()))
 
 
 def _v(v) -> str:
@@ -553,6 +594,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--run", default="latest", help="run id or 'latest' (default)")
     t.add_argument("--from", dest="frm", metavar="ARRAY", help="start array (operator or input name)")
     t.add_argument("--cells", metavar="SPEC", help="cells: 12,40 or 12,40;13,41 or 10:20,30:40")
+    t.add_argument("--sky", metavar="RA,DEC",
+                   help="start at a sky position (degrees, or 23:47:09.8,-2:17:37) through the "
+                        "array's FITS WCS")
+    t.add_argument("--radius", metavar="ANGLE",
+                   help="with --sky: every cell within this angle, e.g. 2arcsec (number: arcsec)")
+    t.add_argument("--sel", action="append", metavar="NAME=LABEL",
+                   help="start at labelled cells, e.g. time=2020-01-03 or lat=10:20 (repeatable)")
     t.add_argument("--to", metavar="ARRAY", help="target array; every DAG path to it is traced")
     t.add_argument("--path", metavar="OP:IDX,...", help="explicit path of (operator, input index)")
     t.add_argument("--workload", metavar="FILE", help="run every query of a workload file")

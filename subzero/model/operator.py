@@ -148,6 +148,23 @@ class Operator:
             return np.zeros((0, ndim), np.int64), np.zeros(0, np.int64)
         return np.concatenate(outs), np.concatenate(owners)
 
+    # -- coordinates ------------------------------------------------------
+    def output_grid(self, grids: Sequence[Any], input_shapes: Sequence[Sequence[int]],
+                    output_shape: Sequence[int]) -> Any:
+        """The :class:`~subzero.model.grid.Grid` (labelled axes, sky WCS) of the
+        output, given each input's grid (None where it has none) and shape.
+
+        The default says the output sits on the grid of its first input of the
+        same shape: true of elementwise, stencil and window operators and of
+        most user functions of an image.  An operator that moves, reorders or
+        resamples cells while keeping the shape (a flip, a roll, a resampling)
+        must override it, returning the moved grid or None; the built-in
+        structural operators do.  Called only at query time, never in a run."""
+        for g, s in zip(grids, input_shapes):
+            if g is not None and tuple(s) == tuple(output_shape):
+                return g
+        return None
+
     # -- derived declarations ----------------------------------------------
     def has_mapping(self) -> bool:
         cls = type(self)

@@ -13,6 +13,7 @@ import numpy as np
 
 from subzero.errors import QueryError
 from subzero.model.cellset import CellSet
+from subzero.model.grid import Grid
 from subzero.query.planner import Planner, StepStat
 
 
@@ -49,6 +50,8 @@ class TraceResult:
     seconds: float
     #: ``_values(region)`` reads a region of the target array (None: all of it)
     _values: Callable[..., object] | None = field(default=None, repr=False)
+    #: ``_grid(array)`` gives an array's labels and sky WCS (set by ``Run.trace``)
+    _grid: Callable[[str], Grid | None] | None = field(default=None, repr=False)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -83,3 +86,29 @@ class TraceResult:
 
     def __len__(self) -> int:
         return len(self.cellset)
+
+    def _box(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        box = self.cellset.bounds()
+        if box is None:
+            raise QueryError(f"the trace reached no cells of {self.target!r}, so it has no region")
+        return tuple(int(v) for v in box[0]), tuple(int(v) for v in box[1])
+
+    def grid(self) -> Grid | None:
+        """The target array's labels and sky WCS (None when it has neither)."""
+        if self._grid is None:
+            raise QueryError("this trace result does not know its run's coordinates "
+                             "(trace through Run.trace)")
+        return self._grid(self.target)
+
+    def sky_region(self) -> dict:
+        """Where the answer lies on the sky: the centre, corners and RA/Dec ranges (degrees,
+        ICRS) of its bounding box.  An error when the target array has no sky WCS."""
+        from subzero.coords.sky import footprint
+        lo, hi = self._box()
+        return footprint(self.grid(), lo, hi, self.target)
+
+    def label_region(self) -> dict[str, list]:
+        """For each labelled axis of the target, the first and last label the answer spans."""
+        from subzero.coords.labels import label_bounds
+        lo, hi = self._box()
+        return label_bounds(self.grid(), lo, hi)

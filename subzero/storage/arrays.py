@@ -248,6 +248,35 @@ class ArrayStore:
             raise self._damage(name, p, None, None, e) from None
         return ds
 
+    def grid_parts(self, name: str) -> tuple[tuple[str, ...], dict[str, np.ndarray], dict]:
+        """An array's dims, dimension coordinates and attributes, without reading its
+        cells: what :mod:`subzero.coords` needs, from the verified metadata and the
+        (small, verified) coordinate arrays only."""
+        p, nodes = self._open(name)
+        try:
+            meta = json.loads((p / "data" / "zarr.json").read_text())
+        except (OSError, ValueError) as e:
+            raise self._damage(name, p, None, None, e) from None
+        dims = tuple(str(d) for d in (meta.get("dimension_names") or ()))
+        coords: dict[str, np.ndarray] = {}
+        labelled = [d for d in dims if (p / d / "zarr.json").is_file()]
+        if labelled:
+            for key, node in (nodes or {}).items():
+                if key.strip("/") in labelled:
+                    check_present(p, node, None, self.label(name))
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    ds = xr.open_zarr(p, consolidated=False, zarr_format=3)
+                    coords = {d: np.asarray(ds[d].values) for d in labelled if d in ds.coords}
+            except Exception as e:
+                for key, node in (nodes or {}).items():
+                    found = bad_chunk(p, node, None) if key.strip("/") in labelled else None
+                    if found is not None:
+                        raise CorruptArray(f"{self.label(name)} is damaged: {found}") from None
+                raise self._damage(name, p, None, None, e) from None
+        return dims, coords, dict(meta.get("attributes") or {})
+
     def read(self, name: str) -> xr.DataArray:
         return self._as_array(name, self._dataset(name))
 

@@ -1,0 +1,101 @@
+"""Each array's :class:`~subzero.model.grid.Grid`: stored with it, or derived.
+
+An input keeps the labels and FITS header it was read with; an operator's
+output usually does not (operators return plain numpy).  Its grid is derived at
+query time by asking each operator on the way from the inputs
+(:meth:`~subzero.model.operator.Operator.output_grid`), so runs made before
+this existed answer sky and label queries too, and nothing is copied per run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from subzero.errors import QueryError
+from subzero.model.grid import Grid
+
+#: header cards that make an image's sky WCS (astropy reads these and only these)
+_WCS_PREFIXES = ("WCSAXES", "CTYPE", "CRPIX", "CRVAL", "CDELT", "CUNIT", "CD1_", "CD2_", "CD3_",
+                 "PC1_", "PC2_", "PC3_", "CROTA", "PV1_", "PV2_", "PV3_", "LONPOLE", "LATPOLE",
+                 "RADESYS", "EQUINOX", "EPOCH", "MJD-OBS", "DATE-OBS")
+#: CTYPE prefixes of celestial axes (equatorial, galactic, ecliptic, supergalactic)
+_SKY_AXES = ("RA-", "DEC-", "GLON", "GLAT", "ELON", "ELAT", "SLON", "SLAT")
+
+
+def wcs_keywords(attrs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The sky WCS cards among an array's attributes (FITS header cards); None when no
+    axis is celestial.  astropy checks them only when a sky query needs them, so
+    reading a grid stays cheap."""
+    cards = {k.upper(): v for k, v in attrs.items()
+             if isinstance(k, str) and k.upper().startswith(_WCS_PREFIXES)
+             and isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+    celestial = any(k.startswith("CTYPE") and str(v).upper().startswith(_SKY_AXES)
+                    for k, v in cards.items())
+    return cards if celestial else None
+
+
+def stored_grid(dims: Sequence[str], coords: Mapping[str, np.ndarray],
+                attrs: Mapping[str, Any]) -> Grid | None:
+    """The grid an array was stored with: its dimension coordinates and any sky WCS
+    in its attributes.  Default dims (``dim_0``...) with nothing else make none."""
+    g = Grid(tuple(dims), {k: np.asarray(v) for k, v in coords.items()}, wcs_keywords(attrs))
+    return None if g.empty else g
+
+
+def derive_grids(producers: Mapping[str, Sequence[str]], shapes: Mapping[str, Sequence[int]],
+                 stored: Callable[[str], Grid | None],
+                 operator: Callable[[str], Any] | None) -> Callable[[str], Grid | None]:
+    """A memoised ``grid(name)``: the array's stored grid, else what its operator's
+    ``output_grid`` makes of its inputs' grids.  ``producers`` maps each operator's
+    output to its inputs; ``operator(name)`` gives the operator (None: derived grids
+    are not available, e.g. for a run whose code is not trusted)."""
+    memo: dict[str, Grid | None] = {}
+    kept: dict[str, Grid | None] = {}
+
+    def _stored(name: str) -> Grid | None:
+        if name not in kept:
+            kept[name] = stored(name)
+        return kept[name]
+
+    def grid(name: str) -> Grid | None:
+        if name in memo:
+            return memo[name]
+        stack = [name]
+        while stack:                      # inputs first, without recursion
+            top = stack[-1]
+            ins = [i for i in producers.get(top, ()) if i not in memo]
+            if top not in memo and operator is not None and ins and _stored(top) is None:
+                stack.extend(ins)
+                continue
+            stack.pop()
+            if top not in memo:
+                memo[top] = _one(top)
+        return memo[name]
+
+    def _one(name: str) -> Grid | None:
+        g = _stored(name)
+        if g is not None or name not in producers or operator is None:
+            return g
+        ins = list(producers[name])
+        op = operator(name)
+        out = op.output_grid([memo.get(i) for i in ins], [tuple(shapes[i]) for i in ins],
+                             tuple(shapes[name]))
+        return _checked(out, name, tuple(shapes[name]))
+
+    return grid
+
+
+def _checked(g: Grid | None, name: str, shape: tuple[int, ...]) -> Grid | None:
+    if g is None:
+        return None
+    if not isinstance(g, Grid) or len(g.dims) != len(shape):
+        raise QueryError(f"the operator of {name!r} gave a grid of {getattr(g, 'dims', g)!r} "
+                         f"for an array of {len(shape)} axes (output_grid must return a Grid or None)")
+    for d, n in zip(g.dims, shape):
+        if d in g.coords and len(g.coords[d]) != n:
+            raise QueryError(f"the operator of {name!r} gave {len(g.coords[d])} labels for axis "
+                             f"{d!r} of length {n} (output_grid)")
+    return g
