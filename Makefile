@@ -15,4 +15,4 @@ test: check
 	@.venv/bin/python -m pytest
 
 clean:
-	rm -rf .subzero .subzero-demo demo-trace.png demo-star-raw_*.png build
+	rm -rf .subzero .subzero-demo demo-trace.png demo-*.png build

@@ -14,5 +14,9 @@ for j in 1 2; do
   $SZ trace --store "$STORE" --from stars --cells "$STAR" --to "raw_$j" --plot "demo-star-raw_$j.png"
 done
 echo
+echo "== the same star by its position on the sky: every raw pixel within 1 arcsec"
+$SZ trace --store "$STORE" --from stars --sky 23:49:21.56,-2:44:58.9 --radius 1arcsec --to raw_1 \
+  --plot demo-star-sky.png
+echo
 echo "== the scientists' query workload (BQ0-BQ3, FQ0)"
 $SZ trace --store "$STORE" --workload workflows/astronomy_workload.json
