@@ -440,9 +440,44 @@ def cmd_show(a) -> int:
             print(f"  lineage total {_fmt_bytes(total)} ({total / max(inb, 1):.3f}x the input bytes)")
         for d in store.catalog.downgrades(row.id):
             print(f"  downgraded: {d['reason']}")
+        coords = _coordinates(store, row)
+        if coords:
+            sky = [k for k, v in coords.items() if v.get("sky")]
+            no_sky = [k for k in coords if k not in sky]
+            labelled = {k: v["labels"] for k, v in coords.items() if v.get("labels")}
+            if sky:
+                print(f"  sky coordinates (--sky) on {len(sky)} of {len(coords)} arrays"
+                      + (f"; not on {_few(no_sky)}" if no_sky else ""))
+            if labelled:
+                print("  labelled axes (--sel): " + "; ".join(
+                    f"{k} ({', '.join(v)})" for k, v in list(labelled.items())[:6])
+                    + (f"; and {len(labelled) - 6} more arrays" if len(labelled) > 6 else ""))
     finally:
         store.close()
     return 0
+
+
+def _few(names: list[str], n: int = 4) -> str:
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+def _coordinates(store, row) -> dict[str, dict]:
+    """Per array of a complete run: its dims, labelled axes and whether it has a sky WCS
+    (what ``trace --sel`` and ``--sky`` can use).  An array whose grid cannot be read
+    says why instead."""
+    if row.status != "complete":
+        return {}
+    run = store.get(row.id)
+    out: dict[str, dict] = {}
+    for name in run.array_names():
+        try:
+            g = run.grid(name)
+        except SubZeroError as e:
+            out[name] = {"error": str(e)}
+            continue
+        out[name] = {"dims": list(g.dims) if g else None, "labels": list(g.coords) if g else [],
+                     "sky": bool(g is not None and g.wcs)}
+    return out
 
 
 def cmd_trust(a) -> int:
@@ -529,7 +564,8 @@ def _run_json(store, run_id: int) -> dict:
             "trust": store.verdict(row).state if row.status == "complete" else None,
             "ops": store.catalog.ops(row.id), "arrays": store.catalog.arrays(row.id),
             "strategies": store.catalog.strategy_stats(row.id),
-            "downgrades": store.catalog.downgrades(row.id)}
+            "downgrades": store.catalog.downgrades(row.id),
+            "coordinates": _coordinates(store, row)}
 
 
 def _version() -> str:

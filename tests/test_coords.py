@@ -250,3 +250,35 @@ def test_grid_slicing_arithmetic_matches_astropy():
     ys, xs = np.array([0, 4, 9]), np.array([0, 7, 19])
     assert np.all(b.pixel_to_world(xs, ys).separation(a.pixel_to_world(90 - 2 * xs, 5 + 3 * ys)).arcsec
                   < 1e-6)
+
+
+def test_show_lists_what_each_array_can_be_queried_by(astro, cube, store, cli):
+    st, _ = astro
+    code, out, _ = cli("show", "--store", st.path)
+    assert code == 0 and "sky coordinates (--sky) on 26 of 31 arrays; not on bias" in out
+    code, out, _ = cli("show", "--store", st.path, "--json")
+    coords = json.loads(out)["coordinates"]
+    assert coords["stars"] == {"dims": ["y", "x"], "labels": [], "sky": True}
+    assert coords["overscanmean_1"]["sky"] is False
+    code, out, _ = cli("show", "--store", store.path)
+    assert "labelled axes (--sel): t2m (time, lat, lon); kelvin (time, lat, lon); mean_t (lat, lon)" in out
+
+
+@pytest.mark.parametrize("given", ["dataarray", "zarr"])
+def test_labels_of_dataarray_and_zarr_inputs(store, tmp_path, given):
+    da = xr.DataArray(np.arange(20.0).reshape(4, 5), dims=("gene", "patient"),
+                      coords={"gene": ["MYC", "OTX2", "TP53", "SHH"],
+                              "patient": [f"MD_{k}" for k in range(101, 106)]})
+    value = da
+    if given == "zarr":
+        value = str(tmp_path / "m.zarr")
+        da.to_dataset(name="m").to_zarr(value, zarr_format=3, consolidated=False)
+    wf = Workflow("genes")
+    wf.add("scaled", Unary(lambda v: 2 * v), wf.input("m"))
+    run = store.run(wf, inputs={"m": value}, progress=False)
+    res = run.trace("scaled", sel={"gene": "TP53", "patient": slice("MD_102", "MD_104")}, to="m",
+                    record=False)
+    assert res.cells.tolist() == [[2, 1], [2, 2], [2, 3]]
+    assert res.label_region() == {"gene": ["TP53", "TP53"], "patient": ["MD_102", "MD_104"]}
+    with pytest.raises(QueryError, match="no gene label 'BRCA1' \\(its labels: MYC, OTX2, TP53, SHH\\)"):
+        run.cells_at("scaled", sel={"gene": "BRCA1"})
