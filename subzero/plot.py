@@ -3,8 +3,8 @@ with the traced cells highlighted (``subzero trace --plot FILE.png``).
 
 2-D arrays are drawn as images (percentile-stretched, so sky and stars are
 both visible; on RA/Dec axes when the array has a sky WCS) and zoomed to the
-traced cells when they are a small part of the array; 1-D arrays as lines; arrays with more dimensions as the maximum
-projection over their leading axes.
+traced cells when they are a small part of the array; 1-D arrays as lines;
+arrays with more dimensions as the maximum projection over their leading axes.
 """
 
 from __future__ import annotations
