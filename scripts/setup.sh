@@ -27,12 +27,26 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! .venv/bin/python -
   echo "setup: installing SubZero and its dependencies into .venv (first time takes a few minutes)" >&2
   .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
   if ! .venv/bin/python -m pip install -e '.[test,bench]' > .venv/pip-install.log 2>&1 \
-     || ! .venv/bin/python -c 'import subzero, lmdb, rtree, swiglpk, zarr, pyspark, zstandard, duckdb' 2>>.venv/pip-install.log; then
+     || ! .venv/bin/python -c 'import subzero, lmdb, rtree, swiglpk, zarr, pyspark, zstandard, duckdb, starlette, uvicorn, plotly, playwright' 2>>.venv/pip-install.log; then
     grep -v -E "^WARNING: Location .* is ignored" .venv/pip-install.log | tail -25 >&2
     echo "setup: installation failed (pip's last messages above; full log in .venv/pip-install.log)." >&2
     exit 1
   fi
   echo "$want" > "$stamp"
+fi
+
+# Chromium for the explorer's browser tests (tests/test_explore.py drives it with
+# Playwright; Playwright's own browser download is never used): Debian's package.
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing Chromium for the explorer's browser tests: apt-get install chromium" >&2
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >.venv/apt-chromium.log 2>&1; then
+      tail -5 .venv/apt-chromium.log >&2
+      echo "setup: warning: could not install chromium (log in .venv/apt-chromium.log); tests/test_explore.py will fail until /usr/bin/chromium exists (apt-get install chromium)" >&2
+    fi
+  else
+    echo "setup: warning: /usr/bin/chromium is missing and this is not root with apt-get; tests/test_explore.py needs it: install Debian's chromium (sudo apt-get install chromium)" >&2
+  fi
 fi
 
 # Java 17+ for PySpark

@@ -1,4 +1,4 @@
-"""``subzero`` command line: run, trace, optimize, runs, show, trust.
+"""``subzero`` command line: run, trace, explore, optimize, runs, show, trust.
 
 Every command reads ``--store DIR`` (default ./.subzero), prints user errors
 as one line on stderr with exit status 2, and offers ``--json``.
@@ -377,6 +377,29 @@ def _workload(store, a) -> int:
     return 0
 
 
+def cmd_explore(a) -> int:
+    """Serve the lineage explorer over a run until Ctrl-C; the URL is the first line."""
+    from subzero.api import open_store
+    from subzero.explore import bind, serve
+    store = open_store(a.store, create=False)
+    try:
+        run = store.get(a.run)
+        sock = bind(a.host, a.port)      # a port in use or a bad host: one line, exit 2
+
+        def ready(url: str) -> None:
+            print(json.dumps({"url": url, "run_id": run.id}) if a.json else url, flush=True)
+            if not a.no_browser:
+                import webbrowser
+                webbrowser.open(url)
+        try:
+            serve(run, sock=sock, on_ready=ready)
+        except KeyboardInterrupt:       # Ctrl-C is how a server is stopped: not an error
+            pass
+    finally:
+        store.close()
+    return 0
+
+
 def cmd_runs(a) -> int:
     from subzero.api import open_store
     store = open_store(a.store, create=False)
@@ -666,6 +689,19 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--reprofile", action="store_true", help="profile the workflow again")
     common(o)
     o.set_defaults(fn=cmd_optimize, command_parser=o)
+
+    ex = sub.add_parser("explore", help="explore a run's lineage in the browser (a local web page)",
+                        description="Serves a web page over a run: click a cell or drag a "
+                                    "rectangle on any array and see its backward or forward "
+                                    "lineage on every other array. Prints the URL first and "
+                                    "serves until Ctrl-C.")
+    ex.add_argument("--run", default="latest", help="run id or 'latest' (default)")
+    ex.add_argument("--host", default="127.0.0.1",
+                    help="address to listen on (default 127.0.0.1: this machine only)")
+    ex.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free port)")
+    ex.add_argument("--no-browser", action="store_true", help="do not open a web browser")
+    common(ex)
+    ex.set_defaults(fn=cmd_explore, command_parser=ex)
 
     ru = sub.add_parser("runs", help="list runs")
     common(ru)

@@ -1,0 +1,237 @@
+"""One run as the explorer sees it: its workflow DAG, its arrays as views, and traces
+from one array to every array reachable in a direction.
+
+A trace here is the executor's own walk (the executor ``subzero trace`` uses, with
+its open lineage readers, caches and planner), widened from "every path to one
+target" to "every path to every array reachable": each edge of the DAG below (or
+above) the start array runs once, so the answer for each array is exactly what
+``run.trace(start, cells, to=array)`` gives, for the cost of one trace.
+
+Neither the executor nor the store's catalog (SQLite) may be used from several
+threads: the session opens its own store and run (``open_store(path).get(run)``)
+in one worker thread of its own, and every use of the run runs there, one at a
+time (the web server calls in from its thread pool).  Recent answers are kept (a few cell
+sets, whose cost follows the answers) so that a zoom redraws an overlay without
+tracing again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from subzero.errors import QueryError
+from subzero.explore.render import View, Window, image_png, overlay_mask, overlay_png, window
+from subzero.model.cells import pack
+from subzero.model.cellset import CellSet
+from subzero.query.graph import Edge
+from subzero.query.planner import StepStat
+from subzero.query.trace import TraceOptions
+
+#: answers kept for redrawing overlays at another zoom
+KEEP_TRACES = 8
+
+
+class UnknownArray(QueryError):
+    """An array name the run does not have (the web API answers 404)."""
+
+
+@dataclass
+class Answer:
+    """One explorer trace: the cells reached in every array, and how."""
+
+    id: int
+    start: str
+    direction: str
+    cells_in: int
+    sets: dict[str, CellSet]
+    steps: list[StepStat]
+    seconds: float
+
+
+class Session:
+    """The explorer's access to one run (see the module docstring)."""
+
+    def __init__(self, store_path, run_ref: int | str = "latest", shortcut: bool = True):
+        self.shortcut = shortcut
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="subzero-explore-run")
+        self._answers: OrderedDict[int, Answer] = OrderedDict()
+        self._kept = threading.Lock()
+        self._ids = itertools.count(1)
+        self.run = self._do(_open, store_path, run_ref)
+        self._shapes = self._do(self.run.shapes)
+        self._ops = {o["name"]: o for o in self._do(self.run.ops)}
+
+    def _do(self, fn: Callable, *args):
+        """``fn(*args)`` on the run's thread."""
+        return self._worker.submit(fn, *args).result()
+
+    def close(self) -> None:
+        try:
+            self._do(self.run.store.close)
+        finally:
+            self._worker.shutdown(wait=True)
+
+    # -- the run ------------------------------------------------------------------------
+    def check(self, name: str) -> View:
+        if name not in self._shapes:
+            raise UnknownArray(f"unknown array {name!r} in run {self.run.id}; its arrays are: "
+                               f"{', '.join(self._shapes)}")
+        return View(tuple(self._shapes[name]))
+
+    def describe(self) -> dict:
+        """The run and its workflow DAG as plain data (``/api/run``)."""
+        return self._do(self._describe)
+
+    def _describe(self) -> dict:
+        arrays = []
+        for name, shape in self._shapes.items():
+            _, dtype, _ = self.run._arrays.describe(name)
+            dims, _, _ = self.run._arrays.grid_parts(name)
+            op = self._ops.get(name)
+            view = View(tuple(shape))
+            arrays.append({
+                "name": name, "shape": list(shape), "dtype": str(dtype), "dims": list(dims),
+                "kind": "operator" if op else "input",
+                "operator": op["class"] if op else None,
+                "inputs": list(op["inputs"]) if op else [],
+                "strategies": list(op["strategies"]) if op else [],
+                "view": list(view.size), "projection": view.projection})
+        row = self.run.row
+        return {"run_id": self.run.id, "workflow": row.workflow, "arrays": arrays,
+                "trusted": self.run.trusted}
+
+    def image(self, name: str, region: Sequence[int] | None, size: Sequence[int] | None,
+              ) -> tuple[bytes, dict]:
+        view = self.check(name)
+        win = window(view, region, size, name)
+        png, info = self._do(image_png, lambda r: self.run._arrays.read_region(name, r), view, win)
+        return png, {**info, **win.as_json(), "projection": view.projection}
+
+    def value(self, name: str, cell: Sequence[int]) -> dict:
+        """The value at a view cell (for a projection: the maximum along the folded axes,
+        as drawn)."""
+        view = self.check(name)
+        vr, vc = view.size
+        if len(cell) != 2:
+            raise QueryError(f"bad cell for {name!r}: give row,col")
+        r, c = (int(v) for v in cell)
+        if not (0 <= r < vr and 0 <= c < vc):
+            raise QueryError(f"cell ({r}, {c}) is outside {name!r} (its view is {vr} x {vc})")
+        region = view.array_region((r, r + 1), (c, c + 1))
+        a = np.asarray(self._do(self.run._arrays.read_region, name, region))
+        v = a.max() if a.size else None
+        return {"array": name, "cell": [r, c], "value": _plain(v),
+                "projection": view.projection}
+
+    # -- traces -------------------------------------------------------------------------
+    def trace(self, start: str, box: Sequence[Sequence[int]], backward: bool) -> Answer:
+        """Trace the cells under a view box ``((row0, row1), (col0, col1))`` (half-open)
+        of ``start`` to every array reachable backward (upstream) or forward."""
+        view = self.check(start)
+        (r0, r1), (c0, c1) = (tuple(int(v) for v in b) for b in box)
+        vr, vc = view.size
+        if not (0 <= r0 < r1 <= vr and 0 <= c0 < c1 <= vc):
+            raise QueryError(f"box rows {r0}:{r1}, cols {c0}:{c1} is not inside {start!r} "
+                             f"(its view is {vr} x {vc})")
+        cells = view.cells_of_box((r0, r1), (c0, c1))
+        sets, steps, seconds = self._do(trace_all, self.run, start, cells, backward, self.shortcut)
+        with self._kept:
+            ans = Answer(next(self._ids), start, "backward" if backward else "forward",
+                         len(cells), sets, steps, seconds)
+            self._answers[ans.id] = ans
+            while len(self._answers) > KEEP_TRACES:
+                self._answers.popitem(last=False)
+        return ans
+
+    def answer(self, trace_id: int) -> Answer:
+        with self._kept:
+            ans = self._answers.get(trace_id)
+        if ans is None:
+            raise QueryError(f"trace {trace_id} is no longer kept (the explorer keeps the last "
+                             f"{KEEP_TRACES}); click again")
+        return ans
+
+    def overlay(self, ans: Answer, name: str, region: Sequence[int] | None,
+                size: Sequence[int] | None) -> tuple[bytes, Window]:
+        view = self.check(name)
+        if name not in ans.sets:
+            raise QueryError(f"trace {ans.id} from {ans.start!r} does not reach {name!r} "
+                             f"({ans.direction})")
+        win = window(view, region, size, name)
+        return overlay_png(overlay_mask(ans.sets[name], view, win)), win
+
+    def summary(self, ans: Answer, name: str) -> dict:
+        cs = ans.sets[name]
+        box = cs.bounds()
+        return {"count": len(cs), "entire": cs.is_entire,
+                "bounds": None if box is None else [list(box[0]), list(box[1])]}
+
+
+def trace_all(run, start: str, cells: np.ndarray, backward: bool, shortcut: bool = True,
+              ) -> tuple[dict[str, CellSet], list[StepStat], float]:
+    """The cells of every array reachable from ``cells`` of ``start`` (upstream when
+    ``backward``), with the statistics of every step and the total time.
+
+    The executor's walk between two arrays (``Executor._between``) over every array
+    reachable instead: each edge runs once through ``Executor._step`` (method choice,
+    planner, damaged-lineage fallbacks, the all-to-all short-cut), so each array's
+    answer is the one ``run.trace(start, cells, to=array)`` gives."""
+    ex = run.executor()
+    graph = ex.graph
+    if ex.v.untrusted is None:
+        opts = TraceOptions(None, shortcut, run.planner)
+        ex.v.workflow()                 # load the operators before the clock starts
+    else:
+        opts = TraceOptions(None, False, None)
+    t0 = time.perf_counter()
+    shape = ex.v.shapes[start]
+    q = CellSet.of_ids(pack(np.asarray(cells, np.int64).reshape(-1, len(shape)), shape), shape)
+    on = graph.reach(start, down=not backward) | {start}
+    order = [a for a in graph.topo() if a in on]
+    consumers: dict[str, list[tuple[str, int]]] = {}
+    for op, ins in graph.inputs_of.items():
+        for i, a in enumerate(ins):
+            consumers.setdefault(a, []).append((op, i))
+    sets: dict[str, CellSet] = {start: q}
+    stats: list[StepStat] = []
+    for a in (reversed(order) if backward else order):
+        if a not in sets or not sets[a]:
+            continue
+        if backward:
+            edges = [Edge(a, i, True, a, src) for i, src in enumerate(graph.inputs_of.get(a, []))
+                     if src in on]
+        else:
+            edges = [Edge(o, i, False, a, o) for o, i in consumers.get(a, ()) if o in on]
+        for e in edges:
+            tgt = sets.get(e.dst)
+            if tgt is not None and tgt.is_entire:
+                continue
+            r = ex._step(e, sets[a], opts, stats)
+            sets[e.dst] = r if tgt is None else tgt | r
+    for a in on - {start}:
+        sets.setdefault(a, CellSet.empty(ex.v.shapes[a]))
+    return sets, stats, time.perf_counter() - t0
+
+
+def _open(store_path, run_ref):
+    from subzero.api import open_store
+    return open_store(store_path, create=False).get(run_ref)
+
+
+def _plain(v):
+    if v is None:
+        return None
+    if isinstance(v, (np.floating, float)):
+        f = float(v)
+        return f if np.isfinite(f) else str(f)
+    if isinstance(v, (np.integer, int, np.bool_, bool)):
+        return v.item() if hasattr(v, "item") else v
+    return str(v)

@@ -1,0 +1,300 @@
+"""`subzero explore`: the lineage explorer, tested as a person uses it -- a real
+server on 127.0.0.1 over the astronomy demo run, the system's Chromium driven by
+Playwright, real mouse clicks and drags -- and what the page drew compared with
+`run.trace`.
+
+The browser is Debian's ``chromium`` (``scripts/setup.sh`` installs it as root);
+without it these tests fail and say how to install it.  A screenshot of the page
+is saved to ``tests/artifacts/explore.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import subzero
+from subzero import explore
+from subzero.explore.render import View, overlay_mask, window
+from subzero.model.cells import pack
+from subzero.model.cellset import CellSet
+
+ROOT = Path(__file__).resolve().parent.parent
+WF = str(ROOT / "workflows" / "astronomy.py")
+ARTIFACTS = Path(os.environ.get("SUBZERO_ARTIFACTS", ROOT / "tests" / "artifacts"))
+CHROMIUM = os.environ.get("SUBZERO_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+# -- fixtures ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def astro(tmp_path_factory):
+    """The astronomy demo run (two real LSST exposures, default strategies), in-process."""
+    st = subzero.open_store(tmp_path_factory.mktemp("explore") / "store")
+    run = st.run(WF, progress=False, engine="local")
+    yield run
+    st.close()
+
+
+@pytest.fixture(scope="module")
+def peak(astro):
+    """The brightest star's peak pixel: the maximum of the cleaned image over star pixels."""
+    stars = astro.array("stars").values
+    image = astro.array("rmcr").values
+    return tuple(int(v) for v in np.unravel_index(np.argmax(np.where(stars > 0, image, -np.inf)),
+                                                   stars.shape))
+
+
+@pytest.fixture(scope="module")
+def server(astro):
+    with explore.start(astro) as ex:
+        yield ex
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """Headless Chromium from the system's packages, a fresh profile, no network but ours."""
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"the explorer's browser tests need Chromium at {CHROMIUM}: install Debian's "
+                    f"package (apt-get install chromium; scripts/setup.sh does it when run as "
+                    f"root) or point $SUBZERO_CHROMIUM at a Chromium binary")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the explorer's browser tests need Playwright: pip install -e '.[test]' "
+                    "(its browser download is not needed: the system's Chromium is used)")
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM,
+            headless=True, args=CHROMIUM_ARGS, viewport={"width": 1400, "height": 1000})
+        yield ctx
+        ctx.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    page = browser.new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.goto(server.url + "?array=stars")
+    page.wait_for_function("window.explorer && window.explorer.ready", timeout=60_000)
+    assert page.evaluate("window.explorer.ready") is True, page.inner_text("#error")
+    yield page
+    page.close()
+    assert not problems, problems
+
+
+# -- helpers ----------------------------------------------------------------------------------
+DECODE = """async (id) => {
+  const v = explorer.views[id];
+  const ov = v.overlay;
+  if (!ov) return null;
+  const shown = (v.gd.layout.images || []).some((im) => im.source === ov.src);
+  const img = new Image();
+  img.src = ov.src;
+  await img.decode();
+  const c = document.createElement("canvas");
+  c.width = img.naturalWidth; c.height = img.naturalHeight;
+  const g = c.getContext("2d");
+  g.drawImage(img, 0, 0);
+  const d = g.getImageData(0, 0, c.width, c.height).data;
+  const cells = [];
+  for (let i = 0; i < c.width * c.height; i++)
+    if (d[4 * i + 3] > 0) cells.push([ov.win.rows[0] + Math.floor(i / c.width), ov.win.cols[0] + (i % c.width)]);
+  return { cells, win: ov.win, width: c.width, height: c.height, shown, trace: ov.trace };
+}"""
+
+
+def highlighted(page, view_id: str) -> set[tuple[int, int]]:
+    """The cells the page highlights on a view, decoded from the overlay image it drew
+    (which must be drawn at one pixel per cell, and be the one plotly shows)."""
+    got = page.evaluate(DECODE, view_id)
+    assert got is not None, f"no overlay drawn on {view_id}"
+    assert got["shown"], f"the overlay of {view_id} is not the image the plot shows"
+    win = got["win"]
+    assert got["height"] == win["rows"][1] - win["rows"][0], win
+    assert got["width"] == win["cols"][1] - win["cols"][0], win
+    return {tuple(c) for c in got["cells"]}
+
+
+def as_set(cells: np.ndarray) -> set[tuple[int, int]]:
+    return {(int(r), int(c)) for r, c in cells}
+
+
+def traces_done(page, n: int) -> None:
+    page.wait_for_function(f"explorer.traces >= {n} && !explorer.busy", timeout=60_000)
+    err = page.inner_text("#error") if page.is_visible("#error") else ""
+    assert not err, err
+
+
+def click_cell(page, view_id: str, row: int, col: int) -> None:
+    pos = page.evaluate("([id, r, c]) => explorer.screenPos(id, r, c)", [view_id, row, col])
+    page.mouse.click(pos["x"], pos["y"])
+
+
+def zoom(page, view_id: str, region) -> None:
+    page.evaluate("([id, region]) => explorer.zoom(id, region)", [view_id, list(region)])
+
+
+# -- the browser tests ----------------------------------------------------------------------
+def test_click_star_peak_highlights_exactly_its_raw_pixels(page, astro, peak):
+    r, c = peak
+    page.check("#exact")                                   # overlays at one pixel per cell
+    zoom(page, "@main", (r - 20, r + 20, c - 20, c + 20))
+    click_cell(page, "@main", r, c)
+    traces_done(page, 1)
+    q = page.evaluate("explorer.lastQuery")
+    assert q == {"array": "stars", "box": [[r, r + 1], [c, c + 1]], "direction": "backward"}
+    want = astro.trace("stars", [peak], to="raw_1", record=False)
+    got = highlighted(page, "raw_1")
+    assert len(want) > 100 and got == as_set(want.cells)
+    assert highlighted(page, "@main") & {peak} == {peak}
+    # the panel: trace time, each step's method, counts
+    summary = page.inner_text("#summary")
+    assert "backward trace from stars" in summary and "ms on the server" in summary
+    methods = page.eval_on_selector_all("#steps tbody tr td:nth-child(2)", "tds => tds.map(t => t.textContent)")
+    assert any(m.startswith("stored:") for m in methods) and "map" in methods
+    assert f"{len(want):,} cells" in page.inner_text("[data-view=raw_1] .title")
+    # a screenshot of the answer, zoomed to it, for people (and the README)
+    page.uncheck("#exact")
+    page.wait_for_function("!explorer.busy")
+    page.click("#zoom-answer")
+    page.wait_for_timeout(1500)
+    page.mouse.move(*[page.evaluate("([id, r, c]) => explorer.screenPos(id, r, c)", ["@main", r, c])[k]
+                      for k in ("x", "y")])
+    page.wait_for_timeout(300)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "explore.png"), full_page=True)
+    assert "stars[" in page.inner_text("#hover")
+
+
+def test_a_wrong_click_gives_other_cells(page, astro, peak):
+    """The comparison above can fail: a pixel beside the star is another answer."""
+    r, c = peak[0] + 15, peak[1] + 15
+    page.check("#exact")
+    zoom(page, "@main", (peak[0] - 20, peak[0] + 20, peak[1] - 20, peak[1] + 20))
+    click_cell(page, "@main", r, c)
+    traces_done(page, 1)
+    got = highlighted(page, "raw_1")
+    star = as_set(astro.trace("stars", [peak], to="raw_1", record=False).cells)
+    assert got != star
+    assert got == as_set(astro.trace("stars", [(r, c)], to="raw_1", record=False).cells)
+
+
+def test_brush_forward_on_raw_highlights_its_stars(page, astro, peak):
+    page.select_option("#array", "raw_1")
+    page.wait_for_function("explorer.views['@main'].name === 'raw_1' && explorer.views['@main'].base")
+    page.check("input[name=direction][value=forward]")
+    page.check("#exact")
+    r, c = peak
+    zoom(page, "@main", (r - 25, r + 25, c - 25, c + 25))
+    a = page.evaluate("([id, r, c]) => explorer.screenPos(id, r, c)", ["@main", r - 8, c - 6])
+    b = page.evaluate("([id, r, c]) => explorer.screenPos(id, r, c)", ["@main", r + 5, c + 9])
+    page.mouse.move(a["x"], a["y"])
+    page.mouse.down()
+    page.mouse.move((a["x"] + b["x"]) / 2, (a["y"] + b["y"]) / 2, steps=4)
+    page.mouse.move(b["x"], b["y"], steps=4)
+    page.mouse.up()
+    traces_done(page, 1)
+    box = [[r - 8, r + 6], [c - 6, c + 10]]
+    assert page.evaluate("explorer.lastQuery") == {"array": "raw_1", "box": box, "direction": "forward"}
+    cells = np.array([(y, x) for y in range(*box[0]) for x in range(*box[1])])
+    for target in ("stars", "rmcr"):
+        want = astro.trace("raw_1", cells, to=target, record=False)
+        assert len(want) > 0
+        assert highlighted(page, target) == as_set(want.cells), target
+    # arrays upstream of raw_1's consumers are not reached forward
+    assert page.evaluate("explorer.trace.arrays.raw_2") is None
+
+
+def test_api_errors_are_shown_in_the_page(page, server):
+    page.goto(server.url + "?array=nope")
+    page.wait_for_selector("#error:not([hidden])")
+    assert "unknown array 'nope'" in page.inner_text("#error")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(server.url + "api/value/nope?cell=0,0")
+    assert e.value.code == 404 and "unknown array 'nope'" in json.load(e.value)["error"]
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(server.url + "api/value/stars?cell=5000,0")
+    assert e.value.code == 400 and "outside 'stars'" in json.load(e.value)["error"]
+
+
+# -- without a browser ------------------------------------------------------------------------
+def test_trace_all_equals_run_trace_for_every_array(astro, peak):
+    for start, cells, backward in (("stars", [peak], True), ("raw_1", [(1160, 110), (5, 3)], False)):
+        sets, steps, _ = explore.trace_all(astro, start, np.array(cells), backward)
+        assert steps and start in sets
+        for name, cs in sets.items():
+            if name == start:
+                continue
+            want = astro.trace(start, cells, to=name, record=False)
+            assert cs == want.cellset, (start, name)
+
+
+def test_overlay_is_the_pooled_bitmap_in_every_form():
+    rng = np.random.default_rng(3)
+    shape = (97, 61)
+    for n in (0, 5, 400, 4000):
+        bm = np.zeros(shape, bool)
+        bm.flat[rng.choice(bm.size, n, replace=False)] = True
+        sparse = CellSet.of_ids(pack(np.argwhere(bm), shape), shape)
+        dense = CellSet.of_bitmap(bm)
+        view = View(shape)
+        for region, size in ((None, None), ((10, 90, 5, 60), (23, 17)), ((0, 97, 0, 61), (7, 7))):
+            win = window(view, region, size, "a")
+            want = np.zeros((win.height, win.width), bool)
+            rs, cs = win.starts()
+            sub = bm[win.rows[0]:win.rows[1], win.cols[0]:win.cols[1]]
+            for i in range(win.height):
+                for j in range(win.width):
+                    r1 = rs[i + 1] if i + 1 < win.height else sub.shape[0]
+                    c1 = cs[j + 1] if j + 1 < win.width else sub.shape[1]
+                    want[i, j] = sub[rs[i]:r1, cs[j]:c1].any()
+            assert np.array_equal(overlay_mask(sparse, view, win), want)
+            assert np.array_equal(overlay_mask(dense, view, win), want)
+    whole = window(View(shape), None, (10, 10), "a")
+    assert overlay_mask(CellSet.everything(shape), View(shape), whole).all()
+
+
+# -- the command line -------------------------------------------------------------------------
+def test_cli_port_in_use_is_one_line_exit_2(cli, astro):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code, out, err = cli("explore", "--store", astro.store.path, "--port", port, "--no-browser")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "already in use" in err and "--port" in err
+    code, out, err = cli("explore", "--store", astro.store.path, "--host", "no-such-host.invalid",
+                         "--no-browser")
+    assert code == 2 and err.startswith("subzero: error: cannot listen on host") and err.count("\n") == 1
+
+
+def test_cli_serves_until_interrupted(astro):
+    from conftest import subzero_exe
+    p = subprocess.Popen([subzero_exe(), "explore", "--store", str(astro.store.path), "--port", "0",
+                          "--no-browser", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        first = json.loads(p.stdout.readline())
+        assert first["url"].startswith("http://127.0.0.1:") and first["run_id"] == astro.id
+        info = json.load(urllib.request.urlopen(first["url"] + "api/run", timeout=30))
+        assert info["run_id"] == astro.id and len(info["arrays"]) == 31
+        stars = next(a for a in info["arrays"] if a["name"] == "stars")
+        assert stars["operator"] == "DetectStars" and stars["inputs"] == ["rmcr"]
+        js = urllib.request.urlopen(first["url"] + "static/plotly.min.js", timeout=30).read(200)
+        assert b"plotly" in js.lower()
+    finally:
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
