@@ -99,7 +99,7 @@ DECODE = """async (id) => {
   const v = explorer.views[id];
   const ov = v.overlay;
   if (!ov) return null;
-  const shown = (v.gd.layout.images || []).some((im) => im.source === ov.src);
+  const shown = !v.clip.hidden && v.img.getAttribute("src") === ov.src && v.img.complete;
   const img = new Image();
   img.src = ov.src;
   await img.decode();
@@ -120,7 +120,7 @@ def highlighted(page, view_id: str) -> set[tuple[int, int]]:
     (which must be drawn at one pixel per cell, and be the one plotly shows)."""
     got = page.evaluate(DECODE, view_id)
     assert got is not None, f"no overlay drawn on {view_id}"
-    assert got["shown"], f"the overlay of {view_id} is not the image the plot shows"
+    assert got["shown"], f"the overlay of {view_id} is not the image the page shows"
     win = got["win"]
     assert got["height"] == win["rows"][1] - win["rows"][0], win
     assert got["width"] == win["cols"][1] - win["cols"][0], win

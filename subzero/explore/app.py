@@ -11,9 +11,10 @@ Routes:
   region, pooled to at most ``size`` pixels; what was drawn in ``X-SubZero-*`` headers.
 * ``GET /api/value/{array}?cell=r,c`` -- the value under the pointer.
 * ``POST /api/trace`` -- ``{"array", "box": [[r0, r1], [c0, c1]], "direction",
-  "views": {array: {"region": [...], "size": [h, w]}}}``: traces to every array
-  reachable in the direction; per array the count, bounding box and, for the views
-  given, the overlay as a PNG data URL; the steps with their methods and times.
+  "views": {id: {"array", "region": [...], "size": [h, w]}}}``: traces to every
+  array reachable in the direction; per array the count and bounding box, per view
+  given (of an array reached) the overlay as a PNG data URL, and the steps with
+  their methods and times.
 * ``GET /api/overlay/{trace}/{array}?region=...&size=...`` -- a kept trace's overlay
   for another window (after a zoom).
 
@@ -120,17 +121,16 @@ def build_app(session: Session) -> Starlette:
 
     def _trace(name: str, box, direction: str, views: dict) -> dict:
         ans = session.trace(name, box, direction == "backward")
-        arrays = {}
-        for a in ans.sets:
-            entry = session.summary(ans, a)
-            v = views.get(a)
-            if isinstance(v, dict):
-                png, win = session.overlay(ans, a, v.get("region"), v.get("size"))
-                entry["overlay"] = {"png": "data:image/png;base64," + base64.b64encode(png).decode(),
-                                    **win.as_json()}
-            arrays[a] = entry
+        arrays = {a: session.summary(ans, a) for a in ans.sets}
+        overlays = {}
+        for vid, v in views.items():
+            if isinstance(v, dict) and v.get("array") in ans.sets:
+                png, win = session.overlay(ans, v["array"], v.get("region"), v.get("size"))
+                overlays[vid] = {"png": "data:image/png;base64," + base64.b64encode(png).decode(),
+                                 **win.as_json()}
         return {"id": ans.id, "start": ans.start, "direction": ans.direction,
                 "cells_in": ans.cells_in, "seconds": ans.seconds, "arrays": arrays,
+                "overlays": overlays,
                 "steps": [{"op": s.op, "input": s.input, "direction": str(s.direction),
                            "method": s.method, "cells_in": s.cells_in, "cells_out": s.cells_out,
                            "seconds": s.seconds, "note": s.note} for s in ans.steps]}

@@ -68,6 +68,7 @@ class Session:
         self.run = self._do(_open, store_path, run_ref)
         self._shapes = self._do(self.run.shapes)
         self._ops = {o["name"]: o for o in self._do(self.run.ops)}
+        self._worker.submit(_warm, self.run)    # while the page loads: the first click is not cold
 
     def _do(self, fn: Callable, *args):
         """``fn(*args)`` on the run's thread."""
@@ -219,6 +220,13 @@ def trace_all(run, start: str, cells: np.ndarray, backward: bool, shortcut: bool
     for a in on - {start}:
         sets.setdefault(a, CellSet.empty(ex.v.shapes[a]))
     return sets, stats, time.perf_counter() - t0
+
+
+def _warm(run) -> None:
+    """Open the run's executor and load its operators (what a first trace would wait for)."""
+    ex = run.executor()
+    if ex.v.untrusted is None:
+        ex.v.workflow()
 
 
 def _open(store_path, run_ref):

@@ -100,6 +100,15 @@ function makeView(id, name, parent, width, height) {
   };
   Plotly.newPlot(plot, [], layout, { displayModeBar: false, scrollZoom: false, doubleClick: false,
                                       responsive: false, showTips: false });
+  plot.style.position = "relative";
+  view.clip = document.createElement("div");
+  view.clip.className = "overlay";
+  view.clip.hidden = true;
+  view.img = document.createElement("img");
+  view.img.alt = `lineage on ${name}`;
+  view.clip.append(view.img);
+  plot.append(view.clip);
+  plot.on("plotly_relayout", () => placeOverlay(view));
   attachMouse(view);
   return view;
 }
@@ -130,18 +139,31 @@ function overlaySize(view, vis) {
   return [r1 - r0, c1 - c0];
 }
 
-function imageItem(src, win, overlay) {
+function imageItem(src, win) {
   return { source: src, xref: "x", yref: "y", x: win.cols[0] - 0.5, y: win.rows[0] - 0.5,
            sizex: win.cols[1] - win.cols[0], sizey: win.rows[1] - win.rows[0],
-           sizing: "stretch", xanchor: "left", yanchor: "top", layer: overlay ? "above" : "below",
-           opacity: overlay ? 0.8 : 1 };
+           sizing: "stretch", xanchor: "left", yanchor: "top", layer: "below" };
 }
 
+// The base image is a plotly layout image; the overlay is an <img> over the plot area
+// (clipped to it), placed from the axes' mapping: changing it costs no plotly redraw.
 function draw(view) {
-  const images = [];
-  if (view.base) images.push(imageItem(view.base.src, view.base.win, false));
-  if (view.overlay) images.push(imageItem(view.overlay.src, view.overlay.win, true));
-  return Plotly.relayout(view.gd, { images });
+  const images = view.base ? [imageItem(view.base.src, view.base.win)] : [];
+  return Plotly.relayout(view.gd, { images }).then(() => placeOverlay(view));
+}
+
+function placeOverlay(view) {
+  const ov = view.overlay;
+  if (!ov) { view.clip.hidden = true; view.img.removeAttribute("src"); return; }
+  const { xa, ya } = axes(view);
+  Object.assign(view.clip.style, { left: `${xa._offset}px`, top: `${ya._offset}px`,
+                                   width: `${xa._length}px`, height: `${ya._length}px` });
+  const x0 = xa.d2p(ov.win.cols[0] - 0.5), x1 = xa.d2p(ov.win.cols[1] - 0.5);
+  const y0 = ya.d2p(ov.win.rows[0] - 0.5), y1 = ya.d2p(ov.win.rows[1] - 0.5);
+  Object.assign(view.img.style, { left: `${Math.min(x0, x1)}px`, top: `${Math.min(y0, y1)}px`,
+                                  width: `${Math.abs(x1 - x0)}px`, height: `${Math.abs(y1 - y0)}px` });
+  if (view.img.getAttribute("src") !== ov.src) view.img.src = ov.src;
+  view.clip.hidden = false;
 }
 
 // (re)load a view's image, and its overlay when the current trace reaches it
@@ -179,7 +201,7 @@ explorer.zoomToAnswer = () => {
   if (!t) return Promise.resolve();
   return Promise.all(Object.values(explorer.views).map((v) => {
     const a = t.arrays[v.name];
-    if (!a || !a.bounds || a.entire) return null;
+    if (!a || !a.bounds || a.entire || v.name === t.start) return null;
     const [lo, hi] = a.bounds;
     const nd = lo.length;
     const region = nd === 0 ? fullRegion(v.info)
@@ -293,14 +315,9 @@ async function runTrace(name, box, t0) {
   clearError();
   explorer.busy = true;
   const views = {};
-  const wins = {};
   for (const v of Object.values(explorer.views)) {
     const vis = visible(v);
-    wins[v.id] = vis;
-    const size = overlaySize(v, vis);
-    const prev = views[v.name];
-    // two views of one array (the main view and its small multiple): the larger request
-    if (!prev || size[0] * size[1] > prev.size[0] * prev.size[1]) views[v.name] = { region: vis.region, size };
+    views[v.id] = { array: v.name, region: vis.region, size: overlaySize(v, vis) };
   }
   explorer.lastQuery = { array: name, box, direction: explorer.direction };
   try {
@@ -311,23 +328,20 @@ async function runTrace(name, box, t0) {
     const tResp = performance.now();
     explorer.trace = t;
     const srcs = {};
-    await Promise.all(Object.entries(t.arrays).map(async ([a, e]) => {
-      if (e.overlay) srcs[a] = await decoded(e.overlay.png);
-    }));
+    await Promise.all(Object.entries(t.overlays).map(async ([id, o]) => { srcs[id] = await decoded(o.png); }));
+    const tDecoded = performance.now();
     const redraws = [];
     for (const v of Object.values(explorer.views)) {
       const e = t.arrays[v.name];
-      const had = v.overlay !== null;
-      const sameWin = e && e.overlay && JSON.stringify(views[v.name].region) === JSON.stringify(wins[v.id].region)
-        && JSON.stringify(views[v.name].size) === JSON.stringify(overlaySize(v, wins[v.id]));
-      if (e && e.overlay && sameWin) {
-        v.overlay = { src: srcs[v.name], win: e.overlay, trace: t.id };
-        redraws.push(draw(v));
+      const o = t.overlays[v.id];
+      if (e && o) {
+        v.overlay = { src: srcs[v.id], win: o, trace: t.id };
+        placeOverlay(v);
       } else if (e) {
-        redraws.push(load(v));                        // another window of the same array
-      } else if (had) {
+        redraws.push(load(v));             // the view moved meanwhile: its own window
+      } else if (v.overlay) {
         v.overlay = null;
-        redraws.push(draw(v));
+        placeOverlay(v);
       }
       v.box.classList.toggle("reached", Boolean(e) && e.count > 0);
       v.box.classList.toggle("unreached", !e && v.name !== name);
@@ -337,7 +351,8 @@ async function runTrace(name, box, t0) {
     await new Promise((ok) => requestAnimationFrame(() => requestAnimationFrame(ok)));
     const t1 = performance.now();
     explorer.lastLatency = { id: t.id, total_ms: t1 - t0, request_ms: tResp - tReq,
-                             server_trace_ms: t.seconds * 1000, draw_ms: t1 - tResp };
+                             server_trace_ms: t.seconds * 1000, decode_ms: tDecoded - tResp,
+                             draw_ms: t1 - tResp };
     showSummary(t, explorer.lastLatency);
     explorer.traces += 1;
   } finally {
