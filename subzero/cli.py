@@ -388,9 +388,13 @@ def cmd_explore(a) -> int:
 
         def ready(url: str) -> None:
             print(json.dumps({"url": url, "run_id": run.id}) if a.json else url, flush=True)
-            if not a.no_browser:
+            # a graphical browser only, in the background (a console browser such as lynx
+            # would take the terminal, and webbrowser waits for it)
+            if not a.no_browser and (sys.platform != "linux" or os.environ.get("DISPLAY")
+                                     or os.environ.get("WAYLAND_DISPLAY")):
+                import threading
                 import webbrowser
-                webbrowser.open(url)
+                threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
         try:
             serve(run, sock=sock, on_ready=ready)
         except KeyboardInterrupt:       # Ctrl-C is how a server is stopped: not an error

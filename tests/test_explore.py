@@ -298,3 +298,25 @@ def test_cli_serves_until_interrupted(astro):
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
+
+
+def test_views_of_other_ranks():
+    """1-D arrays are strips, 3-D arrays a projection over the leading axis (any cell)."""
+    from subzero.explore.render import image_png
+    cube = np.zeros((3, 20, 15))
+    cube[2, 4, 5] = 9.0
+    view = View(cube.shape)
+    assert view.size == (20, 15) and "axes 0" in (view.projection or "")
+    assert len(view.cells_of_box((4, 5), (5, 6))) == 3          # every cell under the pixel
+    cs = CellSet.of_ids(pack(np.array([[2, 4, 5], [0, 4, 5], [1, 10, 0]]), cube.shape), cube.shape)
+    win = window(view, None, None, "cube")
+    mask = overlay_mask(cs, view, win)
+    assert {tuple(c) for c in np.argwhere(mask)} == {(4, 5), (10, 0)}
+    png, info = image_png(lambda region: cube[region], view, win)
+    assert png.startswith(b"\x89PNG") and info["pool"] == [1, 1]
+    strip = View((40,))
+    assert strip.size == (1, 40) and strip.array_region((0, 1), (3, 9)) == (slice(3, 9),)
+    sw = window(strip, None, (5, 10), "strip")
+    assert (sw.height, sw.width) == (1, 10)
+    assert overlay_mask(CellSet.of_ids(np.array([0, 39]), (40,)), strip, sw).tolist() == \
+        [[True] + [False] * 8 + [True]]

@@ -193,9 +193,9 @@ def overlay_mask(cs: CellSet, view: View, win: Window) -> np.ndarray:
         bm = dense.reshape(cs.shape) if len(cs.shape) else dense.reshape(1, 1)
         if bm.ndim == 1:
             bm = bm.reshape(1, -1)
-        sub = bm[(...,) + (slice(*win.rows), slice(*win.cols))] if bm.ndim >= 2 else bm
+        sub = np.asarray(bm[(...,) + (slice(*win.rows), slice(*win.cols))])
         if sub.ndim > 2:
-            sub = sub.reshape(-1, *sub.shape[-2:]).any(axis=0)
+            sub = np.asarray(sub.reshape(-1, *sub.shape[-2:]).any(axis=0))
         return _pool(sub.astype(np.uint8), win).astype(bool)
     rows, cols = view.to_view(unpack(cs.ids(), cs.shape))
     inside = ((rows >= win.rows[0]) & (rows < win.rows[1])

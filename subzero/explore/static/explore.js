@@ -93,7 +93,7 @@ function makeView(id, name, parent, width, height) {
     width, height, margin: { l: 42, r: 6, t: 4, b: 24 }, dragmode: false, hovermode: false,
     showlegend: false, paper_bgcolor: "#fff", plot_bgcolor: "#f1f5f9",
     xaxis: { range: [c0 - 0.5, c1 - 0.5], showgrid: false, zeroline: false, constrain: "domain",
-             tickfont: { size: 9 } },
+             tickfont: { size: 9 }, nticks: width < 200 ? 3 : 6 },
     yaxis: { range: [r1 - 0.5, r0 - 0.5], showgrid: false, zeroline: false, constrain: "domain",
              tickfont: { size: 9 }, ...(square ? { scaleanchor: "x" } : {}) },
     images: [],
