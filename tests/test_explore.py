@@ -217,6 +217,24 @@ def test_brush_forward_on_raw_highlights_its_stars(page, astro, peak):
     assert page.evaluate("explorer.trace.arrays.raw_2") is None
 
 
+def test_wheel_zoom_requests_the_visible_window_at_screen_resolution(page, peak):
+    r, c = peak
+    pos = page.evaluate("([id, r, c]) => explorer.screenPos(id, r, c)", ["@main", r, c])
+    page.mouse.move(pos["x"], pos["y"])
+    whole = page.evaluate("explorer.views['@main'].base.win")
+    assert whole["rows"] == [0, 2001] and whole["height"] < 2001      # pooled to the screen
+    for _ in range(12):
+        page.mouse.wheel(0, -100)
+        page.wait_for_timeout(30)
+    page.wait_for_function("(() => { const w = explorer.views['@main'].base.win;"
+                           " return w.rows[1] - w.rows[0] < 400; })()", timeout=30_000)
+    win = page.evaluate("explorer.views['@main'].base.win")
+    assert win["rows"][0] <= r < win["rows"][1] and win["cols"][0] <= c < win["cols"][1]
+    assert win["height"] == win["rows"][1] - win["rows"][0]            # one pixel per cell now
+    page.dblclick("[data-view='@main'] .plot", position={"x": 100, "y": 300})
+    page.wait_for_function("explorer.views['@main'].base.win.rows[1] === 2001", timeout=30_000)
+
+
 def test_api_errors_are_shown_in_the_page(page, server):
     page.goto(server.url + "?array=nope")
     page.wait_for_selector("#error:not([hidden])")
@@ -264,6 +282,21 @@ def test_overlay_is_the_pooled_bitmap_in_every_form():
             assert np.array_equal(overlay_mask(dense, view, win), want)
     whole = window(View(shape), None, (10, 10), "a")
     assert overlay_mask(CellSet.everything(shape), View(shape), whole).all()
+
+
+def test_trace_all_through_re_execution(tmp_path):
+    """A black-box operator is re-run by the explorer's walk as by run.trace."""
+    with subzero.open_store(tmp_path / "s") as st:
+        run = st.run(str(ROOT / "workflows" / "example.py"), progress=False,
+                     strategies={"clean": "blackbox"})
+        last = "stars"
+        shape = run.shapes()[last]
+        cell = [tuple(s // 2 for s in shape)]
+        sets, steps, _ = explore.trace_all(run, last, np.array(cell), True)
+        assert any(s.method.startswith("reexec") for s in steps), [s.method for s in steps]
+        for name, cs in sets.items():
+            if name != last:
+                assert cs == run.trace(last, cell, to=name, record=False).cellset, name
 
 
 # -- the command line -------------------------------------------------------------------------

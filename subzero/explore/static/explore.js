@@ -258,6 +258,7 @@ function attachMouse(view) {
     down = null;
     const dragged = brush !== null || Math.hypot(ev.clientX - start.x, ev.clientY - start.y) >= 4;
     if (brush) { brush.remove(); brush = null; }
+    if (!dragged && ev.detail >= 2) return;     // the second click of a double click: the zoom's
     let box;
     if (!dragged) {
       const [r, c] = start.cell;
@@ -292,7 +293,10 @@ function attachMouse(view) {
     clearTimeout(view.wheelTimer);
     view.wheelTimer = setTimeout(() => load(view).catch(() => {}), 120);
   }, { passive: false });
-  gd.addEventListener("dblclick", () => { setRange(view, fullRegion(view.info)).catch(() => {}); });
+  // plotly's drag layer swallows dblclick: the second click of a pair says it
+  gd.addEventListener("click", (ev) => {
+    if (ev.detail === 2) setRange(view, fullRegion(view.info)).catch(() => {});
+  }, true);
 }
 
 function clampCell(view, ev) {
