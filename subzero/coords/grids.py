@@ -17,10 +17,12 @@ import numpy as np
 from subzero.errors import QueryError
 from subzero.model.grid import Grid
 
-#: header cards that make an image's sky WCS (astropy reads these and only these)
+#: header cards that make an image's sky WCS.  Observation times (DATE-OBS, MJD-OBS)
+#: are left out: the pixel-to-sky mapping does not use them, and astropy's checks of
+#: them reach for leap-second tables it may try to download or cache in $HOME.
 _WCS_PREFIXES = ("WCSAXES", "CTYPE", "CRPIX", "CRVAL", "CDELT", "CUNIT", "CD1_", "CD2_", "CD3_",
                  "PC1_", "PC2_", "PC3_", "CROTA", "PV1_", "PV2_", "PV3_", "LONPOLE", "LATPOLE",
-                 "RADESYS", "EQUINOX", "EPOCH", "MJD-OBS", "DATE-OBS")
+                 "RADESYS", "EQUINOX", "EPOCH")
 #: CTYPE prefixes of celestial axes (equatorial, galactic, ecliptic, supergalactic)
 _SKY_AXES = ("RA-", "DEC-", "GLON", "GLAT", "ELON", "ELAT", "SLON", "SLAT")
 
