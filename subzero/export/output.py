@@ -28,6 +28,8 @@ def check_target(path: str | os.PathLike, force: bool) -> Path:
     if p.exists() and not force:
         raise ExportError(f"{p} already exists; remove it or pass --force (force=True) to replace it")
     parent = p.parent if str(p.parent) else Path(".")
+    if parent.exists() and not parent.is_dir():
+        raise ExportError(f"cannot write {p}: {parent} is not a folder")
     if not parent.is_dir():
         raise ExportError(f"cannot write {p}: the folder {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
@@ -52,7 +54,7 @@ def _replacing(p: Path) -> Iterator[Path]:
         raise
 
 
-def write_atomic(path: str | os.PathLike, write: Callable[[Path], None], force: bool = False) -> Path:
+def write_atomic(path: str | os.PathLike, write: Callable[[Path], object], force: bool = False) -> Path:
     """``write(tmp)`` creates the file or folder ``tmp``; it then becomes ``path``."""
     p = check_target(path, force)
     with _replacing(p) as tmp:

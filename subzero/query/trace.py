@@ -98,7 +98,7 @@ class TraceResult:
         header survives) and ``subzero_*`` attrs describing the query (run, start
         array and cells, direction, each step's method, count).  Costs the target's
         size in memory, as :attr:`bitmap` does; the target's data is not read."""
-        from subzero.export.mask import labelled   # the export layer builds it
+        from subzero.export.mask import labelled  # the export layer builds it
         return labelled(self, name)
 
     def __len__(self) -> int:
