@@ -119,6 +119,33 @@ def test_mask_file_opens_lazily_with_its_cells_and_labels(back, tmp_path, suffix
         ds.close()
 
 
+def test_netcdf_mask_keeps_int64_coordinates_and_text(run, tmp_path, monkeypatch):
+    """NetCDF4 holds what NetCDF3 cannot (int64 labels, non-ASCII header text); without
+    h5netcdf, scipy's NetCDF3 writer still writes a mask xarray reads as booleans."""
+    from subzero.export import mask
+    from subzero.model.cellset import CellSet
+    from subzero.query.trace import TraceResult
+    labelled = xr.DataArray(np.zeros((3, 4)), dims=("t", "x"),
+                            coords={"t": np.array([0, 1, 2], np.int64) * 10 ** 12},
+                            attrs={"COMMENT": "5° field", "NESTED": {"a": 1}, "dtype": "float64"})
+    cs = CellSet.of_ids(np.array([1, 6]), (3, 4))
+    res = TraceResult(run.id, "a", "b", "forward", cs, [], 0.0, _like=lambda: labelled.rename("b"))
+    with xr.open_dataset(export.write_mask(res, tmp_path / "m.nc"), chunks={}) as ds:
+        var = ds["b_lineage"]
+        assert var.dtype == bool and isinstance(var.data, dask.array.Array)
+        assert ds["t"].dtype == np.int64 and int(ds["t"][2]) == 2 * 10 ** 12
+        assert var.attrs["COMMENT"] == "5° field" and json.loads(var.attrs["NESTED"]) == {"a": 1}
+        np.testing.assert_array_equal(np.argwhere(var.values), cs.cells())
+    monkeypatch.setattr(mask, "netcdf_engine", lambda: "scipy")
+    with pytest.raises(ExportError, match="NetCDF .scipy.*install h5netcdf"):
+        export.write_mask(res, tmp_path / "m3.nc")
+    plain = TraceResult(run.id, "a", "b", "forward", cs, [], 0.0)
+    with xr.open_dataset(export.write_mask(plain, tmp_path / "p3.nc"), chunks={}) as ds:
+        assert ds["b_lineage"].dtype == bool
+        np.testing.assert_array_equal(np.argwhere(ds["b_lineage"].values), cs.cells())
+    assert not (tmp_path / "m3.nc").exists()
+
+
 def test_big_mask_is_chunked_in_tiles(tmp_path):
     """A mask over a large array is written in tiles, so dask reads one tile at a time."""
     from subzero.model.cellset import CellSet

@@ -11,6 +11,8 @@ which query it answers.
 
 from __future__ import annotations
 
+import enum
+import importlib.util
 import json
 import os
 import warnings
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 VALUE_ATTRS = frozenset({
     "units", "standard_name", "long_name", "scale_factor", "add_offset", "_FillValue",
     "missing_value", "valid_min", "valid_max", "valid_range", "flag_values", "flag_masks",
-    "flag_meanings", "BUNIT", "BSCALE", "BZERO", "BLANK", "DATAMIN", "DATAMAX"})
+    "flag_meanings", "dtype", "BUNIT", "BSCALE", "BZERO", "BLANK", "DATAMIN", "DATAMAX"})
 
 #: mask suffixes and the writer each selects
 MASK_SUFFIXES = (".zarr", ".nc")
@@ -47,7 +49,7 @@ def query_attrs(result: TraceResult) -> dict[str, Any]:
                      f"{start} of {result.start} (SubZero run {result.run_id})",
         "subzero_run": int(result.run_id), "subzero_from": result.start,
         "subzero_cells": start, "subzero_start_count": int(n_start),
-        "subzero_to": result.target, "subzero_direction": result.direction,
+        "subzero_to": result.target, "subzero_direction": str(result.direction),
         "subzero_steps": steps, "subzero_count": int(len(result))}
 
 
@@ -77,6 +79,8 @@ def _portable(attrs: dict[str, Any]) -> dict[str, Any]:
     (booleans, None, mappings, mixed lists) as numbers or JSON text."""
     out: dict[str, Any] = {}
     for k, v in attrs.items():
+        if isinstance(v, enum.Enum):
+            v = v.value
         if isinstance(v, (bool, np.bool_)):
             out[k] = int(v)
         elif isinstance(v, (str, int, float, np.integer, np.floating)):
@@ -90,12 +94,20 @@ def _portable(attrs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def netcdf_engine() -> str:
+    """h5netcdf (NetCDF4: int64 coordinates, compressed chunks) when installed, else
+    scipy's NetCDF3 writer."""
+    have = all(importlib.util.find_spec(m) is not None for m in ("h5netcdf", "h5py"))
+    return "h5netcdf" if have else "scipy"
+
+
 def write_mask(result: TraceResult, path: str | os.PathLike, force: bool = False) -> Path:
     """Write the answer's labelled mask (:meth:`TraceResult.to_xarray`) to ``path``:
     ``.zarr`` (Zarr v3, chunked in tiles so dask reads it lazily:
-    ``xr.open_zarr(path)``) or ``.nc`` (NetCDF through xarray's installed engine;
-    ``xr.open_dataset(path, chunks={})``).  The mask variable is boolean when read
-    with xarray; in the file a NetCDF mask is 0/1 bytes with CF flag attributes.
+    ``xr.open_zarr(path)``) or ``.nc`` (NetCDF4 through h5netcdf, compressed in
+    the same tiles; NetCDF3 through scipy when h5netcdf is missing:
+    ``xr.open_dataset(path, chunks={})``).  xarray reads the mask as booleans; in a
+    NetCDF file it is 0/1 bytes with CF flag attributes, for other readers.
     An existing ``path`` is refused unless ``force``."""
     p = Path(path)
     suffix = p.suffix.lower()
@@ -105,20 +117,32 @@ def write_mask(result: TraceResult, path: str | os.PathLike, force: bool = False
     da.attrs = _portable(da.attrs)
     for c in da.coords:
         da[c].attrs = _portable(da[c].attrs)
-    ds = da.to_dataset()
-    ds.attrs = {"title": da.attrs["long_name"], "source": "SubZero lineage trace"}
     var = str(da.name)
+    title = {"title": da.attrs["long_name"], "source": "SubZero lineage trace"}
     chunks = tuple(min(int(n), DEFAULT_TILE) for n in da.shape)
 
     def zarr(tmp: Path) -> None:
+        ds = da.to_dataset()
+        ds.attrs = title
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")       # zarr: consolidated metadata is not in the v3 spec
             ds.to_zarr(tmp, mode="w-", zarr_format=3, consolidated=True,
                        encoding={var: {"chunks": chunks}})
 
     def netcdf(tmp: Path) -> None:
-        ds[var].attrs.update({"flag_values": np.array([0, 1], np.int8),
-                              "flag_meanings": "outside_lineage in_lineage"})
-        ds.to_netcdf(tmp)
+        # bytes in the file; the "dtype" attr is xarray's own convention to read them as bool
+        flags = da.astype(np.int8)
+        flags.attrs = {**da.attrs, "dtype": "bool", "flag_values": np.array([0, 1], np.int8),
+                       "flag_meanings": "outside_lineage in_lineage"}
+        ds = flags.to_dataset()
+        ds.attrs = title
+        engine = netcdf_engine()
+        enc = {var: {"chunksizes": chunks, "zlib": True}} if engine == "h5netcdf" else None
+        try:
+            ds.to_netcdf(tmp, engine=engine, encoding=enc)
+        except (ValueError, TypeError) as e:
+            why = str(e).split(". ")[0]
+            raise ExportError(f"cannot write {p} as NetCDF ({engine}): {why}; write .zarr "
+                              f"instead" + (", or install h5netcdf" if engine == "scipy" else "")) from None
 
     return write_atomic(p, zarr if suffix == ".zarr" else netcdf, force)

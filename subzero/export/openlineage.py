@@ -109,9 +109,9 @@ def trace_summary(result: TraceResult) -> dict[str, Any]:
     """A trace as the region lineage facet carries it."""
     out: dict[str, Any] = {
         "key": ids.trace_key(result), "from": result.start, "to": result.target,
-        "direction": result.direction, "count": int(len(result)),
+        "direction": str(result.direction), "count": int(len(result)),
         "answer": regions.summary(result.cellset, result.target),
-        "steps": [{"operator": s.op, "input": int(s.input), "direction": s.direction,
+        "steps": [{"operator": s.op, "input": int(s.input), "direction": str(s.direction),
                    "method": s.method, "cellsIn": int(s.cells_in), "cellsOut": int(s.cells_out)}
                   for s in result.steps]}
     if result.query is not None:

@@ -90,7 +90,7 @@ def prov_document(run: Run, result: TraceResult | None = None) -> ProvDocument:
         answer = _region(doc, f"{key}/answer", result.cellset, result.target, array_id(result.target))
         generated, used = (start, answer) if result.direction == "backward" else (answer, start)
         doc.wasDerivedFrom(generated, used, identifier=key, other_attributes={
-            "prov:type": sz["RegionLineage"], "subzero:direction": result.direction,
+            "prov:type": sz["RegionLineage"], "subzero:direction": str(result.direction),
             "subzero:steps": "; ".join(f"{s.op}:{s.input} {s.method}" for s in result.steps)})
     return doc
 
