@@ -17,7 +17,7 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import xarray as xr
@@ -94,7 +94,7 @@ def _portable(attrs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def netcdf_engine() -> str:
+def netcdf_engine() -> Literal["h5netcdf", "scipy"]:
     """h5netcdf (NetCDF4: int64 coordinates, compressed chunks) when installed, else
     scipy's NetCDF3 writer."""
     have = all(importlib.util.find_spec(m) is not None for m in ("h5netcdf", "h5py"))
