@@ -89,9 +89,14 @@ def test_to_xarray_is_a_labelled_mask_over_the_target(run, back):
     assert float(star.y.min()) == 10.0 + 0.5 * back.cells[:, 0].min()
 
 
-def test_to_xarray_of_unlabelled_target_and_an_entire_answer(run, fwd):
+def test_to_xarray_of_a_numpy_output_has_its_derived_labels(run, fwd):
+    """``stars`` is an operator's numpy output: its mask gets the labels and WCS cards the
+    operators derive from ``raw`` (as ``run.array("stars")`` does)."""
     m = fwd.to_xarray()
-    assert m.name == "stars_lineage" and m.dims == ("dim_0", "dim_1") and not m.coords
+    stars = run.array("stars")
+    assert m.name == "stars_lineage" and m.dims == stars.dims == ("y", "x")
+    np.testing.assert_array_equal(m["x"].values, stars["x"].values)
+    assert m.attrs["CTYPE1"] == "RA---TAN"
     np.testing.assert_array_equal(np.argwhere(m.values), fwd.cells)
     assert m.attrs["subzero_cells"] == "12,20;40,70;41,70"
     # "the entire array" (the all-to-all short-cut's symbol) becomes a full mask
@@ -387,7 +392,7 @@ def test_a_failed_run_exports_as_a_fail_event(cli, tmp_path):
     assert "detector saturated" in event["run"]["facets"]["errorMessage"]["message"]
 
 
-def test_read_only_store_exports(made):
+def test_read_only_store_exports(made, monkeypatch):
     """An archived store (nothing may be written in it) traces and exports elsewhere, and
     exporting into it is one clear line."""
     from test_cli_errors import _cli, _digest, _lock, _other_user, _unlock
@@ -400,6 +405,12 @@ def test_read_only_store_exports(made):
         out = shared / "out"
         out.mkdir()
         out.chmod(0o777)
+        # the other user's own home: astropy (the sky region of the labelled sky) writes
+        # its config there
+        home = shared / "home"
+        home.mkdir()
+        home.chmod(0o777)
+        monkeypatch.setenv("HOME", str(home))
         for p in [store, *store.rglob("*")]:
             p.chmod(0o755 if p.is_dir() else 0o644)
         _lock(store)

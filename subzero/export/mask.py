@@ -56,6 +56,9 @@ def query_attrs(result: TraceResult) -> dict[str, Any]:
 def labelled(result: TraceResult, name: str | None = None) -> xr.DataArray:
     """:meth:`TraceResult.to_xarray`: the boolean mask, labelled (see the module doc)."""
     like = result._like() if result._like is not None else None
+    if like is not None and result._grid is not None:    # labels derived for numpy outputs
+        from subzero.coords import with_grid
+        like = with_grid(like, result._grid(result.target))
     mask = result.cellset.bitmap()
     if like is None:
         dims: tuple[Any, ...] = tuple(f"dim_{k}" for k in range(mask.ndim))
