@@ -31,7 +31,7 @@ import xarray as xr
 
 from subzero.capture.runner import shape_of
 from subzero.coords import cells_at as sky_cells
-from subzero.coords import cells_for, derive_grids, stored_grid
+from subzero.coords import cells_for, derive_grids, stored_grid, with_grid
 from subzero.engines.base import Engine
 from subzero.engines.driver import Profiler, run_workflow
 from subzero.engines.journal import Journal, Resumable, fingerprint, read_journal
@@ -579,18 +579,7 @@ class Run:
         """The array, with the labels and sky WCS of its :meth:`grid` (an operator's
         output carries its inputs' coordinates although the operator returned numpy)."""
         self._known(name)
-        da = self._arrays.read(name)
-        g = self.grid(name)
-        if g is None:
-            return da
-        if tuple(da.dims) != g.dims and not set(g.dims) & set(da.dims) - set(g.dims):
-            da = da.rename(dict(zip(da.dims, g.dims)))
-        missing = {d: (d, np.asarray(v)) for d, v in g.coords.items() if d not in da.coords}
-        if missing:
-            da = da.assign_coords(missing)
-        if g.wcs:
-            da.attrs.update({k: v for k, v in g.wcs.items() if k not in da.attrs})
-        return da
+        return with_grid(self._arrays.read(name), self.grid(name))
 
     def _known(self, name: str) -> None:
         if name not in self.shapes():

@@ -1,4 +1,4 @@
-"""``subzero`` command line: run, trace, explore, optimize, runs, show, trust.
+"""``subzero`` command line: run, trace, explore, optimize, runs, show, trust, export.
 
 Every command reads ``--store DIR`` (default ./.subzero), prints user errors
 as one line on stderr with exit status 2, and offers ``--json``.
@@ -269,6 +269,8 @@ def cmd_trace(a) -> int:
     store = open_store(a.store, create=False)
     try:
         if a.workload:
+            if a.export:
+                raise SubZeroError("--export writes one trace's answer; it does not go with --workload")
             return _workload(store, a)
         named = [flag for flag, v in (("--cells", a.cells), ("--sky", a.sky), ("--sel", a.sel)) if v]
         if not a.frm or len(named) != 1:
@@ -277,6 +279,7 @@ def cmd_trace(a) -> int:
                                + " (or --workload FILE)")
         if a.radius is not None and not a.sky:
             raise SubZeroError("--radius goes with --sky")
+        _check_exports(a.export, a.force)
         run = store.get(a.run)
         shapes = run.shapes()
         if a.frm not in shapes:
@@ -308,6 +311,62 @@ def cmd_trace(a) -> int:
             plot_trace(run, a.frm, cells, res, a.plot)
             if not a.json:
                 print(f"plot written to {a.plot}")
+        _write_exports(a.export, run, res, a.force, quiet=a.json)
+    finally:
+        store.close()
+    return 0
+
+
+def _check_exports(paths, force: bool) -> None:
+    """Refuse --export paths whose format is unknown, that exist (without --force) or
+    cannot be written, before the work begins."""
+    from subzero.export import format_of
+    from subzero.export.output import check_target
+    for path in paths or []:
+        format_of(path)
+        check_target(path, force)
+
+
+_FORMAT_NAMES = {"mask": "mask", "prov": "PROV-JSON", "openlineage": "OpenLineage event"}
+
+
+def _write_exports(paths, run, res, force: bool, quiet: bool) -> list[dict]:
+    from subzero.export import export, format_of
+    done = []
+    for path in paths or []:
+        written = export(path, run=run, result=res, force=force)
+        done.append({"path": str(written), "format": format_of(path)})
+        if not quiet:
+            print(f"{_FORMAT_NAMES[format_of(path)]} written to {written}")
+    return done
+
+
+def cmd_export(a) -> int:
+    """The run's provenance as PROV-JSON and/or an OpenLineage event (no trace)."""
+    from subzero.api import Run, open_store
+    from subzero.export import write_openlineage, write_prov
+    from subzero.export.output import check_target
+    if not a.prov and not a.openlineage:
+        raise SubZeroError("export needs --prov PATH and/or --openlineage PATH (a trace's answer "
+                           "is exported by `subzero trace ... --export PATH`)")
+    for path in (a.prov, a.openlineage):
+        if path:
+            check_target(path, a.force)
+    store = open_store(a.store, create=False)
+    try:
+        row = store.catalog.get_run(a.run)
+        run = store.get(row.id) if row.status == "complete" else Run(store, row)
+        done = []
+        if a.prov:
+            done.append({"path": str(write_prov(run, a.prov, force=a.force)), "format": "prov"})
+        if a.openlineage:
+            done.append({"path": str(write_openlineage(run, a.openlineage, force=a.force)),
+                         "format": "openlineage"})
+        if a.json:
+            print(json.dumps({"run_id": run.id, "written": done}))
+        else:
+            for d in done:
+                print(f"{_FORMAT_NAMES[d['format']]} of run {run.id} ({row.status}) written to {d['path']}")
     finally:
         store.close()
     return 0
@@ -672,8 +731,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="disable the entire-array short-cut for all-to-all operators")
     t.add_argument("--no-planner", action="store_true",
                    help="choose each step's method by the simple rule, not the cost model")
+    t.add_argument("--export", action="append", metavar="PATH",
+                   help="write the answer to PATH, by suffix: .zarr or .nc (a labelled mask), "
+                        ".prov.json (PROV-JSON), .openlineage.json or .ol.json (an OpenLineage "
+                        "event of the run with this trace); repeatable")
+    t.add_argument("--force", action="store_true", help="with --export: replace existing files")
     common(t)
     t.set_defaults(fn=cmd_trace, command_parser=t)
+
+    ex = sub.add_parser("export", help="a run's provenance as PROV-JSON or an OpenLineage event",
+                        description="Writes a run (its operators, arrays and the lineage stored "
+                                    "per operator) as W3C PROV-JSON and/or an OpenLineage run "
+                                    "event, for lab catalogs such as Marquez. To export a trace's "
+                                    "answer too, use `subzero trace ... --export PATH`.")
+    ex.add_argument("run", nargs="?", default="latest", help="run id or 'latest' (default)")
+    ex.add_argument("--prov", metavar="PATH", help="write PROV-JSON here")
+    ex.add_argument("--openlineage", metavar="PATH", help="write the OpenLineage run event here")
+    ex.add_argument("--force", action="store_true", help="replace existing files")
+    common(ex)
+    ex.set_defaults(fn=cmd_export, command_parser=ex)
 
     o = sub.add_parser("optimize", help="choose lineage strategies for a disk/runtime budget")
     o.add_argument("workflow", help="workflow .py file or module name")

@@ -282,3 +282,20 @@ def test_labels_of_dataarray_and_zarr_inputs(store, tmp_path, given):
     assert res.label_region() == {"gene": ["TP53", "TP53"], "patient": ["MD_102", "MD_104"]}
     with pytest.raises(QueryError, match="no gene label 'BRCA1' \\(its labels: MYC, OTX2, TP53, SHH\\)"):
         run.cells_at("scaled", sel={"gene": "BRCA1"})
+
+
+def test_workload_queries_in_sky_and_label_terms(astro, cube, peak):
+    from subzero.query.workload import parse_workload, run_workload
+    _, run = astro
+    sky = _file_wcs().pixel_to_world(peak[1], peak[0])
+    qs = parse_workload({"queries": [{"name": "star", "from": "stars", "to": "raw_1",
+                                      "cells": {"sky": f"{sky.ra.deg},{sky.dec.deg}", "radius": 0.5}}]})
+    (row,) = run_workload(run, qs, record=False)
+    assert row["cells_in"] == len(run.cells_at("stars", sky=sky, radius=0.5)) > 1
+    assert np.array_equal(row["result"].cells,
+                          run.trace("stars", sky=sky, radius=0.5, to="raw_1", record=False).cells)
+    da, crun = cube
+    qs = parse_workload({"queries": [{"name": "day", "from": "t2m", "to": "mean_t",
+                                      "cells": {"sel": {"time": "2020-01-02", "lat": "-5:5"}}}]})
+    (row,) = run_workload(crun, qs, record=False)
+    assert row["cells_in"] == len(_sel_cells(da, time="2020-01-02", lat=slice(-5, 5)))

@@ -6,9 +6,9 @@ through a FITS WCS; ``labels`` maps xarray-style label selections to cells.
 The query layer still works in cells: these modules only translate at its edges.
 """
 
-from subzero.coords.grids import derive_grids, stored_grid, wcs_keywords
+from subzero.coords.grids import derive_grids, stored_grid, wcs_keywords, with_grid
 from subzero.coords.labels import cells_for, label_bounds, parse_sel
 from subzero.coords.sky import cells_at, footprint, parse_position, parse_radius
 
 __all__ = ["cells_at", "cells_for", "derive_grids", "footprint", "label_bounds", "parse_position",
-           "parse_radius", "parse_sel", "stored_grid", "wcs_keywords"]
+           "parse_radius", "parse_sel", "stored_grid", "wcs_keywords", "with_grid"]

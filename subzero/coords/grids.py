@@ -10,17 +10,22 @@ this existed answer sky and label queries too, and nothing is copied per run.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from subzero.errors import QueryError
 from subzero.model.grid import Grid
 
-#: header cards that make an image's sky WCS (astropy reads these and only these)
+if TYPE_CHECKING:
+    import xarray as xr
+
+#: header cards that make an image's sky WCS.  Observation times (DATE-OBS, MJD-OBS)
+#: are left out: the pixel-to-sky mapping does not use them, and astropy's checks of
+#: them reach for leap-second tables it may try to download or cache in $HOME.
 _WCS_PREFIXES = ("WCSAXES", "CTYPE", "CRPIX", "CRVAL", "CDELT", "CUNIT", "CD1_", "CD2_", "CD3_",
                  "PC1_", "PC2_", "PC3_", "CROTA", "PV1_", "PV2_", "PV3_", "LONPOLE", "LATPOLE",
-                 "RADESYS", "EQUINOX", "EPOCH", "MJD-OBS", "DATE-OBS")
+                 "RADESYS", "EQUINOX", "EPOCH")
 #: CTYPE prefixes of celestial axes (equatorial, galactic, ecliptic, supergalactic)
 _SKY_AXES = ("RA-", "DEC-", "GLON", "GLAT", "ELON", "ELAT", "SLON", "SLAT")
 
@@ -35,6 +40,23 @@ def wcs_keywords(attrs: Mapping[str, Any]) -> dict[str, Any] | None:
     celestial = any(k.startswith("CTYPE") and str(v).upper().startswith(_SKY_AXES)
                     for k, v in cards.items())
     return cards if celestial else None
+
+
+def with_grid(da: xr.DataArray, g: Grid | None) -> xr.DataArray:
+    """``da`` labelled by grid ``g``: its dims renamed to the grid's (unless that would
+    clash), the grid's labels added where ``da`` has none, its WCS cards added to the
+    attrs ``da`` lacks.  How a stored array (or a mask over it) gets the coordinates an
+    operator's numpy output did not keep."""
+    if g is None:
+        return da
+    if tuple(da.dims) != g.dims and not set(g.dims) & set(da.dims) - set(g.dims):
+        da = da.rename(dict(zip(da.dims, g.dims)))
+    missing = {d: (d, np.asarray(v)) for d, v in g.coords.items() if d not in da.coords}
+    if missing:
+        da = da.assign_coords(missing)
+    if g.wcs:
+        da.attrs.update({k: v for k, v in g.wcs.items() if k not in da.attrs})
+    return da
 
 
 def stored_grid(dims: Sequence[str], coords: Mapping[str, np.ndarray],

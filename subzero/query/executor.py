@@ -138,7 +138,8 @@ class Executor:
                 return self._value(target)
             return self.v.arrays.read_region(target, region)
         return TraceResult(self.v.run_id, start, target, direction, result, stats,
-                           time.perf_counter() - t0, values)
+                           time.perf_counter() - t0, values, query=q,
+                           _like=lambda: self.v.arrays.lazy(target))
 
     # -- walks ---------------------------------------------------------------------------
     def _cells(self, cells: ArrayLike, name: str, shape: tuple[int, ...]) -> np.ndarray:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,6 +16,9 @@ from subzero.errors import QueryError
 from subzero.model.cellset import CellSet
 from subzero.model.grid import Grid
 from subzero.query.planner import Planner, StepStat
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,10 @@ class TraceResult:
     _values: Callable[..., object] | None = field(default=None, repr=False)
     #: ``_grid(array)`` gives an array's labels and sky WCS (set by ``Run.trace``)
     _grid: Callable[[str], Grid | None] | None = field(default=None, repr=False)
+    #: the start cells of the query (None: not known, e.g. a result built by hand)
+    query: CellSet | None = field(default=None, repr=False)
+    #: ``_like()`` opens the target array lazily: its dims, coords and attrs, no data read
+    _like: Callable[[], xr.DataArray] | None = field(default=None, repr=False)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -83,6 +91,15 @@ class TraceResult:
         region = np.asarray(self._values(tuple(slice(a, b) for a, b in zip(lo, hi))))
         c = self.cells - np.asarray(lo, np.int64)
         return region[tuple(c.T)]
+
+    def to_xarray(self, name: str | None = None) -> xr.DataArray:
+        """The answer as a labelled boolean mask over the target array: True on the
+        answer's cells, with the target's dims, coordinates and attrs (a FITS/WCS
+        header survives) and ``subzero_*`` attrs describing the query (run, start
+        array and cells, direction, each step's method, count).  Costs the target's
+        size in memory, as :attr:`bitmap` does; the target's data is not read."""
+        from subzero.export.mask import labelled  # the export layer builds it
+        return labelled(self, name)
 
     def __len__(self) -> int:
         return len(self.cellset)

@@ -15,7 +15,9 @@ A workload is a JSON file::
 ``{"box": [lo, hi]}`` (half-open), or ``{"where": "ARRAY OP NUMBER", "n": N,
 "seed": S, "distinct": bool}`` — N random cells of the start array where the
 condition on ARRAY (same shape) holds; with ``distinct`` no two picked cells
-share a value of ARRAY (e.g. one pixel per star).  ``weight`` (default 1) is
+share a value of ARRAY (e.g. one pixel per star); ``{"sky": "RA,DEC", "radius":
+"2arcsec"}`` or ``{"sel": {"time": "2020-01-03", "lat": "10:20"}}`` name cells
+in the user's coordinates (see :mod:`subzero.coords`).  ``weight`` (default 1) is
 the query's share of the workload, used by the optimizer.
 """
 
@@ -81,9 +83,12 @@ def parse_workload(data: Any, source: str = "workload") -> list[Query]:
         cells = q["cells"]
         if isinstance(cells, list):
             cells = {"cells": cells}
-        if not isinstance(cells, dict) or not ({"cells", "box", "where"} & set(cells)):
+        if not isinstance(cells, dict) or not ({"cells", "box", "where", "sky", "sel"} & set(cells)):
             raise WorkloadError(f"{where}: \"cells\" must be a list of cells or an object with "
-                                f"\"cells\", \"box\" or \"where\"")
+                                f"\"cells\", \"box\", \"where\", \"sky\" or \"sel\"")
+        if "sel" in cells and not isinstance(cells["sel"], dict):
+            raise WorkloadError(f"{where}: \"sel\" must be an object of coordinate: label or "
+                                f"\"FROM:TO\"")
         try:
             weight = float(q.get("weight", 1.0))
         except (TypeError, ValueError):
@@ -124,6 +129,11 @@ def select_cells(run, q: Query) -> np.ndarray:
     if "box" in sel:
         lo, hi = sel["box"]
         return box(lo, hi)
+    if "sky" in sel:
+        return run.cells_at(q.start, sky=sel["sky"], radius=sel.get("radius"))
+    if "sel" in sel:
+        from subzero.coords import parse_sel
+        return run.cells_at(q.start, sel=parse_sel(f"{k}={v}" for k, v in sel["sel"].items()))
     m = _WHERE.match(str(sel["where"]))
     if not m:
         raise QueryError(f"query {q.name!r}: malformed condition {sel['where']!r}; write e.g. "

@@ -277,6 +277,24 @@ class ArrayStore:
                 raise self._damage(name, p, None, None, e) from None
         return dims, coords, dict(meta.get("attributes") or {})
 
+    def lazy(self, name: str) -> xr.DataArray:
+        """The array with its dims, coordinates and attrs, its data left unread (a dask
+        array): the coordinates are loaded and verified, the data chunks are not
+        touched.  For labelling a result over this array without reading it."""
+        p, nodes = self._open(name)
+        for key, node in (nodes or {}).items():
+            if key != "data":
+                check_present(p, node, None, self.label(name))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ds = xr.open_zarr(p, consolidated=False, zarr_format=3)
+                for c in ds["data"].coords:
+                    ds[c].load()
+        except Exception as e:
+            raise self._damage(name, p, None, None, e) from None
+        return self._as_array(name, ds)
+
     def read(self, name: str) -> xr.DataArray:
         return self._as_array(name, self._dataset(name))
 
