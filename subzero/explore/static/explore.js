@@ -184,7 +184,9 @@ async function load(view) {
     win: JSON.parse(r.headers.get("X-SubZero-Window")) })));
   if (seq !== view.seq) return;                 // a newer zoom took over
   view.base = parts[0];
-  view.overlay = reached ? { ...parts[1], trace: t.id } : null;
+  // a trace that answered meanwhile has placed its own overlay (each is placed by its own
+  // window, so either is drawn where it belongs): keep the newer one
+  if (explorer.trace === t) view.overlay = reached ? { ...parts[1], trace: t.id } : null;
   await draw(view);
 }
 
