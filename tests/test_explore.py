@@ -86,6 +86,9 @@ def page(browser, server):
     page = browser.new_page()
     problems: list[str] = []
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    # nothing leaves this machine: every request goes to the explorer's own server
+    page.on("request", lambda r: r.url.startswith((server.url, "data:", "blob:"))
+            or problems.append(f"request outside the explorer: {r.url}"))
     page.goto(server.url + "?array=stars")
     page.wait_for_function("window.explorer && window.explorer.ready", timeout=60_000)
     assert page.evaluate("window.explorer.ready") is True, page.inner_text("#error")
