@@ -39,10 +39,12 @@ from subzero.engines.local import LocalEngine
 from subzero.engines.progress import Progress, progress_for
 from subzero.engines.transaction import RunTransaction
 from subzero.errors import QueryError, StoreError, StrategyError, SubZeroError, WorkflowError, warn
+from subzero.model.cellset import CellSet
 from subzero.model.grid import Grid
 from subzero.model.strategy import Strategy, check_supported, default_for, parse
 from subzero.model.workflow import Workflow, check_reexecution, load_workflow
 from subzero.query.executor import Executor, RunView, TraceResult
+from subzero.query.planner import StepStat
 from subzero.storage.arrays import DEFAULT_TILE, ArrayStore
 from subzero.storage.budget import DiskBudget
 from subzero.storage.catalog import Catalog, RunRow
@@ -602,6 +604,29 @@ class Run:
                 {o["name"]: o["inputs"] for o in ops}, self.shapes(),
                 lambda n: stored_grid(*self._arrays.grid_parts(n)), operator)
         return self._grids(name)
+
+    def trace_reach(self, start: str, cells, direction: str = "backward", shortcut: bool = True,
+                    ) -> tuple[dict[str, CellSet], list[StepStat], float]:
+        """Trace ``cells`` of ``start`` to every array reachable ``direction`` (backward:
+        upstream) at once: ``({array: CellSet}, steps, seconds)``, each array's cells
+        equal to ``trace(start, cells, to=array)``.  Not recorded in the trace log."""
+        if direction not in ("backward", "forward"):
+            raise QueryError(f"direction must be 'backward' or 'forward', not {direction!r}")
+        return self.executor().trace_reach(start, cells, direction == "backward", shortcut,
+                                           self.planner)
+
+    def read_region(self, name: str, region: tuple[slice, ...]) -> np.ndarray:
+        """A region of an array's cells (checksummed), without reading the rest."""
+        self._known(name)
+        return self._arrays.read_region(name, region)
+
+    def array_info(self, name: str) -> tuple[tuple[int, ...], np.dtype, tuple[str, ...]]:
+        """An array's shape, dtype and dims (its grid's where it has one), without its cells."""
+        self._known(name)
+        shape, dtype, _ = self._arrays.describe(name)
+        g = self.grid(name)
+        dims = g.dims if g is not None else self._arrays.grid_parts(name)[0]
+        return shape, dtype, dims
 
     def cells_at(self, array: str, sky=None, radius=None, sel: Mapping[str, Any] | None = None,
                  ) -> np.ndarray:

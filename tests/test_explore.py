@@ -176,6 +176,12 @@ def test_click_star_peak_highlights_exactly_its_raw_pixels(page, astro, peak):
     page.mouse.move(*[page.evaluate("([id, r, c]) => explorer.screenPos(id, r, c)", ["@main", r, c])[k]
                       for k in ("x", "y")])
     page.wait_for_function("document.querySelector('#hover').textContent.includes('stars[')")
+    # the pointer's sky position, as the run's WCS places that pixel
+    page.wait_for_function("document.querySelector('#hover').textContent.includes('(ICRS)')")
+    hover = page.inner_text("#hover")
+    from subzero.coords import footprint
+    sky = footprint(astro.grid("stars"), peak, (peak[0] + 1, peak[1] + 1), "stars")["center_hmsdms"]
+    assert f"stars[{r}, {c}]" in hover and sky in hover
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "explore.png"), full_page=True)
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,11 +28,8 @@ import numpy as np
 
 from subzero.errors import QueryError
 from subzero.explore.render import View, Window, image_png, overlay_mask, overlay_png, window
-from subzero.model.cells import pack
 from subzero.model.cellset import CellSet
-from subzero.query.graph import Edge
 from subzero.query.planner import StepStat
-from subzero.query.trace import TraceOptions
 
 #: answers kept for redrawing overlays at another zoom
 KEEP_TRACES = 8
@@ -94,8 +90,7 @@ class Session:
     def _describe(self) -> dict:
         arrays = []
         for name, shape in self._shapes.items():
-            _, dtype, _ = self.run._arrays.describe(name)
-            dims, _, _ = self.run._arrays.grid_parts(name)
+            _, dtype, dims = self.run.array_info(name)
             op = self._ops.get(name)
             view = View(tuple(shape))
             arrays.append({
@@ -113,7 +108,7 @@ class Session:
               ) -> tuple[bytes, dict]:
         view = self.check(name)
         win = window(view, region, size, name)
-        png, info = self._do(image_png, lambda r: self.run._arrays.read_region(name, r), view, win)
+        png, info = self._do(image_png, lambda r: self.run.read_region(name, r), view, win)
         return png, {**info, **win.as_json(), "projection": view.projection}
 
     def value(self, name: str, cell: Sequence[int]) -> dict:
@@ -127,10 +122,30 @@ class Session:
         if not (0 <= r < vr and 0 <= c < vc):
             raise QueryError(f"cell ({r}, {c}) is outside {name!r} (its view is {vr} x {vc})")
         region = view.array_region((r, r + 1), (c, c + 1))
-        a = np.asarray(self._do(self.run._arrays.read_region, name, region))
+        a = np.asarray(self._do(self.run.read_region, name, region))
         v = a.max() if a.size else None
         return {"array": name, "cell": [r, c], "value": _plain(v),
-                "projection": view.projection}
+                "projection": view.projection, **self._do(self._where, name, region)}
+
+    def _where(self, name: str, region: tuple[slice, ...]) -> dict:
+        """The cell in the user's terms: its labels, and its sky position (the centre of
+        the pixel) when the array has a sky WCS."""
+        from subzero.coords import footprint, label_bounds
+        g = self.run.grid(name)
+        if g is None:
+            return {}
+        lo = [s.start for s in region]
+        out: dict = {}
+        labels = {k: v[0] for k, v in label_bounds(g, lo, [s.stop for s in region]).items()
+                  if k in g.dims[-2:]}          # a projection's folded axes have no one label
+        if labels:
+            out["labels"] = {k: _plain(v) for k, v in labels.items()}
+        if g.wcs and len(region) >= 2:
+            try:
+                out["sky"] = footprint(g, lo, [a + 1 for a in lo], name)["center_hmsdms"]
+            except QueryError:
+                pass            # cards astropy cannot read: no sky position to show
+        return out
 
     # -- traces -------------------------------------------------------------------------
     def trace(self, start: str, box: Sequence[Sequence[int]], backward: bool) -> Answer:
@@ -178,55 +193,14 @@ class Session:
 
 def trace_all(run, start: str, cells: np.ndarray, backward: bool, shortcut: bool = True,
               ) -> tuple[dict[str, CellSet], list[StepStat], float]:
-    """The cells of every array reachable from ``cells`` of ``start`` (upstream when
-    ``backward``), with the statistics of every step and the total time.
-
-    The executor's walk between two arrays (``Executor._between``) over every array
-    reachable instead: each edge runs once through ``Executor._step`` (method choice,
-    planner, damaged-lineage fallbacks, the all-to-all short-cut), so each array's
-    answer is the one ``run.trace(start, cells, to=array)`` gives."""
-    ex = run.executor()
-    graph = ex.graph
-    if ex.v.untrusted is None:
-        opts = TraceOptions(None, shortcut, run.planner)
-        ex.v.workflow()                 # load the operators before the clock starts
-    else:
-        opts = TraceOptions(None, False, None)
-    t0 = time.perf_counter()
-    shape = ex.v.shapes[start]
-    q = CellSet.of_ids(pack(np.asarray(cells, np.int64).reshape(-1, len(shape)), shape), shape)
-    on = graph.reach(start, down=not backward) | {start}
-    order = [a for a in graph.topo() if a in on]
-    consumers: dict[str, list[tuple[str, int]]] = {}
-    for op, ins in graph.inputs_of.items():
-        for i, a in enumerate(ins):
-            consumers.setdefault(a, []).append((op, i))
-    sets: dict[str, CellSet] = {start: q}
-    stats: list[StepStat] = []
-    for a in (reversed(order) if backward else order):
-        if a not in sets or not sets[a]:
-            continue
-        if backward:
-            edges = [Edge(a, i, True, a, src) for i, src in enumerate(graph.inputs_of.get(a, []))
-                     if src in on]
-        else:
-            edges = [Edge(o, i, False, a, o) for o, i in consumers.get(a, ()) if o in on]
-        for e in edges:
-            tgt = sets.get(e.dst)
-            if tgt is not None and tgt.is_entire:
-                continue
-            r = ex._step(e, sets[a], opts, stats)
-            sets[e.dst] = r if tgt is None else tgt | r
-    for a in on - {start}:
-        sets.setdefault(a, CellSet.empty(ex.v.shapes[a]))
-    return sets, stats, time.perf_counter() - t0
+    """The cells of every array reachable from ``cells`` of ``start``: the executor's
+    own walk (:meth:`subzero.api.Run.trace_reach`), on the run's thread."""
+    return run.trace_reach(start, cells, "backward" if backward else "forward", shortcut)
 
 
 def _warm(run) -> None:
     """Open the run's executor and load its operators (what a first trace would wait for)."""
-    ex = run.executor()
-    if ex.v.untrusted is None:
-        ex.v.workflow()
+    run.executor().warm()
 
 
 def _open(store_path, run_ref):

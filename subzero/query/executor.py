@@ -141,6 +141,54 @@ class Executor:
                            time.perf_counter() - t0, values, query=q,
                            _like=lambda: self.v.arrays.lazy(target))
 
+    def trace_reach(self, start: str, cells: ArrayLike, backward: bool, shortcut: bool = True,
+                    planner: Planner | None = None) -> tuple[dict[str, CellSet], list[StepStat], float]:
+        """The cells of every array reachable from ``cells`` of ``start`` (upstream when
+        ``backward``), every step's statistics and the total time: the walk of
+        :meth:`trace` widened from one target to every array, each edge run once, so
+        each array's answer is the one ``trace(start, cells, to=array)`` gives, for the
+        cost of one trace (the explorer's linked views)."""
+        if self.v.untrusted is None:
+            opts = TraceOptions(None, shortcut, planner)
+            self.v.workflow()
+        else:
+            opts = TraceOptions(None, False, None)
+        t0 = time.perf_counter()
+        self.graph.check_array(start)
+        shape = self.v.shapes[start]
+        q = CellSet.of_ids(pack(self._cells(cells, start, shape), shape), shape)
+        graph = self.graph
+        on = graph.reach(start, down=not backward) | {start}
+        order = [a for a in graph.topo() if a in on]
+        consumers: dict[str, list[tuple[str, int]]] = {}
+        for op, ins in graph.inputs_of.items():
+            for i, a in enumerate(ins):
+                consumers.setdefault(a, []).append((op, i))
+        sets: dict[str, CellSet] = {start: q}
+        stats: list[StepStat] = []
+        for a in (reversed(order) if backward else order):
+            if a not in sets or not sets[a]:
+                continue
+            if backward:
+                edges = [Edge(a, i, True, a, src) for i, src in enumerate(graph.inputs_of.get(a, []))
+                         if src in on]
+            else:
+                edges = [Edge(o, i, False, a, o) for o, i in consumers.get(a, ()) if o in on]
+            for e in edges:
+                tgt = sets.get(e.dst)
+                if tgt is not None and tgt.is_entire:
+                    continue
+                r = self._step(e, sets[a], opts, stats)
+                sets[e.dst] = r if tgt is None else tgt | r
+        for a in on - {start}:
+            sets.setdefault(a, CellSet.empty(self.v.shapes[a]))
+        return sets, stats, time.perf_counter() - t0
+
+    def warm(self) -> None:
+        """Open what a first trace would wait for: the operators' code (when trusted)."""
+        if self.v.untrusted is None:
+            self.v.workflow()
+
     # -- walks ---------------------------------------------------------------------------
     def _cells(self, cells: ArrayLike, name: str, shape: tuple[int, ...]) -> np.ndarray:
         try:

@@ -313,7 +313,9 @@ function clampCell(view, ev) {
 async function showValue(view, cell) {
   const v = await api(`/api/value/${encodeURIComponent(view.name)}?cell=${cell.join(",")}`).then((r) => r.json());
   const where = view.info.view[0] === 1 && view.info.shape.length < 2 ? `[${cell[1]}]` : `[${cell.join(", ")}]`;
-  $("#hover").textContent = `hover: ${view.name}${where} = ${v.value}${v.projection ? " (max over the projected axes)" : ""}`;
+  const labels = v.labels ? " · " + Object.entries(v.labels).map(([k, x]) => `${k}=${x}`).join(", ") : "";
+  const sky = v.sky ? ` · ${v.sky} (ICRS)` : "";
+  $("#hover").textContent = `hover: ${view.name}${where} = ${v.value}${v.projection ? " (max over the projected axes)" : ""}${labels}${sky}`;
 }
 
 // -- traces ------------------------------------------------------------------------------
