@@ -299,3 +299,73 @@ def test_workload_queries_in_sky_and_label_terms(astro, cube, peak):
                                       "cells": {"sel": {"time": "2020-01-02", "lat": "-5:5"}}}]})
     (row,) = run_workload(crun, qs, record=False)
     assert row["cells_in"] == len(_sel_cells(da, time="2020-01-02", lat=slice(-5, 5)))
+
+
+# -- property-based: grids against astropy and xarray -------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as hs  # noqa: E402
+
+
+@hs.composite
+def _axis_slice(draw, n):
+    """A slice of an axis of length n that keeps at least one cell (any step sign)."""
+    step = draw(hs.sampled_from([1, 2, 3, -1, -2, 5]))
+    a = draw(hs.integers(0, n - 1))
+    k = draw(hs.integers(1, 12))
+    b = a + step * k
+    return slice(a, b if b >= 0 else None, step)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ys=_axis_slice(40), xs=_axis_slice(30), cd=hs.booleans(),
+       m=hs.lists(hs.floats(-2e-4, 2e-4).filter(lambda v: abs(v) > 1e-6), min_size=4, max_size=4))
+def test_any_slice_keeps_every_pixel_on_its_sky_position(ys, xs, cd, m):
+    """Property: pixel q of x[ys, xs] is at the sky position of the input pixel it copies."""
+    hdr = {"CTYPE1": "RA---TAN", "CTYPE2": "DEC--TAN", "CRPIX1": 7.5, "CRPIX2": -3.0,
+           "CRVAL1": 200.0, "CRVAL2": 40.0}
+    if cd:
+        hdr.update({"CD1_1": m[0], "CD1_2": m[1], "CD2_1": m[2], "CD2_2": m[3]})
+    else:
+        hdr.update({"CDELT1": 1e-4, "CDELT2": 2e-4, "PC1_1": m[0] * 1e4, "PC1_2": m[1] * 1e4,
+                    "PC2_1": m[2] * 1e4, "PC2_2": m[3] * 1e4})
+    if abs(m[0] * m[3] - m[1] * m[2]) < 1e-12:
+        return                                   # a singular matrix is no WCS
+    shape = (40, 30)
+    op = Slice((ys, xs))
+    out_grid = op.output_grid([Grid(("y", "x"), {}, hdr)], [shape], op.output_shape(shape))
+    src_rows, src_cols = np.arange(40)[ys], np.arange(30)[xs]
+    q = np.array([(r, c) for r in range(len(src_rows)) for c in range(len(src_cols))])
+    got = WCS(fits.Header(dict(out_grid.wcs))).pixel_to_world(q[:, 1], q[:, 0])
+    want = WCS(fits.Header(hdr)).pixel_to_world(src_cols[q[:, 1]], src_rows[q[:, 0]])
+    assert np.all(got.separation(want).arcsec < 1e-5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=hs.integers(2, 30), start=hs.floats(-100, 100), step=hs.floats(0.1, 10),
+       descending=hs.booleans(), a=hs.floats(-120, 420), b=hs.floats(-120, 420), v=hs.floats(-120, 420))
+def test_label_selections_equal_xarray_sel(n, start, step, descending, a, b, v):
+    """Property: a label range is xarray's .sel of that range; a single numeric label is
+    xarray's nearest .sel (or an error beyond one step off the axis's ends)."""
+    from subzero.coords import cells_for
+    lat = start + step * np.arange(n)
+    lat = lat[::-1] if descending else lat
+    da = xr.DataArray(np.zeros((n, 3)), dims=("lat", "band"), coords={"lat": lat})
+    g = Grid(("lat", "band"), {"lat": lat})
+    lo, hi = (a, b) if not descending else (max(a, b), min(a, b))
+    want = _sel_cells(da, lat=slice(lo, hi))
+    try:
+        got = {tuple(c) for c in cells_for(g, (n, 3), {"lat": slice(lo, hi)}, "x").tolist()}
+    except QueryError as e:
+        assert not want and "selects no cells" in str(e)
+    else:
+        assert got == want
+    far = v < lat.min() - step or v > lat.max() + step
+    if min(abs(v - (lat.min() - step)), abs(v - (lat.max() + step))) < 1e-6 * step:
+        return                                   # on the one-step boundary: either answer
+    try:
+        got = {tuple(c) for c in cells_for(g, (n, 3), {"lat": v}, "x").tolist()}
+    except QueryError as e:
+        assert far and "is outside" in str(e)
+    else:
+        assert not far and got == _sel_cells(da, lat=v, method="nearest")

@@ -94,7 +94,7 @@ def _positions(index: pd.Index, want, name: str, array: str) -> tuple[int, int]:
         raise QueryError(f"array {array!r} has no {name} label {want!r} (its labels: {sample}"
                          f"{', ...' if len(index) > 5 else ''})")
     k = int(index.get_indexer([value], method="nearest")[0])
-    step = abs(index[1] - index[0]) if len(index) > 1 else None
+    step = abs(index[1] - index[0]) * (1 + 1e-9) if len(index) > 1 else None   # float slack
     lo, hi = min(index[0], index[-1]), max(index[0], index[-1])
     if step is not None and (value < lo - step or value > hi + step):
         raise QueryError(f"{name}={want} is outside array {array!r} "
