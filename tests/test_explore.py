@@ -24,6 +24,7 @@ import pytest
 
 import subzero
 from subzero import explore
+from subzero.errors import QueryError
 from subzero.explore.render import View, overlay_mask, window
 from subzero.model.cells import pack
 from subzero.model.cellset import CellSet
@@ -223,6 +224,42 @@ def test_brush_forward_on_raw_highlights_its_stars(page, astro, peak):
         assert highlighted(page, target) == as_set(want.cells), target
     # arrays upstream of raw_1's consumers are not reached forward
     assert page.evaluate("explorer.trace.arrays.raw_2") is None
+
+
+def test_go_to_a_sky_position_traces_the_cells_it_names(page, astro, peak):
+    """Typing RA,Dec and a radius traces exactly what `trace --sky --radius` traces, and
+    zooms the main view to it; an outside position is the CLI's error, in the page."""
+    from subzero.coords import footprint
+    sky = footprint(astro.grid("stars"), peak, (peak[0] + 1, peak[1] + 1), "stars")["center"]
+    text = f"{sky[0]:.7f},{sky[1]:.7f} 0.6arcsec"
+    page.check("#exact")
+    page.fill("#locate", text)
+    page.press("#locate", "Enter")
+    traces_done(page, 1)
+    page.wait_for_function("(() => { const w = explorer.views['@main'].base.win;"
+                           " return w.rows[1] - w.rows[0] < 100; })()", timeout=30_000)
+    assert page.evaluate("explorer.lastQuery") == {"array": "stars", "locate": text,
+                                                   "direction": "backward"}
+    named = astro.cells_at("stars", sky=f"{sky[0]:.7f},{sky[1]:.7f}", radius="0.6arcsec")
+    assert len(named) > 1 and tuple(peak) in as_set(named)
+    want = astro.trace("stars", named, to="raw_1", record=False)
+    assert highlighted(page, "raw_1") == as_set(want.cells)
+    assert highlighted(page, "@main") == as_set(named)          # the named cells themselves
+    page.fill("#locate", "10,10")
+    page.press("#locate", "Enter")
+    page.wait_for_selector("#error:not([hidden])")
+    assert "outside array 'stars'" in page.inner_text("#error")
+
+
+def test_go_to_text_reads_like_the_cli():
+    from subzero.explore.session import locate_query
+    assert locate_query(" 357.3,-2.7 ") == {"sky": "357.3,-2.7"}
+    assert locate_query("23:49:21.56, -2:44:58.9 2arcsec") == {"sky": "23:49:21.56,-2:44:58.9",
+                                                               "radius": "2arcsec"}
+    assert locate_query("time=2020-01-03T12:00, lat=10:20") == {
+        "sel": {"time": "2020-01-03T12:00", "lat": slice("10", "20")}}
+    with pytest.raises(QueryError, match="type a sky position"):
+        locate_query("  ")
 
 
 def test_wheel_zoom_requests_the_visible_window_at_screen_resolution(page, peak):

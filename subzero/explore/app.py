@@ -10,7 +10,8 @@ Routes:
 * ``GET /api/image/{array}?region=r0,r1,c0,c1&size=h,w`` -- a grey PNG of a view
   region, pooled to at most ``size`` pixels; what was drawn in ``X-SubZero-*`` headers.
 * ``GET /api/value/{array}?cell=r,c`` -- the value under the pointer.
-* ``POST /api/trace`` -- ``{"array", "box": [[r0, r1], [c0, c1]], "direction",
+* ``POST /api/trace`` -- ``{"array", "box": [[r0, r1], [c0, c1]] or "locate": "RA,Dec
+  [radius]" or "name=label, ...", "direction",
   "views": {id: {"array", "region": [...], "size": [h, w]}}}``: traces to every
   array reachable in the direction; per array the count and bounding box, per view
   given (of an array reached) the overlay as a PNG data URL, and the steps with
@@ -112,15 +113,18 @@ def build_app(session: Session) -> Starlette:
         if direction not in ("backward", "forward"):
             raise SubZeroError(f"direction must be backward or forward, not {direction!r}")
         name = str(body.get("array", ""))
-        box = body.get("box")
-        if not (isinstance(box, list) and len(box) == 2
-                and all(isinstance(b, list) and len(b) == 2 for b in box)):
+        box, locate = body.get("box"), body.get("locate")
+        if locate is not None:
+            if not isinstance(locate, str) or box is not None:
+                raise SubZeroError("give either a box or a locate text, not both")
+        elif not (isinstance(box, list) and len(box) == 2
+                  and all(isinstance(b, list) and len(b) == 2 for b in box)):
             raise SubZeroError("give the box as [[row0, row1], [col0, col1]] (half-open)")
         views = body.get("views") or {}
-        return JSONResponse(await run_in_threadpool(_trace, name, box, direction, views))
+        return JSONResponse(await run_in_threadpool(_trace, name, box, direction, views, locate))
 
-    def _trace(name: str, box, direction: str, views: dict) -> dict:
-        ans = session.trace(name, box, direction == "backward")
+    def _trace(name: str, box, direction: str, views: dict, locate: str | None) -> dict:
+        ans = session.trace(name, box, direction == "backward", locate)
         arrays = {a: session.summary(ans, a) for a in ans.sets}
         overlays = {}
         for vid, v in views.items():

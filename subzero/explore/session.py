@@ -18,6 +18,7 @@ tracing again.
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -148,16 +149,22 @@ class Session:
         return out
 
     # -- traces -------------------------------------------------------------------------
-    def trace(self, start: str, box: Sequence[Sequence[int]], backward: bool) -> Answer:
+    def trace(self, start: str, box: Sequence[Sequence[int]] | None, backward: bool,
+              locate: str | None = None) -> Answer:
         """Trace the cells under a view box ``((row0, row1), (col0, col1))`` (half-open)
-        of ``start`` to every array reachable backward (upstream) or forward."""
+        of ``start``, or the cells ``locate`` names in the user's terms (see
+        :func:`locate_query`), to every array reachable backward (upstream) or forward."""
         view = self.check(start)
-        (r0, r1), (c0, c1) = (tuple(int(v) for v in b) for b in box)
-        vr, vc = view.size
-        if not (0 <= r0 < r1 <= vr and 0 <= c0 < c1 <= vc):
-            raise QueryError(f"box rows {r0}:{r1}, cols {c0}:{c1} is not inside {start!r} "
-                             f"(its view is {vr} x {vc})")
-        cells = view.cells_of_box((r0, r1), (c0, c1))
+        if locate is not None:
+            cells = self._do(_located, self.run, start, locate)
+        else:
+            assert box is not None
+            (r0, r1), (c0, c1) = (tuple(int(v) for v in b) for b in box)
+            vr, vc = view.size
+            if not (0 <= r0 < r1 <= vr and 0 <= c0 < c1 <= vc):
+                raise QueryError(f"box rows {r0}:{r1}, cols {c0}:{c1} is not inside {start!r} "
+                                 f"(its view is {vr} x {vc})")
+            cells = view.cells_of_box((r0, r1), (c0, c1))
         sets, steps, seconds = self._do(trace_all, self.run, start, cells, backward, self.shortcut)
         with self._kept:
             ans = Answer(next(self._ids), start, "backward" if backward else "forward",
@@ -189,6 +196,27 @@ class Session:
         box = cs.bounds()
         return {"count": len(cs), "entire": cs.is_entire,
                 "bounds": None if box is None else [list(box[0]), list(box[1])]}
+
+
+def locate_query(text: str) -> dict:
+    """What the page's *go to* field names, as ``Run.cells_at`` keywords: label
+    selections (``time=2020-01-03, lat=10:20``) when it holds ``=``, else a sky
+    position with an optional radius after a space (``357.34,-2.75 1arcsec``,
+    ``23:49:21.56,-2:44:58.9``)."""
+    from subzero.coords import parse_sel
+    text = text.strip()
+    if not text:
+        raise QueryError("type a sky position (RA,Dec [radius]) or labels (name=label, ...)")
+    if "=" in text:
+        return {"sel": parse_sel(p for p in re.split(r"[,;\s]+", text) if p)}
+    parts = text.split()
+    if len(parts) > 1 and re.search(r"[a-z\"']$", parts[-1], re.I):
+        return {"sky": " ".join(parts[:-1]).replace(" ", ""), "radius": parts[-1]}
+    return {"sky": text.replace(" ", "")}
+
+
+def _located(run, start: str, text: str) -> np.ndarray:
+    return run.cells_at(start, **locate_query(text))
 
 
 def trace_all(run, start: str, cells: np.ndarray, backward: bool, shortcut: bool = True,

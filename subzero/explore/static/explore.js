@@ -319,7 +319,7 @@ async function showValue(view, cell) {
 }
 
 // -- traces ------------------------------------------------------------------------------
-async function runTrace(name, box, t0) {
+async function runTrace(name, box, t0, locate) {
   clearError();
   explorer.busy = true;
   const views = {};
@@ -327,11 +327,12 @@ async function runTrace(name, box, t0) {
     const vis = visible(v);
     views[v.id] = { array: v.name, region: vis.region, size: overlaySize(v, vis) };
   }
-  explorer.lastQuery = { array: name, box, direction: explorer.direction };
+  explorer.lastQuery = locate ? { array: name, locate, direction: explorer.direction }
+                              : { array: name, box, direction: explorer.direction };
   try {
     const tReq = performance.now();
     const resp = await api("/api/trace", { method: "POST", headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ array: name, box, direction: explorer.direction, views }) });
+      body: JSON.stringify({ ...explorer.lastQuery, views }) });
     const t = await resp.json();
     const tResp = performance.now();
     explorer.trace = t;
@@ -447,12 +448,15 @@ async function init() {
     r.addEventListener("change", () => {
       explorer.direction = r.value;
       const q = explorer.lastQuery;
-      if (q) runTrace(q.array, q.box, performance.now()).catch(() => {});
+      if (q) runTrace(q.array, q.box, performance.now(), q.locate).catch(() => {});
     });
   }
   $("#exact").addEventListener("change", (ev) => {
     explorer.exact = ev.target.checked;
     explorer.reloadAll().catch(() => {});
+  });
+  $("#locate").addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter") explorer.locate(ev.target.value).catch(() => {});
   });
   $("#zoom-answer").addEventListener("click", () => explorer.zoomToAnswer().catch(() => {}));
   $("#reset").addEventListener("click", () => explorer.reset().catch(() => {}));
@@ -468,6 +472,20 @@ async function init() {
   await Promise.all([select(first), ...small.map((v) => load(v))]);
   explorer.ready = true;
 }
+
+// "go to": trace the cells a sky position or labels name on the selected array (the
+// server reads the text, as `subzero trace --sky/--sel` does), then zoom the main view there
+explorer.locate = async (text) => {
+  text = text.trim();
+  if (!text || !explorer.selected) return;
+  const name = explorer.selected;
+  await runTrace(name, null, performance.now(), text);
+  const a = explorer.trace && explorer.trace.arrays[name];
+  if (!a || !a.bounds || a.bounds[0].length < 2) return;
+  const [lo, hi] = a.bounds, nd = lo.length, v = explorer.views[MAIN], pad = 20;
+  await setRange(v, [Math.max(0, lo[nd - 2] - pad), Math.min(v.info.view[0], hi[nd - 2] + pad),
+                     Math.max(0, lo[nd - 1] - pad), Math.min(v.info.view[1], hi[nd - 1] + pad)]);
+};
 
 explorer.reloadAll = () => Promise.all(Object.values(explorer.views).map((v) => load(v)));
 
