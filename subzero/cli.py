@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from subzero.errors import QueryError, SubZeroError, SubZeroWarning
+from subzero.errors import QueryError, SubZeroError, SubZeroWarning, warn
 
 EXIT_USER = 2
 
@@ -393,7 +393,11 @@ def _where(res) -> dict:
     axis) when it has labels."""
     if not len(res):
         return {}
-    g = res.grid()
+    try:
+        g = res.grid()
+    except QueryError as e:        # a user operator's output_grid is wrong: the cells still stand
+        warn(f"{e}; the answer is given in cells only")
+        return {}
     out: dict = {}
     if g is not None and g.wcs:
         try:

@@ -369,3 +369,22 @@ def test_label_selections_equal_xarray_sel(n, start, step, descending, a, b, v):
         assert far and "is outside" in str(e)
     else:
         assert not far and got == _sel_cells(da, lat=v, method="nearest")
+
+
+class _BadGrid(Unary):
+    """An operator whose output_grid is wrong (too few labels)."""
+
+    def output_grid(self, grids, input_shapes, output_shape):
+        return Grid(("y",), {})
+
+
+def test_a_wrong_output_grid_is_named_and_the_cells_still_answer(store, cli):
+    wf = Workflow("bad")
+    wf.add("twice", _BadGrid(lambda v: 2 * v), wf.input("x"))
+    run = store.run(wf, inputs={"x": np.zeros((4, 5))}, progress=False)
+    with pytest.raises(QueryError, match="the operator of 'twice' gave a grid of \\('y',\\)"):
+        run.grid("twice")
+    code, out, err = cli("trace", "--store", store.path, "--from", "x", "--cells", "1,2",
+                         "--to", "twice", "--json")
+    assert code == 0 and json.loads(out)["cells"] == [[1, 2]]
+    assert "subzero: warning: the operator of 'twice'" in err and "cells only" in err
