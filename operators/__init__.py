@@ -12,6 +12,8 @@ structural   slice, subarray, subsample, concat, transpose, pad, rebin
 stencil      convolve, correlate, mean/median/min/max and generic filters
 reduce       whole-array and per-axis reductions
 linalg       matrix multiply
+components   connected regions of a mask, labelled per tile and merged across
+             tile borders (star finding, segmentation)
 composite    identity plus a window where flagged (Comp lineage of UDFs that
              change a few cells: cosmic rays, hot pixels, events)
 boundary     edge modes and the neighbourhood relation (shared)
@@ -20,6 +22,7 @@ testing      the perturbation oracle used by the tests, for your operators too
 """
 
 from .base import MappedOperator, emit_full
+from .components import ConnectedComponents
 from .composite import WindowComposite, box_payload, box_payloads, radius_payload
 from .elementwise import (
                           Abs,
@@ -64,5 +67,6 @@ __all__ = [
     "MaxFilter",
     "Reduce", "Sum", "Mean", "Median", "Min", "Max", "Count",
     "MatMul",
+    "ConnectedComponents",
     "WindowComposite", "radius_payload", "box_payload", "box_payloads",
 ]

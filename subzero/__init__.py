@@ -13,12 +13,13 @@ from subzero.errors import (
 )
 from subzero.model.cells import window
 from subzero.model.modes import Mode
-from subzero.model.operator import AGGREGATE, ELEMENTWISE, GLOBAL, Operator, Tiling, stencil
+from subzero.model.operator import AGGREGATE, COMPONENTS, ELEMENTWISE, GLOBAL, Operator, Tiling, stencil
 from subzero.model.strategy import Direction, Encoding, Strategy
 from subzero.model.workflow import Node, Workflow, load_workflow
 from subzero.query.trace import TraceResult
 
-__all__ = ["Operator", "Workflow", "Mode", "Node", "Tiling", "ELEMENTWISE", "AGGREGATE", "GLOBAL", "stencil",
+__all__ = ["Operator", "Workflow", "Mode", "Node", "Tiling", "ELEMENTWISE", "AGGREGATE", "COMPONENTS",
+           "GLOBAL", "stencil",
            "Store", "Run", "open_store", "load_workflow", "TraceResult", "Strategy", "Direction",
            "Encoding", "window", "SubZeroWarning",
            "SubZeroError", "WorkflowError", "OperatorError", "LineageError", "StrategyError",

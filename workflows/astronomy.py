@@ -29,11 +29,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from scipy import ndimage
 
-from subzero import GLOBAL, Mode, Operator, Workflow, stencil
+from subzero import GLOBAL, Mode, Workflow, stencil
 from subzero.errors import WorkflowError
-from subzero.operators import Binary, Div, Maximum, Mean, Slice, Sub, Unary, WindowComposite
+from subzero.operators import Binary, ConnectedComponents, Div, Maximum, Mean, Slice, Sub, Unary, WindowComposite
 from subzero.operators.base import MappedOperator
 from subzero.operators.composite import window_offsets
 from subzero.storage.inputs import load_path, memo
@@ -126,9 +125,9 @@ def average(a, b):
     return 0.5 * (np.asarray(a, np.float64) + np.asarray(b, np.float64))
 
 
-def robust_sigma(img: np.ndarray) -> float:
-    """Noise estimate from the median absolute deviation."""
-    sample = img[::4, ::4]
+def mad_sigma(sample: np.ndarray) -> float:
+    """Noise estimate from the median absolute deviation (the order of ``sample`` does
+    not matter: a median is a property of the values)."""
     return float(1.4826 * np.median(np.abs(sample - np.median(sample))))
 
 
@@ -288,7 +287,7 @@ class RemoveCosmicRays(WindowComposite):
 
 # --- UDF D: star detection -------------------------------------------------------------------
 
-class DetectStars(Operator):
+class DetectStars(ConnectedComponents):
     """Threshold at ``nsigma`` times the robust noise, then 8-connected
     components: 0 = sky, k = star k.  Every pixel of star k depends on all
     input pixels of star k; a sky pixel depends on itself.
@@ -296,55 +295,35 @@ class DetectStars(Operator):
     Payload lineage: one payload pair per star whose ``map_p`` is the star's
     own pixels (the payload is empty: the pair's cells say it all).  In
     composite mode sky pixels use the identity mapping instead of a pair each.
+
+    Runs per tile on Spark (``components`` tiling): the noise is the median
+    absolute deviation of every fourth pixel of the whole image, gathered per
+    tile on the image's grid (``origin``) -- the same sample, so the same
+    threshold -- and stars crossing tile borders are merged; the labels equal
+    the whole-image run's.
     """
 
-    default_strategy = "comp:payone:backward"
-    tiling = GLOBAL
+    statistic = True
 
     def __init__(self, nsigma: float = STAR_NSIGMA, min_pixels: int = 3):
         self.nsigma, self.min_pixels = nsigma, min_pixels
+        self.min_size = min_pixels
 
-    def supported_modes(self):
-        return {Mode.FULL, Mode.PAY, Mode.COMP, Mode.BLACKBOX}
+    def stat_partial(self, values, origin, shape):
+        """This block's pixels of the ``[::4, ::4]`` sample of the whole image."""
+        return np.asarray(values, np.float64)[tuple(slice((-o) % 4, None, 4) for o in origin)].ravel()
+
+    def stat_merge(self, a, b):
+        return np.concatenate([a, b])
+
+    def stat_finish(self, sample):
+        return self.nsigma * mad_sigma(sample)
 
     def threshold(self, img: np.ndarray) -> float:
-        return self.nsigma * robust_sigma(img)
+        return float(self.whole_stat(np.asarray(img, np.float64)))
 
-    def run(self, ctx, img):
-        img = np.asarray(img, dtype=np.float64)
-        labels, n = ndimage.label(img > self.threshold(img), structure=np.ones((3, 3), int))
-        if n:
-            sizes = np.bincount(labels.ravel(), minlength=n + 1)
-            keep = sizes >= self.min_pixels
-            keep[0] = False
-            relabel = np.zeros(n + 1, np.int32)
-            relabel[keep] = np.arange(1, keep.sum() + 1)
-            labels = relabel[labels]
-        star_cells = np.argwhere(labels > 0)
-        star_ids = labels[labels > 0]
-        if Mode.FULL in ctx.modes:
-            ctx.lwrite_groups(star_cells, star_ids, (star_cells, star_ids))
-            sky = np.argwhere(labels == 0)
-            ctx.lwrite(sky, sky, each=True)
-        if Mode.PAY in ctx.modes:
-            ctx.lwrite_groups(star_cells, star_ids, payload=b"")
-            sky = np.argwhere(labels == 0)
-            ctx.lwrite(sky, payload=b"", each=True)
-        if Mode.COMP in ctx.modes:
-            ctx.lwrite_groups(star_cells, star_ids, payload=b"")
-        return labels.astype(np.int32)
-
-    def map_b(self, cells, i, ctx):           # composite default: sky maps to itself
-        return cells
-
-    def map_f(self, cells, i, ctx):
-        return cells
-
-    def map_p(self, cells, payload, i, ctx):
-        return cells
-
-    def map_p_pairs(self, cells, offsets, payloads, pay_ids, i, ctx):
-        return cells, np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    def foreground(self, values, threshold):
+        return np.asarray(values, np.float64) > threshold
 
 
 # --- sizes: the real amplifier tiled to a larger image ------------------------------------

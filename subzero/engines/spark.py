@@ -10,7 +10,11 @@ gives, :class:`SparkEngine` launches one job:
   back to the driver;
 * operators declared global, or whose inputs do not tile alike, run as one
   task on the whole arrays (the run log says so);
-* whole-array reductions run as per-tile partials merged in a tree.
+* whole-array reductions run as per-tile partials merged in a tree;
+* connected-component labelling (``components`` tiling) runs in passes over
+  tiles: the mask's statistic (partials merged in a tree), per-tile labels
+  merged across tile borders on the driver, then per-tile relabelling and
+  lineage (:mod:`subzero.capture.components`).
 
 Lineage is captured inside the tasks with the same ``ctx``/``lwrite`` as
 the local engine; the runtime translates tile-local cells to array cells and
@@ -36,7 +40,9 @@ from typing import Any, NoReturn
 import numpy as np
 import xarray as xr
 
-from subzero.capture.buffer import Pairs
+from subzero.capture.buffer import LineageBuffer, Pairs
+from subzero.capture.components import TileComponents, TileLabels, merge_tiles, region_cells, tile_components
+from subzero.capture.context import Context
 from subzero.capture.runner import run_operator, run_tile, shape_of
 from subzero.capture.tiles import Tile, concat_pairs, input_slices, tile_plan, tiles_for
 from subzero.engines.base import StepResult
@@ -44,7 +50,7 @@ from subzero.engines.progress import Progress
 from subzero.engines.session import SparkError, jvm_log_hint, ship_workflow_modules
 from subzero.engines.stages import Box, Member, last_readers, next_stage, plan_boxes, within
 from subzero.errors import OperatorError, SubZeroError
-from subzero.model.strategy import BLACKBOX, Strategy
+from subzero.model.strategy import BLACKBOX, Strategy, modes_needed
 from subzero.model.workflow import Step, Workflow
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.inputs import is_region_source
@@ -86,6 +92,12 @@ def _aggregates(op, in_shapes, strategies) -> bool:
             and all(hasattr(op, f) for f in ("partial", "merge", "finish"))
             and op.is_all_to_all(0)
             and all(s.mode.value in ("full", "map", "blackbox") for s in strategies))
+
+
+def _labels(op, in_shapes) -> bool:
+    """Run as connected components over tiles: declared so, one input."""
+    return (getattr(op.tiling, "kind", "") == "components" and len(in_shapes) == 1
+            and all(hasattr(op, f) for f in ("foreground", "write_lineage", "connectivity")))
 
 
 def _fail(name: str, where: str, e: BaseException):
@@ -236,6 +248,65 @@ def _aggregate(sc, name, op, inputs, in_shapes, strategies, arrays: ArrayStore, 
         full, _ = buf.finish(out.shape, in_shapes)
     arr = out.data if isinstance(out, xr.DataArray) else out
     return [TaskResult((0,), full, None, shape_of(out), str(arr.dtype), time.perf_counter() - t0, 0.0)]
+
+
+def _stat_task(run_dir: str, tile_size, name: str, op, source: str, shape, tile: Tile):
+    """One tile's partial of a components operator's whole-array statistic."""
+    arrays = ArrayStore(run_dir, tile=tile_size)
+    try:
+        return op.stat_partial(arrays.read_region(source, tile.core_slices()), tile.origin, tuple(shape))
+    except Exception as e:
+        raise _fail(name, f"tile {tile.describe()}", e) from None
+
+
+def _label_task(run_dir: str, tile_size, name: str, op, source: str, shape, stat,
+                tile: Tile) -> TileComponents:
+    """One tile's regions, labelled on its core alone, summarised for the merge."""
+    arrays = ArrayStore(run_dir, tile=tile_size)
+    try:
+        mask = op.foreground(arrays.read_region(source, tile.core_slices()), stat)
+        return tile_components(mask, tile.core, shape, op.connectivity, tile.index)[1]
+    except Exception as e:
+        raise _fail(name, f"tile {tile.describe()}", e) from None
+
+
+def _relabel_task(run_dir: str, tile_size, name: str, op, source: str, shape, stat, strategies,
+                  capture: bool, job: tuple[Tile, TileLabels]) -> TaskResult:
+    """One tile's final labels, written to its chunk, and the lineage of its cells:
+    the regions inside its core, the regions spanning tiles that it owns (gathered
+    from their bounding boxes) and, unless composite, its background cells."""
+    tile, answer = job
+    arrays = ArrayStore(run_dir, tile=tile_size)
+    shape = tuple(shape)
+    try:
+        t0 = time.perf_counter()
+        mask = op.foreground(arrays.read_region(source, tile.core_slices()), stat)
+        local, _ = tile_components(mask, tile.core, shape, op.connectivity, tile.index)
+        out = answer.relabel[local]
+        arrays.write_region(name, tile.core_slices(), out)
+        run_s = time.perf_counter() - t0
+        full = pay = None
+        lwrite_s = 0.0
+        modes = modes_needed(strategies) if capture else frozenset()
+        if modes:
+            buf = LineageBuffer(name, 1, len(shape), [len(shape)])
+            ctx = Context(name, op, modes, [shape], shape, buf)
+            origin = np.asarray(tile.origin, np.int64)
+            inside = (out > 0) & ~np.isin(out, answer.spanning)
+            cells, ids = [np.argwhere(inside) + origin], [out[inside]]
+            for r in answer.owned:
+                box = tuple(slice(a, b + 1) for a, b in zip(r.lo, r.hi))
+                got = region_cells(op.foreground(arrays.read_region(source, box), stat), r.lo,
+                                   r.first, shape, op.connectivity)
+                cells.append(got)
+                ids.append(np.full(len(got), r.label, np.int32))
+            op.write_lineage(ctx, np.concatenate(cells), np.concatenate(ids),
+                             lambda: np.argwhere(out == 0) + origin)
+            full, pay = ctx.finish(shape)
+            lwrite_s = ctx.lwrite_seconds
+    except Exception as e:
+        raise _fail(name, f"tile {tile.describe()}", e) from None
+    return TaskResult(tile.index, full, pay, shape, str(out.dtype), run_s, lwrite_s, peak_rss())
 
 
 def _raise_from_spark(e: Exception, name: str) -> NoReturn:
@@ -456,6 +527,10 @@ class SparkEngine:
             self.note(f"{name}: aggregation over {tasks} tile(s), merged in a tree")
             results = _aggregate(self.sc, name, op, step.inputs, in_shapes, strategies, arrays,
                                  capture, on_tasks)
+        elif _labels(op, in_shapes):
+            results = self._components(name, op, step.inputs[0], in_shapes[0], strategies, capture,
+                                       on_tasks)
+            tasks = len(results)
         elif halo is None:
             tasks = 1
             self.note(f"{name}: {op.tiling.kind} operator, one task on the whole array")
@@ -485,6 +560,33 @@ class SparkEngine:
                           concat_pairs([r.pay for r in results], len(in_shapes)), wall,
                           sum(r.lwrite_s for r in results), tiles=tasks)
 
+    def _components(self, name: str, op, source: str, shape, strategies, capture: bool,
+                    on_tasks: TaskCallback | None) -> list[TaskResult]:
+        """Connected components over tiles, in up to three jobs: the statistic's
+        partials merged in a tree (when the operator has one), per-tile labels
+        merged on the driver, per-tile relabelling with lineage."""
+        arrays, sc = self.arrays, self.sc
+        root, shape = str(arrays.dir.parent), tuple(shape)
+        tiles = tiles_for(shape, arrays.tile)
+        stat = None
+        if getattr(op, "statistic", False):
+            fn = partial(_stat_task, root, arrays.tile, name, op, source, shape)
+            rdd = sc.parallelize(tiles, len(tiles)).map(fn)
+            stat = op.stat_finish(run_job(sc, name, lambda: rdd.treeReduce(op.stat_merge), on_tasks))
+        fn = partial(_label_task, root, arrays.tile, name, op, source, shape, stat)
+        summaries: list[TileComponents] = collect(sc.parallelize(tiles, len(tiles)).map(fn), name,
+                                                  on_tasks)
+        answers, n = merge_tiles(summaries, shape, op.connectivity, int(getattr(op, "min_size", 1)))
+        spanning = sum(len(a.owned) for a in answers)
+        arrays.create(name, shape, np.dtype(np.int32))
+        self.note(f"{name}: connected components over {len(tiles)} tile(s)"
+                  + (", statistic merged in a tree" if getattr(op, "statistic", False) else "")
+                  + f"; {n} region(s), {spanning} across tile borders")
+        fn = partial(_relabel_task, root, arrays.tile, name, op, source, shape, stat, strategies,
+                     capture)
+        jobs = list(zip(tiles, answers))
+        return collect(sc.parallelize(jobs, len(jobs)).map(fn), name, on_tasks)
+
     def _done(self, what: str, wall: float, results: list[TaskResult]) -> None:
         rss = max((r.rss for r in results), default=0)
         self.note(f"  {what} done in {wall:.2f} s" + (f"; largest worker peak memory "
@@ -509,8 +611,9 @@ class SparkEngine:
         if not step.inputs or any(a not in self.shapes for a in step.inputs):
             return False
         in_shapes = [self.shapes[a] for a in step.inputs]
-        return tile_plan(step.operator, in_shapes) is None and not _aggregates(
-            step.operator, in_shapes, (BLACKBOX,))
+        return (tile_plan(step.operator, in_shapes) is None
+                and not _aggregates(step.operator, in_shapes, (BLACKBOX,))
+                and not _labels(step.operator, in_shapes))
 
     def _run_globals(self, wf: Workflow, names: list[str],
                      strategies: Mapping[str, tuple[Strategy, ...]], capture: bool,

@@ -28,20 +28,24 @@ class Tiling:
     of ``radius`` cells), ``"aggregate"`` (a whole-array reduction combined from
     per-tile partial results: the operator implements ``partial(*tiles)``,
     ``merge(a, b)`` and ``finish(state)``, and ``merge`` must make the result
-    independent of the tiling) or ``"global"`` (needs the whole array).
+    independent of the tiling), ``"components"`` (connected regions of a
+    foreground mask, labelled per tile and merged across tile borders: see
+    :class:`subzero.operators.components.ConnectedComponents`) or ``"global"``
+    (needs the whole array).
     """
 
     kind: str = "global"
     radius: int = 0
 
     def __post_init__(self):
-        if self.kind not in ("elementwise", "stencil", "aggregate", "global"):
+        if self.kind not in ("elementwise", "stencil", "aggregate", "components", "global"):
             raise ValueError(f"unknown tiling {self.kind!r}")
 
 
 ELEMENTWISE = Tiling("elementwise")
 AGGREGATE = Tiling("aggregate")
 GLOBAL = Tiling("global")
+COMPONENTS = Tiling("components")
 
 
 def stencil(radius: int) -> Tiling:
