@@ -5,8 +5,8 @@ maps: threshold, then label connected regions.  A region can cross any
 tile border, so such an operator is not a stencil; it is not global either.
 :class:`ConnectedComponents` declares ``components`` tiling and the Spark
 engine runs it in passes over tiles (the label-merge pattern of
-:mod:`subzero.capture.components`): an optional whole-array statistic
-(partials per tile, merged in a tree), per-tile labels with a merge across
+:mod:`subzero.capture.components`): the operator's whole-array statistic if
+it declares one (:mod:`subzero.model.statistic`), per-tile labels with a merge across
 tile borders on the driver, and per-tile relabelling with lineage.  The labels
 equal the in-process engine's cell for cell on any tiling: regions are
 numbered by their first cell (row-major), the order ``scipy.ndimage.label``
@@ -14,9 +14,9 @@ gives.
 
 A subclass implements :meth:`ConnectedComponents.foreground` and, when the
 mask needs a whole-array statistic (a noise level, a percentile), sets
-``statistic = True`` and implements ``stat_partial`` / ``stat_merge`` /
-``stat_finish`` such that merging the partials of any tiling gives what the
-whole array's partial gives.
+``statistic`` to a :class:`~subzero.model.statistic.Statistic` whose partials
+of any tiling merge to what the whole array gives; ``foreground`` receives
+its value.
 """
 
 from __future__ import annotations
@@ -47,37 +47,20 @@ class ConnectedComponents(Operator):
     default_strategy = "comp:payone:backward"
     connectivity = "full"
     min_size = 1
-    #: the mask needs a whole-array statistic (stat_partial / stat_merge / stat_finish)
-    statistic = False
 
     def supported_modes(self):
         return {Mode.FULL, Mode.PAY, Mode.COMP, Mode.BLACKBOX}
 
     # -- what a subclass implements ---------------------------------------------------------
     def foreground(self, values: np.ndarray, stat: Any) -> np.ndarray:  # pragma: no cover - abstract
-        """The boolean mask of ``values`` (a tile or the whole array), cell by cell."""
+        """The boolean mask of ``values`` (a tile or the whole array), cell by cell;
+        ``stat`` is the value of the declared ``statistic`` (None without one)."""
         raise NotImplementedError(f"{type(self).__name__} must implement foreground(values, stat)")
 
-    def stat_partial(self, values: np.ndarray, origin: tuple[int, ...], shape: tuple[int, ...]) -> Any:
-        """The statistic's partial state over ``values``, a block of the array starting
-        at ``origin`` (an array of ``shape``)."""
-        return None
-
-    def stat_merge(self, a: Any, b: Any) -> Any:
-        return None
-
-    def stat_finish(self, state: Any) -> Any:
-        return None
-
     # -- running ----------------------------------------------------------------------------
-    def whole_stat(self, values: np.ndarray) -> Any:
-        if not self.statistic:
-            return None
-        return self.stat_finish(self.stat_partial(values, (0,) * values.ndim, values.shape))
-
     def run(self, ctx, values):
         values = np.asarray(values)
-        labels, _ = label(self.foreground(values, self.whole_stat(values)), self.connectivity,
+        labels, _ = label(self.foreground(values, ctx.statistic), self.connectivity,
                           self.min_size)
         inside = labels > 0
         self.write_lineage(ctx, np.argwhere(inside), labels[inside],

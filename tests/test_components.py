@@ -10,7 +10,7 @@ from conftest import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from subzero import Workflow
+from subzero import Statistic, Workflow
 from subzero.capture.components import label, merge_tiles, region_cells, tile_components
 from subzero.capture.tiles import tiles_for
 from subzero.operators import ConnectedComponents
@@ -59,23 +59,28 @@ def test_tiles_merged_equal_whole_array_labels(data):
     assert spans == set(gathered)
 
 
-class AboveMax(ConnectedComponents):
-    """Cells above a fraction of the whole array's maximum (a statistic whose merge
-    is exact on any tiling)."""
+class FracOfMax(Statistic):
+    """A fraction of the whole array's maximum (a merge exact on any tiling)."""
 
-    statistic = True
+    def __init__(self, frac):
+        self.frac = frac
 
-    def __init__(self, frac=0.5, connectivity="full", min_size=1):
-        self.frac, self.connectivity, self.min_size = frac, connectivity, min_size
+    def partial(self, block, core, origin, shape, prior):
+        return float(np.max(block[core]))
 
-    def stat_partial(self, values, origin, shape):
-        return float(np.max(values))
-
-    def stat_merge(self, a, b):
+    def merge(self, a, b):
         return max(a, b)
 
-    def stat_finish(self, state):
+    def finish(self, state, prior):
         return self.frac * state
+
+
+class AboveMax(ConnectedComponents):
+    """Cells above a fraction of the whole array's maximum."""
+
+    def __init__(self, frac=0.5, connectivity="full", min_size=1):
+        self.connectivity, self.min_size = connectivity, min_size
+        self.statistic = FracOfMax(frac)
 
     def foreground(self, values, level):
         return np.asarray(values) > level

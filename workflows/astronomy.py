@@ -30,8 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from subzero import GLOBAL, Mode, Workflow, stencil
+from subzero import ExactMedian, Mode, Statistic, Workflow, stencil
 from subzero.errors import WorkflowError
+from subzero.model.statistic import whole
 from subzero.operators import Binary, ConnectedComponents, Div, Maximum, Mean, Slice, Sub, Unary, WindowComposite
 from subzero.operators.base import MappedOperator
 from subzero.operators.composite import window_offsets
@@ -49,6 +50,8 @@ GAIN = 1.0
 NONLINEARITY = 2e-7         # quadratic coefficient of the linearity correction
 BG_BLOCK = 64
 CR_RADIUS = 3               # a flagged pixel depends on its 7x7 window (the paper's declaration)
+CR_HALO = 40                # L.A.Cosmic's four iterations reach 38 pixels (see CosmicRays)
+CR_MIN_SIDE = 8             # astroscrappy crashes on images under 4 pixels a side
 RMCR_RADIUS = 2             # a repaired pixel depends on its 5x5 window
 STAR_NSIGMA = 5.0
 
@@ -115,10 +118,19 @@ def repair(image, flags):
     return np.where(flags == 1, SATURATION, np.where(flags == 2, RAW_SKY, image))
 
 
-def non_science(shape) -> np.ndarray:
+def non_science(shape, origin=(0, 0)) -> np.ndarray:
+    """The mask of a block of the image at ``origin`` that is not sky data."""
     m = np.ones(shape, bool)
-    m[SCIENCE] = False
+    m[tuple(slice(max(0, s.start - o), None) for s, o in zip(SCIENCE, origin))] = False
     return m
+
+
+def la_cosmic_padded(indat: np.ndarray, inmask: np.ndarray, satlevel: float) -> np.ndarray:
+    """astroscrappy's working mask of ``indat`` given its input mask."""
+    from astroscrappy.astroscrappy import update_mask
+    mask = np.ascontiguousarray(inmask, np.uint8).copy()
+    update_mask(np.ascontiguousarray(indat * np.float32(GAIN), np.float32), mask, satlevel, True)
+    return mask
 
 
 def average(a, b):
@@ -212,6 +224,30 @@ class BlockBackground(MappedOperator):
 
 # --- UDF A/B: cosmic-ray detection ----------------------------------------------------------
 
+class SkyFill(ExactMedian):
+    """astroscrappy's fill value: the lower median of the image's unmasked pixels
+    (the input mask grown by a pixel, plus saturated stars' cores grown by four),
+    which L.A.Cosmic writes into a pixel whose whole 5x5 window is masked.  The
+    mask reaches 7 pixels (a 7-pixel median, then two 5x5 dilations), so each
+    tile reads a halo of 7 to mask its core exactly."""
+
+    halo = 7
+
+    def __init__(self, sky: float, satlevel: float):
+        self.sky, self.satlevel = sky, satlevel
+
+    def values(self, block, core, origin, shape):
+        indat = np.asarray(block, np.float32) + np.float32(self.sky)
+        mask = la_cosmic_mask(indat, origin, shape, self.satlevel)
+        return indat[core][mask[core] == 0]
+
+
+def la_cosmic_mask(indat: np.ndarray, origin, shape, satlevel: float) -> np.ndarray:
+    """The mask astroscrappy works with on ``indat`` (a block of the image at
+    ``origin``): the non-science strip grown by a pixel, and saturated stars."""
+    return la_cosmic_padded(indat, non_science(indat.shape, origin), satlevel)
+
+
 class CosmicRays(WindowComposite):
     """L.A.Cosmic (van Dokkum 2001) through astroscrappy: Laplacian edge
     detection on the 2x subsampled image with a median-filter noise model,
@@ -227,10 +263,22 @@ class CosmicRays(WindowComposite):
     above ``satlevel``
     (in the calibrated input's counts: saturated cores land near 59,000) are
     saturated stars, never cosmic rays.
+
+    Runs per tile, bit-identical to the whole image.  Each of the four
+    iterations reaches 10 pixels further (Laplacian 1, noise median 3, its
+    7-pixel median 3 more, two 3x3 growths, the 5x5 clean), the last one 8,
+    and the mask 7: after four iterations a pixel depends on the input within
+    38 pixels, so a tile reads a halo of ``CR_HALO`` = 40.  Stopping early
+    (an iteration that finds nothing) cannot move that light cone: an
+    iteration finding nothing near a pixel leaves its neighbourhood as it was.
+    The one whole-image number, the fill value for a fully masked window,
+    is the :class:`SkyFill` statistic; a tile hands it to astroscrappy by
+    appending rows (or columns) of that value on a side where it has a halo
+    until its own median is that value (checked exactly before the tile runs).
     """
 
     default_strategy = "comp:payone:backward"
-    tiling = GLOBAL      # iterative L.A.Cosmic reaches beyond any fixed radius: whole image
+    tiling = stencil(CR_HALO)
     radius = CR_RADIUS
 
     def __init__(self, sky: float = 600.0, satlevel: float = 50000.0, sigclip: float = 5.0,
@@ -239,16 +287,72 @@ class CosmicRays(WindowComposite):
         self.sky, self.satlevel = sky, satlevel
         self.sigclip, self.sigfrac, self.objlim, self.readnoise = sigclip, sigfrac, objlim, readnoise
         self.fsmode = fsmode
+        self.statistic = SkyFill(sky, satlevel)
+
+    def run(self, ctx, img):
+        img = np.asarray(img, np.float32)
+        whole_shape = tuple(ctx.array_shape or img.shape)
+        if img.shape == whole_shape:
+            out, flagged = self.compute_flagged(img)
+        else:
+            out, _ = self.detect_block(img + np.float32(self.sky), tuple(ctx.origin), whole_shape,
+                                       ctx.statistic)
+            flagged = out.astype(bool)
+        self.write_lineage(ctx, np.asarray(flagged, bool), self.radius)
+        return out
 
     def compute_flagged(self, img):
-        import astroscrappy
         img = np.asarray(img, dtype=np.float32)
-        mask, _ = astroscrappy.detect_cosmics(
-            img + np.float32(self.sky), inmask=non_science(img.shape), gain=GAIN,
+        mask, _ = self._detect(img + np.float32(self.sky), non_science(img.shape))
+        return mask, mask.astype(bool)
+
+    def _detect(self, indat, inmask):
+        """astroscrappy on ``indat`` (sky re-added): the uint8 mask and the cleaned image."""
+        import astroscrappy
+        if min(indat.shape) < CR_MIN_SIDE:      # astroscrappy's C code overruns its buffers
+            raise ValueError(f"cosmic-ray detection needs an image of at least {CR_MIN_SIDE} "
+                             f"pixels per side, not {indat.shape[0]}x{indat.shape[1]}")
+        mask, clean = astroscrappy.detect_cosmics(
+            indat, inmask=inmask, gain=GAIN,
             readnoise=self.readnoise, sigclip=self.sigclip, sigfrac=self.sigfrac,
             objlim=self.objlim, satlevel=self.satlevel, niter=4, cleantype="meanmask",
             fsmode=self.fsmode, psfmodel="gauss", psffwhm=2.5)
-        return mask.astype(np.uint8), mask
+        return mask.astype(np.uint8), clean
+
+    def detect_block(self, indat, origin, shape, fill):
+        """A tile's read region ``indat`` (core plus halo, sky re-added) at ``origin``
+        of an image of ``shape``: padded with ``fill`` (the :class:`SkyFill` value) on
+        a side with a halo until astroscrappy's own median of it is ``fill``, then
+        detected.  Returns the mask and the cleaned image over ``indat``; the core of
+        both equals the whole image's."""
+        side = next(((ax, end) for ax, end in ((0, True), (0, False), (1, True), (1, False))
+                     if (origin[ax] + indat.shape[ax] < shape[ax] if end else origin[ax] > 0)), None)
+        assert side is not None          # only the whole image has no side with a halo
+        ax, end = side
+        inmask = non_science(indat.shape, origin)
+        fill = np.float32(fill)
+        across = indat.shape[1 - ax]
+        rows = 0
+        for _ in range(8):
+            pad_shape = (rows, across) if ax == 0 else (across, rows)
+            parts = [indat, np.full(pad_shape, fill, np.float32)]
+            masks = [inmask, np.zeros(pad_shape, bool)]
+            if not end:
+                parts, masks = parts[::-1], masks[::-1]
+            padded = np.ascontiguousarray(np.concatenate(parts, axis=ax))
+            pmask = np.concatenate(masks, axis=ax)
+            good = padded[la_cosmic_padded(padded, pmask, self.satlevel) == 0]
+            below, equal = int((good < fill).sum()), int((good == fill).sum())
+            above = good.size - below - equal
+            k = (good.size - 1) // 2
+            if below <= k < below + equal:
+                mask, clean = self._detect(padded, pmask)
+                keep = [slice(None), slice(None)]
+                keep[ax] = slice(0, indat.shape[ax]) if end else slice(rows, None)
+                return mask[tuple(keep)], clean[tuple(keep)]
+            need = max(below - equal - above + 1, above - below - equal, 1)
+            rows += -(-need // across) + 2
+        raise ValueError(f"could not give the tile at {origin} the image's fill value {fill}")
 
 
 # --- UDF C: cosmic-ray removal -------------------------------------------------------------
@@ -287,6 +391,25 @@ class RemoveCosmicRays(WindowComposite):
 
 # --- UDF D: star detection -------------------------------------------------------------------
 
+class StarThreshold(Statistic):
+    """``nsigma`` times the MAD noise of every fourth pixel of the whole image (the
+    ``[::4, ::4]`` sample, gathered per tile on the image's grid: any tiling gives
+    the same sample, so the same threshold)."""
+
+    def __init__(self, nsigma: float):
+        self.nsigma = nsigma
+
+    def partial(self, block, core, origin, shape, prior):
+        start = [o + c.start for o, c in zip(origin, core)]
+        return np.asarray(block[core], np.float64)[tuple(slice((-s) % 4, None, 4) for s in start)].ravel()
+
+    def merge(self, a, b):
+        return np.concatenate([a, b])
+
+    def finish(self, sample, prior):
+        return self.nsigma * mad_sigma(sample)
+
+
 class DetectStars(ConnectedComponents):
     """Threshold at ``nsigma`` times the robust noise, then 8-connected
     components: 0 = sky, k = star k.  Every pixel of star k depends on all
@@ -303,24 +426,13 @@ class DetectStars(ConnectedComponents):
     the whole-image run's.
     """
 
-    statistic = True
-
     def __init__(self, nsigma: float = STAR_NSIGMA, min_pixels: int = 3):
         self.nsigma, self.min_pixels = nsigma, min_pixels
         self.min_size = min_pixels
-
-    def stat_partial(self, values, origin, shape):
-        """This block's pixels of the ``[::4, ::4]`` sample of the whole image."""
-        return np.asarray(values, np.float64)[tuple(slice((-o) % 4, None, 4) for o in origin)].ravel()
-
-    def stat_merge(self, a, b):
-        return np.concatenate([a, b])
-
-    def stat_finish(self, sample):
-        return self.nsigma * mad_sigma(sample)
+        self.statistic = StarThreshold(nsigma)
 
     def threshold(self, img: np.ndarray) -> float:
-        return float(self.whole_stat(np.asarray(img, np.float64)))
+        return float(whole(StarThreshold(self.nsigma), np.asarray(img, np.float64)))
 
     def foreground(self, values, threshold):
         return np.asarray(values, np.float64) > threshold

@@ -13,7 +13,8 @@ or that many cells of a 1-D output) is kept as a copy and replayed then.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -50,6 +51,8 @@ class Context:
         self.lwrite_seconds = 0.0
         self._origin = tuple(int(x) for x in tile_origin) if tile_origin is not None else None
         self._array_shape: tuple[int, ...] | None = None
+        self._statistic: Callable[[], Any] | None = None
+        self._statistic_value: Any = None
         self._supported: set[Mode] | None = None
 
     # -- shapes ----------------------------------------------------------------
@@ -73,6 +76,15 @@ class Context:
         """The shape of the whole output array when running per tile (the tile's own
         shape is the inputs' shape), else None: it is then the output's shape."""
         return self._array_shape
+
+    @property
+    def statistic(self) -> Any:
+        """The value of the operator's declared ``statistic`` over the whole first
+        input (None when it declares none).  Per tile, the engine computed it over
+        all the tiles beforehand; on a whole array it is computed here, on first use."""
+        if self._statistic is not None:
+            self._statistic_value, self._statistic = self._statistic(), None
+        return self._statistic_value
 
     def input_shape(self, i: int) -> tuple[int, ...]:
         if not 0 <= i < len(self._input_shapes):

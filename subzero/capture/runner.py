@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -14,7 +16,23 @@ from subzero.capture.context import Context
 from subzero.capture.tiles import Shape, Tile, globalize
 from subzero.errors import OperatorError, SubZeroError
 from subzero.model.operator import Operator
+from subzero.model.statistic import whole
 from subzero.model.strategy import Strategy, modes_needed
+
+NOT_GIVEN: Any = object()      # run_operator's statistic was not computed by the engine
+
+
+def _plain(value) -> np.ndarray:
+    return np.asarray(value.data if isinstance(value, xr.DataArray) else value)
+
+
+def attach_statistic(ctx: Context, op, inputs: list, statistic: Any = NOT_GIVEN) -> None:
+    """Give ``ctx`` the operator's statistic: the engine's value when it computed
+    one over tiles, else computed from ``inputs`` (the whole arrays) on first use."""
+    if statistic is not NOT_GIVEN:
+        ctx._statistic_value = statistic
+    elif getattr(op, "statistic", None) is not None and inputs:
+        ctx._statistic = partial(whole, op.statistic, _plain(inputs[0]))
 
 
 def shape_of(value) -> tuple[int, ...]:
@@ -58,8 +76,12 @@ def told_output_shape(op, in_shapes) -> tuple[tuple[int, ...] | None, bool]:
 
 def run_operator(name: str, op, inputs: list, strategies: tuple[Strategy, ...],
                  capture: bool = True, origin: tuple[int, ...] | None = None,
-                 array_shape: tuple[int, ...] | None = None):
+                 array_shape: tuple[int, ...] | None = None, statistic: Any = NOT_GIVEN):
     """Run one operator and capture its lineage in memory.
+
+    ``statistic``: the operator's declared statistic, computed by the engine over
+    the whole array; when not given, ``ctx.statistic`` computes it from the first
+    input on first use (the inputs are then the whole arrays).
 
     Returns (output, full pairs, payload pairs, ctx).  Operator exceptions
     become :class:`OperatorError` naming the operator.
@@ -72,6 +94,7 @@ def run_operator(name: str, op, inputs: list, strategies: tuple[Strategy, ...],
     ctx = Context(name, op, modes, in_shapes, declared, buf, tile_origin=origin,
                   output_guessed=guessed)
     ctx._array_shape = tuple(array_shape) if array_shape is not None else None
+    attach_statistic(ctx, op, inputs, statistic)
     try:
         out = op.run(ctx, *inputs)
     except SubZeroError:
@@ -100,14 +123,19 @@ class TileOutput:
 
 
 def run_tile(name: str, op, ins: list, strategies: tuple[Strategy, ...], capture: bool,
-             tile: Tile, out_shape: Shape, in_shapes: list[Shape]) -> TileOutput:
+             tile: Tile, out_shape: Shape, in_shapes: list[Shape], statistic: Any = NOT_GIVEN) -> TileOutput:
     """Run a tile-parallel operator on one tile's read region (``ins``: each input's
     core plus halo) and keep the core: the step both engines share per tile.
 
-    ``ctx`` describes the tile (its shapes), as the operator would see a small array."""
+    ``ctx`` describes the tile (its shapes), as the operator would see a small array.
+    An operator with a ``statistic`` needs the whole array's value (``statistic``):
+    the tile's own would differ."""
+    if statistic is NOT_GIVEN and getattr(op, "statistic", None) is not None:
+        raise OperatorError(f"operator {name!r} declares a statistic: its tiles need the whole "
+                            f"array's value, computed before they run")
     t0 = time.perf_counter()
     out, full, pay, ctx = run_operator(name, op, ins, strategies, capture, origin=tile.origin,
-                                       array_shape=tuple(out_shape))
+                                       array_shape=tuple(out_shape), statistic=statistic)
     run_s = time.perf_counter() - t0
     out = np.asarray(out.data if isinstance(out, xr.DataArray) else out)
     if out.shape != tile.read_shape():

@@ -36,6 +36,7 @@ from subzero.capture.tiles import Tile, concat_pairs, input_slices, tile_plan, t
 from subzero.engines.base import StepResult
 from subzero.engines.progress import Progress
 from subzero.errors import OperatorError, SubZeroError
+from subzero.model.statistic import over_blocks
 from subzero.model.strategy import Strategy
 from subzero.model.workflow import Step, Workflow
 from subzero.storage.arrays import ArrayStore
@@ -183,6 +184,13 @@ class LocalEngine:
             return np.array(np.asarray(self.values[name]).reshape(self.shapes[name])[region])
         return self.arrays.read_region(name, region)
 
+    def _box(self, name: str, box) -> np.ndarray:
+        """A box (``(lo, hi)`` per axis) of an array, from memory when held."""
+        region = tuple(slice(a, b) for a, b in box)
+        if name in self.values:
+            return np.asarray(self.values[name]).reshape(self.shapes[name])[region]
+        return self.arrays.read_region(name, region)
+
     def _tiles(self, step: Step, in_shapes: list[tuple[int, ...]]) -> list[Tile] | None:
         """The tiles to stream the step over, or None: it runs on whole arrays."""
         if not self.stream:
@@ -231,10 +239,17 @@ class LocalEngine:
         pays: list[Pairs | None] = []
         run_s = lwrite_s = 0.0
         dtype: np.dtype | None = None
+        stat = {}
+        if op.statistic is not None:      # the whole array's, computed over the tiles first
+            first = step.inputs[0]
+            stat["statistic"] = over_blocks(
+                op.statistic, lambda box: self._box(first, box), [t.core for t in tiles],
+                tuple(in_shapes[0]))
         for k, tile in enumerate(tiles):
             ins = [self._region(a, tile) for a in step.inputs]
             try:
-                done = run_tile(name, op, ins, strategies, capture, tile, out_shape, in_shapes)
+                done = run_tile(name, op, ins, strategies, capture, tile, out_shape, in_shapes,
+                                **stat)
             except SubZeroError as e:
                 raise type(e)(f"{e} (on tile {tile.describe()} of {len(tiles)})") from None
             del ins

@@ -48,8 +48,9 @@ from subzero.capture.tiles import Tile, concat_pairs, input_slices, tile_plan, t
 from subzero.engines.base import StepResult
 from subzero.engines.progress import Progress
 from subzero.engines.session import SparkError, jvm_log_hint, ship_workflow_modules
-from subzero.engines.stages import Box, Member, last_readers, next_stage, plan_boxes, within
+from subzero.engines.stages import Box, Member, grow, last_readers, next_stage, plan_boxes, within
 from subzero.errors import OperatorError, SubZeroError
+from subzero.model.statistic import Statistic
 from subzero.model.strategy import BLACKBOX, Strategy, modes_needed
 from subzero.model.workflow import Step, Workflow
 from subzero.storage.arrays import ArrayStore
@@ -106,13 +107,15 @@ def _fail(name: str, where: str, e: BaseException):
 
 
 def _tile_task(run_dir: str, tile_size, name: str, op, inputs: list[str], strategies,
-               capture: bool, out_shape, in_shapes, tile: Tile) -> TaskResult:
-    """One tile of a tile-parallel operator, on a Spark executor."""
+               capture: bool, out_shape, in_shapes, stat, tile: Tile) -> TaskResult:
+    """One tile of a tile-parallel operator, on a Spark executor (``stat``: the
+    operator's statistic, computed over all tiles beforehand)."""
     arrays = ArrayStore(run_dir, tile=tile_size)
     where = f"tile {tile.describe()}"
     try:
         ins = [arrays.read_region(a, input_slices(tile, s)) for a, s in zip(inputs, in_shapes)]
-        done = run_tile(name, op, ins, strategies, capture, tile, out_shape, in_shapes)
+        done = run_tile(name, op, ins, strategies, capture, tile, out_shape, in_shapes,
+                        **({} if op.statistic is None else {"statistic": stat}))
         arrays.write_region(name, tile.core_slices(), done.core)
     except Exception as e:
         raise _fail(name, where, e) from None
@@ -250,11 +253,15 @@ def _aggregate(sc, name, op, inputs, in_shapes, strategies, arrays: ArrayStore, 
     return [TaskResult((0,), full, None, shape_of(out), str(arr.dtype), time.perf_counter() - t0, 0.0)]
 
 
-def _stat_task(run_dir: str, tile_size, name: str, op, source: str, shape, tile: Tile):
-    """One tile's partial of a components operator's whole-array statistic."""
+def _stat_task(run_dir: str, tile_size, name: str, stat: Statistic, source: str, shape, prior,
+               tile: Tile):
+    """One tile's partial of an operator's whole-array statistic (one round)."""
     arrays = ArrayStore(run_dir, tile=tile_size)
     try:
-        return op.stat_partial(arrays.read_region(source, tile.core_slices()), tile.origin, tuple(shape))
+        box = grow(tile.core, int(stat.halo), shape)
+        block = arrays.read_region(source, tuple(slice(a, b) for a, b in box))
+        core = tuple(slice(c0 - b0, c1 - b0) for (c0, c1), (b0, _) in zip(tile.core, box))
+        return stat.partial(block, core, tuple(a for a, _ in box), tuple(shape), prior)
     except Exception as e:
         raise _fail(name, f"tile {tile.describe()}", e) from None
 
@@ -542,12 +549,13 @@ class SparkEngine:
         else:
             out_shape = in_shapes[0]
             tiles = tiles_for(out_shape, arrays.tile, halo)
-            dtype = _probe_dtype(name, op, arrays, step.inputs, in_shapes, tiles[0])
+            stat = self._statistic(name, op, step.inputs[0], in_shapes[0], on_tasks)
+            dtype = _probe_dtype(name, op, arrays, step.inputs, in_shapes, tiles[0], out_shape, stat)
             arrays.create(name, out_shape, dtype)
             self.note(f"{name}: {len(tiles)} tile task(s) of up to {arrays.tile} cells per axis"
                       + (f", halo {halo}" if halo else ""))
             fn = partial(_tile_task, str(arrays.dir.parent), arrays.tile, name, op,
-                         list(step.inputs), strategies, capture, out_shape, in_shapes)
+                         list(step.inputs), strategies, capture, out_shape, in_shapes, stat)
             results = collect(self.sc.parallelize(tiles, len(tiles)).map(fn), name, on_tasks)
             tasks = len(tiles)
         wall = time.perf_counter() - t0
@@ -568,24 +576,39 @@ class SparkEngine:
         arrays, sc = self.arrays, self.sc
         root, shape = str(arrays.dir.parent), tuple(shape)
         tiles = tiles_for(shape, arrays.tile)
-        stat = None
-        if getattr(op, "statistic", False):
-            fn = partial(_stat_task, root, arrays.tile, name, op, source, shape)
-            rdd = sc.parallelize(tiles, len(tiles)).map(fn)
-            stat = op.stat_finish(run_job(sc, name, lambda: rdd.treeReduce(op.stat_merge), on_tasks))
-        fn = partial(_label_task, root, arrays.tile, name, op, source, shape, stat)
-        summaries: list[TileComponents] = collect(sc.parallelize(tiles, len(tiles)).map(fn), name,
-                                                  on_tasks)
+        stat = self._statistic(name, op, source, shape, on_tasks)
+        label_fn = partial(_label_task, root, arrays.tile, name, op, source, shape, stat)
+        summaries: list[TileComponents] = collect(sc.parallelize(tiles, len(tiles)).map(label_fn),
+                                                  name, on_tasks)
         answers, n = merge_tiles(summaries, shape, op.connectivity, int(getattr(op, "min_size", 1)))
         spanning = sum(len(a.owned) for a in answers)
         arrays.create(name, shape, np.dtype(np.int32))
         self.note(f"{name}: connected components over {len(tiles)} tile(s)"
-                  + (", statistic merged in a tree" if getattr(op, "statistic", False) else "")
+                  + (", statistic merged in a tree" if op.statistic is not None else "")
                   + f"; {n} region(s), {spanning} across tile borders")
         fn = partial(_relabel_task, root, arrays.tile, name, op, source, shape, stat, strategies,
                      capture)
         jobs = list(zip(tiles, answers))
         return collect(sc.parallelize(jobs, len(jobs)).map(fn), name, on_tasks)
+
+    def _statistic(self, name: str, op, source: str, shape, on_tasks: TaskCallback | None) -> Any:
+        """The operator's declared statistic of its first input, over the tiles: one
+        job per round, the tiles' partials merged in a tree (None without one)."""
+        stat: Statistic | None = getattr(op, "statistic", None)
+        if stat is None:
+            return None
+        sc, shape = self.sc, tuple(shape)
+        tiles = tiles_for(shape, self.arrays.tile)
+        t0 = time.perf_counter()
+        prior = None
+        for _ in range(stat.rounds):
+            fn = partial(_stat_task, str(self.arrays.dir.parent), self.arrays.tile, name, stat,
+                         source, shape, prior)
+            rdd = sc.parallelize(tiles, len(tiles)).map(fn)
+            prior = stat.finish(run_job(sc, name, partial(rdd.treeReduce, stat.merge), on_tasks), prior)
+        self.note(f"{name}: statistic {type(stat).__name__} over {len(tiles)} tile(s) in "
+                  f"{stat.rounds} round(s), {time.perf_counter() - t0:.2f} s")
+        return prior
 
     def _done(self, what: str, wall: float, results: list[TaskResult]) -> None:
         rss = max((r.rss for r in results), default=0)
@@ -600,7 +623,7 @@ class SparkEngine:
         exposures' cosmic-ray detection), one task each; or one operator."""
         first = pending[0]
         if not self._runs_whole(wf, first):
-            return next_stage(wf, pending, self.shapes, tile_plan)
+            return next_stage(wf, pending, self.shapes, _fusable)
         return [first] + [n for n in pending[1:]
                           if all(a in self.shapes for a in wf.steps[n].inputs)
                           and self._runs_whole(wf, n)]
@@ -710,12 +733,20 @@ def _accumulated(members: list[Member]) -> int:
     return max(mid - read[0][0] for _, read in boxes.values())
 
 
-def _probe_dtype(name, op, arrays: ArrayStore, inputs, in_shapes, tile: Tile) -> np.dtype:
+def _fusable(op, in_shapes) -> int | None:
+    """The halo of an operator that may join a fused stage (None: it runs on its own).
+    An operator with a statistic needs it computed over its stored input first."""
+    return None if getattr(op, "statistic", None) is not None else tile_plan(op, in_shapes)
+
+
+def _probe_dtype(name, op, arrays: ArrayStore, inputs, in_shapes, tile: Tile, out_shape,
+                 stat) -> np.dtype:
     """The output dtype, from running the operator on the first tile in the driver
     (tasks write into an array that must exist with its dtype before they start)."""
     ins = [arrays.read_region(a, input_slices(tile, sh)) for a, sh in zip(inputs, in_shapes)]
     try:
-        out, _, _, _ = run_operator(name, op, ins, (), capture=False, origin=tile.origin)
+        out, _, _, _ = run_operator(name, op, ins, (), capture=False, origin=tile.origin,
+                                    array_shape=tuple(out_shape), statistic=stat)
     except SubZeroError:
         raise
     except Exception as e:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from subzero.model.modes import Mode
+from subzero.model.statistic import Statistic
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,10 @@ class Operator:
                    call it once for many pairs that share a payload.
     default_strategy  strategy spec used when the user gives none (e.g.
                    ``"comp:payone:backward"``); None = SubZero's default rule.
+    statistic      a :class:`~subzero.model.statistic.Statistic` of the first
+                   input that ``run`` needs whole (``ctx.statistic``): engines
+                   that run the operator per tile compute it over the tiles
+                   first, so every tile sees the whole array's value.
     """
 
     all_to_all: bool | Sequence[bool] | None = None
@@ -78,6 +83,7 @@ class Operator:
     deterministic: bool = True
     map_p_batched: bool = False
     default_strategy: str | None = None
+    statistic: Statistic | None = None
 
     # -- what the operator does -------------------------------------------
     def run(self, ctx, *inputs) -> Any:  # pragma: no cover - abstract

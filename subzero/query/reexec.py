@@ -18,6 +18,7 @@ import numpy as np
 
 from subzero.capture.buffer import LineageBuffer, Pairs
 from subzero.capture.context import Context
+from subzero.capture.runner import attach_statistic
 from subzero.errors import LineageError, OperatorError, QueryError, SubZeroError
 from subzero.model.cells import (
     csr_rows,
@@ -173,6 +174,7 @@ def run_with_buffer(name: str, op, inputs: list, in_shapes: list[tuple[int, ...]
     buf = QueryBuffer(name, len(inputs), out_shape, in_shapes, backward, i, hit, mpp,
                       keep_covered=(mode is Mode.COMP))
     ctx = Context(name, op, {mode}, in_shapes, out_shape, buf)
+    attach_statistic(ctx, op, inputs)
     try:
         output = op.run(ctx, *inputs)
     except SubZeroError:

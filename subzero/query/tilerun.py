@@ -24,7 +24,8 @@ the declaration, and the whole re-run's check decides: a non-deterministic
 operator still stops the trace with the "not deterministic" error.  Tiles follow the stored output's
 chunks (the run's tile), so each read touches the fewest chunks.
 
-Anything else — global and aggregate operators, inputs of another shape than
+Anything else — global and aggregate operators, operators with a whole-array
+statistic, inputs of another shape than
 the output, an operator that returns another shape for a tile, a query that
 touches every tile — re-runs whole (:func:`rerun_tiles` returns None).
 """
@@ -67,8 +68,11 @@ class TileAccess:
 
 def halo(sc: StepContext) -> int | None:
     """The halo radius when the step's operator can re-run per tile, else None: declared
-    elementwise or stencil, and every input of the output's (stored) shape."""
+    elementwise or stencil, every input of the output's (stored) shape, and no
+    whole-array statistic (a tile alone cannot compute it)."""
     if not sc.in_shapes or any(tuple(s) != sc.out_shape for s in sc.in_shapes):
+        return None
+    if getattr(sc.op, "statistic", None) is not None:
         return None
     return tile_plan(sc.op, sc.in_shapes)
 

@@ -1,0 +1,169 @@
+"""Whole-array statistics that operators run per tile need before they start.
+
+Some operators are local except for one number taken over the whole array: a
+noise level for a detection threshold, the sky's median as a fill value.  Run
+per tile, each tile would compute its own number and the tiles would not
+agree with the whole-array run.  Such an operator declares a
+:class:`Statistic`; an engine computes it first, in *rounds* of per-tile
+partials merged in a tree (plain data, no global state: the same code runs in
+a Spark task), and hands the finished value to every tile as
+``ctx.statistic``.  The in-process engine computes it from the whole array
+the same way (one block), so both engines see the same value.
+
+A statistic is exact when merging the partials of any tiling gives what the
+whole array's single partial gives.  :class:`ExactMedian` shows a statistic
+that needs more than one round: an exact order statistic by radix selection,
+16 bits of the value per round, never more than a histogram per tile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+Slices = tuple[slice, ...]
+Box = tuple[tuple[int, int], ...]
+
+
+class Statistic:
+    """A whole-array statistic computed over tiles.
+
+    ``halo``: cells around each tile's core that :meth:`partial` reads (a value
+    decided by a neighbourhood, such as a dilated mask).  ``rounds``: passes
+    over the tiles; each round's :meth:`finish` result is handed to the next
+    round's partials as ``prior``, and the last round's is the statistic.
+    The statistic is taken over the operator's first input.
+    """
+
+    halo: int = 0
+    rounds: int = 1
+
+    def partial(self, block: np.ndarray, core: Slices, origin: tuple[int, ...],
+                shape: tuple[int, ...], prior: Any) -> Any:  # pragma: no cover - abstract
+        """This tile's partial state.  ``block`` is the tile's core plus ``halo``
+        (clipped at the array's edges), starting at array cell ``origin``;
+        ``block[core]`` is the core; ``shape`` is the whole array's."""
+        raise NotImplementedError(f"{type(self).__name__} must implement partial()")
+
+    def merge(self, a: Any, b: Any) -> Any:  # pragma: no cover - abstract
+        """Two partials merged (associative: Spark merges them in a tree)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement merge()")
+
+    def finish(self, state: Any, prior: Any) -> Any:
+        """The round's result from the merged partials."""
+        return state
+
+
+def whole(stat: Statistic, values: np.ndarray) -> Any:
+    """The statistic of a whole array: every round over one block."""
+    values = np.asarray(values)
+    core = tuple(slice(0, n) for n in values.shape)
+    prior = None
+    for _ in range(stat.rounds):
+        prior = stat.finish(stat.partial(values, core, (0,) * values.ndim, values.shape, prior), prior)
+    return prior
+
+
+def over_blocks(stat: Statistic, read: Callable[[Box], np.ndarray], cores: Sequence[Box],
+                shape: tuple[int, ...]) -> Any:
+    """The statistic over tiles in one process: each round reads every core (``(lo,
+    hi)`` per axis) grown by ``stat.halo`` through ``read`` and merges the partials,
+    as the Spark engine does across its tasks."""
+    prior = None
+    for _ in range(stat.rounds):
+        acc: Any = None
+        for k, core in enumerate(cores):
+            box = tuple((max(0, a - stat.halo), min(n, b + stat.halo)) for (a, b), n in zip(core, shape))
+            inner = tuple(slice(a - b0, b - b0) for (a, b), (b0, _) in zip(core, box))
+            part = stat.partial(read(box), inner, tuple(a for a, _ in box), tuple(shape), prior)
+            acc = part if k == 0 else stat.merge(acc, part)
+        prior = stat.finish(acc, prior)
+    return prior
+
+
+# --- an exact order statistic in rounds of histograms ------------------------------------------
+
+BITS = 16                      # bits of the value settled per round: 65,536-bin histograms
+
+
+def order_keys(values: np.ndarray) -> np.ndarray:
+    """Unsigned integer keys that sort as the floating-point values do (the sign
+    bit flipped for positives, every bit for negatives)."""
+    v = np.ascontiguousarray(values)
+    if v.dtype.kind != "f" or v.dtype.itemsize not in (4, 8):
+        raise TypeError(f"order statistics need float32 or float64 values, not {v.dtype}")
+    ut = np.uint32 if v.dtype.itemsize == 4 else np.uint64
+    u: np.ndarray[Any, Any] = v.view(ut)
+    top = ut(1) << ut(8 * v.dtype.itemsize - 1)
+    return np.where(np.bitwise_and(u, top), np.invert(u), np.bitwise_or(u, top))
+
+
+def key_value(key: int, dtype: np.dtype) -> Any:
+    """The float whose :func:`order_keys` key is ``key``."""
+    ut = np.uint32 if np.dtype(dtype).itemsize == 4 else np.uint64
+    k = ut(key)
+    top = ut(1) << ut(8 * np.dtype(dtype).itemsize - 1)
+    u = k & np.invert(top) if k & top else np.invert(k)
+    return np.array([u], ut).view(dtype)[0]
+
+
+class ExactMedian(Statistic):
+    """The element of rank ``(n - 1) // 2`` (the lower median, what quickselect
+    returns) of the values :meth:`values` picks from each tile's core, exact on
+    any tiling.  Radix selection: round ``r`` histograms the next 16 bits of the
+    order keys of the values whose higher bits are the ones already settled,
+    so a tile sends 65,536 counts per round, whatever its size: two rounds for
+    float32, four for float64.  NaN values are refused (they have no rank).
+    """
+
+    dtype: np.dtype = np.dtype(np.float32)
+
+    @property
+    def rounds(self) -> int:  # type: ignore[override]
+        return 8 * np.dtype(self.dtype).itemsize // BITS
+
+    def values(self, block: np.ndarray, core: Slices, origin: tuple[int, ...],
+               shape: tuple[int, ...]) -> np.ndarray:
+        """The values of this tile's core that take part (default: all)."""
+        return block[core]
+
+    def partial(self, block, core, origin, shape, prior):
+        v = np.asarray(self.values(block, core, origin, shape), self.dtype).ravel()
+        if np.isnan(v).any():
+            raise ValueError(f"{type(self).__name__}: NaN values have no median")
+        keys = order_keys(v)
+        width = 8 * keys.dtype.itemsize
+        done = 0 if prior is None else prior[0]
+        if done:
+            keys = keys[(keys >> keys.dtype.type(width - done)) == prior[1]]
+        digit = (keys >> keys.dtype.type(width - done - BITS)) & keys.dtype.type((1 << BITS) - 1)
+        return np.bincount(digit.astype(np.int64), minlength=1 << BITS).astype(np.int64)
+
+    def merge(self, a, b):
+        return a + b
+
+    def finish(self, counts, prior):
+        """Round results: ``(bits settled, their prefix, rank left within it)``;
+        the value after the last round."""
+        if prior is None:
+            n = int(counts.sum())
+            if n == 0:
+                raise ValueError(f"{type(self).__name__}: no values to take the median of")
+            done, prefix, rank = 0, 0, (n - 1) // 2
+        else:
+            done, prefix, rank = prior
+        cum = np.cumsum(counts)
+        digit = int(np.searchsorted(cum, rank, side="right"))
+        rank -= int(cum[digit - 1]) if digit else 0
+        done, prefix = done + BITS, (prefix << BITS) | digit
+        if done == 8 * np.dtype(self.dtype).itemsize:
+            return key_value(prefix, self.dtype)
+        return done, prefix, rank
+
+
+def lower_median(values: Sequence[float] | np.ndarray) -> Any:
+    """The rank ``(n - 1) // 2`` element, by sorting (the oracle of the tests)."""
+    v = np.sort(np.asarray(values).ravel())
+    return v[(len(v) - 1) // 2]
