@@ -188,7 +188,7 @@ def test_spark_cosmic_rays_per_tile_equal_in_process(spark, store, sky, strategy
     np.testing.assert_array_equal(lo.array("cr").values, mask)
     np.testing.assert_array_equal(sp.array("cr").values, mask)
     log = (sp.dir / "run.log").read_text()
-    assert "cr: statistic SkyFill over 25 tile(s) in 2 round(s)" in log
+    assert "cr: statistic SkyFill over 4 block(s) in 2 round(s)" in log
     assert "one task on the whole array" not in log and "halo 40" in log
     for c in [tuple(x) for x in np.argwhere(mask)[::97][:4]] + [(150, 130), (0, 0)]:
         a, b = sp.trace("cr", [c], to="x"), lo.trace("cr", [c], to="x")

@@ -126,10 +126,15 @@ def non_science(shape, origin=(0, 0)) -> np.ndarray:
 
 
 def la_cosmic_padded(indat: np.ndarray, inmask: np.ndarray, satlevel: float) -> np.ndarray:
-    """astroscrappy's working mask of ``indat`` given its input mask."""
+    """astroscrappy's working mask of ``indat`` given its input mask: the input mask
+    grown by a pixel, and saturated stars (without any, its median filter is skipped)."""
     from astroscrappy.astroscrappy import update_mask
+    from astroscrappy.utils.image_utils import dilate3
+    data = np.ascontiguousarray(indat * np.float32(GAIN), np.float32)
+    if not (data >= np.float32(satlevel)).any():
+        return np.asarray(dilate3(np.ascontiguousarray(inmask, bool)), np.uint8)
     mask = np.ascontiguousarray(inmask, np.uint8).copy()
-    update_mask(np.ascontiguousarray(indat * np.float32(GAIN), np.float32), mask, satlevel, True)
+    update_mask(data, mask, satlevel, True)
     return mask
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from subzero.capture.buffer import Pairs
 from subzero.model.cells import csr_rows, lengths_to_offsets, pack, unpack
+from subzero.tuning import HALO_TILE_RATIO
 
 Shape = tuple[int, ...]
 
@@ -70,6 +71,13 @@ def tile_at(shape: Shape, ts: Shape, idx: Sequence[int], halo: int = 0) -> Tile:
     core = tuple((int(i) * k, min(n, (int(i) + 1) * k)) for i, k, n in zip(idx, ts, shape))
     read = tuple((max(0, a - halo), min(n, b + halo)) for (a, b), n in zip(core, shape))
     return Tile(tuple(int(i) for i in idx), core, read)
+
+
+def task_tile(tile: int, halo: int) -> int:
+    """The cells per axis of one task of a stencil with ``halo``: a multiple of the
+    store's ``tile`` (tasks write whole chunks) whose core is at least
+    ``HALO_TILE_RATIO`` times the halo, up to 4 tiles."""
+    return tile * min(4, max(1, -(-halo * HALO_TILE_RATIO // tile)))
 
 
 def tile_plan(op, in_shapes: Sequence[Shape]) -> int | None:

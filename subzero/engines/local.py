@@ -32,7 +32,7 @@ import xarray as xr
 
 from subzero.capture.buffer import Pairs
 from subzero.capture.runner import run_operator, run_tile, shape_of
-from subzero.capture.tiles import Tile, concat_pairs, input_slices, tile_plan, tiles_for
+from subzero.capture.tiles import Tile, concat_pairs, input_slices, task_tile, tile_plan, tiles_for
 from subzero.engines.base import StepResult
 from subzero.engines.progress import Progress
 from subzero.errors import OperatorError, SubZeroError
@@ -201,7 +201,7 @@ class LocalEngine:
         for a in step.inputs:
             if a in self._xarray or (a in self.values and np.ndim(self.values[a]) == 0):
                 return None        # tiles are numpy: keep what run() sees (dims, attrs, 0-d)
-        tiles = tiles_for(in_shapes[0], self.arrays.tile, halo)
+        tiles = tiles_for(in_shapes[0], task_tile(self.arrays.tile, halo), halo)
         return tiles if len(tiles) > 1 else None
 
     # -- running ----------------------------------------------------------------------

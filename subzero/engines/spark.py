@@ -44,7 +44,7 @@ from subzero.capture.buffer import LineageBuffer, Pairs
 from subzero.capture.components import TileComponents, TileLabels, merge_tiles, region_cells, tile_components
 from subzero.capture.context import Context
 from subzero.capture.runner import run_operator, run_tile, shape_of
-from subzero.capture.tiles import Tile, concat_pairs, input_slices, tile_plan, tiles_for
+from subzero.capture.tiles import Tile, concat_pairs, input_slices, task_tile, tile_plan, tiles_for
 from subzero.engines.base import StepResult
 from subzero.engines.progress import Progress
 from subzero.engines.session import SparkError, jvm_log_hint, ship_workflow_modules
@@ -55,7 +55,7 @@ from subzero.model.strategy import BLACKBOX, Strategy, modes_needed
 from subzero.model.workflow import Step, Workflow
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.inputs import is_region_source
-from subzero.tuning import PROBE_CELLS, PROGRESS_POLL_S
+from subzero.tuning import PROBE_CELLS, PROGRESS_POLL_S, STAT_BLOCK_TILES
 
 MARK = "@@subzero@@"
 
@@ -548,11 +548,11 @@ class SparkEngine:
             arrays.commit_attempt(name, results[0].attempt)     # the attempt that succeeded
         else:
             out_shape = in_shapes[0]
-            tiles = tiles_for(out_shape, arrays.tile, halo)
+            tiles = tiles_for(out_shape, task_tile(arrays.tile, halo), halo)
             stat = self._statistic(name, op, step.inputs[0], in_shapes[0], on_tasks)
             dtype = _probe_dtype(name, op, arrays, step.inputs, in_shapes, tiles[0], out_shape, stat)
             arrays.create(name, out_shape, dtype)
-            self.note(f"{name}: {len(tiles)} tile task(s) of up to {arrays.tile} cells per axis"
+            self.note(f"{name}: {len(tiles)} tile task(s) of up to {task_tile(arrays.tile, halo)} cells per axis"
                       + (f", halo {halo}" if halo else ""))
             fn = partial(_tile_task, str(arrays.dir.parent), arrays.tile, name, op,
                          list(step.inputs), strategies, capture, out_shape, in_shapes, stat)
@@ -598,7 +598,7 @@ class SparkEngine:
         if stat is None:
             return None
         sc, shape = self.sc, tuple(shape)
-        tiles = tiles_for(shape, self.arrays.tile)
+        tiles = tiles_for(shape, self.arrays.tile * STAT_BLOCK_TILES)
         t0 = time.perf_counter()
         prior = None
         for _ in range(stat.rounds):
@@ -606,7 +606,7 @@ class SparkEngine:
                          source, shape, prior)
             rdd = sc.parallelize(tiles, len(tiles)).map(fn)
             prior = stat.finish(run_job(sc, name, partial(rdd.treeReduce, stat.merge), on_tasks), prior)
-        self.note(f"{name}: statistic {type(stat).__name__} over {len(tiles)} tile(s) in "
+        self.note(f"{name}: statistic {type(stat).__name__} over {len(tiles)} block(s) in "
                   f"{stat.rounds} round(s), {time.perf_counter() - t0:.2f} s")
         return prior
 

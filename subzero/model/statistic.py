@@ -94,10 +94,12 @@ def order_keys(values: np.ndarray) -> np.ndarray:
     v = np.ascontiguousarray(values)
     if v.dtype.kind != "f" or v.dtype.itemsize not in (4, 8):
         raise TypeError(f"order statistics need float32 or float64 values, not {v.dtype}")
-    ut = np.uint32 if v.dtype.itemsize == 4 else np.uint64
+    bits = 8 * v.dtype.itemsize
+    ut = np.uint32 if bits == 32 else np.uint64
     u: np.ndarray[Any, Any] = v.view(ut)
-    top = ut(1) << ut(8 * v.dtype.itemsize - 1)
-    return np.where(np.bitwise_and(u, top), np.invert(u), np.bitwise_or(u, top))
+    # negatives (sign bit set) flip every bit, positives only the sign bit
+    flip = (u >> ut(bits - 1)) * ut((1 << (bits - 1)) - 1) | ut(1 << (bits - 1))
+    return np.bitwise_xor(u, flip)
 
 
 def key_value(key: int, dtype: np.dtype) -> Any:
@@ -139,7 +141,7 @@ class ExactMedian(Statistic):
         if done:
             keys = keys[(keys >> keys.dtype.type(width - done)) == prior[1]]
         digit = (keys >> keys.dtype.type(width - done - BITS)) & keys.dtype.type((1 << BITS) - 1)
-        return np.bincount(digit.astype(np.int64), minlength=1 << BITS).astype(np.int64)
+        return np.bincount(digit.astype(np.intp), minlength=1 << BITS).astype(np.int64)
 
     def merge(self, a, b):
         return a + b
