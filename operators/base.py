@@ -135,7 +135,7 @@ class MappedOperator(Operator):
         emit_full(self, ctx)
 
 
-def emit_full(op: MappedOperator, ctx) -> None:
+def emit_full(op: MappedOperator, ctx, region=None) -> None:
     """Emit ``op``'s relation as Full pairs, batched and vectorized.
 
     An all-to-all input gets one pair (every output cell, every cell of that
@@ -144,19 +144,24 @@ def emit_full(op: MappedOperator, ctx) -> None:
     output cell has the same number of input cells (per input) the batch is
     one ``lwrite(each=True)`` of ``(N, K, ndim)`` arrays, otherwise one
     ``lwrite_groups``, where output cells that depend on nothing get no pair.
+
+    ``region`` (``(lo, hi)`` per output axis): only the output cells in it (one tile's
+    share of the relation, in array coordinates).
     """
     out_shape = tuple(ctx.output_shape)
+    lo = np.zeros(len(out_shape), np.int64) if region is None else np.array([a for a, _ in region], np.int64)
+    span = out_shape if region is None else tuple(b - a for a, b in region)
     n_in = ctx.n_inputs
     shapes = [ctx.input_shape(i) for i in range(n_in)]
     a2a = [op.is_all_to_all(i) for i in range(n_in)]
-    n_out = int(np.prod(out_shape, dtype=np.int64))
+    n_out = int(np.prod(span, dtype=np.int64))
     if n_out == 0:
         return
     for i in range(n_in):
         if a2a[i] and int(np.prod(shapes[i], dtype=np.int64)):
             ins = [no_cells(len(s)) for s in shapes]
             ins[i] = all_cells(shapes[i])
-            ctx.lwrite(all_cells(out_shape), *ins)
+            ctx.lwrite(all_cells(span) + lo, *ins)
     rest = [i for i in range(n_in) if not a2a[i]]
     if not rest:
         return
@@ -164,7 +169,7 @@ def emit_full(op: MappedOperator, ctx) -> None:
     fan_in = max(1, sum(len(op.backward(centre, i, ctx)[0]) for i in rest))
     step = max(1, EMIT_BATCH_CELLS // fan_in)
     for a in range(0, n_out, step):
-        out = unpack(np.arange(a, min(n_out, a + step), dtype=np.int64), out_shape)
+        out = unpack(np.arange(a, min(n_out, a + step), dtype=np.int64), span) + lo
         _emit_batch(op, ctx, out, shapes, a2a)
 
 

@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 
 from subzero.model.cells import box
+from subzero.model.operator import GATHER
 
-from .base import MappedOperator, Shape, rows
+from .base import MappedOperator, Shape, emit_full, rows
 from .boundary import Neighbourhood, mode_from_numpy
 
 
@@ -33,7 +34,12 @@ def _per_axis(value, ndim: int, what: str) -> np.ndarray:
 class Slice(MappedOperator):
     """``x[key]`` for a key of slices (any start/stop/step, negative steps too)
     and integers (which drop their axis), e.g. ``Slice(np.s_[1:4, ::-2])``.
-    Axes beyond the key are kept whole."""
+    Axes beyond the key are kept whole.
+
+    Tiles as a gather: a tile of the output reads only the box of the input
+    its cells come from (:meth:`input_box`), so no task holds the whole input."""
+
+    tiling = GATHER
 
     def __init__(self, key: Any):
         key = key if isinstance(key, tuple) else (key,)
@@ -80,6 +86,28 @@ class Slice(MappedOperator):
 
     def compute(self, x):
         return x[self._key(x.ndim)].reshape(self.output_shape(x.shape))
+
+    # -- per output tile -------------------------------------------------------------
+    def _indices(self, out_box, in_shape) -> list[np.ndarray]:
+        """Per input axis, the input index of each output index in ``out_box``."""
+        start, step, _, kept = self._plan(tuple(in_shape))
+        rng = dict(zip(kept, out_box))
+        return [start[d] + np.arange(*rng[d], dtype=np.int64) * step[d] if d in rng
+                else np.array([start[d]], np.int64) for d in range(len(in_shape))]
+
+    def input_box(self, out_box, in_shape):
+        """The box (``(lo, hi)`` per axis) of the input that the output box reads."""
+        return tuple((int(i.min()), int(i.max()) + 1) if i.size else (0, 0)
+                     for i in self._indices(out_box, in_shape))
+
+    def gather(self, block, box, out_box, in_shape):
+        """The output over ``out_box`` from ``block``, the input over ``box``."""
+        idx = [i - lo for i, (lo, _) in zip(self._indices(out_box, in_shape), box)]
+        return np.asarray(block)[np.ix_(*idx)].reshape(tuple(b - a for a, b in out_box))
+
+    def emit_tile(self, ctx, out_box) -> None:
+        """Full lineage of the output cells in ``out_box`` (array coordinates)."""
+        emit_full(self, ctx, out_box)
 
     def backward(self, cells, i, ctx):
         shape = ctx.input_shape(0)

@@ -11,6 +11,8 @@ gives, :class:`SparkEngine` launches one job:
 * operators declared global, or whose inputs do not tile alike, run as one
   task on the whole arrays (the run log says so);
 * whole-array reductions run as per-tile partials merged in a tree;
+* structural operators that pick cells (``gather`` tiling: slices) run one
+  task per output tile, reading only the input box its cells come from;
 * connected-component labelling (``components`` tiling) runs in passes over
   tiles: the mask's statistic (partials merged in a tree), per-tile labels
   merged across tile borders on the driver, then per-tile relabelling and
@@ -50,6 +52,7 @@ from subzero.engines.progress import Progress
 from subzero.engines.session import SparkError, jvm_log_hint, ship_workflow_modules
 from subzero.engines.stages import Box, Member, grow, last_readers, next_stage, plan_boxes, within
 from subzero.errors import OperatorError, SubZeroError
+from subzero.model.modes import Mode
 from subzero.model.statistic import Statistic
 from subzero.model.strategy import BLACKBOX, Strategy, modes_needed
 from subzero.model.workflow import Step, Workflow
@@ -93,6 +96,12 @@ def _aggregates(op, in_shapes, strategies) -> bool:
             and all(hasattr(op, f) for f in ("partial", "merge", "finish"))
             and op.is_all_to_all(0)
             and all(s.mode.value in ("full", "map", "blackbox") for s in strategies))
+
+
+def _gathers(op, in_shapes) -> bool:
+    """A structural operator of one input whose output tiles read input boxes."""
+    return (getattr(op.tiling, "kind", "") == "gather" and len(in_shapes) == 1
+            and all(hasattr(op, f) for f in ("input_box", "gather", "emit_tile")))
 
 
 def _labels(op, in_shapes) -> bool:
@@ -251,6 +260,33 @@ def _aggregate(sc, name, op, inputs, in_shapes, strategies, arrays: ArrayStore, 
         full, _ = buf.finish(out.shape, in_shapes)
     arr = out.data if isinstance(out, xr.DataArray) else out
     return [TaskResult((0,), full, None, shape_of(out), str(arr.dtype), time.perf_counter() - t0, 0.0)]
+
+
+def _gather_task(run_dir: str, tile_size, name: str, op, source: str, strategies, capture: bool,
+                 out_shape, in_shape, tile: Tile) -> TaskResult:
+    """One output tile of a gather operator: it reads the input box its cells come
+    from, writes its chunk, and returns the lineage of its cells."""
+    arrays = ArrayStore(run_dir, tile=tile_size)
+    out_shape, in_shape = tuple(out_shape), tuple(in_shape)
+    try:
+        t0 = time.perf_counter()
+        box = op.input_box(tile.core, in_shape)
+        out = op.gather(arrays.read_region(source, tuple(slice(a, b) for a, b in box)), box,
+                        tile.core, in_shape)
+        arrays.write_region(name, tile.core_slices(), out)
+        run_s = time.perf_counter() - t0
+        full = pay = None
+        lwrite_s = 0.0
+        modes = modes_needed(strategies) if capture else frozenset()
+        if Mode.FULL in modes:
+            buf = LineageBuffer(name, 1, len(out_shape), [len(in_shape)])
+            ctx = Context(name, op, modes, [in_shape], out_shape, buf)
+            op.emit_tile(ctx, tile.core)
+            full, pay = ctx.finish(out_shape)
+            lwrite_s = ctx.lwrite_seconds
+    except Exception as e:
+        raise _fail(name, f"tile {tile.describe()}", e) from None
+    return TaskResult(tile.index, full, pay, out_shape, str(out.dtype), run_s, lwrite_s, peak_rss())
 
 
 def _stat_task(run_dir: str, tile_size, name: str, stat: Statistic, source: str, shape, prior,
@@ -538,6 +574,18 @@ class SparkEngine:
             results = self._components(name, op, step.inputs[0], in_shapes[0], strategies, capture,
                                        on_tasks)
             tasks = len(results)
+        elif _gathers(op, in_shapes) and (in_dtype := self._numeric(step.inputs[0])) is not None:
+            told = op.output_shape(in_shapes[0])
+            assert told is not None                 # a gather operator knows its output shape
+            out_shape = tuple(int(n) for n in told)
+            tiles = tiles_for(out_shape, arrays.tile)
+            arrays.create(name, out_shape, in_dtype)
+            self.note(f"{name}: gather, {len(tiles)} tile task(s) reading only the input boxes "
+                      f"their cells come from")
+            fn = partial(_gather_task, str(arrays.dir.parent), arrays.tile, name, op, step.inputs[0],
+                         strategies, capture, out_shape, in_shapes[0])
+            results = collect(self.sc.parallelize(tiles, len(tiles)).map(fn), name, on_tasks)
+            tasks = len(tiles)
         elif halo is None:
             tasks = 1
             self.note(f"{name}: {op.tiling.kind} operator, one task on the whole array")
@@ -591,6 +639,15 @@ class SparkEngine:
         jobs = list(zip(tiles, answers))
         return collect(sc.parallelize(jobs, len(jobs)).map(fn), name, on_tasks)
 
+    def _numeric(self, name: str) -> np.dtype | None:
+        """The dtype of a stored array that tiles (numbers), else None (text tables and
+        other arrays run whole)."""
+        try:
+            dtype = self.arrays.describe(name)[1]
+        except SubZeroError:
+            return None
+        return dtype if dtype.kind in "biufc" else None
+
     def _statistic(self, name: str, op, source: str, shape, on_tasks: TaskCallback | None) -> Any:
         """The operator's declared statistic of its first input, over the tiles: one
         job per round, the tiles' partials merged in a tree (None without one)."""
@@ -636,7 +693,8 @@ class SparkEngine:
         in_shapes = [self.shapes[a] for a in step.inputs]
         return (tile_plan(step.operator, in_shapes) is None
                 and not _aggregates(step.operator, in_shapes, (BLACKBOX,))
-                and not _labels(step.operator, in_shapes))
+                and not _labels(step.operator, in_shapes)
+                and not _gathers(step.operator, in_shapes))
 
     def _run_globals(self, wf: Workflow, names: list[str],
                      strategies: Mapping[str, tuple[Strategy, ...]], capture: bool,

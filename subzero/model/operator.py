@@ -31,15 +31,20 @@ class Tiling:
     ``merge(a, b)`` and ``finish(state)``, and ``merge`` must make the result
     independent of the tiling), ``"components"`` (connected regions of a
     foreground mask, labelled per tile and merged across tile borders: see
-    :class:`subzero.operators.components.ConnectedComponents`) or ``"global"``
-    (needs the whole array).
+    :class:`subzero.operators.components.ConnectedComponents`), ``"gather"``
+    (structural: each cell of the output is one cell of the input, so a tile
+    of the output reads the box of the input its cells come from; the operator
+    implements ``input_box(out_box, in_shape)``, ``gather(block, box, out_box,
+    in_shape)`` and, for stored Full lineage, ``emit_tile(ctx, out_box)``, as
+    :class:`subzero.operators.Slice` does) or
+    ``"global"`` (needs the whole array).
     """
 
     kind: str = "global"
     radius: int = 0
 
     def __post_init__(self):
-        if self.kind not in ("elementwise", "stencil", "aggregate", "components", "global"):
+        if self.kind not in ("elementwise", "stencil", "aggregate", "components", "gather", "global"):
             raise ValueError(f"unknown tiling {self.kind!r}")
 
 
@@ -47,6 +52,7 @@ ELEMENTWISE = Tiling("elementwise")
 AGGREGATE = Tiling("aggregate")
 GLOBAL = Tiling("global")
 COMPONENTS = Tiling("components")
+GATHER = Tiling("gather")
 
 
 def stencil(radius: int) -> Tiling:
