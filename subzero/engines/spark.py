@@ -598,7 +598,9 @@ class SparkEngine:
             out_shape = in_shapes[0]
             tiles = tiles_for(out_shape, task_tile(arrays.tile, halo), halo)
             stat = self._statistic(name, op, step.inputs[0], in_shapes[0], on_tasks)
-            dtype = _probe_dtype(name, op, arrays, step.inputs, in_shapes, tiles[0], out_shape, stat)
+            corner = tuple((0, min(b, PROBE_CELLS)) for _, b in tiles[0].core)
+            probe = Tile(tiles[0].index, corner, corner)
+            dtype = _probe_dtype(name, op, arrays, step.inputs, in_shapes, probe, out_shape, stat)
             arrays.create(name, out_shape, dtype)
             self.note(f"{name}: {len(tiles)} tile task(s) of up to {task_tile(arrays.tile, halo)} cells per axis"
                       + (f", halo {halo}" if halo else ""))
@@ -799,8 +801,9 @@ def _fusable(op, in_shapes) -> int | None:
 
 def _probe_dtype(name, op, arrays: ArrayStore, inputs, in_shapes, tile: Tile, out_shape,
                  stat) -> np.dtype:
-    """The output dtype, from running the operator on the first tile in the driver
-    (tasks write into an array that must exist with its dtype before they start)."""
+    """The output dtype, from running the operator on a small corner (``tile``) in the
+    driver: tasks write into an array that must exist with its dtype before they
+    start, and a whole tile of a heavy operator would cost the driver its memory."""
     ins = [arrays.read_region(a, input_slices(tile, sh)) for a, sh in zip(inputs, in_shapes)]
     try:
         out, _, _, _ = run_operator(name, op, ins, (), capture=False, origin=tile.origin,
