@@ -190,6 +190,10 @@ def test_jvm_logs_are_pruned_to_the_newest(tmp_path):
     mine = tmp_path / f"spark-{os.getpid()}.log"
     mine.write_text("x")
     os.utime(mine, (now - 100, now - 100))
+    gone = tmp_path / f"scratch-{int(dead) + 100000}"                  # Spark scratch folders
+    (gone / "spark-x" / "pyspark-y").mkdir(parents=True)
+    live = tmp_path / f"scratch-{os.getpid()}"
+    live.mkdir()
     removed = prune_jvm_logs(tmp_path, keep=3)
-    assert set(removed) >= set(logs[3:])
-    assert sorted(tmp_path.iterdir()) == sorted(logs[:3] + [mine])   # a live process keeps its log
+    assert set(removed) >= set(logs[3:]) | {gone}
+    assert sorted(tmp_path.iterdir()) == sorted(logs[:3] + [mine, live])   # a live process keeps its own

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -444,3 +445,13 @@ def test_ctrl_c_during_a_spark_run_is_one_line_and_marks_the_run(tmp_path):
         row = st.runs()[-1]
         assert (row.status, row.error) == ("failed", "interrupted")
     assert sorted(os.listdir(store / "runs")) == []
+
+
+def test_spark_scratch_files_stay_in_subzeros_folder(spark, store):
+    """Spark's scratch folders go to this process's folder under SubZero's temp folder
+    (pruned once the process is gone), not loose in the temp folder."""
+    from subzero.engines.session import jvm_log_dir, scratch_dir
+    assert spark.conf.get("spark.local.dir") == scratch_dir()
+    assert scratch_dir().startswith(str(jvm_log_dir()))
+    store.run(EXAMPLE, engine="spark", spark=spark, progress=False)
+    assert any(p.name.startswith(("spark-", "blockmgr-")) for p in Path(scratch_dir()).iterdir())

@@ -151,6 +151,9 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None):
             from pyspark.sql import SparkSession
     except ImportError as e:
         raise SparkError(f"PySpark is not installed ({e}); reinstall SubZero or use --engine local") from None
+    if master.startswith("local"):
+        os.makedirs(scratch_dir(), exist_ok=True)
+        java_opts += f" -Djava.io.tmpdir={scratch_dir()}"
     builder = (SparkSession.builder.appName("subzero").master(master)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
@@ -162,6 +165,10 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None):
         # the 1 GB defaults are too small for full lineage of large arrays
         builder = (builder.config("spark.driver.memory", "4g")
                    .config("spark.driver.maxResultSize", "4g"))
+        # Spark's scratch files (spark-*/pyspark-* folders) go to a folder of this
+        # process, not loose in the temp folder, where a JVM stopped at exit leaves them
+        # behind; prune_jvm_logs removes it once the process is gone
+        builder = builder.config("spark.local.dir", str(scratch_dir()))
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
     log = jvm_log_path()
@@ -207,6 +214,11 @@ def jvm_log_path() -> str:
     return str(jvm_log_dir() / f"spark-{os.getpid()}.log")
 
 
+def scratch_dir() -> str:
+    """This process's folder for Spark's scratch files (local masters)."""
+    return str(jvm_log_dir() / f"scratch-{os.getpid()}")
+
+
 def jvm_log_hint() -> str:
     """`` (JVM log: PATH)`` when this process started a JVM, else empty: error
     messages point at the log so the JVM's own account is one look away."""
@@ -216,11 +228,17 @@ def jvm_log_hint() -> str:
 
 def prune_jvm_logs(folder: Path, keep: int = KEEP_JVM_LOGS) -> list[Path]:
     """Remove all but the newest ``keep`` logs of ``folder`` (and the logs that older
-    versions left loose in the temp folder); the log of a process still alive is
-    never removed.  Returns the logs removed."""
+    versions left loose in the temp folder), and the Spark scratch folders of
+    processes that are gone; nothing of a process still alive is removed.  Returns
+    what was removed."""
     old = list(Path(tempfile.gettempdir()).glob("subzero-spark-*.log"))
     logs = sorted(folder.glob("spark-*.log"), key=_mtime, reverse=True)
     removed = []
+    for d in folder.glob("scratch-*"):
+        pid = re.search(r"-(\d+)$", d.name)
+        if d.is_dir() and pid is not None and not _alive(int(pid.group(1))):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
     for p in old + logs[keep:]:
         pid = re.search(r"-(\d+)\.log$", p.name)
         if pid is not None and _alive(int(pid.group(1))):
