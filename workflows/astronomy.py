@@ -125,7 +125,7 @@ def non_science(shape, origin=(0, 0)) -> np.ndarray:
     return m
 
 
-def la_cosmic_padded(indat: np.ndarray, inmask: np.ndarray, satlevel: float) -> np.ndarray:
+def la_cosmic_mask(indat: np.ndarray, inmask: np.ndarray, satlevel: float) -> np.ndarray:
     """astroscrappy's working mask of ``indat`` given its input mask: the input mask
     grown by a pixel, and saturated stars (without any, its median filter is skipped)."""
     from astroscrappy.astroscrappy import update_mask
@@ -243,14 +243,8 @@ class SkyFill(ExactMedian):
 
     def values(self, block, core, origin, shape):
         indat = np.asarray(block, np.float32) + np.float32(self.sky)
-        mask = la_cosmic_mask(indat, origin, shape, self.satlevel)
+        mask = la_cosmic_mask(indat, non_science(indat.shape, origin), self.satlevel)
         return indat[core][mask[core] == 0]
-
-
-def la_cosmic_mask(indat: np.ndarray, origin, shape, satlevel: float) -> np.ndarray:
-    """The mask astroscrappy works with on ``indat`` (a block of the image at
-    ``origin``): the non-science strip grown by a pixel, and saturated stars."""
-    return la_cosmic_padded(indat, non_science(indat.shape, origin), satlevel)
 
 
 class CosmicRays(WindowComposite):
@@ -346,7 +340,7 @@ class CosmicRays(WindowComposite):
                 parts, masks = parts[::-1], masks[::-1]
             padded = np.ascontiguousarray(np.concatenate(parts, axis=ax))
             pmask = np.concatenate(masks, axis=ax)
-            good = padded[la_cosmic_padded(padded, pmask, self.satlevel) == 0]
+            good = padded[la_cosmic_mask(padded, pmask, self.satlevel) == 0]
             below, equal = int((good < fill).sum()), int((good == fill).sum())
             above = good.size - below - equal
             k = (good.size - 1) // 2

@@ -35,6 +35,13 @@ def attach_statistic(ctx: Context, op, inputs: list, statistic: Any = NOT_GIVEN)
         ctx._statistic = partial(whole, op.statistic, _plain(inputs[0]))
 
 
+def array_context(name: str, op, modes, in_shapes: list[Shape], out_shape: Shape) -> Context:
+    """A ``ctx`` in array coordinates, with its buffer: for lineage a task writes for
+    its share of an array (cells already placed in the whole arrays' shapes)."""
+    buf = LineageBuffer(name, len(in_shapes), len(out_shape), [len(s) for s in in_shapes])
+    return Context(name, op, frozenset(modes), in_shapes, out_shape, buf)
+
+
 def shape_of(value) -> tuple[int, ...]:
     s = tuple(int(x) for x in np.shape(value))
     return s if s else (1,)

@@ -177,16 +177,13 @@ class LocalEngine:
             self.arrays.write(name, value)
 
     def _region(self, name: str, tile: Tile) -> np.ndarray:
-        """A tile's read region of an array: a copy (an operator may write into its
-        input), from memory when held, else from the store's chunks."""
-        region = input_slices(tile, self.shapes[name])
-        if name in self.values:
-            return np.array(np.asarray(self.values[name]).reshape(self.shapes[name])[region])
-        return self.arrays.read_region(name, region)
+        """A tile's read region of an array: its own copy (an operator may write into
+        its input; a read from the store is one already)."""
+        data = self._slice(name, input_slices(tile, self.shapes[name]))
+        return np.array(data) if name in self.values else data
 
-    def _box(self, name: str, box) -> np.ndarray:
-        """A box (``(lo, hi)`` per axis) of an array, from memory when held."""
-        region = tuple(slice(a, b) for a, b in box)
+    def _slice(self, name: str, region: tuple[slice, ...]) -> np.ndarray:
+        """A region of an array, from memory when held, else from the store's chunks."""
         if name in self.values:
             return np.asarray(self.values[name]).reshape(self.shapes[name])[region]
         return self.arrays.read_region(name, region)
@@ -239,17 +236,17 @@ class LocalEngine:
         pays: list[Pairs | None] = []
         run_s = lwrite_s = 0.0
         dtype: np.dtype | None = None
-        stat = {}
+        stat = None
         if op.statistic is not None:      # the whole array's, computed over the tiles first
             first = step.inputs[0]
-            stat["statistic"] = over_blocks(
-                op.statistic, lambda box: self._box(first, box), [t.core for t in tiles],
-                tuple(in_shapes[0]))
+            stat = over_blocks(op.statistic,
+                               lambda box: self._slice(first, tuple(slice(a, b) for a, b in box)),
+                               [t.core for t in tiles], tuple(in_shapes[0]))
         for k, tile in enumerate(tiles):
             ins = [self._region(a, tile) for a in step.inputs]
             try:
                 done = run_tile(name, op, ins, strategies, capture, tile, out_shape, in_shapes,
-                                **stat)
+                                statistic=stat)
             except SubZeroError as e:
                 raise type(e)(f"{e} (on tile {tile.describe()} of {len(tiles)})") from None
             del ins

@@ -42,18 +42,17 @@ from typing import Any, NoReturn
 import numpy as np
 import xarray as xr
 
-from subzero.capture.buffer import LineageBuffer, Pairs
+from subzero.capture.buffer import Pairs
 from subzero.capture.components import TileComponents, TileLabels, merge_tiles, region_cells, tile_components
-from subzero.capture.context import Context
-from subzero.capture.runner import run_operator, run_tile, shape_of
+from subzero.capture.runner import array_context, run_operator, run_tile, shape_of
 from subzero.capture.tiles import Tile, concat_pairs, input_slices, task_tile, tile_plan, tiles_for
 from subzero.engines.base import StepResult
 from subzero.engines.progress import Progress
 from subzero.engines.session import SparkError, jvm_log_hint, ship_workflow_modules
-from subzero.engines.stages import Box, Member, grow, last_readers, next_stage, plan_boxes, within
+from subzero.engines.stages import Box, Member, last_readers, next_stage, plan_boxes, within
 from subzero.errors import OperatorError, SubZeroError
 from subzero.model.modes import Mode
-from subzero.model.statistic import Statistic
+from subzero.model.statistic import Statistic, block_around
 from subzero.model.strategy import BLACKBOX, Strategy, modes_needed
 from subzero.model.workflow import Step, Workflow
 from subzero.storage.arrays import ArrayStore
@@ -124,7 +123,7 @@ def _tile_task(run_dir: str, tile_size, name: str, op, inputs: list[str], strate
     try:
         ins = [arrays.read_region(a, input_slices(tile, s)) for a, s in zip(inputs, in_shapes)]
         done = run_tile(name, op, ins, strategies, capture, tile, out_shape, in_shapes,
-                        **({} if op.statistic is None else {"statistic": stat}))
+                        statistic=stat)
         arrays.write_region(name, tile.core_slices(), done.core)
     except Exception as e:
         raise _fail(name, where, e) from None
@@ -240,8 +239,6 @@ def _aggregate(sc, name, op, inputs, in_shapes, strategies, arrays: ArrayStore, 
     """A whole-array reduction as a Spark aggregation: partials per tile, merged
     on the executors in a tree, finished on the driver.  Its lineage is one
     all-to-all pair, written by the runtime."""
-    from subzero.capture.buffer import LineageBuffer
-    from subzero.capture.context import Context
     from subzero.capture.runner import normalise_output
     tiles = tiles_for(in_shapes[0], arrays.tile, 0)
     fn = partial(_partial_task, str(arrays.dir.parent), arrays.tile, name, op, list(inputs))
@@ -252,12 +249,12 @@ def _aggregate(sc, name, op, inputs, in_shapes, strategies, arrays: ArrayStore, 
     arrays.write(name, out)
     full = None
     if capture and any(s.stored for s in strategies):
-        buf = LineageBuffer(name, len(inputs), out.ndim, [len(s) for s in in_shapes])
-        ctx = Context(name, op, frozenset(s.mode for s in strategies if s.stored), in_shapes,
-                      out.shape, buf)
+        ctx = array_context(name, op, {s.mode for s in strategies if s.stored}, in_shapes,
+                            out.shape)
         every = [np.argwhere(np.ones(s, bool)) for s in in_shapes]
         ctx.lwrite(np.argwhere(np.ones(out.shape, bool)), *every)
-        full, _ = buf.finish(out.shape, in_shapes)
+        assert ctx.buffer is not None
+        full, _ = ctx.buffer.finish(out.shape, in_shapes)
     arr = out.data if isinstance(out, xr.DataArray) else out
     return [TaskResult((0,), full, None, shape_of(out), str(arr.dtype), time.perf_counter() - t0, 0.0)]
 
@@ -279,8 +276,7 @@ def _gather_task(run_dir: str, tile_size, name: str, op, source: str, strategies
         lwrite_s = 0.0
         modes = modes_needed(strategies) if capture else frozenset()
         if Mode.FULL in modes:
-            buf = LineageBuffer(name, 1, len(out_shape), [len(in_shape)])
-            ctx = Context(name, op, modes, [in_shape], out_shape, buf)
+            ctx = array_context(name, op, modes, [in_shape], out_shape)
             op.emit_tile(ctx, tile.core)
             full, pay = ctx.finish(out_shape)
             lwrite_s = ctx.lwrite_seconds
@@ -294,9 +290,8 @@ def _stat_task(run_dir: str, tile_size, name: str, stat: Statistic, source: str,
     """One tile's partial of an operator's whole-array statistic (one round)."""
     arrays = ArrayStore(run_dir, tile=tile_size)
     try:
-        box = grow(tile.core, int(stat.halo), shape)
+        box, core = block_around(tile.core, int(stat.halo), shape)
         block = arrays.read_region(source, tuple(slice(a, b) for a, b in box))
-        core = tuple(slice(c0 - b0, c1 - b0) for (c0, c1), (b0, _) in zip(tile.core, box))
         return stat.partial(block, core, tuple(a for a, _ in box), tuple(shape), prior)
     except Exception as e:
         raise _fail(name, f"tile {tile.describe()}", e) from None
@@ -332,8 +327,7 @@ def _relabel_task(run_dir: str, tile_size, name: str, op, source: str, shape, st
         lwrite_s = 0.0
         modes = modes_needed(strategies) if capture else frozenset()
         if modes:
-            buf = LineageBuffer(name, 1, len(shape), [len(shape)])
-            ctx = Context(name, op, modes, [shape], shape, buf)
+            ctx = array_context(name, op, modes, [shape], shape)
             origin = np.asarray(tile.origin, np.int64)
             inside = (out > 0) & ~np.isin(out, answer.spanning)
             cells, ids = [np.argwhere(inside) + origin], [out[inside]]
@@ -596,13 +590,14 @@ class SparkEngine:
             arrays.commit_attempt(name, results[0].attempt)     # the attempt that succeeded
         else:
             out_shape = in_shapes[0]
-            tiles = tiles_for(out_shape, task_tile(arrays.tile, halo), halo)
+            size = task_tile(arrays.tile, halo)
+            tiles = tiles_for(out_shape, size, halo)
             stat = self._statistic(name, op, step.inputs[0], in_shapes[0], on_tasks)
             corner = tuple((0, min(b, PROBE_CELLS)) for _, b in tiles[0].core)
             probe = Tile(tiles[0].index, corner, corner)
             dtype = _probe_dtype(name, op, arrays, step.inputs, in_shapes, probe, out_shape, stat)
             arrays.create(name, out_shape, dtype)
-            self.note(f"{name}: {len(tiles)} tile task(s) of up to {task_tile(arrays.tile, halo)} cells per axis"
+            self.note(f"{name}: {len(tiles)} tile task(s) of up to {size} cells per axis"
                       + (f", halo {halo}" if halo else ""))
             fn = partial(_tile_task, str(arrays.dir.parent), arrays.tile, name, op,
                          list(step.inputs), strategies, capture, out_shape, in_shapes, stat)

@@ -59,11 +59,14 @@ class Statistic:
 def whole(stat: Statistic, values: np.ndarray) -> Any:
     """The statistic of a whole array: every round over one block."""
     values = np.asarray(values)
-    core = tuple(slice(0, n) for n in values.shape)
-    prior = None
-    for _ in range(stat.rounds):
-        prior = stat.finish(stat.partial(values, core, (0,) * values.ndim, values.shape, prior), prior)
-    return prior
+    return over_blocks(stat, lambda box: values, [tuple((0, n) for n in values.shape)], values.shape)
+
+
+def block_around(core: Box, halo: int, shape: Sequence[int]) -> tuple[Box, Slices]:
+    """The block a partial reads for a tile's ``core`` (``(lo, hi)`` per axis): the core
+    grown by ``halo``, clipped at the array's edges; and the core within that block."""
+    box = tuple((max(0, a - halo), min(int(n), b + halo)) for (a, b), n in zip(core, shape))
+    return box, tuple(slice(a - b0, b - b0) for (a, b), (b0, _) in zip(core, box))
 
 
 def over_blocks(stat: Statistic, read: Callable[[Box], np.ndarray], cores: Sequence[Box],
@@ -75,8 +78,7 @@ def over_blocks(stat: Statistic, read: Callable[[Box], np.ndarray], cores: Seque
     for _ in range(stat.rounds):
         acc: Any = None
         for k, core in enumerate(cores):
-            box = tuple((max(0, a - stat.halo), min(n, b + stat.halo)) for (a, b), n in zip(core, shape))
-            inner = tuple(slice(a - b0, b - b0) for (a, b), (b0, _) in zip(core, box))
+            box, inner = block_around(core, int(stat.halo), shape)
             part = stat.partial(read(box), inner, tuple(a for a, _ in box), tuple(shape), prior)
             acc = part if k == 0 else stat.merge(acc, part)
         prior = stat.finish(acc, prior)
