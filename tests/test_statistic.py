@@ -195,3 +195,15 @@ def test_spark_cosmic_rays_per_tile_equal_in_process(spark, store, sky, strategy
         np.testing.assert_array_equal(a.bitmap, b.bitmap, err_msg=f"backward {c}")
         a, b = sp.trace("x", [c], to="cr"), lo.trace("x", [c], to="cr")
         np.testing.assert_array_equal(a.bitmap, b.bitmap, err_msg=f"forward {c}")
+
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_a_statistic_that_fails_is_the_operators_error(spark, store, sky, engine):
+    """NaN has no rank: the fill value cannot be computed, and the run stops with the
+    operator's error on either engine (not an internal error, not a wrong fill)."""
+    img = sky[0].copy()
+    img[100, 100] = np.nan
+    kw = {"engine": "spark", "spark": spark} if engine == "spark" else {}
+    with pytest.raises(OperatorError, match=r"operator 'cr'.*NaN values have no median"):
+        store.run(cr_wf(), inputs={"x": img}, tile=64, progress=False, **kw)
+    assert store.runs()[-1].status == "failed"

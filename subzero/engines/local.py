@@ -239,9 +239,15 @@ class LocalEngine:
         stat = None
         if op.statistic is not None:      # the whole array's, computed over the tiles first
             first = step.inputs[0]
-            stat = over_blocks(op.statistic,
-                               lambda box: self._slice(first, tuple(slice(a, b) for a, b in box)),
-                               [t.core for t in tiles], tuple(in_shapes[0]))
+            try:
+                stat = over_blocks(op.statistic,
+                                   lambda box: self._slice(first, tuple(slice(a, b) for a, b in box)),
+                                   [t.core for t in tiles], tuple(in_shapes[0]))
+            except SubZeroError:
+                raise
+            except Exception as e:
+                raise OperatorError(f"operator {name!r} ({type(op).__name__}) failed computing its "
+                                    f"statistic: {type(e).__name__}: {e}") from e
         for k, tile in enumerate(tiles):
             ins = [self._region(a, tile) for a in step.inputs]
             try:
