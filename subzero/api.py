@@ -228,7 +228,8 @@ class Store:
         eng: Engine
         if engine == "spark":
             from subzero.engines.spark import SparkEngine
-            eng = SparkEngine(spark, arrays, log=log)
+            eng = SparkEngine(spark, arrays, log=log,
+                              lineage_dir=tx.folder / "lineage" if capture else None)
         else:
             eng = LocalEngine(arrays, profiling=profiler is not None)
         lineage = LineageStore(tx.folder / "lineage") if capture else None

@@ -24,6 +24,7 @@ from subzero.storage.encodings import LEGACY_KEY_BITS
 from subzero.storage.metadata import (
     FORMAT_VERSION,
     LEGACY_FORMAT,
+    WRITE_FORMAT,
     CorruptLineage,
     NewerLineageFormat,
     SpaceMeta,
@@ -66,7 +67,7 @@ def test_metadata_round_trips_and_is_frozen():
     meta = meta.with_covered_chunk()
     back = StrategyMeta.from_bytes(meta.to_bytes())
     assert back == meta
-    assert back.version == FORMAT_VERSION and back.strategy == s
+    assert back.version == WRITE_FORMAT and back.strategy == s
     assert back.strategy.encoding is Encoding.FULLONE and back.strategy.direction is Direction.FORWARD
     assert back.space("f0").pairs == 1500 and back.space("f0").blocks == (0, 1)
     assert back.space("f1").key_bits == 12 and back.space_names == ["f0", "f1"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import EXAMPLE, ROOT
+from relations import stored_relation
 
 import subzero
 from subzero import Mode, Operator, OperatorError, Workflow
@@ -26,6 +27,7 @@ QUERIES = [("stars", [(40, 70)], "raw"), ("raw", [(30, 40), (12, 19)], "stars"),
 
 
 def same_runs(a, b, queries):
+    assert stored_relation(a) == stored_relation(b)      # shards hold the one store's pairs
     for name in a.array_names():
         x, y = a.array(name).values, b.array(name).values
         assert x.shape == y.shape and np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), name

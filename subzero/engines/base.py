@@ -32,6 +32,11 @@ class StepResult:
     run_s: float                    # operator wall time, lwrite calls included
     lwrite_s: float                 # time inside lwrite
     tiles: int = 1                  # tasks the operator ran as
+    #: the lineage the tasks wrote as shards themselves (Spark), for the driver to
+    #: commit; None when the pairs are in ``full`` and ``pay``
+    shards: list | None = None
+    #: pairs captured (None: count ``full`` and ``pay``)
+    pairs: int | None = None
     #: the input and output values, where the engine holds them in memory (the local
     #: engine); the optimizer's profiling hook needs them
     inputs: list | None = None

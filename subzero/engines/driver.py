@@ -14,7 +14,7 @@ from typing import Any
 
 from subzero.engines.base import Engine
 from subzero.engines.journal import Journal, Resumable
-from subzero.engines.lineage import store_lineage
+from subzero.engines.lineage import commit_tile_shards, store_lineage
 from subzero.engines.progress import Progress
 from subzero.engines.stats import ArrayInfo, OpStats, RunStats
 from subzero.errors import SubZeroError
@@ -96,9 +96,14 @@ def _finish_step(name: str, wf: Workflow, res, strat: tuple[Strategy, ...], capt
                  lwrite_s=res.lwrite_s, tiles=res.tiles)
     t0 = time.perf_counter()
     if capture and lineage is not None:
-        st.pairs = (res.full.n if res.full else 0) + (res.pay.n if res.pay else 0)
-        store_lineage(name, op, strat, res.full, res.pay, res.out_shape, res.in_shapes,
-                      lineage, st, budget=budget)
+        st.pairs = res.pairs if res.pairs is not None else \
+            (res.full.n if res.full else 0) + (res.pay.n if res.pay else 0)
+        if res.shards is not None:
+            commit_tile_shards(name, op, strat, res.shards, res.out_shape, res.in_shapes, lineage,
+                               st, budget=budget)
+        else:
+            store_lineage(name, op, strat, res.full, res.pay, res.out_shape, res.in_shapes,
+                          lineage, st, budget=budget)
     st.lineage_s = time.perf_counter() - t0
     if profiler is not None:
         if res.inputs is None:

@@ -3,6 +3,9 @@ with the size statistics the cost model needs."""
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+
 import numpy as np
 
 from subzero.capture.buffer import Pairs, empty_pairs
@@ -14,7 +17,7 @@ from subzero.model.modes import Mode
 from subzero.model.strategy import BLACKBOX, MAP, Direction, Encoding, Strategy
 from subzero.storage.budget import DiskBudget
 from subzero.storage.encodings import KEY_BITS
-from subzero.storage.lineage import LineageStore
+from subzero.storage.lineage import LineageStore, ShardWrite, commit_shard_files, write_shard
 
 
 def store_lineage(name: str, op, strategies: tuple[Strategy, ...], full: Pairs | None,
@@ -22,27 +25,7 @@ def store_lineage(name: str, op, strategies: tuple[Strategy, ...], full: Pairs |
                   lineage: LineageStore, stats: OpStats, budget: DiskBudget | None = None) -> None:
     """Encode and write every stored strategy of one operator; with a ``budget``, a
     strategy that would overflow it is not kept (see :class:`DiskBudget`)."""
-    mctx = mapping_context(name, op, in_shapes, out_shape)
-
-    def map_p_pairs(cells, off, payloads, pay_ids, i):
-        """map_p at capture time (forward-keyed payload strategies), checked like at query time."""
-        res, owner = op.map_p_pairs(cells, off, payloads, pay_ids, i, mctx)
-        res = as_cells(res, len(in_shapes[i])) if len(res) else np.zeros((0, len(in_shapes[i])), np.int64)
-        bad = first_out_of_bounds(res, in_shapes[i])
-        if bad is not None:
-            raise LineageError(f"operator {name!r}: map_p returned cell {fmt_cell(res[bad])} outside "
-                               f"input {i} (shape {tuple(in_shapes[i])})")
-        return res, np.asarray(owner, np.int64)
-
-    expanded: dict[int, dict] = {}
-
-    def counted(cells, off, payloads, pay_ids, i):
-        res, owner = map_p_pairs(cells, off, payloads, pay_ids, i)
-        packed = pack(res, in_shapes[i]) if len(res) else np.zeros(0, np.int64)
-        expanded[i] = {"key_cells": int(packed.size), "key_blocks": _key_blocks(packed),
-                       "pairs": int(np.unique(owner).size) if len(owner) else 0}
-        return res, owner
-
+    counted, expanded = _map_p_counting(name, op, in_shapes, out_shape)
     dropped = []
     for s in strategies:
         if not s.stored:
@@ -68,11 +51,121 @@ def store_lineage(name: str, op, strategies: tuple[Strategy, ...], full: Pairs |
                                    "pairs": w.pairs,
                                    "spaces": space_stats(s, pairs, out_shape, in_shapes, expanded)})
         stats.lineage_bytes += w.bytes
+    _keep(op, strategies, dropped, stats)
+
+
+def _keep(op, strategies: tuple[Strategy, ...], dropped: list[Strategy], stats: OpStats) -> None:
+    """The strategies the operator keeps once ``dropped`` did not fit the budget."""
     if dropped:
         kept = [s for s in strategies if s not in dropped]
         if not any(s.stored or s.mode is Mode.MAP for s in kept):
             kept = [MAP if Mode.MAP in op.supported_modes() and op.has_mapping() else BLACKBOX]
         stats.strategies = [str(s) for s in kept]
+
+
+def _map_p_counting(name: str, op, in_shapes, out_shape):
+    """``map_p`` at capture time (forward-keyed payload strategies), checked like at
+    query time, and counting what it expands to per input (for the cost model's
+    statistics): returns (the callback, the counts it fills)."""
+    mctx = mapping_context(name, op, in_shapes, out_shape)
+    expanded: dict[int, dict] = {}
+
+    def counted(cells, off, payloads, pay_ids, i):
+        res, owner = op.map_p_pairs(cells, off, payloads, pay_ids, i, mctx)
+        res = as_cells(res, len(in_shapes[i])) if len(res) else np.zeros((0, len(in_shapes[i])), np.int64)
+        bad = first_out_of_bounds(res, in_shapes[i])
+        if bad is not None:
+            raise LineageError(f"operator {name!r}: map_p returned cell {fmt_cell(res[bad])} outside "
+                               f"input {i} (shape {tuple(in_shapes[i])})")
+        owner = np.asarray(owner, np.int64)
+        packed = pack(res, in_shapes[i]) if len(res) else np.zeros(0, np.int64)
+        expanded[i] = {"key_cells": int(packed.size), "key_blocks": _key_blocks(packed),
+                       "pairs": int(np.unique(owner).size) if len(owner) else 0}
+        return res, owner
+
+    return counted, expanded
+
+
+@dataclass
+class TileShard:
+    """What a Spark task wrote of one stored strategy: the shard (under its attempt's
+    name) and the statistics of its pairs."""
+
+    strategy: str
+    write: ShardWrite
+    spaces: dict
+
+
+def write_tile_shards(lineage_dir: str, stem: str, attempt: int, name: str, op,
+                      strategies: tuple[Strategy, ...], full: Pairs | None, pay: Pairs | None,
+                      out_shape, in_shapes) -> list[TileShard]:
+    """On an executor: encode one task's captured pairs of each stored strategy into
+    its own shard (:func:`subzero.storage.lineage.write_shard`)."""
+    out = []
+    out_shape, in_shapes = tuple(out_shape), [tuple(s) for s in in_shapes]
+    for s in strategies:
+        if not s.stored:
+            continue
+        pairs = pay if s.payload else full
+        if pairs is None or pairs.n == 0:
+            continue
+        counted, expanded = _map_p_counting(name, op, in_shapes, out_shape)
+        w = write_shard(lineage_dir, stem, attempt, name, s, pairs, out_shape, in_shapes, counted)
+        if w is not None:
+            out.append(TileShard(str(s), w, space_stats(s, pairs, out_shape, in_shapes, expanded)))
+    return out
+
+
+def commit_tile_shards(name: str, op, strategies: tuple[Strategy, ...], shards: list[TileShard],
+                       out_shape, in_shapes, lineage: LineageStore, stats: OpStats,
+                       budget: DiskBudget | None = None) -> None:
+    """On the driver, once an operator's tasks succeeded: commit the shards of the
+    attempts whose results came back and record each strategy as sharded, under the
+    disk budget like :func:`store_lineage` (a strategy that does not fit is not kept,
+    and its shards are removed)."""
+    dropped = []
+    for s in strategies:
+        if not s.stored:
+            continue
+        mine = [t for t in shards if t.strategy == str(s)]
+        predicted = budget.predicted.get((name, str(s))) if budget is not None else None
+        if budget is not None and predicted is not None and not budget.fits(predicted):
+            commit_shard_files(lineage.path, name, s, [])
+            budget.downgrade(name, s, predicted, None)
+            dropped.append(s)
+            continue
+        t0 = time.perf_counter()
+        metas = commit_shard_files(lineage.path, name, s, [t.write.meta for t in mine])
+        size = lineage.commit_shards(name, s, out_shape, in_shapes, metas)
+        if budget is not None and not budget.fits(size):
+            lineage.drop(name, s)          # this operator's own shards, never earlier lineage
+            budget.downgrade(name, s, predicted, size)
+            dropped.append(s)
+            continue
+        if budget is not None:
+            budget.used += size
+        seconds = sum(t.write.seconds for t in mine) + time.perf_counter() - t0
+        stats.per_strategy.append({"strategy": str(s), "bytes": size, "write_s": seconds,
+                                   "pairs": sum(t.write.pairs for t in mine),
+                                   "spaces": _sum_spaces([t.spaces for t in mine], s, out_shape,
+                                                         in_shapes)})
+        stats.lineage_bytes += size
+    _keep(op, strategies, dropped, stats)
+
+
+def _sum_spaces(parts: list[dict], s: Strategy, out_shape, in_shapes) -> dict:
+    """The shards' space statistics as one strategy's: counts added up (key blocks and
+    distinct payloads may count twice where tiles share them)."""
+    if not parts:
+        from subzero.capture.buffer import empty_pairs
+        return space_stats(s, empty_pairs(len(in_shapes), s.payload), out_shape, in_shapes)
+    out: dict = {}
+    for part in parts:
+        for space, d in part.items():
+            acc = out.setdefault(space, {})
+            for k, v in d.items():
+                acc[k] = v if k == "key_size" else acc.get(k, 0) + v
+    return out
 
 
 def _key_blocks(packed: np.ndarray) -> int:

@@ -20,15 +20,17 @@ gives, :class:`SparkEngine` launches one job:
 
 Lineage is captured inside the tasks with the same ``ctx``/``lwrite`` as
 the local engine; the runtime translates tile-local cells to array cells and
-keeps only the lineage of the tile's own output cells.  Pairs travel back as
-task *results*, so only attempts that succeeded contribute: a retried or
-speculative attempt can neither duplicate nor lose lineage.  The driver loop
-encodes and writes them to the run's LMDB environment in one transaction per
-operator and strategy.
+keeps only the lineage of the tile's own output cells.  Each task encodes its
+pairs into a shard per stored strategy, named for its attempt
+(:mod:`subzero.storage.shards`), and returns only what it wrote; the driver
+loop commits the shards of the attempts whose results Spark delivered, so a
+retried or speculative attempt can neither duplicate nor lose lineage.  (A
+whole-array aggregation's one all-to-all pair is written by the driver.)
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -37,6 +39,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
@@ -47,6 +50,7 @@ from subzero.capture.components import TileComponents, TileLabels, merge_tiles, 
 from subzero.capture.runner import array_context, run_operator, run_tile, shape_of
 from subzero.capture.tiles import Tile, concat_pairs, input_slices, task_tile, tile_plan, tiles_for
 from subzero.engines.base import StepResult
+from subzero.engines.lineage import TileShard, write_tile_shards
 from subzero.engines.progress import Progress
 from subzero.engines.session import SparkError, jvm_log_hint, ship_workflow_modules
 from subzero.engines.stages import Box, Member, last_readers, next_stage, plan_boxes, within
@@ -76,6 +80,25 @@ class TaskResult:
     rss: int = 0
     #: the task attempt that wrote the output whole (global tasks), for the driver to commit
     attempt: int | None = None
+    #: the lineage the task wrote as shards (then ``full`` and ``pay`` are None)
+    shards: list[TileShard] | None = None
+    #: pairs the task captured
+    pairs: int = 0
+
+
+def _lineage(lineage_dir: str | None, tile_index, name: str, op, strategies, full: Pairs | None,
+             pay: Pairs | None, out_shape, in_shapes) -> dict[str, Any]:
+    """The lineage part of a task's result: with the run's lineage folder, the task
+    encodes its pairs into shards there itself (committed by the driver for the
+    attempt whose result it receives) and returns only what it wrote; without one,
+    the pairs themselves."""
+    n = (full.n if full is not None else 0) + (pay.n if pay is not None else 0)
+    if lineage_dir is None:
+        return {"full": full, "pay": pay, "pairs": n}
+    stem = "t" + "-".join(str(int(i)) for i in tile_index)
+    shards = write_tile_shards(lineage_dir, stem, _attempt_id(), name, op, strategies, full, pay,
+                               out_shape, in_shapes)
+    return {"full": None, "pay": None, "shards": shards, "pairs": n}
 
 
 def peak_rss() -> int:
@@ -114,8 +137,8 @@ def _fail(name: str, where: str, e: BaseException):
     return RuntimeError(f"{MARK}{msg} (on {where}){MARK}")
 
 
-def _tile_task(run_dir: str, tile_size, name: str, op, inputs: list[str], strategies,
-               capture: bool, out_shape, in_shapes, stat, tile: Tile) -> TaskResult:
+def _tile_task(run_dir: str, tile_size, lineage_dir: str | None, name: str, op, inputs: list[str],
+               strategies, capture: bool, out_shape, in_shapes, stat, tile: Tile) -> TaskResult:
     """One tile of a tile-parallel operator, on a Spark executor (``stat``: the
     operator's statistic, computed over all tiles beforehand)."""
     arrays = ArrayStore(run_dir, tile=tile_size)
@@ -125,20 +148,23 @@ def _tile_task(run_dir: str, tile_size, name: str, op, inputs: list[str], strate
         done = run_tile(name, op, ins, strategies, capture, tile, out_shape, in_shapes,
                         statistic=stat)
         arrays.write_region(name, tile.core_slices(), done.core)
+        lin = _lineage(lineage_dir, tile.index, name, op, strategies, done.full, done.pay,
+                       out_shape, in_shapes)
     except Exception as e:
         raise _fail(name, where, e) from None
-    return TaskResult(tile.index, done.full, done.pay, tuple(out_shape), str(done.core.dtype), done.run_s,
-                      done.lwrite_s, peak_rss())
+    return TaskResult(tile.index, out_shape=tuple(out_shape), dtype=str(done.core.dtype),
+                      run_s=done.run_s, lwrite_s=done.lwrite_s, rss=peak_rss(), **lin)
 
 
-def _stage_task(run_dir: str, tile_size, members: list[Member], capture: bool, shape,
-                tile: Tile) -> list[TaskResult]:
+def _stage_task(run_dir: str, tile_size, lineage_dir: str | None, members: list[Member],
+                capture: bool, shape, tile: Tile) -> list[TaskResult]:
     """One tile of a fused stage (:mod:`subzero.engines.stages`), on an executor."""
-    return run_members(ArrayStore(run_dir, tile=tile_size), members, capture, shape, tile, True)
+    return run_members(ArrayStore(run_dir, tile=tile_size), members, capture, shape, tile, True,
+                       lineage_dir)
 
 
 def run_members(arrays: ArrayStore, members: list[Member], capture: bool, shape, tile: Tile,
-                write: bool) -> list[TaskResult]:
+                write: bool, lineage_dir: str | None = None) -> list[TaskResult]:
     """A stage's operators on one tile, in workflow order; an intermediate stays in
     memory while operators of the stage still read it; with ``write`` every core
     goes to its Zarr array (off: the driver's dtype probe)."""
@@ -161,6 +187,8 @@ def run_members(arrays: ArrayStore, members: list[Member], capture: bool, shape,
             del ins
             if write:
                 arrays.write_region(m.name, tile.core_slices(), done.core)
+            lin = _lineage(lineage_dir if write else None, tile.index, m.name, m.op, m.strategies,
+                           done.full, done.pay, shape, m.in_shapes)
         except Exception as e:
             raise _fail(m.name, f"tile {tile.describe()}", e) from None
         if last[m.name] > k:
@@ -168,9 +196,9 @@ def run_members(arrays: ArrayStore, members: list[Member], capture: bool, shape,
             held[m.name] = (need, done.whole[within(need, read)])
         for a in [a for a in held if last[a] <= k]:
             del held[a]
-        results.append(TaskResult(tile.index, done.full, done.pay, tuple(shape),
-                                  str(_native(done.core.dtype)), done.run_s, done.lwrite_s,
-                                  peak_rss()))
+        results.append(TaskResult(tile.index, out_shape=tuple(shape),
+                                  dtype=str(_native(done.core.dtype)), run_s=done.run_s,
+                                  lwrite_s=done.lwrite_s, rss=peak_rss(), **lin))
     return results
 
 
@@ -190,8 +218,8 @@ def _copy_task(run_dir: str, tile_size, jobs) -> int:
     return len(jobs)
 
 
-def _global_task(run_dir: str, tile_size, name: str, op, inputs: list[str], strategies,
-                 capture: bool, _index) -> TaskResult:
+def _global_task(run_dir: str, tile_size, lineage_dir: str | None, name: str, op,
+                 inputs: list[str], strategies, capture: bool, _index) -> TaskResult:
     """A global operator: one task on the whole arrays."""
     arrays = ArrayStore(run_dir, tile=tile_size)
     try:
@@ -202,17 +230,20 @@ def _global_task(run_dir: str, tile_size, name: str, op, inputs: list[str], stra
         attempt = _attempt_id()
         arrays.write(name, out, attempt=attempt)     # moved into place by the driver
         arr = out.data if isinstance(out, xr.DataArray) else out
+        lin = _lineage(lineage_dir, (0,), name, op, strategies, full, pay, shape_of(out),
+                       [shape_of(v) for v in ins])
     except Exception as e:
         raise _fail(name, "the whole array", e) from None
-    return TaskResult((0,), full, pay, shape_of(out), str(arr.dtype), run_s, ctx.lwrite_seconds,
-                      peak_rss(), attempt)
+    return TaskResult((0,), out_shape=shape_of(out), dtype=str(arr.dtype), run_s=run_s,
+                      lwrite_s=ctx.lwrite_seconds, rss=peak_rss(), attempt=attempt, **lin)
 
 
-def _globals_task(run_dir: str, tile_size, capture: bool, job) -> TaskResult:
+def _globals_task(run_dir: str, tile_size, lineage_dir: str | None, capture: bool,
+                  job) -> TaskResult:
     """One of several independent global operators run as one job: ``job`` is
     (name, operator, inputs, strategies)."""
     name, op, inputs, strategies = job
-    return _global_task(run_dir, tile_size, name, op, inputs, strategies, capture, 0)
+    return _global_task(run_dir, tile_size, lineage_dir, name, op, inputs, strategies, capture, 0)
 
 
 def _attempt_id() -> int:
@@ -256,11 +287,12 @@ def _aggregate(sc, name, op, inputs, in_shapes, strategies, arrays: ArrayStore, 
         assert ctx.buffer is not None
         full, _ = ctx.buffer.finish(out.shape, in_shapes)
     arr = out.data if isinstance(out, xr.DataArray) else out
-    return [TaskResult((0,), full, None, shape_of(out), str(arr.dtype), time.perf_counter() - t0, 0.0)]
+    return [TaskResult((0,), full, None, shape_of(out), str(arr.dtype), time.perf_counter() - t0, 0.0,
+                       pairs=full.n if full is not None else 0)]
 
 
-def _gather_task(run_dir: str, tile_size, name: str, op, source: str, strategies, capture: bool,
-                 out_shape, in_shape, tile: Tile) -> TaskResult:
+def _gather_task(run_dir: str, tile_size, lineage_dir: str | None, name: str, op, source: str,
+                 strategies, capture: bool, out_shape, in_shape, tile: Tile) -> TaskResult:
     """One output tile of a gather operator: it reads the input box its cells come
     from, writes its chunk, and returns the lineage of its cells."""
     arrays = ArrayStore(run_dir, tile=tile_size)
@@ -280,9 +312,11 @@ def _gather_task(run_dir: str, tile_size, name: str, op, source: str, strategies
             op.emit_tile(ctx, tile.core)
             full, pay = ctx.finish(out_shape)
             lwrite_s = ctx.lwrite_seconds
+        lin = _lineage(lineage_dir, tile.index, name, op, strategies, full, pay, out_shape, [in_shape])
     except Exception as e:
         raise _fail(name, f"tile {tile.describe()}", e) from None
-    return TaskResult(tile.index, full, pay, out_shape, str(out.dtype), run_s, lwrite_s, peak_rss())
+    return TaskResult(tile.index, out_shape=out_shape, dtype=str(out.dtype), run_s=run_s,
+                      lwrite_s=lwrite_s, rss=peak_rss(), **lin)
 
 
 def _stat_task(run_dir: str, tile_size, name: str, stat: Statistic, source: str, shape, prior,
@@ -308,8 +342,8 @@ def _label_task(run_dir: str, tile_size, name: str, op, source: str, shape, stat
         raise _fail(name, f"tile {tile.describe()}", e) from None
 
 
-def _relabel_task(run_dir: str, tile_size, name: str, op, source: str, shape, stat, strategies,
-                  capture: bool, job: tuple[Tile, TileLabels]) -> TaskResult:
+def _relabel_task(run_dir: str, tile_size, lineage_dir: str | None, name: str, op, source: str,
+                  shape, stat, strategies, capture: bool, job: tuple[Tile, TileLabels]) -> TaskResult:
     """One tile's final labels, written to its chunk, and the lineage of its cells:
     the regions inside its core, the regions spanning tiles that it owns (gathered
     from their bounding boxes) and, unless composite, its background cells."""
@@ -341,9 +375,11 @@ def _relabel_task(run_dir: str, tile_size, name: str, op, source: str, shape, st
                              lambda: np.argwhere(out == 0) + origin)
             full, pay = ctx.finish(shape)
             lwrite_s = ctx.lwrite_seconds
+        lin = _lineage(lineage_dir, tile.index, name, op, strategies, full, pay, shape, [shape])
     except Exception as e:
         raise _fail(name, f"tile {tile.describe()}", e) from None
-    return TaskResult(tile.index, full, pay, shape, str(out.dtype), run_s, lwrite_s, peak_rss())
+    return TaskResult(tile.index, out_shape=shape, dtype=str(out.dtype), run_s=run_s,
+                      lwrite_s=lwrite_s, rss=peak_rss(), **lin)
 
 
 def _raise_from_spark(e: Exception, name: str) -> NoReturn:
@@ -505,9 +541,13 @@ class SparkEngine:
 
     name = "spark"
 
-    def __init__(self, spark, arrays: ArrayStore, log: Callable[[str], None] | None = None):
+    def __init__(self, spark, arrays: ArrayStore, log: Callable[[str], None] | None = None,
+                 lineage_dir: str | os.PathLike | None = None):
         self.sc = spark.sparkContext
         self.arrays = arrays
+        #: the run's lineage folder, where tasks write their lineage as shards (None:
+        #: tasks return their pairs, and the driver writes them)
+        self.lineage_dir = str(Path(lineage_dir).resolve()) if lineage_dir is not None else None
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.notes: list[str] = []
         self._log = log
@@ -576,15 +616,15 @@ class SparkEngine:
             arrays.create(name, out_shape, in_dtype)
             self.note(f"{name}: gather, {len(tiles)} tile task(s) reading only the input boxes "
                       f"their cells come from")
-            fn = partial(_gather_task, str(arrays.dir.parent), arrays.tile, name, op, step.inputs[0],
-                         strategies, capture, out_shape, in_shapes[0])
+            fn = partial(_gather_task, str(arrays.dir.parent), arrays.tile, self._shards(capture),
+                         name, op, step.inputs[0], strategies, capture, out_shape, in_shapes[0])
             results = collect(self.sc.parallelize(tiles, len(tiles)).map(fn), name, on_tasks)
             tasks = len(tiles)
         elif halo is None:
             tasks = 1
             self.note(f"{name}: {op.tiling.kind} operator, one task on the whole array")
-            fn = partial(_global_task, str(arrays.dir.parent), arrays.tile, name, op,
-                         list(step.inputs), strategies, capture)
+            fn = partial(_global_task, str(arrays.dir.parent), arrays.tile, self._shards(capture),
+                         name, op, list(step.inputs), strategies, capture)
             results = collect(self.sc.parallelize([0], 1).map(fn), name, on_tasks)
             assert results[0].attempt is not None
             arrays.commit_attempt(name, results[0].attempt)     # the attempt that succeeded
@@ -599,8 +639,8 @@ class SparkEngine:
             arrays.create(name, out_shape, dtype)
             self.note(f"{name}: {len(tiles)} tile task(s) of up to {size} cells per axis"
                       + (f", halo {halo}" if halo else ""))
-            fn = partial(_tile_task, str(arrays.dir.parent), arrays.tile, name, op,
-                         list(step.inputs), strategies, capture, out_shape, in_shapes, stat)
+            fn = partial(_tile_task, str(arrays.dir.parent), arrays.tile, self._shards(capture), name,
+                         op, list(step.inputs), strategies, capture, out_shape, in_shapes, stat)
             results = collect(self.sc.parallelize(tiles, len(tiles)).map(fn), name, on_tasks)
             tasks = len(tiles)
         wall = time.perf_counter() - t0
@@ -611,7 +651,7 @@ class SparkEngine:
         return StepResult(out_shape, out_dtype, int(np.prod(out_shape)) * np.dtype(out_dtype).itemsize,
                           in_shapes, concat_pairs([r.full for r in results], len(in_shapes)),
                           concat_pairs([r.pay for r in results], len(in_shapes)), wall,
-                          sum(r.lwrite_s for r in results), tiles=tasks)
+                          sum(r.lwrite_s for r in results), tiles=tasks, **_shards_of(results))
 
     def _components(self, name: str, op, source: str, shape, strategies, capture: bool,
                     on_tasks: TaskCallback | None) -> list[TaskResult]:
@@ -631,10 +671,14 @@ class SparkEngine:
         self.note(f"{name}: connected components over {len(tiles)} tile(s)"
                   + (", statistic merged in a tree" if op.statistic is not None else "")
                   + f"; {n} region(s), {spanning} across tile borders")
-        fn = partial(_relabel_task, root, arrays.tile, name, op, source, shape, stat, strategies,
-                     capture)
+        fn = partial(_relabel_task, root, arrays.tile, self._shards(capture), name, op, source, shape,
+                     stat, strategies, capture)
         jobs = list(zip(tiles, answers))
         return collect(sc.parallelize(jobs, len(jobs)).map(fn), name, on_tasks)
+
+    def _shards(self, capture: bool) -> str | None:
+        """Where tasks write their lineage shards (None: they return pairs)."""
+        return self.lineage_dir if capture else None
 
     def _numeric(self, name: str) -> np.dtype | None:
         """The dtype of a stored array that tiles (numbers), else None (text tables and
@@ -705,7 +749,8 @@ class SparkEngine:
                   f"each on the whole arrays, in one job")
         on_tasks = progress.tiles if progress.wants_tasks else None
         t0 = time.perf_counter()
-        fn = partial(_globals_task, str(arrays.dir.parent), arrays.tile, capture)
+        fn = partial(_globals_task, str(arrays.dir.parent), arrays.tile, self._shards(capture),
+                     capture)
         results: list[TaskResult] = collect(self.sc.parallelize(jobs, len(jobs)).map(fn),
                                             f"{names[0]}..{names[-1]}", on_tasks)
         wall = time.perf_counter() - t0
@@ -719,7 +764,8 @@ class SparkEngine:
             in_shapes = [self.shapes[a] for a in inputs]
             out.append(StepResult(r.out_shape, r.dtype,
                                   int(np.prod(r.out_shape)) * np.dtype(r.dtype).itemsize,
-                                  in_shapes, r.full, r.pay, wall * r.run_s / busy, r.lwrite_s))
+                                  in_shapes, r.full, r.pay, wall * r.run_s / busy, r.lwrite_s,
+                                  **_shards_of([r])))
         return out
 
     def run_stage(self, wf: Workflow, names: list[str], strategies: Mapping[str, tuple[Strategy, ...]],
@@ -751,7 +797,8 @@ class SparkEngine:
                   + (f", halos accumulated up to {_accumulated(members)}" if widest else ""))
         on_tasks = progress.tiles if progress.wants_tasks else None
         t0 = time.perf_counter()
-        fn = partial(_stage_task, str(arrays.dir.parent), arrays.tile, members, capture, shape)
+        fn = partial(_stage_task, str(arrays.dir.parent), arrays.tile, self._shards(capture), members,
+                     capture, shape)
         per_tile: list[list[TaskResult]] = collect(self.sc.parallelize(tiles, len(tiles)).map(fn),
                                                    f"stage {names[0]}..{names[-1]}", on_tasks)
         wall = time.perf_counter() - t0
@@ -771,7 +818,7 @@ class SparkEngine:
                                   [tuple(shape)] * len(m.inputs),
                                   concat_pairs([r.full for r in rs], len(m.inputs)),
                                   concat_pairs([r.pay for r in rs], len(m.inputs)), run_s,
-                                  sum(r.lwrite_s for r in rs), tiles=len(tiles)))
+                                  sum(r.lwrite_s for r in rs), tiles=len(tiles), **_shards_of(rs)))
         return out
 
     def close(self) -> None:
@@ -779,6 +826,15 @@ class SparkEngine:
         included, is then removed by its transaction)."""
         if self.arrays.dir.parent.is_dir():
             (self.arrays.dir.parent / "run.log").write_text("\n".join(self.notes) + "\n")
+
+
+def _shards_of(results: list[TaskResult]) -> dict[str, Any]:
+    """The lineage part of a step's result from its tasks': the shards they wrote
+    (when they wrote shards) and the pairs they captured."""
+    pairs = sum(r.pairs for r in results)
+    if all(r.shards is None for r in results):
+        return {"pairs": pairs}
+    return {"shards": [t for r in results for t in (r.shards or [])], "pairs": pairs}
 
 
 def _accumulated(members: list[Member]) -> int:

@@ -54,7 +54,7 @@ from subzero.query.tilerun import TileAccess, share
 from subzero.query.trace import TraceOptions, TraceResult
 from subzero.query.untrusted import DataOnlyMethods, RefusedOperator
 from subzero.storage.arrays import ArrayStore
-from subzero.storage.lineage import CorruptLineage, LineageStore, StrategyReader
+from subzero.storage.lineage import CorruptLineage, LineageStore, ShardedReader, StrategyReader
 
 __all__ = ["Executor", "RunView", "TraceOptions", "TraceResult", "StepStat", "StepInfo",
            "blocks_spanned", "runs_of"]
@@ -87,7 +87,7 @@ class Executor:
             MethodTable(view.strategies, self._operator) if view.untrusted is None
             else DataOnlyMethods(view.strategies))
         self._lineage: LineageStore | None = None
-        self._readers: dict[tuple[str, Strategy], StrategyReader] = {}
+        self._readers: dict[tuple[str, Strategy], StrategyReader | ShardedReader] = {}
         self._broken: set[tuple[str, Strategy]] = set()
         self._values: dict[str, object] = {}
         self._contexts: dict[str, StepContext] = {}
@@ -321,7 +321,7 @@ class Executor:
                 name, op, Context(name, op, frozenset(), in_shapes, out_shape), out_shape, in_shapes)
         return sc
 
-    def _reader(self, name: str, s: Strategy) -> StrategyReader:
+    def _reader(self, name: str, s: Strategy) -> StrategyReader | ShardedReader:
         key = (name, s)
         r = self._readers.get(key)
         if r is None:

@@ -161,13 +161,14 @@ def composite(src: PairSource, direction_stored: Direction, sc: StepContext, i: 
     """Composite lineage: payload pairs where they cover, mapping elsewhere.  The
     covered cells are read as sorted ids, so the split costs the query and the
     covered cells, not the output array."""
-    covered = CellSet.of_ids(src.covered(), sc.out_shape)
     if backward_step:
         ids = q.ids()
+        covered = CellSet.of_ids(src.covered(ids), sc.out_shape)
         inside = covered.contains(ids)
         qc = CellSet.of_sorted(ids[inside], sc.out_shape)
         res = [backward(src, True, direction_stored, sc, i, qc), sc.map_b(ids[~inside], i)]
         return np.concatenate(res)
     fwd = forward(src, True, direction_stored, sc, i, q)
     dflt = sc.map_f(q.ids(), i)
+    covered = CellSet.of_ids(src.covered(dflt), sc.out_shape)
     return np.concatenate([fwd, dflt[~covered.contains(dflt)]])

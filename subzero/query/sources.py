@@ -15,7 +15,6 @@ interface, so every source answers with the same semantics.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -23,7 +22,7 @@ import numpy as np
 from subzero.capture.buffer import Pairs
 from subzero.model.cells import csr_take, lengths_to_offsets, rows_hitting, unique
 from subzero.model.cellset import CellSet
-from subzero.storage.encodings import merge_payload_tables
+from subzero.storage.encodings import concat_records
 from subzero.tuning import TIMED_QUERY_CELLS, TIMED_RECORD_PAIRS
 
 #: field name -> (cells, offsets) per pair; ``"pay"`` -> (payload id per pair, payload table)
@@ -54,8 +53,10 @@ class PairSource(Protocol):
         """Key cells of the given pairs as (cells, offsets)."""
         ...
 
-    def covered(self) -> np.ndarray:
-        """Output cells some payload pair covers (composite lineage)."""
+    def covered(self, near: np.ndarray | None = None) -> np.ndarray:
+        """Output cells some payload pair covers (composite lineage): at least those
+        among the cell ids ``near`` (all of them when None; a sharded source reads
+        only the shards ``near`` falls in)."""
         ...
 
 
@@ -93,7 +94,7 @@ class MemoryPairs:
     def scan_keys(self, space: str, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.records(space, pids, ["key"])["key"]
 
-    def covered(self) -> np.ndarray:
+    def covered(self, near: np.ndarray | None = None) -> np.ndarray:
         return unique(self.p.out) if self._covered is None else self._covered
 
 
@@ -119,9 +120,9 @@ class TimedSource:
     def has_space(self, space: str) -> bool:
         return self.source.has_space(space)
 
-    def covered(self) -> np.ndarray:
+    def covered(self, near: np.ndarray | None = None) -> np.ndarray:
         self._check()
-        return self.source.covered()
+        return self.source.covered(near)
 
     def lookup(self, space: str, q: CellSet) -> np.ndarray:
         self._check()
@@ -153,17 +154,3 @@ class TimedSource:
             parts.append(self.source.records(space, pids[a:a + self.CHUNK], fields))
         return concat_records(parts, fields)
 
-
-def concat_records(parts: Sequence[Records], fields: list[str]) -> Records:
-    """The records of consecutive runs of pairs as one: cells and offsets laid end to
-    end, and the payload tables merged into one (ids renumbered into it, as a
-    multi-block read of a stored strategy does)."""
-    out: Records = {}
-    for f in fields:
-        if f == "pay":
-            out["pay"] = merge_payload_tables([p["pay"] for p in parts])
-        else:
-            cells = np.concatenate([p[f][0] for p in parts])
-            lens = np.concatenate([np.diff(p[f][1]) for p in parts])
-            out[f] = (cells, lengths_to_offsets(lens))
-    return out

@@ -91,6 +91,21 @@ def merge_payload_tables(parts: Sequence[tuple[np.ndarray, Sequence[bytes]]],
     return remap[inv].reshape(-1), list(index)          # dict order is id order
 
 
+def concat_records(parts: Sequence[dict], fields: list[str]) -> dict:
+    """The records of consecutive runs of pairs as one: cells and offsets laid end to
+    end, and the payload tables merged into one (ids renumbered into it, as a
+    multi-block read of a stored strategy does)."""
+    out: dict = {}
+    for f in fields:
+        if f == "pay":
+            out["pay"] = merge_payload_tables([p["pay"] for p in parts])
+        else:
+            cells = np.concatenate([p[f][0] for p in parts])
+            lens = np.concatenate([np.diff(p[f][1]) for p in parts])
+            out[f] = (cells, lengths_to_offsets(lens))
+    return out
+
+
 def spaces_for(strategy: Strategy, pairs: Pairs, out_shape, in_shapes, map_p_pairs=None) -> list[Space]:
     """Split captured pairs into the spaces a strategy stores.
 

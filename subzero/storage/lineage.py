@@ -15,10 +15,14 @@ into the metadata record, in the same transaction
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
+import shutil
+import tempfile
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,12 +45,21 @@ from subzero.storage.encodings import (
     record_fields,
     spaces_for,
 )
-from subzero.storage.integrity import ChecksumMismatch, file_digest, lmdb_extent, seal, seed, unseal
+from subzero.storage.integrity import (
+    ChecksumMismatch,
+    file_digest,
+    lmdb_extent,
+    read_verified,
+    seal,
+    seed,
+    unseal,
+)
 from subzero.storage.metadata import (
-    FORMAT_VERSION,
+    CHECKSUM_FORMAT,
     META,
     CorruptLineage,
     NewerLineageFormat,
+    ShardMeta,
     SpaceMeta,
     StrategyMeta,
     covered_key,
@@ -55,14 +68,18 @@ from subzero.storage.metadata import (
     stored_encoding,
 )
 from subzero.storage.reader import RTREE_FILES, StrategyReader
+from subzero.storage.shards import SUFFIX as SHARD_SUFFIX
+from subzero.storage.shards import ShardedReader, box_of, pack_shard, rtree_key
 from subzero.tuning import COVERED_CHUNK, LMDB_MAP_SIZE
 
-__all__ = ["META", "CorruptLineage", "LineageStore", "NewerLineageFormat", "StrategyReader",
-           "WriteStats"]
+__all__ = ["META", "CorruptLineage", "LineageStore", "NewerLineageFormat", "ShardWrite",
+           "ShardedReader", "StrategyReader", "WriteStats", "commit_shard_files", "write_shard"]
 
 #: Format of new (operator, strategy) sub-databases.  Tests set it to 2 to write a
 #: store as SubZero did before checksums; appends keep a store's own format.
-WRITE_FORMAT = FORMAT_VERSION
+WRITE_FORMAT = CHECKSUM_FORMAT
+#: The folder (in a run's lineage folder) that sharded strategies' files go to.
+SHARDS_DIR = "shards"
 
 
 def _safe(text: str) -> str:
@@ -184,87 +201,55 @@ class LineageStore:
         Raises :class:`NewerLineageFormat` (a one-line StoreError) rather than append
         to lineage a newer SubZero wrote."""
         t0 = time.perf_counter()
-        enc = stored_encoding(strategy)
-        spaces = spaces_for(strategy, pairs, out_shape, in_shapes, map_p_pairs)
         name = self.db_name(op, strategy)
         db = self._db(name, create=True)
         with self.env.begin(write=True, db=db) as txn:
-            raw = txn.get(META)
-            if raw:
-                meta = StrategyMeta.from_bytes(raw, f"stored lineage of {op!r} ({strategy})", name)
-                # an old store stays unchecked (its blocks have no checksums); format 1
-                # becomes 2, which only makes its key-block size explicit
-                meta = meta.in_format(max(meta.version, 2))
-            else:
-                meta = StrategyMeta.new(strategy, out_shape, in_shapes).in_format(WRITE_FORMAT)
-            put = _Sealer(name) if meta.checksummed else _plain
-            for sp in spaces:
-                info = meta.space(sp.name) or SpaceMeta.new(
-                    sp.name, sp.key_shape, record_fields(sp, enc), sp.value_shapes, KEY_BITS)
-                meta = meta.with_space(self._write_space(txn, op, strategy, sp, info, put))
-            if strategy.mode is Mode.COMP:
-                cov = np.unique(pairs.out)
-                for a in range(0, len(cov), COVERED_CHUNK):
-                    key = covered_key(meta.covered_chunks)
-                    txn.put(key, put(key, pack_arrays(cov[a:a + COVERED_CHUNK])))
-                    meta = meta.with_covered_chunk()
-            txn.put(META, meta.to_bytes(name))
+            encode_strategy(txn, name, strategy, pairs, out_shape, in_shapes, map_p_pairs,
+                            lambda space: self.rtree_path(op, strategy, space),
+                            f"stored lineage of {op!r} ({strategy})")
         return WriteStats(self.bytes_of(op, strategy), time.perf_counter() - t0, pairs.n)
 
-    def _write_space(self, txn, op: str, strategy: Strategy, sp: Space, info: SpaceMeta,
-                     put) -> SpaceMeta:
-        """Append one space's pairs after those already stored; returns its new metadata.
-        ``put(key, body)`` gives the value to store (sealed, or as is in old formats)."""
-        if sp.n == 0:
-            return info
-        first = -(-info.pairs // REC_PAIRS) * REC_PAIRS
-        enc = stored_encoding(strategy)
-        puts = []
-        blocks = record_blocks(sp, enc, first)
-        for blk, blob in blocks.items():
-            key = record_key(sp.name, blk)
-            puts.append((key, put(key, blob)))
-        kblocks: list[int] = []
-        if enc.one:
-            for blk, blob in key_blocks(sp.key, sp.key_off, first, info.key_bits).items():
-                key = key_index_key(sp.name, blk)
-                old = txn.get(key)
-                if old is not None:
-                    blob = merge_key_blocks(put.body(key, old), blob)
-                puts.append((key, put(key, blob)))
-                kblocks.append(blk)
-        puts.sort()
-        with txn.cursor() as cur:
-            cur.putmulti(puts)
-        info = info.appended(first, sp.n, blocks, kblocks if put.checked else ())
-        if not enc.one:
-            files = self._write_rtree(op, strategy, sp, first)
-            if put.checked:
-                info = info.with_files(files)
-        return info
+    def commit_shards(self, op: str, strategy: Strategy, out_shape, in_shapes,
+                      shards: list[ShardMeta]) -> int:
+        """Record (op, strategy) as sharded: the committed ``shards`` (files already in
+        place under this store's folder), in one write transaction; returns the bytes
+        it holds."""
+        name = self.db_name(op, strategy)
+        db = self._db(name, create=True)
+        meta = StrategyMeta.sharded_index(strategy, out_shape, in_shapes, shards)
+        with self.env.begin(write=True, db=db) as txn:
+            if txn.get(META) is not None:
+                raise CorruptLineage(f"stored lineage of {op!r} ({strategy}) is already written")
+            txn.put(META, meta.to_bytes(name))
+        return self.bytes_of(op, strategy)
 
-    def _write_rtree(self, op, strategy, sp: Space, first: int) -> list[tuple[str, int, int]]:
-        """Build (or extend) the space's R-tree; returns its files' (suffix, size, CRC-32)."""
-        coords = unpack(sp.key, sp.key_shape)
-        starts = sp.key_off[:-1]
-        mins = np.minimum.reduceat(coords, starts, axis=0).astype(np.float64)
-        maxs = np.maximum.reduceat(coords, starts, axis=0).astype(np.float64)
-        if coords.shape[1] == 1:
-            mins = np.hstack([mins, np.zeros_like(mins)])
-            maxs = np.hstack([maxs, np.zeros_like(maxs)])
-        ids = np.arange(first, first + sp.n, dtype=np.int64)
-        path = self.rtree_path(op, strategy, sp.name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        props = rindex.Property()
-        props.dimension = mins.shape[1]
-        if Path(str(path) + ".idx").exists():
-            idx = rindex.Index(str(path), properties=props)
-            for j, lo, hi in zip(ids.tolist(), mins, maxs):
-                idx.insert(j, tuple(lo) + tuple(hi))
-        else:
-            idx = rindex.Index(str(path), (ids, mins, maxs), properties=props)
-        idx.close()
-        return [(ext, *file_digest(str(path) + "." + ext)) for ext in RTREE_FILES]
+    def shard_folder(self, op: str, strategy: Strategy) -> Path:
+        """Where the shards of (op, strategy) are written."""
+        return shard_folder(self.path, op, strategy)
+
+    def meta(self, op: str, strategy: Strategy) -> StrategyMeta | None:
+        """The metadata record of (op, strategy), or None when nothing is stored."""
+        name = self.db_name(op, strategy)
+        db = self._db(name, create=False)
+        if db is None:
+            return None
+        where = f"stored lineage of {op!r} ({strategy}) in {self.file}"
+        try:
+            with self.env.begin(db=db) as txn:
+                raw = txn.get(META)
+        except lmdb.Error as e:
+            raise CorruptLineage(f"{where} is unreadable: {e}") from None
+        return None if raw is None else StrategyMeta.from_bytes(raw, where, name)
+
+    def rtree_file(self, op: str, strategy: Strategy, space: str, ext: str, size: int,
+                   digest: int) -> bytes:
+        """One R-tree file's bytes, checked against its recorded size and CRC-32."""
+        return read_verified(f"{self.rtree_path(op, strategy, space)}.{ext}", size, digest)
+
+    @property
+    def file(self) -> Path:
+        """The LMDB data file (named in errors)."""
+        return self.path / "data.mdb"
 
     # -- sizes ------------------------------------------------------------------------
     def bytes_of(self, op: str, strategy: Strategy) -> int:
@@ -275,6 +260,9 @@ class LineageStore:
         with self.env.begin() as txn:
             st = txn.stat(db)
         total = (st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]) * st["psize"]
+        meta = self.meta(op, strategy)
+        if meta is not None and meta.sharded:
+            total += sum(sh.size for sh in meta.shards)
         rdir = self.path / "rtree"
         if rdir.is_dir():
             prefix = _safe(op + "|" + str(strategy)) + "."
@@ -296,9 +284,108 @@ class LineageStore:
             for f in rdir.iterdir():
                 if f.name.startswith(prefix):
                     f.unlink()
+        shutil.rmtree(self.shard_folder(op, strategy), ignore_errors=True)
 
-    def reader(self, op: str, strategy: Strategy) -> StrategyReader:
+    def reader(self, op: str, strategy: Strategy) -> StrategyReader | ShardedReader:
+        """What reads (op, strategy): its blocks here, or the shards its record lists."""
+        meta = self.meta(op, strategy)
+        if meta is not None and meta.sharded:
+            if meta.strategy != strategy:
+                raise CorruptLineage(f"stored lineage of {op!r} ({strategy}) holds lineage of "
+                                     f"another strategy ({meta.strategy})")
+            return ShardedReader(self, op, strategy, meta)
         return StrategyReader(self, op, strategy)
+
+
+
+def encode_strategy(txn, name: bytes, strategy: Strategy, pairs: Pairs, out_shape, in_shapes,
+                    map_p_pairs, rtree_base, where: str) -> list[Space]:
+    """Encode ``pairs`` of one strategy into a sub-database (``txn``: an LMDB write
+    transaction opened on it, or anything with ``get``/``put``/``cursor().putmulti``),
+    after what it already holds; ``rtree_base(space)`` is the base path of a space's
+    R-tree files.  Returns the spaces written (their key cells)."""
+    enc = stored_encoding(strategy)
+    spaces = spaces_for(strategy, pairs, out_shape, in_shapes, map_p_pairs)
+    raw = txn.get(META)
+    if raw:
+        meta = StrategyMeta.from_bytes(raw, where, name)
+        if meta.sharded:
+            raise CorruptLineage(f"{where} is sharded; it cannot be appended to")
+        # an old store stays unchecked (its blocks have no checksums); format 1
+        # becomes 2, which only makes its key-block size explicit
+        meta = meta.in_format(max(meta.version, 2))
+    else:
+        meta = StrategyMeta.new(strategy, out_shape, in_shapes).in_format(WRITE_FORMAT)
+    put = _Sealer(name) if meta.checksummed else _plain
+    for sp in spaces:
+        info = meta.space(sp.name) or SpaceMeta.new(
+            sp.name, sp.key_shape, record_fields(sp, enc), sp.value_shapes, KEY_BITS)
+        meta = meta.with_space(_write_space(txn, strategy, sp, info, put, rtree_base))
+    if strategy.mode is Mode.COMP:
+        cov = np.unique(pairs.out)
+        for a in range(0, len(cov), COVERED_CHUNK):
+            key = covered_key(meta.covered_chunks)
+            txn.put(key, put(key, pack_arrays(cov[a:a + COVERED_CHUNK])))
+            meta = meta.with_covered_chunk()
+    txn.put(META, meta.to_bytes(name))
+    return spaces
+
+
+def _write_space(txn, strategy: Strategy, sp: Space, info: SpaceMeta, put,
+                 rtree_base) -> SpaceMeta:
+    """Append one space's pairs after those already stored; returns its new metadata.
+    ``put(key, body)`` gives the value to store (sealed, or as is in old formats)."""
+    if sp.n == 0:
+        return info
+    first = -(-info.pairs // REC_PAIRS) * REC_PAIRS
+    enc = stored_encoding(strategy)
+    puts = []
+    blocks = record_blocks(sp, enc, first)
+    for blk, blob in blocks.items():
+        key = record_key(sp.name, blk)
+        puts.append((key, put(key, blob)))
+    kblocks: list[int] = []
+    if enc.one:
+        for blk, blob in key_blocks(sp.key, sp.key_off, first, info.key_bits).items():
+            key = key_index_key(sp.name, blk)
+            old = txn.get(key)
+            if old is not None:
+                blob = merge_key_blocks(put.body(key, old), blob)
+            puts.append((key, put(key, blob)))
+            kblocks.append(blk)
+    puts.sort()
+    with txn.cursor() as cur:
+        cur.putmulti(puts)
+    info = info.appended(first, sp.n, blocks, kblocks if put.checked else ())
+    if not enc.one:
+        files = _write_rtree(rtree_base(sp.name), sp, first)
+        if put.checked:
+            info = info.with_files(files)
+    return info
+
+
+def _write_rtree(path: Path, sp: Space, first: int) -> list[tuple[str, int, int]]:
+    """Build (or extend) the space's R-tree at ``path``; returns its files' (suffix,
+    size, CRC-32)."""
+    coords = unpack(sp.key, sp.key_shape)
+    starts = sp.key_off[:-1]
+    mins = np.minimum.reduceat(coords, starts, axis=0).astype(np.float64)
+    maxs = np.maximum.reduceat(coords, starts, axis=0).astype(np.float64)
+    if coords.shape[1] == 1:
+        mins = np.hstack([mins, np.zeros_like(mins)])
+        maxs = np.hstack([maxs, np.zeros_like(maxs)])
+    ids = np.arange(first, first + sp.n, dtype=np.int64)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    props = rindex.Property()
+    props.dimension = mins.shape[1]
+    if Path(str(path) + ".idx").exists():
+        idx = rindex.Index(str(path), properties=props)
+        for j, lo, hi in zip(ids.tolist(), mins, maxs):
+            idx.insert(j, tuple(lo) + tuple(hi))
+    else:
+        idx = rindex.Index(str(path), (ids, mins, maxs), properties=props)
+    idx.close()
+    return [(ext, *file_digest(str(path) + "." + ext)) for ext in RTREE_FILES]
 
 
 class _Sealer:
@@ -337,3 +424,97 @@ class _Plain:
 _plain = _Plain()
 
 
+
+
+# -- shards (written by Spark tasks) ---------------------------------------------------------
+class _MemoryTxn:
+    """A sub-database written in memory: what :func:`encode_strategy` fills for a shard."""
+
+    def __init__(self) -> None:
+        self.items: dict[bytes, bytes] = {}
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.items.get(bytes(key))
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.items[bytes(key)] = bytes(value)
+
+    def cursor(self) -> _MemoryTxn:
+        return self
+
+    def __enter__(self) -> _MemoryTxn:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def putmulti(self, puts) -> None:
+        for k, v in puts:
+            self.put(k, v)
+
+
+@dataclass
+class ShardWrite:
+    """One shard a task wrote (under its attempt's name), for the driver to commit."""
+
+    meta: ShardMeta
+    seconds: float
+    pairs: int
+
+
+def shard_folder(lineage_dir: str | os.PathLike, op: str, strategy: Strategy) -> Path:
+    """Where the shards of (op, strategy) go, in a run's lineage folder."""
+    return Path(lineage_dir) / SHARDS_DIR / _safe(op + "|" + str(strategy))
+
+
+def write_shard(lineage_dir: str | os.PathLike, stem: str, attempt: int, op: str,
+                strategy: Strategy, pairs: Pairs, out_shape, in_shapes,
+                map_p_pairs=None) -> ShardWrite | None:
+    """Encode one task's ``pairs`` of (op, strategy) into a shard file named for the
+    tile (``stem``) and the task ``attempt``, written whole then renamed into place;
+    None when there is nothing to store."""
+    if pairs.n == 0:
+        return None
+    t0 = time.perf_counter()
+    name = LineageStore.db_name(op, strategy)
+    txn = _MemoryTxn()
+    with tempfile.TemporaryDirectory(prefix="subzero-shard-") as tmp:
+        spaces = encode_strategy(txn, name, strategy, pairs, out_shape, in_shapes, map_p_pairs,
+                                 lambda space: Path(tmp) / space, f"a shard of {op!r} ({strategy})")
+        if not stored_encoding(strategy).one:
+            for sp in spaces:
+                for ext in RTREE_FILES if sp.n else ():
+                    txn.put(rtree_key(sp.name, ext), Path(tmp, f"{sp.name}.{ext}").read_bytes())
+    boxes = tuple((sp.name, int(sp.n), box_of(sp.key, sp.key_shape)) for sp in spaces if sp.n)
+    covered = box_of(pairs.out, out_shape) if strategy.mode is Mode.COMP and pairs.out.size else None
+    body = pack_shard(txn.items)
+    folder = shard_folder(lineage_dir, op, strategy)
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / f"{stem}.a{attempt}{SHARD_SUFFIX}"
+    tmp_file = folder / f".{final.name}.{os.getpid()}.tmp"
+    tmp_file.write_bytes(body)
+    os.replace(tmp_file, final)
+    rel = final.relative_to(Path(lineage_dir)).as_posix()
+    return ShardWrite(ShardMeta(rel, len(body), zlib.crc32(body), boxes, covered),
+                      time.perf_counter() - t0, pairs.n)
+
+
+def commit_shard_files(lineage_dir: str | os.PathLike, op: str, strategy: Strategy,
+                       written: list[ShardMeta]) -> list[ShardMeta]:
+    """Give the shards of the attempts that succeeded their tiles' names, and remove
+    every other file of (op, strategy): attempts that failed or lost a race."""
+    root = Path(lineage_dir)
+    out = []
+    for sh in written:
+        src = root / sh.file
+        stem = src.name.split(".a")[0]
+        dst = src.with_name(stem + SHARD_SUFFIX)
+        os.replace(src, dst)
+        out.append(dataclasses.replace(sh, file=dst.relative_to(root).as_posix()))
+    keep = {root / sh.file for sh in out}
+    folder = shard_folder(root, op, strategy)
+    if folder.is_dir():
+        for f in folder.iterdir():
+            if f not in keep:
+                f.unlink(missing_ok=True)
+    return out

@@ -26,6 +26,14 @@ Formats 1 and 2 have no checksums and are read as before
 (:attr:`StrategyMeta.checksummed` says which a record is).  A format-3 record
 without its seal is damaged, not old: a flipped digit must not turn the checks
 off.
+
+Format 4 is a *sharded* strategy (:mod:`subzero.storage.shards`): Spark tasks
+encode their tiles' lineage into shard files, and the record in the run's LMDB
+environment lists the committed shards — each one's file, size and CRC-32, and
+per key space its pair count and the bounding box of its key cells — so that a
+reader opens only the shards a query's cells fall in.  Each shard holds an
+ordinary format-3 sub-database.  Unsharded strategies are still written in
+format 3, which older SubZero versions read.
 """
 
 from __future__ import annotations
@@ -46,8 +54,12 @@ from subzero.model.strategy import Encoding, Strategy, parse_one
 from subzero.storage.encodings import LEGACY_KEY_BITS
 from subzero.storage.integrity import ChecksumMismatch, seal, seed, unseal
 
-#: Format of the metadata (and blocks) this SubZero writes.
-FORMAT_VERSION = 3
+#: The newest format this SubZero reads (and writes, for sharded strategies).
+FORMAT_VERSION = 4
+#: Format of the unsharded strategies this SubZero writes (and of every shard's own).
+WRITE_FORMAT = 3
+#: First format whose record may list shards instead of holding blocks.
+SHARDED_FORMAT = 4
 #: Format of metadata written without a ``format`` number.
 LEGACY_FORMAT = 1
 #: First format whose values carry checksums.
@@ -175,21 +187,71 @@ class SpaceMeta:
                          str(d.get("key_index", "")), files)
 
 
+Box = tuple[Shape, Shape]
+
+
+@dataclass(frozen=True)
+class ShardMeta:
+    """One committed shard of a sharded strategy: its file (relative to the run's
+    lineage folder), the size and CRC-32 it was written with, and per key space
+    its pair count and the inclusive bounding box (lowest, highest cell) of its
+    key cells; ``covered``: the box of the output cells its payload pairs cover
+    (composite lineage), None when it covers none."""
+
+    file: str
+    size: int
+    crc: int
+    spaces: tuple[tuple[str, int, Box], ...] = ()
+    covered: Box | None = None
+
+    def pairs(self, space: str) -> int:
+        return next((n for name, n, _ in self.spaces if name == space), 0)
+
+    def box(self, space: str) -> Box | None:
+        return next((b for name, n, b in self.spaces if name == space and n), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "size": self.size, "crc": self.crc,
+                "spaces": {name: [n, list(lo), list(hi)] for name, n, (lo, hi) in self.spaces},
+                "covered": None if self.covered is None else [list(c) for c in self.covered]}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> ShardMeta:
+        cov = d.get("covered")
+        return ShardMeta(str(d["file"]), int(d["size"]), int(d["crc"]),
+                         tuple((str(k), int(n), (_shape(lo), _shape(hi)))
+                               for k, (n, lo, hi) in d["spaces"].items()),
+                         None if cov is None else (_shape(cov[0]), _shape(cov[1])))
+
+
 @dataclass(frozen=True)
 class StrategyMeta:
-    """What one (operator, strategy) sub-database holds."""
+    """What one (operator, strategy) sub-database holds: blocks described by
+    ``spaces`` (formats 1-3), or, sharded (format 4), the ``shards`` holding them."""
 
     strategy: Strategy
     out_shape: Shape
     in_shapes: tuple[Shape, ...]
     spaces: tuple[SpaceMeta, ...] = ()
     covered_chunks: int = 0
-    version: int = FORMAT_VERSION
+    version: int = WRITE_FORMAT
+    shards: tuple[ShardMeta, ...] = ()
 
     @staticmethod
     def new(strategy: Strategy, out_shape: Sequence[int],
             in_shapes: Sequence[Sequence[int]]) -> StrategyMeta:
         return StrategyMeta(strategy, _shape(out_shape), tuple(_shape(s) for s in in_shapes))
+
+    @staticmethod
+    def sharded_index(strategy: Strategy, out_shape: Sequence[int],
+                      in_shapes: Sequence[Sequence[int]], shards: Sequence[ShardMeta]) -> StrategyMeta:
+        """The record of a sharded strategy: the shards, no blocks of its own."""
+        return StrategyMeta(strategy, _shape(out_shape), tuple(_shape(s) for s in in_shapes),
+                            version=SHARDED_FORMAT, shards=tuple(shards))
+
+    @property
+    def sharded(self) -> bool:
+        return self.version >= SHARDED_FORMAT
 
     def space(self, name: str) -> SpaceMeta | None:
         for sp in self.spaces:
@@ -223,10 +285,13 @@ class StrategyMeta:
 
     # -- serialisation ---------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return {"format": self.version, "strategy": str(self.strategy),
-                "out_shape": list(self.out_shape), "in_shapes": [list(s) for s in self.in_shapes],
-                "spaces": {sp.name: sp.to_json() for sp in self.spaces},
-                "covered_chunks": self.covered_chunks}
+        d = {"format": self.version, "strategy": str(self.strategy),
+             "out_shape": list(self.out_shape), "in_shapes": [list(s) for s in self.in_shapes],
+             "spaces": {sp.name: sp.to_json() for sp in self.spaces},
+             "covered_chunks": self.covered_chunks}
+        if self.sharded:
+            d["shards"] = [sh.to_json() for sh in self.shards]
+        return d
 
     def to_bytes(self, db: bytes = b"") -> bytes:
         """The stored record (sealed from format 3 on; ``db``: the sub-database's name,
@@ -250,7 +315,9 @@ class StrategyMeta:
                 parse_one(d["strategy"]), _shape(d["out_shape"]),
                 tuple(_shape(s) for s in d["in_shapes"]),
                 tuple(SpaceMeta.from_json(str(k), v, version) for k, v in d["spaces"].items()),
-                int(d.get("covered_chunks", 0)), version)
+                int(d.get("covered_chunks", 0)), version,
+                tuple(ShardMeta.from_json(sh) for sh in d["shards"]) if version >= SHARDED_FORMAT
+                else ())
         except (KeyError, TypeError, ValueError, AttributeError, StrategyError) as e:
             raise CorruptLineage(f"{where} has malformed metadata: {type(e).__name__}: {e}") from None
 

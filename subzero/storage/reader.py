@@ -44,7 +44,7 @@ from subzero.storage.encodings import (
     decode_record_block,
     merge_payload_tables,
 )
-from subzero.storage.integrity import ChecksumMismatch, read_verified, seed, seed_in, unseal
+from subzero.storage.integrity import ChecksumMismatch, seed, seed_in, unseal
 from subzero.storage.metadata import (
     META,
     CorruptLineage,
@@ -80,7 +80,7 @@ class StrategyReader:
         self._covered: np.ndarray | None = None
         self._key_sets: dict[str, np.ndarray] = {}
         #: The LMDB file the values live in (named in errors).
-        self.file = store.path / "data.mdb"
+        self.file = store.file
         self._name = store.db_name(op, strategy)
         self._seed = seed(self._name, b"")
         where = f"stored lineage of {op!r} ({strategy}) in {self.file}"
@@ -240,7 +240,7 @@ class StrategyReader:
             if ext not in files:
                 raise self._damaged(f"its metadata records no checksum of R-tree file {f.name}", f)
             try:
-                out[ext] = read_verified(f, *files[ext])
+                out[ext] = self.store.rtree_file(self.op, self.strategy, space, ext, *files[ext])
             except ChecksumMismatch as e:
                 raise self._damaged(f"R-tree file {f.name}: {e}", f) from None
         return out
@@ -373,8 +373,9 @@ class StrategyReader:
         order = np.argsort(pos, kind="stable")
         return k[order], lengths_to_offsets(np.bincount(pos, minlength=len(pids)))
 
-    def covered(self) -> np.ndarray:
-        """Output cells covered by payload pairs (COMP strategies); read once."""
+    def covered(self, near: np.ndarray | None = None) -> np.ndarray:
+        """Output cells covered by payload pairs (COMP strategies); read once, all of
+        them (``near`` is for sharded sources)."""
         if self._covered is None:
             self._covered = self._read_covered()
         return self._covered
