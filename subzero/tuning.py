@@ -101,3 +101,8 @@ HEARTBEAT_S = 5.0
 #: interrupted, and `subzero run --resume` may take it over.  Twelve missed beats:
 #: a driver busy in native code or a slow shared file system is not taken for dead.
 HEARTBEAT_STALE_S = 60.0
+
+#: Spark jobs of independent branches (the two exposures' operators) a run submits at
+#: once, each from a driver thread: a job that cannot fill the cluster (a statistic's
+#: few blocks, a reduction's tree, a job's last tasks) leaves cores to the other
+SPARK_CONCURRENT_JOBS = 4

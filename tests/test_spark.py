@@ -457,3 +457,62 @@ def test_spark_scratch_files_stay_in_subzeros_folder(spark, store):
     assert scratch_dir().startswith(str(jvm_log_dir()))
     store.run(EXAMPLE, engine="spark", spark=spark, progress=False)
     assert any(p.name.startswith(("spark-", "blockmgr-")) for p in Path(scratch_dir()).iterdir())
+
+
+class Rendezvous(Operator):
+    """Marks that its task started, then waits for the other branch's task to start:
+    it can finish only if both branches' jobs run at the same time."""
+
+    tiling = subzero.ELEMENTWISE
+
+    def __init__(self, folder: str, me: str, other: str, fail: bool = False):
+        self.folder, self.me, self.other, self.fail = folder, me, other, fail
+
+    def supported_modes(self):
+        return {Mode.FULL, Mode.BLACKBOX}
+
+    def run(self, ctx, x):
+        import time
+        if Mode.FULL in ctx.modes:
+            cells = np.argwhere(np.ones(np.shape(x), bool))
+            ctx.lwrite(cells, cells, each=True)
+        Path(self.folder, self.me).touch()
+        if self.fail:
+            raise ValueError("this branch fails")
+        end = time.monotonic() + 60
+        while not Path(self.folder, self.other).exists():
+            if time.monotonic() > end:
+                raise TimeoutError(f"{self.other} never started: the branches ran one after the other")
+            time.sleep(0.05)
+        return np.asarray(x) + 1
+
+
+def branches(folder, fail: bool = False) -> Workflow:
+    wf = Workflow("branches")
+    a = wf.add("a", Rendezvous(str(folder), "a", "b", fail), wf.input("x"))
+    b = wf.add("b", Rendezvous(str(folder), "b", "a"), wf.input("y"))
+    wf.add("after_a", Mul(), a, a)
+    wf.add("after_b", Mul(), b, b)
+    return wf
+
+
+def test_independent_branches_run_as_concurrent_jobs(spark, store, tmp_path):
+    """Two branches over arrays of different shapes (so no stage fuses them) run as two
+    Spark jobs at once: each branch's task waits for the other's to start.  The run's
+    record still lists its operators in workflow order, and answers as in-process."""
+    x, y = np.arange(12.0).reshape(3, 4), np.arange(10.0).reshape(2, 5)
+    wf = branches(tmp_path)
+    run = store.run(wf, inputs={"x": x, "y": y}, engine="spark", spark=spark, tile=8,
+                    strategies={"a": "full", "b": "full"}, progress=False)
+    assert [o["name"] for o in run.ops()] == wf.order()
+    np.testing.assert_array_equal(run.array("after_b").values, (y + 1) ** 2)
+    assert run.trace("after_a", [(1, 2)], to="x").cells.tolist() == [[1, 2]]
+
+
+def test_a_failing_branch_stops_the_run_in_one_line(spark, store, tmp_path):
+    x, y = np.arange(12.0).reshape(3, 4), np.arange(10.0).reshape(2, 5)
+    with pytest.raises(OperatorError, match="operator 'a'.*this branch fails"):
+        store.run(branches(tmp_path, fail=True), inputs={"x": x, "y": y}, engine="spark",
+                  spark=spark, tile=8, progress=False)
+    assert store.runs()[-1].status == "failed"
+    assert not list((store.path / "runs").glob("*.partial*"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from subzero.engines.base import Engine
@@ -60,26 +61,101 @@ def run_workflow(engine: Engine, wf: Workflow, inputs: Mapping[str, Any],
         if journal is not None:
             journal.inputs(stats.inputs)
     pending = [n for n in wf.order() if n not in done]
+
+    def finish(name: str, res) -> None:
+        _finish_step(name, wf, res, strategies[name], capture, lineage, budget, stats,
+                     profiler, engine)
+        if journal is not None:
+            if lineage is not None:
+                lineage.sync()      # on disk before the journal says so
+            journal.finished(stats.ops[-1], budget)
+        progress.finished(name)
+
+    jobs = int(getattr(engine, "concurrent_jobs", 1))
+    if jobs > 1 and hasattr(engine, "group") and hasattr(engine, "waits_for"):
+        _run_concurrently(engine, wf, pending, done, strategies, capture, progress, finish, jobs)
+        return stats
     while pending:
         names = engine.group(wf, pending) if hasattr(engine, "group") else [pending[0]]
-        progress.started(names[0] if len(names) == 1 else f"{names[0]} +{len(names) - 1} in one job")
+        progress.started(_label(names))
         if len(names) == 1:
             step = wf.steps[names[0]]
             results = [engine.run_step(names[0], step, strategies[names[0]], capture, progress)]
         else:
             results = engine.run_stage(wf, names, strategies, capture, progress)  # type: ignore[attr-defined]
         for name, res in zip(names, results):
-            _finish_step(name, wf, res, strategies[name], capture, lineage, budget, stats,
-                         profiler, engine)
-            if journal is not None:
-                if lineage is not None:
-                    lineage.sync()      # on disk before the journal says so
-                journal.finished(stats.ops[-1], budget)
-            progress.finished(name)
+            finish(name, res)
         del results         # the steps' values and lineage, before the next step runs
-        done = set(names)
-        pending = [n for n in pending if n not in done]
+        ran = set(names)
+        pending = [n for n in pending if n not in ran]
     return stats
+
+
+def _label(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{names[0]} +{len(names) - 1} in one job"
+
+
+def _run_group(engine, wf: Workflow, names: list[str], strategies, capture: bool,
+               progress: Progress) -> list:
+    if len(names) == 1:
+        return [engine.run_step(names[0], wf.steps[names[0]], strategies[names[0]], capture,
+                                progress)]
+    return engine.run_stage(wf, names, strategies, capture, progress)
+
+
+def _run_concurrently(engine, wf: Workflow, pending: list[str], done: set[str],
+                      strategies: Mapping[str, tuple[Strategy, ...]], capture: bool,
+                      progress: Progress, finish: Callable[[str, Any], None], jobs: int) -> None:
+    """The driver loop of an engine that runs independent jobs side by side (Spark):
+    up to ``jobs`` groups of operators whose inputs are ready run at once, each from
+    a thread of its own (the two exposures' branches keep a cluster busy together),
+    while their results are committed -- statistics, lineage under the budget, the
+    journal -- here, one at a time and in workflow order, so a run's record and its
+    budget's choices do not depend on which job finished first.  A failure (or
+    Ctrl-C) cancels the jobs still running and is raised once they stop."""
+    order = list(pending)
+    steps = wf.steps
+    ran: dict[str, Any] = {}            # run, not yet committed
+    available = set(done)               # operators whose arrays are stored
+    claimed: set[str] = set()
+    running: dict[Future, list[str]] = {}
+    at = 0
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="subzero-job")
+    try:
+        while at < len(order):
+            deferred: set[str] = set()
+            while len(running) < jobs:
+                free = [n for n in order if n not in claimed]
+                ready = next((n for n in free if n not in deferred and all(
+                    a not in steps or a in available for a in steps[n].inputs)), None)
+                if ready is None:
+                    break
+                names = engine.group(wf, [ready] + [n for n in free if n != ready])
+                busy = {n for ns in running.values() for n in ns}
+                if busy and engine.waits_for(wf, names, busy, free):
+                    deferred.update(names)      # a bigger stage once a running job ends
+                    continue
+                claimed.update(names)
+                progress.started(_label(names))
+                running[pool.submit(_run_group, engine, wf, names, strategies, capture,
+                                    progress)] = names
+            finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            for f in finished:
+                names = running.pop(f)
+                for name, res in zip(names, f.result()):
+                    ran[name] = res
+                    available.add(name)
+            while at < len(order) and order[at] in ran:
+                finish(order[at], ran.pop(order[at]))
+                at += 1
+    except BaseException:
+        cancel = getattr(engine, "cancel", None)
+        if cancel is not None and running:
+            cancel()                    # the jobs still running stop; their errors are moot
+        wait(list(running))
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 def _finish_step(name: str, wf: Workflow, res, strat: tuple[Strategy, ...], capture: bool,

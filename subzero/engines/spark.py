@@ -53,7 +53,7 @@ from subzero.engines.base import StepResult
 from subzero.engines.lineage import TileShard, write_tile_shards
 from subzero.engines.progress import Progress
 from subzero.engines.session import SparkError, jvm_log_hint, ship_workflow_modules
-from subzero.engines.stages import Box, Member, last_readers, next_stage, plan_boxes, within
+from subzero.engines.stages import Box, Member, last_readers, next_stage, plan_boxes, tiled_shape, within
 from subzero.errors import OperatorError, SubZeroError
 from subzero.model.modes import Mode
 from subzero.model.statistic import Statistic, block_around
@@ -61,7 +61,7 @@ from subzero.model.strategy import BLACKBOX, Strategy, modes_needed
 from subzero.model.workflow import Step, Workflow
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.inputs import is_region_source
-from subzero.tuning import PROBE_CELLS, PROGRESS_POLL_S, STAT_BLOCK_TILES
+from subzero.tuning import PROBE_CELLS, PROGRESS_POLL_S, SPARK_CONCURRENT_JOBS, STAT_BLOCK_TILES
 
 MARK = "@@subzero@@"
 
@@ -540,6 +540,8 @@ class SparkEngine:
     noted in the run's ``run.log``."""
 
     name = "spark"
+    #: independent jobs the driver loop runs side by side (:mod:`subzero.engines.driver`)
+    concurrent_jobs = SPARK_CONCURRENT_JOBS
 
     def __init__(self, spark, arrays: ArrayStore, log: Callable[[str], None] | None = None,
                  lineage_dir: str | os.PathLike | None = None):
@@ -676,6 +678,13 @@ class SparkEngine:
         jobs = list(zip(tiles, answers))
         return collect(sc.parallelize(jobs, len(jobs)).map(fn), name, on_tasks)
 
+    def cancel(self) -> None:
+        """Stop every job still running (another job of the run failed)."""
+        try:
+            self.sc.cancelAllJobs()
+        except Exception:
+            pass            # the JVM is going away anyway
+
     def _shards(self, capture: bool) -> str | None:
         """Where tasks write their lineage shards (None: they return pairs)."""
         return self.lineage_dir if capture else None
@@ -725,6 +734,27 @@ class SparkEngine:
         return [first] + [n for n in pending[1:]
                           if all(a in self.shapes for a in wf.steps[n].inputs)
                           and self._runs_whole(wf, n)]
+
+    def waits_for(self, wf: Workflow, names: list[str], running: set[str], free: list[str]) -> bool:
+        """Whether the fused stage ``names`` had better wait for a job that is running:
+        an operator still to run reads that job's output and would join the stage
+        (tile-parallel over the same shape) once it is stored -- one job then, not two
+        (the two exposures' calibrations fuse although one exposure's overscan
+        finishes first)."""
+        shape = tiled_shape(wf, names[0], self.shapes, _fusable)
+        if shape is None:
+            return False
+        inside = set(names)
+        for n in free:
+            step = wf.steps[n]
+            if n in inside or not any(a in running for a in step.inputs):
+                continue
+            if not all(a in self.shapes or a in inside or a in running for a in step.inputs):
+                continue
+            guess = [tuple(self.shapes[a]) if a in self.shapes else tuple(shape) for a in step.inputs]
+            if guess[0] == tuple(shape) and _fusable(step.operator, guess) is not None:
+                return True
+        return False
 
     def _runs_whole(self, wf: Workflow, name: str) -> bool:
         """A global operator (one task on whole arrays), its inputs all stored."""

@@ -55,7 +55,7 @@ def next_stage(wf: Workflow, pending: Sequence[str], shapes: Mapping[str, tuple[
     ``pending`` is in topological order, so its first operator's inputs are
     all stored."""
     first = pending[0]
-    shape = _tiled_shape(wf, first, shapes, halo_of)
+    shape = tiled_shape(wf, first, shapes, halo_of)
     if shape is None:
         return [first]
     stage, inside = [first], {first}
@@ -64,13 +64,13 @@ def next_stage(wf: Workflow, pending: Sequence[str], shapes: Mapping[str, tuple[
         if not all(a in shapes or a in inside for a in step.inputs):
             continue
         known = {**shapes, **{n: shape for n in inside}}
-        if _tiled_shape(wf, name, known, halo_of) == shape:
+        if tiled_shape(wf, name, known, halo_of) == shape:
             stage.append(name)
             inside.add(name)
     return stage
 
 
-def _tiled_shape(wf: Workflow, name: str, shapes: Mapping[str, tuple[int, ...]],
+def tiled_shape(wf: Workflow, name: str, shapes: Mapping[str, tuple[int, ...]],
                  halo_of) -> tuple[int, ...] | None:
     """The shape the operator tiles over, or None when it does not run per tile."""
     step = wf.steps[name]
