@@ -8,6 +8,7 @@ through :func:`run_workflow`; what differs between them is the :class:`Engine`.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -62,6 +63,11 @@ def run_workflow(engine: Engine, wf: Workflow, inputs: Mapping[str, Any],
             journal.inputs(stats.inputs)
     pending = [n for n in wf.order() if n not in done]
 
+    jobs = int(getattr(engine, "concurrent_jobs", 1))
+    shared = _SharedTiles(progress) if jobs > 1 and hasattr(engine, "waits_for") else None
+    if shared is not None:
+        progress = shared
+
     def finish(name: str, res) -> None:
         _finish_step(name, wf, res, strategies[name], capture, lineage, budget, stats,
                      profiler, engine)
@@ -71,9 +77,8 @@ def run_workflow(engine: Engine, wf: Workflow, inputs: Mapping[str, Any],
             journal.finished(stats.ops[-1], budget)
         progress.finished(name)
 
-    jobs = int(getattr(engine, "concurrent_jobs", 1))
-    if jobs > 1 and hasattr(engine, "group") and hasattr(engine, "waits_for"):
-        _run_concurrently(engine, wf, pending, done, strategies, capture, progress, finish, jobs)
+    if shared is not None:
+        _run_concurrently(engine, wf, pending, strategies, capture, shared, finish, jobs)
         return stats
     while pending:
         names = engine.group(wf, pending) if hasattr(engine, "group") else [pending[0]]
@@ -103,9 +108,9 @@ def _run_group(engine, wf: Workflow, names: list[str], strategies, capture: bool
     return engine.run_stage(wf, names, strategies, capture, progress)
 
 
-def _run_concurrently(engine, wf: Workflow, pending: list[str], done: set[str],
+def _run_concurrently(engine, wf: Workflow, pending: list[str],
                       strategies: Mapping[str, tuple[Strategy, ...]], capture: bool,
-                      progress: Progress, finish: Callable[[str, Any], None], jobs: int) -> None:
+                      progress: _SharedTiles, finish: Callable[[str, Any], None], jobs: int) -> None:
     """The driver loop of an engine that runs independent jobs side by side (Spark):
     up to ``jobs`` groups of operators whose inputs are ready run at once, each from
     a thread of its own (the two exposures' branches keep a cluster busy together),
@@ -116,7 +121,7 @@ def _run_concurrently(engine, wf: Workflow, pending: list[str], done: set[str],
     order = list(pending)
     steps = wf.steps
     ran: dict[str, Any] = {}            # run, not yet committed
-    available = set(done)               # operators whose arrays are stored
+    available: set[str] = set(wf.steps) - set(pending)      # operators whose arrays are stored
     claimed: set[str] = set()
     running: dict[Future, list[str]] = {}
     at = 0
@@ -138,13 +143,15 @@ def _run_concurrently(engine, wf: Workflow, pending: list[str], done: set[str],
                 claimed.update(names)
                 progress.started(_label(names))
                 running[pool.submit(_run_group, engine, wf, names, strategies, capture,
-                                    progress)] = names
+                                    progress.job(names[0]))] = names
             finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
             for f in finished:
                 names = running.pop(f)
                 for name, res in zip(names, f.result()):
                     ran[name] = res
                     available.add(name)
+            if not running:
+                progress.idle()
             while at < len(order) and order[at] in ran:
                 finish(order[at], ran.pop(order[at]))
                 at += 1
@@ -156,6 +163,54 @@ def _run_concurrently(engine, wf: Workflow, pending: list[str], done: set[str],
         raise
     finally:
         pool.shutdown(wait=True)
+
+
+class _SharedTiles(Progress):
+    """The reporter of a run whose jobs run at once: their tile counts reported as one
+    (the sums over the jobs since the last moment none was running), and every call
+    into the user's reporter made under one lock (job threads report tiles while the
+    driver's thread reports operators)."""
+
+    def __init__(self, inner: Progress):
+        self.inner = inner
+        self.wants_tasks = inner.wants_tasks
+        self._lock = threading.Lock()
+        self._jobs: dict[str, tuple[int, int]] = {}
+
+    def job(self, key: str) -> Progress:
+        """The reporter handed to one job."""
+        shared = self
+
+        class _Job(Progress):
+            wants_tasks = shared.wants_tasks
+
+            def tiles(self, done: int, total: int) -> None:
+                with shared._lock:
+                    shared._jobs[key] = (done, total)
+                    shared.inner.tiles(sum(d for d, _ in shared._jobs.values()),
+                                       sum(t for _, t in shared._jobs.values()))
+
+        return _Job()
+
+    def idle(self) -> None:
+        with self._lock:
+            self._jobs.clear()
+
+    def begin(self, total: int, desc: str, unit: str = "op") -> None:
+        with self._lock:
+            self.inner.begin(total, desc, unit)
+
+    def started(self, name: str) -> None:
+        with self._lock:
+            self.inner.started(name)
+
+    def finished(self, name: str) -> None:
+        with self._lock:
+            self.inner.finished(name)
+
+    def close(self) -> None:
+        with self._lock:
+            self.inner.close()
 
 
 def _finish_step(name: str, wf: Workflow, res, strat: tuple[Strategy, ...], capture: bool,
