@@ -14,12 +14,12 @@ from subzero.errors import (
 from subzero.model.cells import window
 from subzero.model.modes import Mode
 from subzero.model.operator import AGGREGATE, COMPONENTS, ELEMENTWISE, GATHER, GLOBAL, Operator, Tiling, stencil
-from subzero.model.statistic import ExactMedian, Statistic
+from subzero.model.statistic import ExactMAD, ExactMedian, Statistic
 from subzero.model.strategy import Direction, Encoding, Strategy
 from subzero.model.workflow import Node, Workflow, load_workflow
 from subzero.query.trace import TraceResult
 
-__all__ = ["Operator", "Statistic", "ExactMedian", "Workflow", "Mode", "Node", "Tiling", "ELEMENTWISE",
+__all__ = ["Operator", "Statistic", "ExactMedian", "ExactMAD", "Workflow", "Mode", "Node", "Tiling", "ELEMENTWISE",
            "AGGREGATE", "COMPONENTS", "GATHER",
            "GLOBAL", "stencil",
            "Store", "Run", "open_store", "load_workflow", "TraceResult", "Strategy", "Direction",

@@ -15,7 +15,7 @@ from conftest import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from subzero import ExactMedian, Workflow
+from subzero import ExactMAD, ExactMedian, Workflow
 from subzero.capture.runner import run_tile
 from subzero.capture.tiles import tiles_for
 from subzero.errors import OperatorError
@@ -63,6 +63,47 @@ def test_exact_median_over_any_tiling_is_the_lower_median(data):
     got = over_blocks(stat, block_reader(a), cores(a.shape, tile), a.shape)
     assert got == lower_median(a) == whole(stat, a)
     assert type(got) is np.dtype(dtype).type
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_exact_mad_over_any_tiling_is_numpys(data):
+    """The median absolute deviation in rounds of histograms equals numpy's on the
+    whole array (the mean of the two middle values when their number is even), on
+    any tiling: the astronomy workflow's star threshold no longer gathers its sample."""
+    ndim = data.draw(st.integers(1, 3))
+    shape = tuple(data.draw(st.lists(st.integers(1, 9), min_size=ndim, max_size=ndim)))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**31)))
+    kind = data.draw(st.sampled_from(["normal", "ties", "tiny", "huge", "offset", "inf"]))
+    a = rng.normal(size=shape)
+    if kind == "ties":
+        a = np.round(a)
+    elif kind == "tiny":
+        a = a * 1e-300
+    elif kind == "huge":
+        a = a * 1e300
+    elif kind == "offset":
+        a = a * 1e-3 + 1e6
+    elif kind == "inf":
+        a.flat[0] = np.inf
+    tile = data.draw(st.integers(1, 9))
+    got = over_blocks(ExactMAD(), block_reader(a), cores(a.shape, tile), a.shape)
+    want = np.median(np.abs(a - np.median(a)))       # nan: one value, and it is infinite
+    assert np.array_equal([got, whole(ExactMAD(), a)], [want, want], equal_nan=True)
+
+
+def test_star_threshold_is_the_mad_of_the_grid_sample():
+    """The star threshold per tile equals ``nsigma`` times ``mad_sigma`` of the
+    ``[::4, ::4]`` sample of the whole image, bit for bit."""
+    sky = sky_image()
+    stat = A.StarThreshold(5.0)
+    want = 5.0 * A.mad_sigma(sky[::4, ::4].astype(np.float64).ravel())
+    for tile in (64, 37, 9):
+        assert over_blocks(stat, block_reader(sky), cores(sky.shape, tile), sky.shape) == want
+    with pytest.raises(ValueError, match="NaN"):
+        bad = sky.astype(np.float64)
+        bad[4, 8] = np.nan
+        whole(stat, bad)
 
 
 def test_exact_median_refuses_nan_and_nothing():

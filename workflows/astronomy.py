@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from subzero import ExactMedian, Mode, Statistic, Workflow, stencil
+from subzero import ExactMAD, ExactMedian, Mode, Workflow, stencil
 from subzero.errors import WorkflowError
 from subzero.model.statistic import whole
 from subzero.operators import Binary, ConnectedComponents, Div, Maximum, Mean, Slice, Sub, Unary, WindowComposite
@@ -390,23 +390,23 @@ class RemoveCosmicRays(WindowComposite):
 
 # --- UDF D: star detection -------------------------------------------------------------------
 
-class StarThreshold(Statistic):
+class StarThreshold(ExactMAD):
     """``nsigma`` times the MAD noise of every fourth pixel of the whole image (the
-    ``[::4, ::4]`` sample, gathered per tile on the image's grid: any tiling gives
-    the same sample, so the same threshold)."""
+    ``[::4, ::4]`` sample, taken per tile on the image's grid: any tiling gives the
+    same sample, so the same threshold).  The MAD is exact and equal to
+    :func:`mad_sigma`'s, in rounds of histograms (:class:`subzero.ExactMAD`), so
+    the driver never holds the sample."""
 
     def __init__(self, nsigma: float):
         self.nsigma = nsigma
 
-    def partial(self, block, core, origin, shape, prior):
+    def values(self, block, core, origin, shape):
         start = [o + c.start for o, c in zip(origin, core)]
-        return np.asarray(block[core], np.float64)[tuple(slice((-s) % 4, None, 4) for s in start)].ravel()
+        return np.asarray(block[core], np.float64)[tuple(slice((-s) % 4, None, 4) for s in start)]
 
-    def merge(self, a, b):
-        return np.concatenate([a, b])
-
-    def finish(self, sample, prior):
-        return self.nsigma * mad_sigma(sample)
+    def finish(self, counts, prior):
+        mad = super().finish(counts, prior)
+        return mad if isinstance(mad, dict) else self.nsigma * float(1.4826 * mad)
 
 
 class DetectStars(ConnectedComponents):

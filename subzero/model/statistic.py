@@ -13,7 +13,9 @@ the same way (one block), so both engines see the same value.
 A statistic is exact when merging the partials of any tiling gives what the
 whole array's single partial gives.  :class:`ExactMedian` shows a statistic
 that needs more than one round: an exact order statistic by radix selection,
-16 bits of the value per round, never more than a histogram per tile.
+16 bits of the value per round, never more than a histogram per tile;
+:class:`ExactMAD` chains two such selections (the median, then the median of
+the distances to it).
 """
 
 from __future__ import annotations
@@ -171,3 +173,75 @@ def lower_median(values: Sequence[float] | np.ndarray) -> Any:
     """The rank ``(n - 1) // 2`` element, by sorting (the oracle of the tests)."""
     v = np.sort(np.asarray(values).ravel())
     return v[(len(v) - 1) // 2]
+
+
+def _middle_ranks(n: int) -> list[int]:
+    """The ranks ``np.median`` averages: the middle one, or the two middle ones."""
+    if n == 0:
+        raise ValueError("no values to take the median of")
+    return [(n - 1) // 2] if n % 2 else [n // 2 - 1, n // 2]
+
+
+class ExactMAD(Statistic):
+    """The median absolute deviation ``median(|v - median(v)|)`` of the values
+    :meth:`values` picks from each tile's core, equal to numpy's on the whole
+    array (``np.median`` semantics: the mean of the two middle values when their
+    number is even), on any tiling, without any tile sending more than
+    histograms: radix selection of the middle rank(s) as in :class:`ExactMedian`,
+    first of the values, then of their distances to that median -- eight rounds
+    for float64.  The driver's memory does not grow with the array (a sample
+    gathered to the driver would).  NaN values are refused."""
+
+    dtype: np.dtype = np.dtype(np.float64)
+
+    @property
+    def rounds(self) -> int:  # type: ignore[override]
+        return 2 * (8 * np.dtype(self.dtype).itemsize // BITS)
+
+    def values(self, block: np.ndarray, core: Slices, origin: tuple[int, ...],
+               shape: tuple[int, ...]) -> np.ndarray:
+        """The values of this tile's core that take part (default: all)."""
+        return block[core]
+
+    def partial(self, block, core, origin, shape, prior):
+        v = np.asarray(self.values(block, core, origin, shape), self.dtype).ravel()
+        if np.isnan(v).any():
+            raise ValueError(f"{type(self).__name__}: NaN values have no median")
+        state = prior or {"center": None, "done": 0, "targets": None}
+        if state["center"] is not None:
+            with np.errstate(invalid="ignore"):     # inf - inf: nan, as numpy gives
+                v = np.abs(v - state["center"])
+        keys = order_keys(v)
+        width, done = 8 * keys.dtype.itemsize, state["done"]
+        prefixes = sorted({p for p, _ in state["targets"]}) if state["targets"] else [0]
+        out = np.zeros((len(prefixes), 1 << BITS), np.int64)
+        for j, p in enumerate(prefixes):
+            k = keys[(keys >> keys.dtype.type(width - done)) == p] if done else keys
+            digit = (k >> keys.dtype.type(width - done - BITS)) & keys.dtype.type((1 << BITS) - 1)
+            out[j] = np.bincount(digit.astype(np.intp), minlength=1 << BITS)
+        return out
+
+    def merge(self, a, b):
+        return a + b
+
+    def finish(self, counts, prior):
+        """Between rounds: ``{"center": the median once found, "done": bits settled,
+        "targets": [(prefix, rank left)] per middle rank}``; the MAD at the end."""
+        state = prior or {"center": None, "done": 0, "targets": None}
+        targets = state["targets"]
+        if targets is None:              # a phase starts: one histogram of every value
+            targets = [(0, r) for r in _middle_ranks(int(counts[0].sum()))]
+        prefixes = sorted({p for p, _ in targets})
+        settled = []
+        for p, rank in targets:
+            cum = np.cumsum(counts[prefixes.index(p)])
+            digit = int(np.searchsorted(cum, rank, side="right"))
+            settled.append(((p << BITS) | digit, rank - (int(cum[digit - 1]) if digit else 0)))
+        done = state["done"] + BITS
+        if done < 8 * np.dtype(self.dtype).itemsize:
+            return {"center": state["center"], "done": done, "targets": settled}
+        middle = [key_value(p, self.dtype) for p, _ in settled]
+        median = middle[0] if len(middle) == 1 else np.mean(np.array(middle, self.dtype))
+        if state["center"] is None:       # the median found: now the deviations' median
+            return {"center": median, "done": 0, "targets": None}
+        return median
