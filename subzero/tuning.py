@@ -36,11 +36,12 @@ EMIT_BATCH_CELLS = 1 << 21
 PROGRESS_POLL_S = 0.25
 #: Cells of a run's largest input from which `subzero run` without --engine uses Spark
 #: (local mode) rather than the in-process engine.  Measured on 2 cores
-#: (benchmarks/spark_megapixels.py, the astronomy workflow): Spark `local[*]` / in-process
-#: run time 2.02x at 1 Mpix, 1.34x at 4, 1.00x at 16, plus 7-8 s of start-up; set where
-#: Spark should pay with its start-up included (extrapolated: 64 Mpix was not measured).
-#: On more cores, or for memory (the in-process driver grew to 1.28 GB at 16 Mpix,
-#: Spark's stayed at 187 MB), choose Spark with --engine spark or --master.
+#: (benchmarks/spark_megapixels.py, the astronomy workflow, RESULTS.md): Spark `local[*]`
+#: / in-process run time 2.16x at 1 Mpix, 1.78x at 4, 1.35x at 16, 1.21x at 64, plus
+#: 6-7 s of start-up -- Spark does not pay in time on two cores; it pays in memory: the
+#: in-process run needed 875 MB at 16 Mpix and 2.4 GB at 64, Spark's driver 191-197 MB
+#: at every size.  Set where one process would need gigabytes; on more cores choose
+#: Spark with --engine spark or --master.
 SPARK_PAYS_CELLS = 64_000_000
 #: cells per axis of the corner a fused Spark stage runs on in the driver to learn its
 #: operators' output dtypes before the tasks write (halos are added to it)
