@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 from relations import space_edges
+from test_spark import FailFirstAttempt, Twice
 
-import subzero
-from subzero import Mode, Operator, Workflow
+from subzero import Mode, Workflow
 from subzero.capture.buffer import Pairs
 from subzero.capture.tiles import concat_pairs
 from subzero.errors import SubZeroWarning
@@ -132,46 +132,13 @@ def test_commit_keeps_the_attempt_that_succeeded_and_removes_the_others(tmp_path
 
 
 # -- on Spark ------------------------------------------------------------------------------
-class FailsAfterItsNeighbour(Operator):
-    """Fails the first attempt of every task: in a fused stage its neighbour has already
-    written its shard for that attempt."""
-
-    tiling = subzero.ELEMENTWISE
-
-    def supported_modes(self):
-        return {Mode.FULL, Mode.BLACKBOX}
-
-    def run(self, ctx, x):
-        from pyspark import TaskContext
-        cells = np.argwhere(np.ones(np.shape(x), bool))
-        if Mode.FULL in ctx.modes:
-            ctx.lwrite(cells, cells, each=True)
-        tc = TaskContext.get()
-        if tc is not None and tc.attemptNumber() == 0:
-            raise RuntimeError("injected failure of a first attempt")
-        return np.asarray(x) + 1
-
-
-class Twice(Operator):
-    tiling = subzero.ELEMENTWISE
-
-    def supported_modes(self):
-        return {Mode.FULL, Mode.BLACKBOX}
-
-    def run(self, ctx, x):
-        cells = np.argwhere(np.ones(np.shape(x), bool))
-        if Mode.FULL in ctx.modes:
-            ctx.lwrite(cells, cells, each=True)
-        return np.asarray(x) * 2
-
-
 def test_spark_tasks_write_shards_and_a_failed_attempt_leaves_none(spark, store):
     """In a fused stage, a task's first attempt writes its first operator's shard and
     then fails; the retry writes it again.  Only the retry's shard is kept: each pair
     once, one shard per tile, the answers of the in-process engine."""
     wf = Workflow("retry")
     t = wf.add("twice", Twice(), wf.input("x"))
-    wf.add("plus", FailsAfterItsNeighbour(), t)
+    wf.add("plus", FailFirstAttempt(), t)
     x = np.arange(80.0).reshape(10, 8)
     strat = {"twice": "full:fullone:backward", "plus": "full:fullmany:forward"}
     sp = store.run(wf, inputs={"x": x}, engine="spark", spark=spark, tile=4, strategies=strat,

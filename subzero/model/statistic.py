@@ -115,7 +115,38 @@ def key_value(key: int, dtype: np.dtype) -> Any:
     return np.array([u], ut).view(dtype)[0]
 
 
-class ExactMedian(Statistic):
+class _RadixSelect(Statistic):
+    """What :class:`ExactMedian` and :class:`ExactMAD` share: the values a tile's core
+    takes part with, checked, and 65,536-bin histograms of their next 16 bits."""
+
+    dtype: np.dtype = np.dtype(np.float64)
+
+    def values(self, block: np.ndarray, core: Slices, origin: tuple[int, ...],
+               shape: tuple[int, ...]) -> np.ndarray:
+        """The values of this tile's core that take part (default: all)."""
+        return block[core]
+
+    def _taking_part(self, block, core, origin, shape) -> np.ndarray:
+        v = np.asarray(self.values(block, core, origin, shape), self.dtype).ravel()
+        if np.isnan(v).any():
+            raise ValueError(f"{type(self).__name__}: NaN values have no median")
+        return v
+
+    def merge(self, a, b):
+        return a + b
+
+
+def digit_counts(keys: np.ndarray, done: int, prefix: int) -> np.ndarray:
+    """Histogram of the 16 bits after the first ``done`` of the order keys whose first
+    ``done`` bits are ``prefix``."""
+    width = 8 * keys.dtype.itemsize
+    if done:
+        keys = keys[(keys >> keys.dtype.type(width - done)) == prefix]
+    digit = (keys >> keys.dtype.type(width - done - BITS)) & keys.dtype.type((1 << BITS) - 1)
+    return np.bincount(digit.astype(np.intp), minlength=1 << BITS).astype(np.int64)
+
+
+class ExactMedian(_RadixSelect):
     """The element of rank ``(n - 1) // 2`` (the lower median, what quickselect
     returns) of the values :meth:`values` picks from each tile's core, exact on
     any tiling.  Radix selection: round ``r`` histograms the next 16 bits of the
@@ -130,25 +161,9 @@ class ExactMedian(Statistic):
     def rounds(self) -> int:  # type: ignore[override]
         return 8 * np.dtype(self.dtype).itemsize // BITS
 
-    def values(self, block: np.ndarray, core: Slices, origin: tuple[int, ...],
-               shape: tuple[int, ...]) -> np.ndarray:
-        """The values of this tile's core that take part (default: all)."""
-        return block[core]
-
     def partial(self, block, core, origin, shape, prior):
-        v = np.asarray(self.values(block, core, origin, shape), self.dtype).ravel()
-        if np.isnan(v).any():
-            raise ValueError(f"{type(self).__name__}: NaN values have no median")
-        keys = order_keys(v)
-        width = 8 * keys.dtype.itemsize
-        done = 0 if prior is None else prior[0]
-        if done:
-            keys = keys[(keys >> keys.dtype.type(width - done)) == prior[1]]
-        digit = (keys >> keys.dtype.type(width - done - BITS)) & keys.dtype.type((1 << BITS) - 1)
-        return np.bincount(digit.astype(np.intp), minlength=1 << BITS).astype(np.int64)
-
-    def merge(self, a, b):
-        return a + b
+        keys = order_keys(self._taking_part(block, core, origin, shape))
+        return digit_counts(keys, 0, 0) if prior is None else digit_counts(keys, prior[0], prior[1])
 
     def finish(self, counts, prior):
         """Round results: ``(bits settled, their prefix, rank left within it)``;
@@ -182,7 +197,7 @@ def _middle_ranks(n: int) -> list[int]:
     return [(n - 1) // 2] if n % 2 else [n // 2 - 1, n // 2]
 
 
-class ExactMAD(Statistic):
+class ExactMAD(_RadixSelect):
     """The median absolute deviation ``median(|v - median(v)|)`` of the values
     :meth:`values` picks from each tile's core, equal to numpy's on the whole
     array (``np.median`` semantics: the mean of the two middle values when their
@@ -192,37 +207,19 @@ class ExactMAD(Statistic):
     for float64.  The driver's memory does not grow with the array (a sample
     gathered to the driver would).  NaN values are refused."""
 
-    dtype: np.dtype = np.dtype(np.float64)
-
     @property
     def rounds(self) -> int:  # type: ignore[override]
         return 2 * (8 * np.dtype(self.dtype).itemsize // BITS)
 
-    def values(self, block: np.ndarray, core: Slices, origin: tuple[int, ...],
-               shape: tuple[int, ...]) -> np.ndarray:
-        """The values of this tile's core that take part (default: all)."""
-        return block[core]
-
     def partial(self, block, core, origin, shape, prior):
-        v = np.asarray(self.values(block, core, origin, shape), self.dtype).ravel()
-        if np.isnan(v).any():
-            raise ValueError(f"{type(self).__name__}: NaN values have no median")
+        v = self._taking_part(block, core, origin, shape)
         state = prior or {"center": None, "done": 0, "targets": None}
         if state["center"] is not None:
             with np.errstate(invalid="ignore"):     # inf - inf: nan, as numpy gives
                 v = np.abs(v - state["center"])
         keys = order_keys(v)
-        width, done = 8 * keys.dtype.itemsize, state["done"]
         prefixes = sorted({p for p, _ in state["targets"]}) if state["targets"] else [0]
-        out = np.zeros((len(prefixes), 1 << BITS), np.int64)
-        for j, p in enumerate(prefixes):
-            k = keys[(keys >> keys.dtype.type(width - done)) == p] if done else keys
-            digit = (k >> keys.dtype.type(width - done - BITS)) & keys.dtype.type((1 << BITS) - 1)
-            out[j] = np.bincount(digit.astype(np.intp), minlength=1 << BITS)
-        return out
-
-    def merge(self, a, b):
-        return a + b
+        return np.stack([digit_counts(keys, state["done"], p) for p in prefixes])
 
     def finish(self, counts, prior):
         """Between rounds: ``{"center": the median once found, "done": bits settled,
