@@ -10,7 +10,7 @@ from hypothesis import strategies as hst
 from relations import space_edges
 from test_spark import FailFirstAttempt, Twice
 
-from subzero import Mode, Workflow
+from subzero import Mode, Operator, Workflow
 from subzero.capture.buffer import Pairs
 from subzero.capture.tiles import concat_pairs
 from subzero.errors import SubZeroWarning
@@ -205,3 +205,37 @@ def test_a_damaged_shard_is_answered_exactly(spark, store, fault, strategy):
     with pytest.warns(SubZeroWarning, match="damaged|missing"):
         res = run.trace(start, [(1, 2), (3, 4)], to=to, shortcut=False)
     assert res.cells.tolist() == [[1, 2], [3, 4]]
+
+
+class Straggler(Operator):
+    """Plays a speculative attempt that outlives its operator's commit: while the run
+    goes on, it drops an attempt's shard and a half-written file beside the committed
+    shards of the operators before it (and notes where).  It runs whole, in a job after
+    theirs, so it writes after they were committed."""
+
+    def __init__(self, store: str, note: str):
+        self.store, self.note = store, note
+
+    def run(self, ctx, x):
+        from pathlib import Path
+        wrote = []
+        for folder in Path(self.store, "runs").glob("*.partial/lineage/shards/*"):
+            for name in ("t7-7.a999.szs", ".t7-7.a999.szs.4242.tmp"):
+                (folder / name).write_bytes(b"late")
+                wrote.append(str(folder / name))
+        Path(self.note).write_text("\n".join(wrote))
+        return x
+
+
+def test_shards_of_late_attempts_are_swept_when_the_run_commits(spark, store, tmp_path):
+    wf = Workflow("late")
+    wf.add("late", Straggler(str(store.path), str(tmp_path / "wrote")),
+           wf.add("twice", Twice(), wf.input("x")))
+    x = np.arange(64.0).reshape(8, 8)
+    run = store.run(wf, inputs={"x": x}, engine="spark", spark=spark, tile=4,
+                    strategies={"twice": "full:fullone:backward"}, progress=False)
+    assert (tmp_path / "wrote").read_text().count(".szs") == 2      # the stragglers were there
+    folder = run.dir / "lineage" / "shards"
+    assert sorted(f.name for f in folder.glob("*/*")) == ["t0-0.szs", "t0-1.szs", "t1-0.szs",
+                                                           "t1-1.szs"]
+    assert run.trace("twice", [(5, 6)], to="x").cells.tolist() == [[5, 6]]

@@ -33,6 +33,7 @@ from subzero.engines.stats import RunStats
 from subzero.errors import StoreError, SubZeroError, warn
 from subzero.model.workflow import Workflow
 from subzero.storage.catalog import Catalog
+from subzero.storage.lineage import sweep_shard_attempts
 from subzero.storage.liveness import Heartbeat, heartbeat_path
 from subzero.storage.pickles import save_workflow
 from subzero.storage.trust import sign_run
@@ -119,6 +120,7 @@ class RunTransaction:
         src = Path(folder) if folder is not None else self.folder
         downgrades = list(downgrades)
         try:
+            sweep_shard_attempts(src / "lineage")     # stragglers of tasks already committed
             save_workflow(wf, src)
             self._record(stats, downgrades)
             self._sign(src)

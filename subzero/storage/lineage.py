@@ -518,3 +518,20 @@ def commit_shard_files(lineage_dir: str | os.PathLike, op: str, strategy: Strate
             if f not in keep:
                 f.unlink(missing_ok=True)
     return out
+
+
+def sweep_shard_attempts(lineage_dir: str | os.PathLike) -> list[Path]:
+    """Remove the shard files no record lists: attempts (``t<tile>.a<N>.szs``) and
+    half-written files (``.<name>.tmp``) that a speculative or retried task wrote after
+    its operator was committed.  A run calls it as it commits; returns what it removed."""
+    root = Path(lineage_dir) / SHARDS_DIR
+    gone = []
+    if root.is_dir():
+        for f in root.glob("*/*"):
+            if f.name.startswith(".") or _ATTEMPT.fullmatch(f.name):
+                f.unlink(missing_ok=True)
+                gone.append(f)
+    return gone
+
+
+_ATTEMPT = re.compile(r".+\.a\d+" + re.escape(SHARD_SUFFIX))
