@@ -158,12 +158,16 @@ def test_spark_tasks_write_shards_and_a_failed_attempt_leaves_none(spark, store)
         assert np.array_equal(a.bitmap, b.bitmap)
 
 
-def test_a_small_trace_opens_one_shard_of_many(spark, store):
+def wide_run(spark, store, strategy: str):
+    """``twice`` on a 20x20 array in 16 tiles (16 shards), on Spark."""
     wf = Workflow("wide")
     wf.add("twice", Twice(), wf.input("x"))
-    x = np.arange(400.0).reshape(20, 20)
-    run = store.run(wf, inputs={"x": x}, engine="spark", spark=spark, tile=5,
-                    strategies={"twice": "full:fullone:backward"}, progress=False)
+    return store.run(wf, inputs={"x": np.arange(400.0).reshape(20, 20)}, engine="spark",
+                     spark=spark, tile=5, strategies={"twice": strategy}, progress=False)
+
+
+def test_a_small_trace_opens_one_shard_of_many(spark, store):
+    run = wide_run(spark, store, "full:fullone:backward")
     res = run.trace("twice", [(12, 7)], to="x", shortcut=False)
     assert res.cells.tolist() == [[12, 7]]
     reader = next(iter(run.executor()._readers.values()))
@@ -182,11 +186,7 @@ def test_a_damaged_shard_is_answered_exactly(spark, store, fault, strategy):
     """A shard damaged, cut short, missing or replaced by another tile's: the trace
     still returns exactly the right cells (re-execution), with a warning naming the
     damage; the shards a query does not touch are not read."""
-    wf = Workflow("wide")
-    wf.add("twice", Twice(), wf.input("x"))
-    x = np.arange(400.0).reshape(20, 20)
-    run = store.run(wf, inputs={"x": x}, engine="spark", spark=spark, tile=5,
-                    strategies={"twice": strategy}, progress=False)
+    run = wide_run(spark, store, strategy)
     lin = LineageStore(run.dir / "lineage", readonly=True)
     folder = lin.shard_folder("twice", parse_one(strategy))
     lin.close()

@@ -83,11 +83,7 @@ def run_workflow(engine: Engine, wf: Workflow, inputs: Mapping[str, Any],
     while pending:
         names = engine.group(wf, pending) if hasattr(engine, "group") else [pending[0]]
         progress.started(_label(names))
-        if len(names) == 1:
-            step = wf.steps[names[0]]
-            results = [engine.run_step(names[0], step, strategies[names[0]], capture, progress)]
-        else:
-            results = engine.run_stage(wf, names, strategies, capture, progress)  # type: ignore[attr-defined]
+        results = _run_group(engine, wf, names, strategies, capture, progress)
         for name, res in zip(names, results):
             finish(name, res)
         del results         # the steps' values and lineage, before the next step runs
@@ -102,6 +98,7 @@ def _label(names: list[str]) -> str:
 
 def _run_group(engine, wf: Workflow, names: list[str], strategies, capture: bool,
                progress: Progress) -> list:
+    """One operator's step, or a group's (a fused stage, independent global operators)."""
     if len(names) == 1:
         return [engine.run_step(names[0], wf.steps[names[0]], strategies[names[0]], capture,
                                 progress)]
@@ -179,18 +176,13 @@ class _SharedTiles(Progress):
 
     def job(self, key: str) -> Progress:
         """The reporter handed to one job."""
-        shared = self
+        return _JobTiles(self, key)
 
-        class _Job(Progress):
-            wants_tasks = shared.wants_tasks
-
-            def tiles(self, done: int, total: int) -> None:
-                with shared._lock:
-                    shared._jobs[key] = (done, total)
-                    shared.inner.tiles(sum(d for d, _ in shared._jobs.values()),
-                                       sum(t for _, t in shared._jobs.values()))
-
-        return _Job()
+    def tiles_of(self, key: str, done: int, total: int) -> None:
+        with self._lock:
+            self._jobs[key] = (done, total)
+            self.inner.tiles(sum(d for d, _ in self._jobs.values()),
+                             sum(t for _, t in self._jobs.values()))
 
     def idle(self) -> None:
         with self._lock:
@@ -211,6 +203,17 @@ class _SharedTiles(Progress):
     def close(self) -> None:
         with self._lock:
             self.inner.close()
+
+
+class _JobTiles(Progress):
+    """One concurrent job's reporter: its tiles go to the run's :class:`_SharedTiles`."""
+
+    def __init__(self, shared: _SharedTiles, key: str):
+        self.shared, self.key = shared, key
+        self.wants_tasks = shared.wants_tasks
+
+    def tiles(self, done: int, total: int) -> None:
+        self.shared.tiles_of(self.key, done, total)
 
 
 def _finish_step(name: str, wf: Workflow, res, strat: tuple[Strategy, ...], capture: bool,

@@ -4,6 +4,7 @@ with the size statistics the cost model needs."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,31 +27,47 @@ def store_lineage(name: str, op, strategies: tuple[Strategy, ...], full: Pairs |
     """Encode and write every stored strategy of one operator; with a ``budget``, a
     strategy that would overflow it is not kept (see :class:`DiskBudget`)."""
     counted, expanded = _map_p_counting(name, op, in_shapes, out_shape)
+
+    def write(s: Strategy) -> dict:
+        pairs = pay if s.payload else full
+        if pairs is None:
+            pairs = empty_pairs(len(in_shapes), s.payload)
+        expanded.clear()
+        w = lineage.write(name, s, pairs, out_shape, in_shapes, counted)
+        return {"strategy": str(s), "bytes": w.bytes, "write_s": w.seconds, "pairs": w.pairs,
+                "spaces": space_stats(s, pairs, out_shape, in_shapes, expanded)}
+
+    _under_budget(name, op, strategies, lineage, stats, budget, write)
+
+
+def _under_budget(name: str, op, strategies: tuple[Strategy, ...], lineage: LineageStore,
+                  stats: OpStats, budget: DiskBudget | None, write: Callable[[Strategy], dict],
+                  discard: Callable[[Strategy], object] = lambda s: None) -> None:
+    """Every stored strategy of one operator written (``write(s)``: its statistics
+    record, ``bytes`` included) and kept while the run's disk budget holds: one its
+    prediction already overflows is not written (``discard(s)`` removes what the
+    operator's tasks left of it), one whose bytes overflow is dropped again -- this
+    operator's own write, never earlier lineage."""
     dropped = []
     for s in strategies:
         if not s.stored:
             continue
-        pairs = pay if s.payload else full
-        if pairs is None:
-            pairs = empty_pairs(len(in_shapes), s.payload)
         predicted = budget.predicted.get((name, str(s))) if budget is not None else None
         if budget is not None and predicted is not None and not budget.fits(predicted):
+            discard(s)
             budget.downgrade(name, s, predicted, None)
             dropped.append(s)
             continue
-        expanded.clear()
-        w = lineage.write(name, s, pairs, out_shape, in_shapes, counted)
-        if budget is not None and not budget.fits(w.bytes):
-            lineage.drop(name, s)          # this operator's own write, never earlier lineage
-            budget.downgrade(name, s, predicted, w.bytes)
+        rec = write(s)
+        if budget is not None and not budget.fits(rec["bytes"]):
+            lineage.drop(name, s)
+            budget.downgrade(name, s, predicted, rec["bytes"])
             dropped.append(s)
             continue
         if budget is not None:
-            budget.used += w.bytes
-        stats.per_strategy.append({"strategy": str(s), "bytes": w.bytes, "write_s": w.seconds,
-                                   "pairs": w.pairs,
-                                   "spaces": space_stats(s, pairs, out_shape, in_shapes, expanded)})
-        stats.lineage_bytes += w.bytes
+            budget.used += rec["bytes"]
+        stats.per_strategy.append(rec)
+        stats.lineage_bytes += rec["bytes"]
     _keep(op, strategies, dropped, stats)
 
 
@@ -123,34 +140,19 @@ def commit_tile_shards(name: str, op, strategies: tuple[Strategy, ...], shards: 
     attempts whose results came back and record each strategy as sharded, under the
     disk budget like :func:`store_lineage` (a strategy that does not fit is not kept,
     and its shards are removed)."""
-    dropped = []
-    for s in strategies:
-        if not s.stored:
-            continue
-        mine = [t for t in shards if t.strategy == str(s)]
-        predicted = budget.predicted.get((name, str(s))) if budget is not None else None
-        if budget is not None and predicted is not None and not budget.fits(predicted):
-            commit_shard_files(lineage.path, name, s, [])
-            budget.downgrade(name, s, predicted, None)
-            dropped.append(s)
-            continue
+
+    def write(s: Strategy) -> dict:
         t0 = time.perf_counter()
+        mine = [t for t in shards if t.strategy == str(s)]
         metas = commit_shard_files(lineage.path, name, s, [t.write.meta for t in mine])
         size = lineage.commit_shards(name, s, out_shape, in_shapes, metas)
-        if budget is not None and not budget.fits(size):
-            lineage.drop(name, s)          # this operator's own shards, never earlier lineage
-            budget.downgrade(name, s, predicted, size)
-            dropped.append(s)
-            continue
-        if budget is not None:
-            budget.used += size
-        seconds = sum(t.write.seconds for t in mine) + time.perf_counter() - t0
-        stats.per_strategy.append({"strategy": str(s), "bytes": size, "write_s": seconds,
-                                   "pairs": sum(t.write.pairs for t in mine),
-                                   "spaces": _sum_spaces([t.spaces for t in mine], s, out_shape,
-                                                         in_shapes)})
-        stats.lineage_bytes += size
-    _keep(op, strategies, dropped, stats)
+        return {"strategy": str(s), "bytes": size,
+                "write_s": sum(t.write.seconds for t in mine) + time.perf_counter() - t0,
+                "pairs": sum(t.write.pairs for t in mine),
+                "spaces": _sum_spaces([t.spaces for t in mine], s, out_shape, in_shapes)}
+
+    _under_budget(name, op, strategies, lineage, stats, budget, write,
+                  discard=lambda s: commit_shard_files(lineage.path, name, s, []))
 
 
 def _sum_spaces(parts: list[dict], s: Strategy, out_shape, in_shapes) -> dict:

@@ -304,19 +304,27 @@ def _gather_task(run_dir: str, tile_size, lineage_dir: str | None, name: str, op
                         tile.core, in_shape)
         arrays.write_region(name, tile.core_slices(), out)
         run_s = time.perf_counter() - t0
-        full = pay = None
-        lwrite_s = 0.0
         modes = modes_needed(strategies) if capture else frozenset()
-        if Mode.FULL in modes:
-            ctx = array_context(name, op, modes, [in_shape], out_shape)
-            op.emit_tile(ctx, tile.core)
-            full, pay = ctx.finish(out_shape)
-            lwrite_s = ctx.lwrite_seconds
+        full, pay, lwrite_s = _emitted(name, op, modes if Mode.FULL in modes else frozenset(),
+                                       [in_shape], out_shape, lambda ctx: op.emit_tile(ctx, tile.core))
         lin = _lineage(lineage_dir, tile.index, name, op, strategies, full, pay, out_shape, [in_shape])
     except Exception as e:
         raise _fail(name, f"tile {tile.describe()}", e) from None
     return TaskResult(tile.index, out_shape=out_shape, dtype=str(out.dtype), run_s=run_s,
                       lwrite_s=lwrite_s, rss=peak_rss(), **lin)
+
+
+def _emitted(name: str, op, modes, in_shapes, out_shape,
+             emit: Callable[[Any], None]) -> tuple[Pairs | None, Pairs | None, float]:
+    """Lineage a task writes itself in array coordinates (``emit(ctx)``, for operators
+    whose task is not a plain ``run``): (full pairs, payload pairs, seconds in lwrite),
+    nothing when no ``modes`` are asked for."""
+    if not modes:
+        return None, None, 0.0
+    ctx = array_context(name, op, modes, in_shapes, out_shape)
+    emit(ctx)
+    full, pay = ctx.finish(out_shape)
+    return full, pay, ctx.lwrite_seconds
 
 
 def _stat_task(run_dir: str, tile_size, name: str, stat: Statistic, source: str, shape, prior,
@@ -357,11 +365,8 @@ def _relabel_task(run_dir: str, tile_size, lineage_dir: str | None, name: str, o
         out = answer.relabel[local]
         arrays.write_region(name, tile.core_slices(), out)
         run_s = time.perf_counter() - t0
-        full = pay = None
-        lwrite_s = 0.0
-        modes = modes_needed(strategies) if capture else frozenset()
-        if modes:
-            ctx = array_context(name, op, modes, [shape], shape)
+
+        def emit(ctx) -> None:
             origin = np.asarray(tile.origin, np.int64)
             inside = (out > 0) & ~np.isin(out, answer.spanning)
             cells, ids = [np.argwhere(inside) + origin], [out[inside]]
@@ -373,8 +378,9 @@ def _relabel_task(run_dir: str, tile_size, lineage_dir: str | None, name: str, o
                 ids.append(np.full(len(got), r.label, np.int32))
             op.write_lineage(ctx, np.concatenate(cells), np.concatenate(ids),
                              lambda: np.argwhere(out == 0) + origin)
-            full, pay = ctx.finish(shape)
-            lwrite_s = ctx.lwrite_seconds
+
+        full, pay, lwrite_s = _emitted(name, op, modes_needed(strategies) if capture else frozenset(),
+                                       [shape], shape, emit)
         lin = _lineage(lineage_dir, tile.index, name, op, strategies, full, pay, shape, [shape])
     except Exception as e:
         raise _fail(name, f"tile {tile.describe()}", e) from None

@@ -71,7 +71,7 @@ def next_stage(wf: Workflow, pending: Sequence[str], shapes: Mapping[str, tuple[
 
 
 def tiled_shape(wf: Workflow, name: str, shapes: Mapping[str, tuple[int, ...]],
-                 halo_of) -> tuple[int, ...] | None:
+                halo_of) -> tuple[int, ...] | None:
     """The shape the operator tiles over, or None when it does not run per tile."""
     step = wf.steps[name]
     if not step.inputs or any(a not in shapes for a in step.inputs):

@@ -94,8 +94,14 @@ def read_verified(path: str | os.PathLike, size: int, digest: int) -> bytes:
         raise ChecksumMismatch("missing") from None
     except OSError as e:
         raise ChecksumMismatch(f"unreadable ({e.strerror or e})") from None
+    return verified(data, size, digest, longer="more than ")
+
+
+def verified(data: bytes, size: int, digest: int, longer: str = "") -> bytes:
+    """``data``, checked against its recorded (size, CRC-32) (``longer``: what to say
+    before a size read past the recorded one)."""
     if len(data) != size:
-        raise ChecksumMismatch(f"{'more than ' if len(data) > size else ''}{len(data)} bytes, "
+        raise ChecksumMismatch(f"{longer if len(data) > size else ''}{len(data)} bytes, "
                                f"{size} were written")
     if zlib.crc32(data) != digest:
         raise ChecksumMismatch("checksum mismatch")

@@ -63,6 +63,7 @@ from subzero.storage.metadata import (
     SpaceMeta,
     StrategyMeta,
     covered_key,
+    db_name,
     key_index_key,
     record_key,
     stored_encoding,
@@ -167,9 +168,7 @@ class LineageStore:
             self.drop(op, s)
 
     # -- names --------------------------------------------------------------------
-    @staticmethod
-    def db_name(op: str, strategy: Strategy) -> bytes:
-        return f"{op}|{strategy}".encode()
+    db_name = staticmethod(db_name)
 
     def rtree_path(self, op: str, strategy: Strategy, space: str) -> Path:
         return self.path / "rtree" / f"{_safe(op + '|' + str(strategy))}.{space}"
@@ -462,6 +461,11 @@ class ShardWrite:
     pairs: int
 
 
+#: A shard as its task attempt names it: ``<tile>.a<attempt>.szs``; the driver commits
+#: it as ``<tile>.szs``
+_ATTEMPT = re.compile(r"(.+)\.a\d+" + re.escape(SHARD_SUFFIX))
+
+
 def shard_folder(lineage_dir: str | os.PathLike, op: str, strategy: Strategy) -> Path:
     """Where the shards of (op, strategy) go, in a run's lineage folder."""
     return Path(lineage_dir) / SHARDS_DIR / _safe(op + "|" + str(strategy))
@@ -476,7 +480,7 @@ def write_shard(lineage_dir: str | os.PathLike, stem: str, attempt: int, op: str
     if pairs.n == 0:
         return None
     t0 = time.perf_counter()
-    name = LineageStore.db_name(op, strategy)
+    name = db_name(op, strategy)
     txn = _MemoryTxn()
     with tempfile.TemporaryDirectory(prefix="subzero-shard-") as tmp:
         spaces = encode_strategy(txn, name, strategy, pairs, out_shape, in_shapes, map_p_pairs,
@@ -507,8 +511,10 @@ def commit_shard_files(lineage_dir: str | os.PathLike, op: str, strategy: Strate
     out = []
     for sh in written:
         src = root / sh.file
-        stem = src.name.split(".a")[0]
-        dst = src.with_name(stem + SHARD_SUFFIX)
+        named = _ATTEMPT.fullmatch(src.name)
+        if named is None:
+            raise CorruptLineage(f"shard {src} is not named for a task attempt")
+        dst = src.with_name(named.group(1) + SHARD_SUFFIX)
         os.replace(src, dst)
         out.append(dataclasses.replace(sh, file=dst.relative_to(root).as_posix()))
     keep = {root / sh.file for sh in out}
@@ -533,5 +539,3 @@ def sweep_shard_attempts(lineage_dir: str | os.PathLike) -> list[Path]:
                 gone.append(f)
     return gone
 
-
-_ATTEMPT = re.compile(r".+\.a\d+" + re.escape(SHARD_SUFFIX))

@@ -90,6 +90,12 @@ class NewerLineageFormat(CorruptLineage, StoreError):
 META = b"\x00meta"
 
 
+def db_name(op: str, strategy: Strategy) -> bytes:
+    """The name of an (operator, strategy) sub-database, in a run's LMDB environment
+    and in each shard; the checksums of its values are seeded with it."""
+    return f"{op}|{strategy}".encode()
+
+
 def block_key(space: str, kind: bytes, n: int) -> bytes:
     """Key of block ``n`` of one kind (``R`` record, ``K`` key index, ``C`` covered cells)."""
     return space.encode() + b"\x00" + kind + struct.pack(">Q", n)

@@ -51,6 +51,7 @@ from subzero.storage.metadata import (
     SpaceMeta,
     StrategyMeta,
     covered_key,
+    db_name,
     decode_block_set,
     key_index_key,
     record_key,
@@ -81,7 +82,7 @@ class StrategyReader:
         self._key_sets: dict[str, np.ndarray] = {}
         #: The LMDB file the values live in (named in errors).
         self.file = store.file
-        self._name = store.db_name(op, strategy)
+        self._name = db_name(op, strategy)
         self._seed = seed(self._name, b"")
         where = f"stored lineage of {op!r} ({strategy}) in {self.file}"
         try:
@@ -413,15 +414,20 @@ def _open_private(files: dict[str, bytes], props) -> rindex.Index:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _runs_to_boxes(q: np.ndarray, shape) -> tuple[np.ndarray, np.ndarray]:
-    """Turn sorted packed cells into boxes: runs of consecutive cells along the
-    last axis become one box, so a query region costs one R-tree probe per row."""
+def row_runs(ids: np.ndarray, shape) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted packed cells as boxes: each run of consecutive cells along the last
+    axis is one box (its lowest and highest cell)."""
     last = shape[-1]
-    brk = np.flatnonzero((np.diff(q) != 1) | ((q[1:] % last) == 0)) + 1
+    brk = np.flatnonzero((np.diff(ids) != 1) | ((ids[1:] % last) == 0)) + 1
     starts = np.concatenate(([0], brk))
-    ends = np.concatenate((brk, [len(q)])) - 1
-    lo = unpack(q[starts], shape).astype(np.float64)
-    hi = unpack(q[ends], shape).astype(np.float64)
+    ends = np.concatenate((brk, [len(ids)])) - 1
+    return unpack(ids[starts], shape), unpack(ids[ends], shape)
+
+
+def _runs_to_boxes(q: np.ndarray, shape) -> tuple[np.ndarray, np.ndarray]:
+    """R-tree probe boxes for sorted packed cells (:func:`row_runs`), so a query region
+    costs one probe per row; a 1-D key gets a second, zero coordinate."""
+    lo, hi = (c.astype(np.float64) for c in row_runs(q, shape))
     if lo.shape[1] == 1:
         lo = np.hstack([lo, np.zeros_like(lo)])
         hi = np.hstack([hi, np.zeros_like(hi)])

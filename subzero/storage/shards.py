@@ -24,7 +24,6 @@ each value's length (u64), the keys, then the values; keys sorted.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,9 +33,9 @@ import numpy as np
 from subzero.model.cells import csr_take, lengths_to_offsets, unpack
 from subzero.model.cellset import CellSet
 from subzero.storage.encodings import concat_records
-from subzero.storage.integrity import ChecksumMismatch, read_verified
-from subzero.storage.metadata import CorruptLineage, ShardMeta, StrategyMeta
-from subzero.storage.reader import StrategyReader
+from subzero.storage.integrity import ChecksumMismatch, read_verified, verified
+from subzero.storage.metadata import CorruptLineage, ShardMeta, StrategyMeta, db_name
+from subzero.storage.reader import StrategyReader, row_runs
 
 if TYPE_CHECKING:
     from subzero.model.strategy import Strategy
@@ -141,10 +140,6 @@ class ShardStore:
         self.env = ShardEnv(data, where)
         self._name = name
 
-    @staticmethod
-    def db_name(op: str, strategy: Strategy) -> bytes:
-        return f"{op}|{strategy}".encode()
-
     def _db(self, name: bytes, create: bool = False):
         return self.env if name == self._name else None
 
@@ -157,11 +152,7 @@ class ShardStore:
         data = self.env.get(rtree_key(space, ext))
         if data is None:
             raise ChecksumMismatch("missing")
-        if len(data) != size:
-            raise ChecksumMismatch(f"{len(data)} bytes, {size} were written")
-        if zlib.crc32(data) != digest:
-            raise ChecksumMismatch("checksum mismatch")
-        return data
+        return verified(data, size, digest)
 
 
 # -- reading ---------------------------------------------------------------------------
@@ -196,8 +187,8 @@ class ShardedReader:
                 data = read_verified(path, sh.size, sh.crc)
             except ChecksumMismatch as e:
                 raise CorruptLineage(f"{what}: shard {sh.file}: {e} ({path})") from None
-            name = ShardStore.db_name(self.op, self.strategy)
-            r = StrategyReader(ShardStore(path, data, name, f"shard {path}"),  # type: ignore[arg-type]
+            r = StrategyReader(ShardStore(path, data, db_name(self.op, self.strategy),  # type: ignore[arg-type]
+                                          f"shard {path}"),
                                self.op, self.strategy)
             self._open[k] = r
         return r
@@ -220,7 +211,7 @@ class ShardedReader:
         have = [k for k, b in enumerate(boxes) if b is not None]
         if not have or ids.size == 0:
             return []
-        lo, hi = _row_runs(ids, shape)
+        lo, hi = row_runs(ids, shape)
         slo = np.array([boxes[k][0] for k in have], np.int64)        # type: ignore[index]
         shi = np.array([boxes[k][1] for k in have], np.int64)        # type: ignore[index]
         hit = np.zeros(len(have), bool)
@@ -265,7 +256,7 @@ class ShardedReader:
             return
         base = self._base(space)
         at = np.searchsorted(base, pids, side="right") - 1
-        if (at[0] < 0 or pids[-1] >= base[-1]):
+        if at[0] < 0 or pids[-1] >= base[-1]:
             raise CorruptLineage(f"stored lineage of {self.op!r} ({self.strategy}): pair id "
                                  f"out of range")
         cuts = np.flatnonzero(np.diff(at)) + 1
@@ -311,16 +302,6 @@ class ShardedReader:
             touched = self._meeting(boxes, ids, self.meta.out_shape)
         parts = [self._reader(k).covered() for k in touched]
         return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
-
-
-def _row_runs(ids: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted cell ids as boxes: each run of consecutive cells along the last axis
-    is one box (lowest and highest cell)."""
-    last = shape[-1]
-    brk = np.flatnonzero((np.diff(ids) != 1) | ((ids[1:] % last) == 0)) + 1
-    starts = np.concatenate(([0], brk))
-    ends = np.concatenate((brk, [len(ids)])) - 1
-    return unpack(ids[starts], shape), unpack(ids[ends], shape)
 
 
 def box_of(ids: np.ndarray, shape: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
