@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from subzero.api import resolve_strategies
 from subzero.capture.runner import run_operator
 from subzero.model.cells import pack, unpack
 from subzero.model.workflow import Workflow
+from subzero.runs.launch import resolve_strategies
 
 
 @dataclass

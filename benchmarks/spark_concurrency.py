@@ -24,8 +24,8 @@ def main() -> None:
     ap.add_argument("--master", default="local[*]")
     a = ap.parse_args()
     import subzero
-    from subzero.engines.session import session
     from subzero.engines.spark import SparkEngine
+    from subzero.engines.spark.session import session
     spark = session(a.master)
     spark.sparkContext.parallelize([0], 1).count()
     folder = Path(tempfile.mkdtemp(prefix="subzero-bench-"))

@@ -47,7 +47,7 @@ def child(cfg: dict) -> dict:
     out: dict = {}
     spark = None
     if cfg["engine"] == "spark":
-        from subzero.engines.session import session
+        from subzero.engines.spark.session import session
         t0 = time.perf_counter()
         spark = session(cfg["master"])
         spark.sparkContext.parallelize([0], 1).count()      # executors up
@@ -105,7 +105,7 @@ def main() -> None:
     cluster = None
     master = a.master
     if a.master == "cluster":
-        from subzero.engines.standalone import LocalCluster
+        from subzero.engines.spark.standalone import LocalCluster
         cluster = LocalCluster(workers=2, cores=1, memory="3g", folder=work / "cluster").start()
         master = cluster.master_url
     rows = []

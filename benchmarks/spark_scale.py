@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import command_line, machine, update_section  # noqa: E402
 
 import subzero  # noqa: E402
-from subzero.engines.session import session  # noqa: E402
+from subzero.engines.spark.session import session  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WF = str(ROOT / "workflows" / "astronomy.py")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from subzero.api import trace_signature
+from subzero.query.tracelog import trace_signature
 from subzero.query.workload import Query, WorkloadError, parse_workload, read_workload_json, select_cells
 
 

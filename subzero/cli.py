@@ -9,16 +9,44 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sqlite3
 import sys
 import time
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from subzero.errors import QueryError, SubZeroError, SubZeroWarning, warn
 
+if TYPE_CHECKING:
+    from subzero.engines.choice import EngineRequest
+
 EXIT_USER = 2
+
+#: the library's parameters as this command line spells them: a message that names
+#: `name` or `name='value'` (in backquotes, as the library writes them) is shown with
+#: the flag instead (--name value)
+FLAGS = {"engine": "--engine", "master": "--master", "conf": "--conf", "manifest": "--inputs-from",
+         "strategies": "--strategy", "inputs": "--input", "params": "--param", "plan": "--plan",
+         "max_disk": "--max-disk", "max_runtime": "--max-runtime", "workload": "--workload",
+         "tile": "--tile", "capture": "--no-lineage", "store": "--store", "cells": "--cells",
+         "sky": "--sky", "sel": "--sel", "radius": "--radius", "to": "--to", "path": "--path",
+         "start": "--from", "run": "--run", "shortcut": "--no-shortcut", "planner": "--no-planner",
+         "pins": "--pin", "name": "--name"}
+_TERM = re.compile(r"`([A-Za-z_]\w*)(?:=('?)([^`']*)\2)?`")
+
+
+def cli_terms(text: str) -> str:
+    """A library message in the command line's terms: `max_disk` is --max-disk,
+    `engine='spark'` is --engine spark; other backquoted text stays as it is."""
+    def flag(m: re.Match) -> str:
+        name, value = m.group(1), m.group(3)
+        if name not in FLAGS:
+            return m.group(0)
+        return FLAGS[name] + (f" {value}" if value else "")
+    return _TERM.sub(flag, text)
 
 
 def _kv(items, what: str) -> dict[str, str]:
@@ -74,22 +102,17 @@ def _fmt_bytes(n: float) -> str:
     return f"{n} B"
 
 
-def _engine(a) -> str:
-    """--engine, else $SUBZERO_ENGINE, else auto: the run chooses (Spark for a master or
-    big inputs, else in-process; see subzero.engines.choice) and says so first."""
-    engine = a.engine or os.environ.get("SUBZERO_ENGINE") or "auto"
-    if engine not in ("local", "spark", "auto"):
-        raise SubZeroError(f"unknown engine {engine!r}; use --engine local, spark or auto")
-    if engine == "auto" and a.master:
-        return "spark"
-    if engine == "auto" and a.inputs_from:
-        from subzero.engines.session import java_version
-        v = java_version()
-        if v is None or v < 17:
-            raise SubZeroError("--inputs-from runs instances as Spark tasks, which needs Java 17+: "
-                               "install it (e.g. 'apt-get install openjdk-17-jre-headless')")
-        return "spark"
-    return engine
+def _request(a, resuming: bool = False) -> EngineRequest:
+    """Where the user asked a run to run: --engine, else $SUBZERO_ENGINE, else auto (the
+    run chooses: Spark for Spark settings or big inputs, else in-process; see
+    subzero.engines.choice, which says so first).  A resumed run keeps its engine
+    unless --engine or Spark settings say otherwise ($SUBZERO_ENGINE does not)."""
+    from subzero.engines.choice import EngineRequest
+    engine = a.engine if resuming else a.engine or os.environ.get("SUBZERO_ENGINE") or "auto"
+    request = EngineRequest(engine, a.master, _kv(a.conf, "--conf"),
+                            instances=bool(getattr(a, "inputs_from", None)))
+    request.check()
+    return request
 
 
 def cmd_run(a) -> int:
@@ -99,27 +122,27 @@ def cmd_run(a) -> int:
     if a.workflow is None:
         raise SubZeroError("subzero run needs a workflow (a .py file or module name), or "
                            "--resume RUN")
-    engine = _engine(a)
-    conf = _kv(a.conf, "--conf")
-    if engine == "local" and (a.master or conf or a.inputs_from):
-        raise SubZeroError("--master, --conf and --inputs-from need the Spark engine (--engine spark)")
-    if engine == "auto" and conf:
-        engine = "spark"            # Spark settings given: the user means Spark
+    request = _request(a)
     store = open_store(a.store)
     try:
         if a.inputs_from:
-            return _run_many(store, a, conf)
+            return _run_many(store, a, request)
         plan = _run_plan(store, a)
         run = store.run(a.workflow, inputs=_kv(a.input, "--input"),
                         strategies=_kv(a.strategy, "--strategy"), params=_params(a.param),
                         capture=not a.no_lineage, progress=None if not a.json else False,
-                        engine=engine, master=a.master, conf=conf, tile=a.tile,
-                        log=_spark_log(a), plan=plan, max_disk=a.max_disk,
-                        announce=None if a.json or a.quiet else print)
+                        engine=request.engine, master=request.master, conf=request.conf,
+                        tile=a.tile, log=_spark_log(a), plan=plan, max_disk=a.max_disk,
+                        announce=None if a.json or a.quiet else _say)
         _report_run(store, run, a, "complete")
     finally:
         store.close()
     return 0
+
+
+def _say(line: str) -> None:
+    """A line from the library, in the CLI's terms (flags, not parameters)."""
+    print(cli_terms(line))
 
 
 def _spark_log(a):
@@ -152,17 +175,14 @@ def _resume(a) -> int:
     if fixed:
         raise SubZeroError(f"{fixed[0]} cannot be combined with --resume: a resumed run keeps "
                            f"the inputs, strategies, parameters and tile size it began with")
-    conf = _kv(a.conf, "--conf")
     # default: where the run began; a master or Spark settings given mean Spark
-    engine = a.engine or ("spark" if a.master or conf else None)
-    engine = None if engine == "auto" else engine
-    if engine == "local" and (a.master or conf):
-        raise SubZeroError("--master and --conf need the Spark engine (--engine spark)")
+    request = _request(a, resuming=True)
+    engine = None if request.engine == "auto" else request.engine
     store = open_store(a.store, create=False)
     try:
         run = store.resume(a.resume, workflow=a.workflow, progress=None if not a.json else False,
-                           engine=engine, master=a.master, conf=conf, log=_spark_log(a),
-                           announce=None if a.json or a.quiet else print)
+                           engine=engine, master=request.master, conf=request.conf,
+                           log=_spark_log(a), announce=None if a.json or a.quiet else _say)
         _report_run(store, run, a, "complete (resumed)")
     finally:
         store.close()
@@ -237,13 +257,13 @@ def cmd_optimize(a) -> int:
     return 0
 
 
-def _run_many(store, a, conf) -> int:
+def _run_many(store, a, request) -> int:
     if a.input:
         raise SubZeroError("give inputs either with --input or with --inputs-from, not both")
     results = store.run_many(a.workflow, a.inputs_from, strategies=_kv(a.strategy, "--strategy"),
                              params=_params(a.param), capture=not a.no_lineage,
-                             progress=None if not a.json else False, master=a.master, conf=conf,
-                             tile=a.tile)
+                             progress=None if not a.json else False, master=request.master,
+                             conf=request.conf, tile=a.tile)
     ok = [r for r in results if r.ok]
     if a.json:
         print(json.dumps({"runs": [{"run_id": r.run_id, "ok": r.ok, "error": r.error or None,
@@ -821,7 +841,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """SubZero's own warnings as one line in the user's terms; others as Python shows them."""
     if issubclass(category, SubZeroWarning):
-        print(f"subzero: warning: {message}", file=sys.stderr)
+        print(f"subzero: warning: {cli_terms(str(message))}", file=sys.stderr)
     else:
         _python_show_warning(message, category, filename, lineno, file, line)
 
@@ -871,7 +891,7 @@ def _dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     except SubZeroError as e:
         if a.debug:
             raise
-        print(f"subzero: error: {e}", file=sys.stderr)
+        print(f"subzero: error: {cli_terms(str(e))}", file=sys.stderr)
         return EXIT_USER
     except KeyboardInterrupt:
         print("subzero: interrupted", file=sys.stderr)

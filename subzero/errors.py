@@ -14,6 +14,11 @@ class SubZeroError(Exception):
     """A problem the user can fix; its message is shown as-is."""
 
 
+class UsageError(SubZeroError):
+    """An argument, option or name given is wrong (an unknown engine, options that do
+    not go together): fix the call."""
+
+
 class WorkflowError(SubZeroError):
     """The workflow module or DAG is invalid."""
 
@@ -48,3 +53,21 @@ def warn(message: str) -> None:
     """Issue a :class:`SubZeroWarning` (``warnings`` filters apply: tests turn them
     into errors, an application may log or silence them)."""
     warnings.warn(message, SubZeroWarning, stacklevel=2)
+
+
+class WorkerTraceback(SubZeroError):
+    """The traceback of a failure in another process (a Spark task), kept as the
+    ``__cause__`` of the error raised here, so ``--debug`` shows where it began."""
+
+    def __str__(self) -> str:
+        return "\n" + str(self.args[0]) if self.args else ""
+
+
+class TaskFailed(SubZeroError):
+    """Raised inside a Spark task: its text is one line of JSON describing the failure
+    (:class:`subzero.engines.spark.failures.TaskFailure`), which the driver turns back
+    into the error it stands for.  Never shown to a user."""
+
+
+class SparkError(SubZeroError):
+    """Spark or Java is unusable (missing, unreachable, failed)."""

@@ -63,7 +63,7 @@ os.environ.setdefault("SUBZERO_ENGINE", "local")
 
 
 def java_ok() -> bool:
-    from subzero.engines.session import java_version
+    from subzero.engines.spark.session import java_version
     v = java_version()
     return v is not None and v >= 17
 
@@ -82,7 +82,7 @@ def spark():
     if not java_ok():
         pytest.skip("Java 17+ is not installed: the Spark engine cannot run (install "
                     "openjdk-17-jre-headless)")
-    from subzero.engines.session import session
+    from subzero.engines.spark.session import session
     s = session("local[2,2]")
     yield s
 

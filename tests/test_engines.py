@@ -165,7 +165,7 @@ def test_bars_show_operators_and_tiles_with_time_left():
 
 
 def test_transaction_left_without_commit_is_failed(store):
-    from subzero.engines.transaction import RunTransaction
+    from subzero.runs.transaction import RunTransaction
     wf = chain(Ident())
     with RunTransaction.begin(store.catalog, store.path / "runs", wf, {}, "local") as tx:
         assert tx.folder.is_dir() and tx.folder.name == f"{tx.run_id}.partial"
@@ -176,7 +176,7 @@ def test_transaction_left_without_commit_is_failed(store):
 
 
 def test_jvm_logs_are_pruned_to_the_newest(tmp_path):
-    from subzero.engines.session import jvm_log_dir, jvm_log_path, prune_jvm_logs
+    from subzero.engines.spark.session import jvm_log_dir, jvm_log_path, prune_jvm_logs
     assert os.path.dirname(jvm_log_path()) == str(jvm_log_dir())
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()

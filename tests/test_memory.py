@@ -13,13 +13,13 @@ import pytest
 import xarray as xr
 
 from subzero import GLOBAL, Mode, Operator, Workflow, stencil
-from subzero.api import resolve_strategies
 from subzero.engines.driver import run_workflow
 from subzero.engines.local import LocalEngine
 from subzero.engines.progress import Progress
 from subzero.errors import OperatorError
 from subzero.model.cells import window
 from subzero.operators import Mean, MeanFilter, Sub, Transpose, Unary
+from subzero.runs.launch import resolve_strategies
 from subzero.storage.arrays import ArrayStore
 
 SHAPE = (45, 38)            # 3 x 3 tiles of 16, the last ones partial

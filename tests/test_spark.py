@@ -15,8 +15,8 @@ from relations import stored_relation
 
 import subzero
 from subzero import Mode, Operator, OperatorError, Workflow
-from subzero.engines.session import SparkError, check_master, java_version, session
-from subzero.errors import SubZeroWarning
+from subzero.engines.spark.session import check_master, java_version, session
+from subzero.errors import SparkError, SubZeroWarning
 from subzero.operators import MeanFilter, Mul
 
 STRATS = ["full:fullone:backward", "full:fullmany:backward", "full:fullone:forward",
@@ -154,7 +154,8 @@ def test_cli_engine_flags(cli, tmp_path, spark):
     code, out, err = cli("runs", "--store", st, "--json")
     assert json.loads(out)[0]["engine"] == "spark"
     code, out, err = cli("run", EXAMPLE, "--store", st, "--engine", "local", "--master", "local[2]")
-    assert code == 2 and "need the Spark engine" in err
+    assert code == 2 and err.startswith("subzero: error: --master needs the Spark engine (--engine "
+                                        "spark)"), err
     code, out, err = cli("run", EXAMPLE, "--store", st, "--engine", "spark", "--master",
                          "spark://127.0.0.1:9")
     assert code == 2 and "cannot reach the Spark master" in err and len(err.strip().splitlines()) == 1
@@ -283,7 +284,8 @@ def test_jvm_start_failure_names_its_log(tmp_path):
     """A JVM that cannot start is one line that points at its log, kept in SubZero's
     log folder (not loose in the temp folder)."""
     code = """
-from subzero.engines.session import session, SparkError
+from subzero.engines.spark.session import session
+from subzero.errors import SparkError
 try:
     session("local[1]", {"spark.driver.memory": "1x"})
 except SparkError as e:
@@ -460,7 +462,7 @@ def test_ctrl_c_during_a_spark_run_is_one_line_and_marks_the_run(tmp_path):
 def test_spark_scratch_files_stay_in_subzeros_folder(spark, store):
     """Spark's scratch folders go to this process's folder under SubZero's temp folder
     (pruned once the process is gone), not loose in the temp folder."""
-    from subzero.engines.session import jvm_log_dir, scratch_dir
+    from subzero.engines.spark.session import jvm_log_dir, scratch_dir
     assert spark.conf.get("spark.local.dir") == scratch_dir()
     assert scratch_dir().startswith(str(jvm_log_dir()))
     store.run(EXAMPLE, engine="spark", spark=spark, progress=False)

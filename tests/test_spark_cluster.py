@@ -1,5 +1,5 @@
 """A real Spark standalone cluster: one master and two workers started from the
-installed pyspark on 127.0.0.1 (``subzero.engines.standalone.LocalCluster``),
+installed pyspark on 127.0.0.1 (``subzero.engines.spark.standalone.LocalCluster``),
 stopped by their PIDs.  The astronomy workflow runs on it from the command line
 with a relative store, and gives the in-process engine's arrays and lineage;
 a worker killed mid-run changes nothing; a worker without SubZero is one line."""
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(not java_ok(), reason="Java 17+ is not installed
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    from subzero.engines.standalone import LocalCluster
+    from subzero.engines.spark.standalone import LocalCluster
     c = LocalCluster(workers=2, cores=1, memory="2g", folder=tmp_path_factory.mktemp("cluster"))
     try:
         c.start()

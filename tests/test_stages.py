@@ -10,7 +10,7 @@ import pytest
 
 from subzero import Workflow
 from subzero.capture.tiles import tile_plan
-from subzero.engines.stages import Member, grow, last_readers, next_stage, plan_boxes, union
+from subzero.engines.spark.stages import Member, grow, last_readers, next_stage, plan_boxes, union
 from subzero.operators import Add, MaxFilter, MeanFilter, Mul, Sum
 
 

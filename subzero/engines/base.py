@@ -44,11 +44,28 @@ class StepResult:
 
 
 class Engine(Protocol):
-    """Runs a workflow's operators, one :meth:`run_step` at a time, in the order the
-    driver gives, over one run's array store."""
+    """Runs a workflow's operators over one run's array store, in the order the driver
+    loop (:func:`subzero.engines.driver.run_workflow`) gives.
 
-    #: "local" or "spark", as the catalog records it
+    Four methods every engine has (:meth:`load_inputs` or :meth:`resume`, then
+    :meth:`run_step` per operator, then :meth:`close`), and abilities an engine
+    declares by overriding the defaults here -- the driver never probes for them:
+
+    * :attr:`concurrent_jobs`: how many independent jobs may run at once (1: one
+      after another, on the driver's own thread);
+    * :meth:`group`: which operators run as one job (a fused stage);
+      :meth:`run_group` runs them;
+    * :meth:`waits_for`: whether a group had better wait for a running job;
+    * :meth:`cancel`: stop the jobs still running (another one failed).
+
+    An engine subclasses this protocol to take the defaults (as the local engine
+    does); the defaults are what an engine without the ability does.
+    """
+
+    #: the name the catalog records and ``--engine`` takes ("local", "spark")
     name: str
+    #: independent jobs the driver loop runs side by side (1: in sequence)
+    concurrent_jobs: int = 1
 
     def load_inputs(self, wf: Workflow, values: Mapping[str, Any]) -> None:
         """Store the run's input arrays, where the steps will read them."""
@@ -68,3 +85,25 @@ class Engine(Protocol):
     def close(self) -> None:
         """The run is over (complete or failed); release what the engine holds."""
         ...
+
+    # -- abilities: the defaults are an engine that runs one operator per job --------
+    def group(self, wf: Workflow, pending: list[str]) -> list[str]:
+        """The operators to run next as one job; ``pending`` (never empty) is in workflow
+        order and its first operator's inputs are stored.  Default: that operator alone."""
+        return [pending[0]]
+
+    def run_group(self, wf: Workflow, names: list[str], strategies: Mapping[str, tuple[Strategy, ...]],
+                  capture: bool, progress: Progress) -> list[StepResult]:
+        """Run a group made by :meth:`group`; one result per operator, in order."""
+        return [self.run_step(n, wf.steps[n], strategies[n], capture, progress) for n in names]
+
+    def waits_for(self, wf: Workflow, names: list[str], running: set[str], free: list[str]) -> bool:
+        """Whether the group ``names`` had better wait until a job now running (of the
+        operators ``running``) ends, because it would then join a bigger group.  Asked
+        only while jobs run (``concurrent_jobs`` > 1).  Default: never."""
+        return False
+
+    def cancel(self) -> None:
+        """Stop every job still running: another job of the run failed.  Default:
+        nothing runs on its own, so nothing to stop."""
+        return None

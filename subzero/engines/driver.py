@@ -11,11 +11,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
+from typing import Any, Protocol
 
-from subzero.engines.base import Engine
-from subzero.engines.journal import Journal, Resumable
+from subzero.engines.base import Engine, StepResult
 from subzero.engines.lineage import commit_tile_shards, store_lineage
 from subzero.engines.progress import Progress
 from subzero.engines.stats import ArrayInfo, OpStats, RunStats
@@ -29,46 +28,48 @@ from subzero.storage.lineage import LineageStore
 Profiler = Callable[[str, Any, list, Any, float], None]
 
 
+class Recorder(Protocol):
+    """Where the driver says what of a run is durable as it goes (a run's journal,
+    :class:`subzero.runs.journal.Journal`), so a run whose driver is lost can resume."""
+
+    def inputs(self, infos: list[ArrayInfo]) -> None: ...
+
+    def finished(self, st: OpStats, budget: DiskBudget | None) -> None: ...
+
+
 def run_workflow(engine: Engine, wf: Workflow, inputs: Mapping[str, Any],
                  strategies: Mapping[str, tuple[Strategy, ...]], lineage: LineageStore | None,
                  budget: DiskBudget | None = None, capture: bool = True,
                  progress: Progress | None = None, profiler: Profiler | None = None,
-                 journal: Journal | None = None, resume: Resumable | None = None) -> RunStats:
+                 journal: Recorder | None = None, done: RunStats | None = None) -> RunStats:
     """Run every operator of ``wf`` on ``engine``; write lineage to ``lineage`` (none when
     it is None or ``capture`` is off) within ``budget``; return the run's statistics.
 
     ``profiler``, when given, is called after each operator with its input and output
     values (the optimizer's profiling mode measures lineage there); only a local engine
     made with ``profiling=True`` hands them over (it then runs every operator whole).
-    Nothing of a step is kept once the next one starts: the engine holds only the
-    arrays a later operator still reads whole.
+    Nothing of a step is kept once it is committed: the engine holds only the arrays
+    a later operator still reads whole.
 
-    ``journal`` records what is durable as the run goes (inputs stored, each
-    operator's array and lineage written); ``resume`` is such a journal read back:
-    the run then continues from its first unfinished operator, with the inputs and
-    finished operators' arrays already in the engine's store (``inputs`` unused)."""
+    ``journal`` is told what is durable as the run goes (inputs stored, each
+    operator's array and lineage written).  ``done`` resumes a run: the statistics of
+    its inputs and of the operators that finished, whose arrays are already in the
+    engine's store (``inputs`` unused); the run continues from the first other one."""
     check_reexecution(wf, strategies)
     progress = progress if progress is not None else Progress()
-    if resume is not None and resume.inputs is not None:
-        done = set(resume.done)
-        engine.resume(wf, [a.name for a in resume.inputs] + resume.done)
-        stats = RunStats(inputs=list(resume.inputs), ops=list(resume.ops))
-        for name in resume.done:
+    if done is not None:
+        finished = [o.name for o in done.ops]
+        engine.resume(wf, [a.name for a in done.inputs] + finished)
+        stats = RunStats(inputs=list(done.inputs), ops=list(done.ops))
+        for name in finished:
             progress.finished(name)
     else:
-        done = set()
         engine.load_inputs(wf, inputs)
         stats = RunStats(inputs=[ArrayInfo.of(name, v) for name, v in inputs.items()])
         if journal is not None:
             journal.inputs(stats.inputs)
-    pending = [n for n in wf.order() if n not in done]
 
-    jobs = int(getattr(engine, "concurrent_jobs", 1))
-    shared = _SharedTiles(progress) if jobs > 1 and hasattr(engine, "waits_for") else None
-    if shared is not None:
-        progress = shared
-
-    def finish(name: str, res) -> None:
+    def commit(name: str, res: StepResult) -> None:
         _finish_step(name, wf, res, strategies[name], capture, lineage, budget, stats,
                      profiler, engine)
         if journal is not None:
@@ -77,18 +78,8 @@ def run_workflow(engine: Engine, wf: Workflow, inputs: Mapping[str, Any],
             journal.finished(stats.ops[-1], budget)
         progress.finished(name)
 
-    if shared is not None:
-        _run_concurrently(engine, wf, pending, strategies, capture, shared, finish, jobs)
-        return stats
-    while pending:
-        names = engine.group(wf, pending) if hasattr(engine, "group") else [pending[0]]
-        progress.started(_label(names))
-        results = _run_group(engine, wf, names, strategies, capture, progress)
-        for name, res in zip(names, results):
-            finish(name, res)
-        del results         # the steps' values and lineage, before the next step runs
-        ran = set(names)
-        pending = [n for n in pending if n not in ran]
+    _schedule(engine, wf, [n for n in wf.order() if n not in {o.name for o in stats.ops}], strategies,
+              capture, progress, commit)
     return stats
 
 
@@ -96,33 +87,29 @@ def _label(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{names[0]} +{len(names) - 1} in one job"
 
 
-def _run_group(engine, wf: Workflow, names: list[str], strategies, capture: bool,
-               progress: Progress) -> list:
-    """One operator's step, or a group's (a fused stage, independent global operators)."""
-    if len(names) == 1:
-        return [engine.run_step(names[0], wf.steps[names[0]], strategies[names[0]], capture,
-                                progress)]
-    return engine.run_stage(wf, names, strategies, capture, progress)
-
-
-def _run_concurrently(engine, wf: Workflow, pending: list[str],
-                      strategies: Mapping[str, tuple[Strategy, ...]], capture: bool,
-                      progress: _SharedTiles, finish: Callable[[str, Any], None], jobs: int) -> None:
-    """The driver loop of an engine that runs independent jobs side by side (Spark):
-    up to ``jobs`` groups of operators whose inputs are ready run at once, each from
-    a thread of its own (the two exposures' branches keep a cluster busy together),
-    while their results are committed -- statistics, lineage under the budget, the
-    journal -- here, one at a time and in workflow order, so a run's record and its
-    budget's choices do not depend on which job finished first.  A failure (or
-    Ctrl-C) cancels the jobs still running and is raised once they stop."""
+def _schedule(engine: Engine, wf: Workflow, pending: list[str],
+              strategies: Mapping[str, tuple[Strategy, ...]], capture: bool, progress: Progress,
+              commit: Callable[[str, StepResult], None]) -> None:
+    """The one loop over a run's jobs, as dask's scheduler loop is one loop whatever runs
+    the tasks: up to ``engine.concurrent_jobs`` groups of operators whose inputs are
+    stored run at once, each from a thread of its own (the two exposures' branches
+    keep a cluster busy together), while their results are committed --
+    statistics, lineage under the budget, the journal -- here, one at a time and in
+    workflow order, so a run's record and its budget's choices do not depend on
+    which job finished first.  With one job at a time the jobs run on this thread
+    (:class:`_Inline`): the same loop, in sequence.  A failure (or Ctrl-C) cancels the
+    jobs still running and is raised once they stop."""
+    jobs = max(1, int(engine.concurrent_jobs))
+    shared = _SharedTiles(progress) if jobs > 1 else None
     order = list(pending)
     steps = wf.steps
-    ran: dict[str, Any] = {}            # run, not yet committed
+    ran: dict[str, StepResult] = {}         # run, not yet committed
     available: set[str] = set(wf.steps) - set(pending)      # operators whose arrays are stored
     claimed: set[str] = set()
     running: dict[Future, list[str]] = {}
     at = 0
-    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="subzero-job")
+    pool: Executor = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="subzero-job") \
+        if jobs > 1 else _Inline()
     try:
         while at < len(order):
             deferred: set[str] = set()
@@ -138,28 +125,50 @@ def _run_concurrently(engine, wf: Workflow, pending: list[str],
                     deferred.update(names)      # a bigger stage once a running job ends
                     continue
                 claimed.update(names)
-                progress.started(_label(names))
-                running[pool.submit(_run_group, engine, wf, names, strategies, capture,
-                                    progress.job(names[0]))] = names
-            finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
-            for f in finished:
-                names = running.pop(f)
-                for name, res in zip(names, f.result()):
-                    ran[name] = res
-                    available.add(name)
-            if not running:
-                progress.idle()
+                (shared or progress).started(_label(names))
+                reporter = shared.job(names[0]) if shared is not None else progress
+                running[pool.submit(engine.run_group, wf, names, strategies, capture,
+                                    reporter)] = names
+            _harvest(wait(list(running), return_when=FIRST_COMPLETED).done, running, ran, available)
+            if not running and shared is not None:
+                shared.idle()
             while at < len(order) and order[at] in ran:
-                finish(order[at], ran.pop(order[at]))
+                commit(order[at], ran.pop(order[at]))
                 at += 1
     except BaseException:
-        cancel = getattr(engine, "cancel", None)
-        if cancel is not None and running:
-            cancel()                    # the jobs still running stop; their errors are moot
+        if running:
+            engine.cancel()         # the jobs still running stop; their errors are moot
         wait(list(running))
         raise
     finally:
         pool.shutdown(wait=True)
+
+
+def _harvest(finished: set[Future], running: dict[Future, list[str]], ran: dict[str, StepResult],
+             available: set[str]) -> None:
+    """Take the results of the jobs that ended (a failed job's error is raised here).  A
+    function of its own so that nothing but ``ran`` keeps a step's values and lineage
+    once it is committed."""
+    for f in finished:
+        names = running.pop(f)
+        for name, res in zip(names, f.result()):
+            ran[name] = res
+            available.add(name)
+
+
+class _Inline(Executor):
+    """Runs a submitted call at once, on the calling thread: the driver loop with one
+    job at a time (Ctrl-C and the engine's state stay on the driver's thread)."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        f: Future = Future()
+        try:
+            f.set_result(fn(*args, **kwargs))
+        except BaseException as e:
+            if not isinstance(e, Exception):
+                raise                   # Ctrl-C, exit: not a job's failure
+            f.set_exception(e)
+        return f
 
 
 class _SharedTiles(Progress):

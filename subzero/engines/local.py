@@ -33,7 +33,7 @@ import xarray as xr
 from subzero.capture.buffer import Pairs
 from subzero.capture.runner import run_operator, run_tile, shape_of
 from subzero.capture.tiles import Tile, concat_pairs, input_slices, task_tile, tile_plan, tiles_for
-from subzero.engines.base import StepResult
+from subzero.engines.base import Engine, StepResult
 from subzero.engines.progress import Progress
 from subzero.errors import OperatorError, SubZeroError
 from subzero.model.statistic import over_blocks
@@ -52,7 +52,7 @@ def _native(dtype: np.dtype) -> np.dtype:
     return dtype if dtype.byteorder in ("=", "|") else dtype.newbyteorder("=")
 
 
-class LocalEngine:
+class LocalEngine(Engine):
     """Operators run one after another in this process (see the module's docstring).
 
     ``profiling``: every operator runs on whole arrays and its :class:`StepResult`

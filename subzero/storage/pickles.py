@@ -14,6 +14,7 @@ pickle would import and define by reading its opcodes, without loading it.
 
 from __future__ import annotations
 
+import importlib
 import io
 import pickle
 import pickletools
@@ -37,7 +38,15 @@ _RENAMED = {
     "subzero.lineagestore": "subzero.storage.lineage", "subzero.arraystore": "subzero.storage.arrays",
     "subzero.catalog": "subzero.storage.catalog", "subzero.inputs": "subzero.storage.inputs",
     "subzero.engine": "subzero.engines.local", "subzero.spark_engine": "subzero.engines.spark",
-    "subzero.spark": "subzero.engines.session", "subzero.instances": "subzero.engines.instances",
+    "subzero.spark": "subzero.engines.spark.session",
+    "subzero.instances": "subzero.engines.spark.instances",
+    # the Spark engine's modules moved into its package, run orchestration into subzero.runs
+    "subzero.engines.session": "subzero.engines.spark.session",
+    "subzero.engines.stages": "subzero.engines.spark.stages",
+    "subzero.engines.standalone": "subzero.engines.spark.standalone",
+    "subzero.engines.instances": "subzero.engines.spark.instances",
+    "subzero.engines.transaction": "subzero.runs.transaction",
+    "subzero.engines.journal": "subzero.runs.journal",
     "subzero.executor": "subzero.query.executor", "subzero.relation": "subzero.query.relation",
     "subzero.reexec": "subzero.query.reexec", "subzero.workload": "subzero.query.workload",
 }
@@ -53,9 +62,27 @@ def current_module(name: str) -> str:
     return name
 
 
+#: a module that became a package: its names now live in these of its modules
+_SPLIT = {"subzero.engines.spark": ("subzero.engines.spark.engine", "subzero.engines.spark.tasks",
+                                    "subzero.engines.spark.jobs")}
+
+
+def current_place(module: str, name: str) -> str:
+    """The module that defines ``name`` of an older layout's ``module`` now."""
+    module = current_module(module)
+    for part in _SPLIT.get(module, ()):
+        mod = importlib.import_module(part)
+        if hasattr(mod, name) or hasattr(mod, name.lstrip("_")):
+            return part
+    return module
+
+
 class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
-        return super().find_class(current_module(module), name)
+        place = current_place(module, name)
+        if place != current_module(module) and not hasattr(importlib.import_module(place), name):
+            name = name.lstrip("_")         # the task functions became public in the split
+        return super().find_class(place, name)
 
 
 def save_workflow(wf, run_dir: Path) -> bool:

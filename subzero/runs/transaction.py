@@ -13,7 +13,7 @@ runs, a thread beats ``runs/<id>.heartbeat`` (:mod:`subzero.storage.liveness`).
 A driver killed mid-run leaves the row ``running`` with a dead pid and a stale
 heartbeat, which the catalog reports as ``interrupted``: never complete.
 :meth:`RunTransaction.resume` takes such a run over (its folder and journal,
-:mod:`subzero.engines.journal`, are kept) to finish it.
+:mod:`subzero.runs.journal`, are kept) to finish it.
 
 Instance-parallel runs begin without a folder: each Spark task attempt writes
 ``runs/<id>.partial-a<attempt>``, and the attempt that succeeded is committed —

@@ -19,15 +19,11 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
-from subzero.errors import SubZeroError
+from subzero.errors import SparkError
 from subzero.tuning import KEEP_JVM_LOGS, MASTER_PROBE_S
 
 JAVA_HINT = ("install Java 17+ (e.g. 'apt-get install openjdk-17-jre-headless') or set JAVA_HOME, "
              "or run with --engine local")
-
-
-class SparkError(SubZeroError):
-    """Spark or Java is unusable (missing, unreachable, failed)."""
 
 
 def java_version() -> int | None:
@@ -375,7 +371,7 @@ def check_workers(spark, store: str | os.PathLike) -> None:
     try:
         seen = sc.parallelize(range(n), n).map(fn).collect()
     except Exception as e:
-        from subzero.engines.spark import python_error
+        from subzero.engines.spark.failures import python_error
         raise SparkError(f"the Spark workers of {sc.master} cannot run SubZero's check: "
                          f"{python_error(str(e)) or type(e).__name__}; {WORKER_HINT}") from None
     for host, python, version, err, exists, writable in seen:

@@ -29,7 +29,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from subzero.engines.session import SparkError, check_java
+from subzero.engines.spark.session import check_java
+from subzero.errors import SparkError
 
 LOG4J = Path(__file__).resolve().parent / "log4j2.properties"
 

@@ -1,7 +1,8 @@
 """The Spark engine: a workflow's operators as Spark jobs over tiles.
 
 Per operator, in the order the driver loop (:mod:`subzero.engines.driver`)
-gives, :class:`SparkEngine` launches one job:
+gives, :class:`SparkEngine` launches one job (the tasks' code is
+:mod:`~subzero.engines.spark.tasks`, the job running :mod:`~subzero.engines.spark.jobs`):
 
 * elementwise and stencil operators (declared ``tiling``) run one task per
   tile — the Zarr chunks of the output — reading their input tiles (plus a
@@ -31,84 +32,45 @@ whole-array aggregation's one all-to-all pair is written by the driver.)
 from __future__ import annotations
 
 import os
-import signal
-import sys
-import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import xarray as xr
 
-from subzero.capture.buffer import Pairs
-from subzero.capture.components import TileComponents, TileLabels, merge_tiles, region_cells, tile_components
-from subzero.capture.runner import array_context, run_operator, run_tile, shape_of
+from subzero.capture.components import TileComponents, merge_tiles
+from subzero.capture.runner import array_context, normalise_output, run_operator, shape_of
 from subzero.capture.tiles import Tile, concat_pairs, input_slices, task_tile, tile_plan, tiles_for
-from subzero.engines.base import StepResult
-from subzero.engines.lineage import TileShard, write_tile_shards
+from subzero.engines.base import Engine, StepResult
 from subzero.engines.progress import Progress
-from subzero.engines.session import SparkError, jvm_log_hint, ship_workflow_modules
-from subzero.engines.stages import Box, Member, last_readers, next_stage, plan_boxes, tiled_shape, within
-from subzero.errors import OperatorError, SubZeroError
-from subzero.model.modes import Mode
-from subzero.model.statistic import Statistic, block_around
-from subzero.model.strategy import BLACKBOX, Strategy, modes_needed
+from subzero.engines.spark.failures import TaskFailure
+from subzero.engines.spark.jobs import TaskCallback, collect, run_job
+from subzero.engines.spark.session import ship_workflow_modules
+from subzero.engines.spark.stages import Member, next_stage, plan_boxes, tiled_shape
+from subzero.engines.spark.tasks import (
+    TaskResult,
+    copy_task,
+    gather_task,
+    global_task,
+    globals_task,
+    label_task,
+    partial_task,
+    relabel_task,
+    run_members,
+    stage_task,
+    stat_task,
+    tile_task,
+)
+from subzero.errors import OperatorError, SubZeroError, TaskFailed
+from subzero.model.statistic import Statistic
+from subzero.model.strategy import BLACKBOX, Strategy
 from subzero.model.workflow import Step, Workflow
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.inputs import is_region_source
-from subzero.tuning import PROBE_CELLS, PROGRESS_POLL_S, SPARK_CONCURRENT_JOBS, STAT_BLOCK_TILES
-
-MARK = "@@subzero@@"
-
-
-@dataclass
-class TaskResult:
-    index: tuple[int, ...]
-    full: Pairs | None
-    pay: Pairs | None
-    out_shape: tuple[int, ...]
-    dtype: str
-    run_s: float
-    lwrite_s: float
-    #: peak resident memory of the Python worker that ran the task, in bytes (a reused
-    #: worker's largest task so far): tasks are bounded by tiles and halos, not images
-    rss: int = 0
-    #: the task attempt that wrote the output whole (global tasks), for the driver to commit
-    attempt: int | None = None
-    #: the lineage the task wrote as shards (then ``full`` and ``pay`` are None)
-    shards: list[TileShard] | None = None
-    #: pairs the task captured
-    pairs: int = 0
-
-
-def _lineage(lineage_dir: str | None, tile_index, name: str, op, strategies, full: Pairs | None,
-             pay: Pairs | None, out_shape, in_shapes) -> dict[str, Any]:
-    """The lineage part of a task's result: with the run's lineage folder, the task
-    encodes its pairs into shards there itself (committed by the driver for the
-    attempt whose result it receives) and returns only what it wrote; without one,
-    the pairs themselves."""
-    n = (full.n if full is not None else 0) + (pay.n if pay is not None else 0)
-    if lineage_dir is None:
-        return {"full": full, "pay": pay, "pairs": n}
-    stem = "t" + "-".join(str(int(i)) for i in tile_index)
-    shards = write_tile_shards(lineage_dir, stem, _attempt_id(), name, op, strategies, full, pay,
-                               out_shape, in_shapes)
-    return {"full": None, "pay": None, "shards": shards, "pairs": n}
-
-
-def peak_rss() -> int:
-    """This process's peak resident memory in bytes (0 where it cannot be told)."""
-    try:
-        import resource
-        kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    except (ImportError, OSError):
-        return 0
-    return int(kb) * (1 if sys.platform == "darwin" else 1024)
+from subzero.tuning import PROBE_CELLS, SPARK_CONCURRENT_JOBS, STAT_BLOCK_TILES
 
 
 def _aggregates(op, in_shapes, strategies) -> bool:
@@ -132,147 +94,13 @@ def _labels(op, in_shapes) -> bool:
             and all(hasattr(op, f) for f in ("foreground", "write_lineage", "connectivity")))
 
 
-def _fail(name: str, where: str, e: BaseException):
-    msg = str(e) if isinstance(e, SubZeroError) else f"operator {name!r} failed: {type(e).__name__}: {e}"
-    return RuntimeError(f"{MARK}{msg} (on {where}){MARK}")
-
-
-def _tile_task(run_dir: str, tile_size, lineage_dir: str | None, name: str, op, inputs: list[str],
-               strategies, capture: bool, out_shape, in_shapes, stat, tile: Tile) -> TaskResult:
-    """One tile of a tile-parallel operator, on a Spark executor (``stat``: the
-    operator's statistic, computed over all tiles beforehand)."""
-    arrays = ArrayStore(run_dir, tile=tile_size)
-    where = f"tile {tile.describe()}"
-    try:
-        ins = [arrays.read_region(a, input_slices(tile, s)) for a, s in zip(inputs, in_shapes)]
-        done = run_tile(name, op, ins, strategies, capture, tile, out_shape, in_shapes,
-                        statistic=stat)
-        arrays.write_region(name, tile.core_slices(), done.core)
-        lin = _lineage(lineage_dir, tile.index, name, op, strategies, done.full, done.pay,
-                       out_shape, in_shapes)
-    except Exception as e:
-        raise _fail(name, where, e) from None
-    return TaskResult(tile.index, out_shape=tuple(out_shape), dtype=str(done.core.dtype),
-                      run_s=done.run_s, lwrite_s=done.lwrite_s, rss=peak_rss(), **lin)
-
-
-def _stage_task(run_dir: str, tile_size, lineage_dir: str | None, members: list[Member],
-                capture: bool, shape, tile: Tile) -> list[TaskResult]:
-    """One tile of a fused stage (:mod:`subzero.engines.stages`), on an executor."""
-    return run_members(ArrayStore(run_dir, tile=tile_size), members, capture, shape, tile, True,
-                       lineage_dir)
-
-
-def run_members(arrays: ArrayStore, members: list[Member], capture: bool, shape, tile: Tile,
-                write: bool, lineage_dir: str | None = None) -> list[TaskResult]:
-    """A stage's operators on one tile, in workflow order; an intermediate stays in
-    memory while operators of the stage still read it; with ``write`` every core
-    goes to its Zarr array (off: the driver's dtype probe)."""
-    boxes = plan_boxes(members, tile.core, shape)
-    last = last_readers(members)
-    held: dict[str, tuple[Box, np.ndarray]] = {}
-    results = []
-    for k, m in enumerate(members):
-        need, read = boxes[m.name]
-        try:
-            ins = []
-            for a, sh in zip(m.inputs, m.in_shapes):
-                if a in held:
-                    box, data = held[a]
-                    ins.append(np.array(data[within(read, box)]))
-                else:
-                    ins.append(arrays.read_region(a, input_slices(tile, sh, read)))
-            done = run_tile(m.name, m.op, ins, m.strategies, capture, Tile(tile.index, tile.core, read),
-                            tuple(shape), [tuple(x) for x in m.in_shapes])
-            del ins
-            if write:
-                arrays.write_region(m.name, tile.core_slices(), done.core)
-            lin = _lineage(lineage_dir if write else None, tile.index, m.name, m.op, m.strategies,
-                           done.full, done.pay, shape, m.in_shapes)
-        except Exception as e:
-            raise _fail(m.name, f"tile {tile.describe()}", e) from None
-        if last[m.name] > k:
-            assert done.whole is not None
-            held[m.name] = (need, done.whole[within(need, read)])
-        for a in [a for a in held if last[a] <= k]:
-            del held[a]
-        results.append(TaskResult(tile.index, out_shape=tuple(shape),
-                                  dtype=str(_native(done.core.dtype)), run_s=done.run_s,
-                                  lwrite_s=done.lwrite_s, rss=peak_rss(), **lin))
-    return results
-
-
-def _native(dtype: np.dtype) -> np.dtype:
-    """The dtype as the store keeps it (native byte order)."""
-    return dtype if dtype.byteorder in ("=", "|") else dtype.newbyteorder("=")
-
-
-def _copy_task(run_dir: str, tile_size, jobs) -> int:
-    """Copy one tile of each of several inputs from their sources into the run's store."""
-    arrays = ArrayStore(run_dir, tile=tile_size)
-    for name, source, tile in jobs:
-        try:
-            arrays.write_region(name, tile.core_slices(), source.read_region(tile.core_slices()))
-        except Exception as e:
-            raise _fail(f"(input {name})", f"tile {tile.describe()}", e) from None
-    return len(jobs)
-
-
-def _global_task(run_dir: str, tile_size, lineage_dir: str | None, name: str, op,
-                 inputs: list[str], strategies, capture: bool, _index) -> TaskResult:
-    """A global operator: one task on the whole arrays."""
-    arrays = ArrayStore(run_dir, tile=tile_size)
-    try:
-        ins = [arrays.read_value(a) for a in inputs]
-        t0 = time.perf_counter()
-        out, full, pay, ctx = run_operator(name, op, ins, strategies, capture)
-        run_s = time.perf_counter() - t0
-        attempt = _attempt_id()
-        arrays.write(name, out, attempt=attempt)     # moved into place by the driver
-        arr = out.data if isinstance(out, xr.DataArray) else out
-        lin = _lineage(lineage_dir, (0,), name, op, strategies, full, pay, shape_of(out),
-                       [shape_of(v) for v in ins])
-    except Exception as e:
-        raise _fail(name, "the whole array", e) from None
-    return TaskResult((0,), out_shape=shape_of(out), dtype=str(arr.dtype), run_s=run_s,
-                      lwrite_s=ctx.lwrite_seconds, rss=peak_rss(), attempt=attempt, **lin)
-
-
-def _globals_task(run_dir: str, tile_size, lineage_dir: str | None, capture: bool,
-                  job) -> TaskResult:
-    """One of several independent global operators run as one job: ``job`` is
-    (name, operator, inputs, strategies)."""
-    name, op, inputs, strategies = job
-    return _global_task(run_dir, tile_size, lineage_dir, name, op, inputs, strategies, capture, 0)
-
-
-def _attempt_id() -> int:
-    """This Spark task attempt's id, unique in the application (0 outside Spark)."""
-    try:
-        from pyspark import TaskContext
-        ctx = TaskContext.get()
-        return int(ctx.taskAttemptId()) if ctx is not None else 0
-    except ImportError:
-        return 0
-
-
-def _partial_task(run_dir: str, tile_size, name: str, op, inputs: list[str], tile: Tile):
-    """One tile's partial result of an aggregating operator (e.g. a whole-array sum)."""
-    arrays = ArrayStore(run_dir, tile=tile_size)
-    try:
-        return op.partial(*[arrays.read_region(a, tile.read_slices()) for a in inputs])
-    except Exception as e:
-        raise _fail(name, f"tile {tile.describe()}", e) from None
-
-
 def _aggregate(sc, name, op, inputs, in_shapes, strategies, arrays: ArrayStore, capture: bool,
                on_tasks: TaskCallback | None = None) -> list[TaskResult]:
     """A whole-array reduction as a Spark aggregation: partials per tile, merged
     on the executors in a tree, finished on the driver.  Its lineage is one
     all-to-all pair, written by the runtime."""
-    from subzero.capture.runner import normalise_output
     tiles = tiles_for(in_shapes[0], arrays.tile, 0)
-    fn = partial(_partial_task, str(arrays.dir.parent), arrays.tile, name, op, list(inputs))
+    fn = partial(partial_task, str(arrays.dir.parent), arrays.tile, name, op, list(inputs))
     rdd = sc.parallelize(tiles, len(tiles)).map(fn)
     state = run_job(sc, name, lambda: rdd.treeReduce(op.merge), on_tasks)
     t0 = time.perf_counter()
@@ -290,263 +118,14 @@ def _aggregate(sc, name, op, inputs, in_shapes, strategies, arrays: ArrayStore, 
     return [TaskResult((0,), full, None, shape_of(out), str(arr.dtype), time.perf_counter() - t0, 0.0,
                        pairs=full.n if full is not None else 0)]
 
-
-def _gather_task(run_dir: str, tile_size, lineage_dir: str | None, name: str, op, source: str,
-                 strategies, capture: bool, out_shape, in_shape, tile: Tile) -> TaskResult:
-    """One output tile of a gather operator: it reads the input box its cells come
-    from, writes its chunk, and returns the lineage of its cells."""
-    arrays = ArrayStore(run_dir, tile=tile_size)
-    out_shape, in_shape = tuple(out_shape), tuple(in_shape)
-    try:
-        t0 = time.perf_counter()
-        box = op.input_box(tile.core, in_shape)
-        out = op.gather(arrays.read_region(source, tuple(slice(a, b) for a, b in box)), box,
-                        tile.core, in_shape)
-        arrays.write_region(name, tile.core_slices(), out)
-        run_s = time.perf_counter() - t0
-        modes = modes_needed(strategies) if capture else frozenset()
-        full, pay, lwrite_s = _emitted(name, op, modes if Mode.FULL in modes else frozenset(),
-                                       [in_shape], out_shape, lambda ctx: op.emit_tile(ctx, tile.core))
-        lin = _lineage(lineage_dir, tile.index, name, op, strategies, full, pay, out_shape, [in_shape])
-    except Exception as e:
-        raise _fail(name, f"tile {tile.describe()}", e) from None
-    return TaskResult(tile.index, out_shape=out_shape, dtype=str(out.dtype), run_s=run_s,
-                      lwrite_s=lwrite_s, rss=peak_rss(), **lin)
-
-
-def _emitted(name: str, op, modes, in_shapes, out_shape,
-             emit: Callable[[Any], None]) -> tuple[Pairs | None, Pairs | None, float]:
-    """Lineage a task writes itself in array coordinates (``emit(ctx)``, for operators
-    whose task is not a plain ``run``): (full pairs, payload pairs, seconds in lwrite),
-    nothing when no ``modes`` are asked for."""
-    if not modes:
-        return None, None, 0.0
-    ctx = array_context(name, op, modes, in_shapes, out_shape)
-    emit(ctx)
-    full, pay = ctx.finish(out_shape)
-    return full, pay, ctx.lwrite_seconds
-
-
-def _stat_task(run_dir: str, tile_size, name: str, stat: Statistic, source: str, shape, prior,
-               tile: Tile):
-    """One tile's partial of an operator's whole-array statistic (one round)."""
-    arrays = ArrayStore(run_dir, tile=tile_size)
-    try:
-        box, core = block_around(tile.core, int(stat.halo), shape)
-        block = arrays.read_region(source, tuple(slice(a, b) for a, b in box))
-        return stat.partial(block, core, tuple(a for a, _ in box), tuple(shape), prior)
-    except Exception as e:
-        raise _fail(name, f"tile {tile.describe()}", e) from None
-
-
-def _label_task(run_dir: str, tile_size, name: str, op, source: str, shape, stat,
-                tile: Tile) -> TileComponents:
-    """One tile's regions, labelled on its core alone, summarised for the merge."""
-    arrays = ArrayStore(run_dir, tile=tile_size)
-    try:
-        mask = op.foreground(arrays.read_region(source, tile.core_slices()), stat)
-        return tile_components(mask, tile.core, shape, op.connectivity, tile.index)[1]
-    except Exception as e:
-        raise _fail(name, f"tile {tile.describe()}", e) from None
-
-
-def _relabel_task(run_dir: str, tile_size, lineage_dir: str | None, name: str, op, source: str,
-                  shape, stat, strategies, capture: bool, job: tuple[Tile, TileLabels]) -> TaskResult:
-    """One tile's final labels, written to its chunk, and the lineage of its cells:
-    the regions inside its core, the regions spanning tiles that it owns (gathered
-    from their bounding boxes) and, unless composite, its background cells."""
-    tile, answer = job
-    arrays = ArrayStore(run_dir, tile=tile_size)
-    shape = tuple(shape)
-    try:
-        t0 = time.perf_counter()
-        mask = op.foreground(arrays.read_region(source, tile.core_slices()), stat)
-        local, _ = tile_components(mask, tile.core, shape, op.connectivity, tile.index)
-        out = answer.relabel[local]
-        arrays.write_region(name, tile.core_slices(), out)
-        run_s = time.perf_counter() - t0
-
-        def emit(ctx) -> None:
-            origin = np.asarray(tile.origin, np.int64)
-            inside = (out > 0) & ~np.isin(out, answer.spanning)
-            cells, ids = [np.argwhere(inside) + origin], [out[inside]]
-            for r in answer.owned:
-                box = tuple(slice(a, b + 1) for a, b in zip(r.lo, r.hi))
-                got = region_cells(op.foreground(arrays.read_region(source, box), stat), r.lo,
-                                   r.first, shape, op.connectivity)
-                cells.append(got)
-                ids.append(np.full(len(got), r.label, np.int32))
-            op.write_lineage(ctx, np.concatenate(cells), np.concatenate(ids),
-                             lambda: np.argwhere(out == 0) + origin)
-
-        full, pay, lwrite_s = _emitted(name, op, modes_needed(strategies) if capture else frozenset(),
-                                       [shape], shape, emit)
-        lin = _lineage(lineage_dir, tile.index, name, op, strategies, full, pay, shape, [shape])
-    except Exception as e:
-        raise _fail(name, f"tile {tile.describe()}", e) from None
-    return TaskResult(tile.index, out_shape=shape, dtype=str(out.dtype), run_s=run_s,
-                      lwrite_s=lwrite_s, rss=peak_rss(), **lin)
-
-
-def _raise_from_spark(e: Exception, name: str) -> NoReturn:
-    text = str(e)
-    if MARK in text:
-        msg = text.split(MARK)[1]
-        raise OperatorError(f"{msg} [Spark engine; --engine local runs it in-process]") from None
-    err = python_error(text)
-    if err:
-        hint = ""
-        if err.startswith(("ModuleNotFoundError", "ImportError")):
-            hint = ("; the Spark workers cannot import it: install it where they run or put its "
-                    "folder on PYTHONPATH before starting SubZero")
-        raise OperatorError(f"operator {name!r} failed in a Spark task: {err}{hint} "
-                            f"[Spark engine; --engine local runs it in-process]") from None
-    raise SparkError(f"Spark failed while running operator {name!r}: {_reason(text, e)}; "
-                     f"try --engine local{jvm_log_hint()}") from None
-
-
-def python_error(text: str) -> str:
-    """``Type: message`` of the last Python traceback in a Spark error's text (a worker's
-    exception, e.g. a module it cannot import), or empty when there is none."""
-    at = text.rfind("Traceback (most recent call last):")
-    if at < 0:
-        return ""
-    for ln in text[at:].splitlines()[1:]:
-        if ln.strip() and not ln[:1].isspace():
-            return ln.strip()[:300]
-    return ""
-
-
-#: ``on_tasks(done, total)``: a job's finished tasks, as they finish
-TaskCallback = Callable[[int, int], None]
-
-
-def collect(rdd, name: str, on_tasks: TaskCallback | None = None) -> list:
-    """Run a job and return its results; an operator failure in a task becomes one
-    clear line naming ``name`` (the operator).  ``on_tasks`` is told the job's
-    finished tasks while it runs."""
-    return run_job(rdd.context, name, rdd.collect, on_tasks)
-
-
-def run_job(sc, name: str, action: Callable[[], Any], on_tasks: TaskCallback | None = None) -> Any:
-    """``action()`` (a Spark action: collect, treeReduce) with :func:`collect`'s errors."""
-    with _CtrlC(sc) as ctrl_c:
-        try:
-            if on_tasks is None:
-                out = action()
-            else:
-                with _TaskWatch(sc, on_tasks):
-                    out = action()
-        except Exception as e:
-            if ctrl_c.hit:
-                raise KeyboardInterrupt from None
-            _raise_from_spark(e, name)
-    if ctrl_c.hit:          # the job ended before the cancellation reached it
-        raise KeyboardInterrupt
-    return out
-
-
-class _CtrlC:
-    """While a job runs, Ctrl-C cancels Spark's jobs from another thread and the job's
-    failure becomes a KeyboardInterrupt (one line from the CLI; the run is failed
-    'interrupted').  PySpark's own handler calls into Py4J from the signal handler,
-    while the main thread is blocked in a Py4J call: Py4J then prints screenfuls of
-    tracebacks.  A second Ctrl-C interrupts at once.  Only the main thread can
-    handle signals; elsewhere this does nothing."""
-
-    def __init__(self, sc):
-        self.sc = sc
-        self.hit = False
-        self._installed = False
-        self._prev: Any = None
-
-    def __enter__(self) -> _CtrlC:
-        if threading.current_thread() is threading.main_thread():
-            self._prev = signal.signal(signal.SIGINT, self._on_sigint)
-            self._installed = True
-        return self
-
-    def _on_sigint(self, signum, frame) -> None:
-        if self.hit:
-            raise KeyboardInterrupt
-        self.hit = True
-        threading.Thread(target=self._cancel, name="subzero-cancel", daemon=True).start()
-
-    def _cancel(self) -> None:
-        try:
-            self.sc.cancelAllJobs()
-        except Exception:
-            pass            # the JVM is going away anyway
-
-    def __exit__(self, *exc) -> None:
-        if self._installed:
-            signal.signal(signal.SIGINT, self._prev if self._prev is not None else signal.SIG_DFL)
-
-
-class _TaskWatch:
-    """Follows the tasks of the jobs this thread starts (one job group) from a thread
-    that polls Spark's status tracker, and tells ``on_tasks``; a failure to poll only
-    ends the watching."""
-
-    def __init__(self, sc, on_tasks: TaskCallback, every: float = PROGRESS_POLL_S):
-        self.sc, self.on_tasks, self.every = sc, on_tasks, every
-        self.group = f"subzero-{uuid.uuid4().hex[:12]}"
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._poll, name="subzero-progress", daemon=True)
-
-    def __enter__(self) -> _TaskWatch:
-        self.sc.setJobGroup(self.group, "subzero")
-        self.thread.start()
-        return self
-
-    def _poll(self) -> None:
-        try:
-            while not self.stop.wait(self.every):
-                self._report()
-        except Exception:
-            return
-
-    def _report(self) -> None:
-        tracker = self.sc.statusTracker()
-        done = total = 0
-        for jid in tracker.getJobIdsForGroup(self.group):
-            job = tracker.getJobInfo(jid)
-            for sid in (job.stageIds if job is not None else ()):
-                st = tracker.getStageInfo(sid)
-                if st is not None:
-                    done += st.numCompletedTasks
-                    total += st.numTasks
-        if total:
-            self.on_tasks(min(done, total), total)
-
-    def __exit__(self, et, *exc) -> None:
-        self.stop.set()
-        self.thread.join()
-        try:
-            if et is None:
-                self._report()
-        finally:
-            for key in ("spark.jobGroup.id", "spark.job.description"):
-                self.sc.setLocalProperty(key, None)
-
-
-def _reason(text: str, e: Exception) -> str:
-    """The informative line of a Py4J error: Spark's stage failure or root cause."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for key in ("Job aborted due to stage failure", "Caused by:", "Exception:"):
-        for ln in lines:
-            if key in ln and "Py4JJavaError" not in ln:
-                return ln[:300]
-    return (lines[0] if lines else type(e).__name__)[:300]
-
-
-class SparkEngine:
+class SparkEngine(Engine):
     """Operators as Spark jobs over the run's Zarr arrays: tile tasks, one global
     task, or a tree aggregation (see the module's docstring).  What the jobs did is
     noted in the run's ``run.log``."""
 
     name = "spark"
-    #: independent jobs the driver loop runs side by side (:mod:`subzero.engines.driver`)
+    #: independent jobs the driver loop runs side by side: the two exposures' branches
+    #: keep a cluster busy together (:data:`subzero.tuning.SPARK_CONCURRENT_JOBS`)
     concurrent_jobs = SPARK_CONCURRENT_JOBS
 
     def __init__(self, spark, arrays: ArrayStore, log: Callable[[str], None] | None = None,
@@ -588,7 +167,7 @@ class SparkEngine:
             tasks = list(by_tile.values())
             self.note(f"inputs {', '.join(dict.fromkeys(n for n, _, _ in jobs))}: {len(jobs)} "
                       f"tile(s) in {len(tasks)} task(s), read from their sources on the executors")
-            fn = partial(_copy_task, str(self.arrays.dir.parent), self.arrays.tile)
+            fn = partial(copy_task, str(self.arrays.dir.parent), self.arrays.tile)
             t0 = time.perf_counter()
             collect(self.sc.parallelize(tasks, len(tasks)).map(fn), "(loading inputs)")
             self.note(f"  inputs done in {time.perf_counter() - t0:.2f} s")
@@ -624,14 +203,14 @@ class SparkEngine:
             arrays.create(name, out_shape, in_dtype)
             self.note(f"{name}: gather, {len(tiles)} tile task(s) reading only the input boxes "
                       f"their cells come from")
-            fn = partial(_gather_task, str(arrays.dir.parent), arrays.tile, self._shards(capture),
+            fn = partial(gather_task, str(arrays.dir.parent), arrays.tile, self._shards(capture),
                          name, op, step.inputs[0], strategies, capture, out_shape, in_shapes[0])
             results = collect(self.sc.parallelize(tiles, len(tiles)).map(fn), name, on_tasks)
             tasks = len(tiles)
         elif halo is None:
             tasks = 1
             self.note(f"{name}: {op.tiling.kind} operator, one task on the whole array")
-            fn = partial(_global_task, str(arrays.dir.parent), arrays.tile, self._shards(capture),
+            fn = partial(global_task, str(arrays.dir.parent), arrays.tile, self._shards(capture),
                          name, op, list(step.inputs), strategies, capture)
             results = collect(self.sc.parallelize([0], 1).map(fn), name, on_tasks)
             assert results[0].attempt is not None
@@ -647,7 +226,7 @@ class SparkEngine:
             arrays.create(name, out_shape, dtype)
             self.note(f"{name}: {len(tiles)} tile task(s) of up to {size} cells per axis"
                       + (f", halo {halo}" if halo else ""))
-            fn = partial(_tile_task, str(arrays.dir.parent), arrays.tile, self._shards(capture), name,
+            fn = partial(tile_task, str(arrays.dir.parent), arrays.tile, self._shards(capture), name,
                          op, list(step.inputs), strategies, capture, out_shape, in_shapes, stat)
             results = collect(self.sc.parallelize(tiles, len(tiles)).map(fn), name, on_tasks)
             tasks = len(tiles)
@@ -670,7 +249,7 @@ class SparkEngine:
         root, shape = str(arrays.dir.parent), tuple(shape)
         tiles = tiles_for(shape, arrays.tile)
         stat = self._statistic(name, op, source, shape, on_tasks)
-        label_fn = partial(_label_task, root, arrays.tile, name, op, source, shape, stat)
+        label_fn = partial(label_task, root, arrays.tile, name, op, source, shape, stat)
         summaries: list[TileComponents] = collect(sc.parallelize(tiles, len(tiles)).map(label_fn),
                                                   name, on_tasks)
         answers, n = merge_tiles(summaries, shape, op.connectivity, int(getattr(op, "min_size", 1)))
@@ -679,7 +258,7 @@ class SparkEngine:
         self.note(f"{name}: connected components over {len(tiles)} tile(s)"
                   + (", statistic merged in a tree" if op.statistic is not None else "")
                   + f"; {n} region(s), {spanning} across tile borders")
-        fn = partial(_relabel_task, root, arrays.tile, self._shards(capture), name, op, source, shape,
+        fn = partial(relabel_task, root, arrays.tile, self._shards(capture), name, op, source, shape,
                      stat, strategies, capture)
         jobs = list(zip(tiles, answers))
         return collect(sc.parallelize(jobs, len(jobs)).map(fn), name, on_tasks)
@@ -715,7 +294,7 @@ class SparkEngine:
         t0 = time.perf_counter()
         prior = None
         for _ in range(stat.rounds):
-            fn = partial(_stat_task, str(self.arrays.dir.parent), self.arrays.tile, name, stat,
+            fn = partial(stat_task, str(self.arrays.dir.parent), self.arrays.tile, name, stat,
                          source, shape, prior)
             rdd = sc.parallelize(tiles, len(tiles)).map(fn)
             prior = stat.finish(run_job(sc, name, partial(rdd.treeReduce, stat.merge), on_tasks), prior)
@@ -785,7 +364,7 @@ class SparkEngine:
                   f"each on the whole arrays, in one job")
         on_tasks = progress.tiles if progress.wants_tasks else None
         t0 = time.perf_counter()
-        fn = partial(_globals_task, str(arrays.dir.parent), arrays.tile, self._shards(capture),
+        fn = partial(globals_task, str(arrays.dir.parent), arrays.tile, self._shards(capture),
                      capture)
         results: list[TaskResult] = collect(self.sc.parallelize(jobs, len(jobs)).map(fn),
                                             f"{names[0]}..{names[-1]}", on_tasks)
@@ -804,10 +383,14 @@ class SparkEngine:
                                   **_shards_of([r])))
         return out
 
-    def run_stage(self, wf: Workflow, names: list[str], strategies: Mapping[str, tuple[Strategy, ...]],
+    def run_group(self, wf: Workflow, names: list[str], strategies: Mapping[str, tuple[Strategy, ...]],
                   capture: bool, progress: Progress) -> list[StepResult]:
-        """Run a fused stage as one Spark job, one task per tile (or independent global
-        operators, one task each); one result per operator."""
+        """Run a group made by :meth:`group` as one Spark job: one operator's job, a
+        fused stage (one task per tile), or independent global operators (one task
+        each); one result per operator."""
+        if len(names) == 1:
+            return [self.run_step(names[0], wf.steps[names[0]], strategies[names[0]], capture,
+                                  progress)]
         if self._runs_whole(wf, names[0]):
             return self._run_globals(wf, names, strategies, capture, progress)
         arrays = self.arrays
@@ -823,8 +406,8 @@ class SparkEngine:
                      tuple((0, min(n, PROBE_CELLS)) for n in shape))
         try:
             dtypes = [r.dtype for r in run_members(arrays, members, False, shape, probe, False)]
-        except Exception as e:
-            _raise_from_spark(e, "(stage probe)")
+        except TaskFailed as e:        # the tasks' code, run here on a corner
+            raise TaskFailure.decode(e).to_error() from None
         for m, dt in zip(members, dtypes):
             arrays.create(m.name, shape, np.dtype(dt))
         widest = max(m.radius for m in members)
@@ -833,7 +416,7 @@ class SparkEngine:
                   + (f", halos accumulated up to {_accumulated(members)}" if widest else ""))
         on_tasks = progress.tiles if progress.wants_tasks else None
         t0 = time.perf_counter()
-        fn = partial(_stage_task, str(arrays.dir.parent), arrays.tile, self._shards(capture), members,
+        fn = partial(stage_task, str(arrays.dir.parent), arrays.tile, self._shards(capture), members,
                      capture, shape)
         per_tile: list[list[TaskResult]] = collect(self.sc.parallelize(tiles, len(tiles)).map(fn),
                                                    f"stage {names[0]}..{names[-1]}", on_tasks)

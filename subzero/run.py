@@ -1,0 +1,189 @@
+"""A complete run: its arrays, statistics, grids and lineage queries."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import xarray as xr
+
+from subzero.coords import cells_at as sky_cells
+from subzero.coords import cells_for, derive_grids, stored_grid, with_grid
+from subzero.errors import QueryError
+from subzero.model.cellset import CellSet
+from subzero.model.grid import Grid
+from subzero.model.strategy import parse
+from subzero.model.workflow import Workflow
+from subzero.query.executor import Executor, RunView, TraceResult
+from subzero.query.planner import StepStat
+from subzero.storage.arrays import ArrayStore
+from subzero.storage.catalog import RunRow
+from subzero.storage.trust import untrusted_message
+
+if TYPE_CHECKING:
+    from subzero.store import Store
+
+
+class Run:
+    """A complete run: its arrays, statistics, and lineage queries."""
+
+    def __init__(self, store: Store, row: RunRow):
+        self.store, self.row = store, row
+        self.id = row.id
+        self.dir = store.run_dir(row.id)
+        self._arrays = ArrayStore(self.dir)
+        self._executor: Executor | None = None
+        self._grids: Callable[[str], Grid | None] | None = None
+        self.planner = None      # query-time planner used by trace() (optimizer.planner_for)
+
+    def __repr__(self) -> str:
+        return f"Run({self.id}, workflow={self.row.workflow!r}, status={self.row.status!r})"
+
+    def close(self) -> None:
+        """Release the run's open lineage store (a later trace reopens it)."""
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def workflow(self) -> Workflow:
+        return self.store.workflow_of(self.row)
+
+    @property
+    def trusted(self) -> bool:
+        """Whether this run's code may be loaded (its signature verifies with this user's
+        key); an untrusted run answers only the trace steps its stored lineage answers."""
+        return self.store.verdict(self.row).trusted
+
+    def ops(self) -> list[dict]:
+        return self.store.catalog.ops(self.id)
+
+    def strategy_stats(self) -> list[dict]:
+        return self.store.catalog.strategy_stats(self.id)
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {k: v["shape"] for k, v in self.store.catalog.arrays(self.id).items()}
+
+    def array_names(self) -> list[str]:
+        return list(self.shapes())
+
+    def array(self, name: str) -> xr.DataArray:
+        """The array, with the labels and sky WCS of its :meth:`grid` (an operator's
+        output carries its inputs' coordinates although the operator returned numpy)."""
+        self._known(name)
+        return with_grid(self._arrays.read(name), self.grid(name))
+
+    def _known(self, name: str) -> None:
+        if name not in self.shapes():
+            raise QueryError(f"unknown array {name!r} in run {self.id}; its arrays are: "
+                             f"{', '.join(self.shapes())}")
+
+    def grid(self, name: str) -> Grid | None:
+        """Where array ``name``'s cells sit in labelled axes and on the sky: the labels
+        and FITS WCS it was stored with, else what its operator's ``output_grid`` makes
+        of its inputs' grids.  Derived grids need the run's code, so an untrusted run
+        has grids for its stored arrays only."""
+        self._known(name)
+        if self._grids is None:
+            ops = self.ops()
+            operator = None
+            if self.trusted:
+                steps = self.workflow.steps
+                operator = lambda n: steps[n].operator  # noqa: E731 - looked up lazily
+            self._grids = derive_grids(
+                {o["name"]: o["inputs"] for o in ops}, self.shapes(),
+                lambda n: stored_grid(*self._arrays.grid_parts(n)), operator)
+        return self._grids(name)
+
+    def trace_reach(self, start: str, cells, direction: str = "backward", shortcut: bool = True,
+                    ) -> tuple[dict[str, CellSet], list[StepStat], float]:
+        """Trace ``cells`` of ``start`` to every array reachable ``direction`` (backward:
+        upstream) at once: ``({array: CellSet}, steps, seconds)``, each array's cells
+        equal to ``trace(start, cells, to=array)``.  Not recorded in the trace log."""
+        if direction not in ("backward", "forward"):
+            raise QueryError(f"direction must be 'backward' or 'forward', not {direction!r}")
+        return self.executor().trace_reach(start, cells, direction == "backward", shortcut,
+                                           self.planner)
+
+    def read_region(self, name: str, region: tuple[slice, ...]) -> np.ndarray:
+        """A region of an array's cells (checksummed), without reading the rest."""
+        self._known(name)
+        return self._arrays.read_region(name, region)
+
+    def array_info(self, name: str) -> tuple[tuple[int, ...], np.dtype, tuple[str, ...]]:
+        """An array's shape, dtype and dims (its grid's where it has one), without its cells."""
+        self._known(name)
+        shape, dtype, _ = self._arrays.describe(name)
+        g = self.grid(name)
+        dims = g.dims if g is not None else self._arrays.grid_parts(name)[0]
+        return shape, dtype, dims
+
+    def cells_at(self, array: str, sky=None, radius=None, sel: Mapping[str, Any] | None = None,
+                 ) -> np.ndarray:
+        """Cells of ``array`` named in the user's terms: ``sky=(ra, dec)`` (degrees, or
+        ``"23:47:09.8,-2:17:37"``, or a SkyCoord) with an optional ``radius``
+        (``"2arcsec"``, an astropy angle, or arcseconds), or ``sel={"time": "2020-01-03",
+        "lat": slice(10, 20)}`` (xarray ``.sel`` rules; nearest label on numeric and time
+        axes)."""
+        self._known(array)
+        if (sky is None) == (sel is None):
+            raise QueryError("give exactly one of sky=... or sel=...")
+        shape = self.shapes()[array]
+        if sky is not None:
+            return sky_cells(self.grid(array), shape, sky, radius, array)
+        if radius is not None:
+            raise QueryError("radius goes with sky=..., not with sel=...")
+        return cells_for(self.grid(array), shape, dict(sel or {}), array)
+
+    def lineage_bytes(self) -> int:
+        return sum(s["bytes"] for s in self.strategy_stats())
+
+    def executor(self) -> Executor:
+        if self._executor is None:
+            ops = self.ops()
+            verdict = self.store.verdict(self.row)
+            view = RunView(
+                run_id=self.id, workflow=lambda: self.workflow,
+                strategies={o["name"]: parse("+".join(o["strategies"])) for o in ops},
+                shapes=self.shapes(), inputs_of={o["name"]: o["inputs"] for o in ops},
+                arrays=self._arrays, lineage_path=self.dir / "lineage",
+                untrusted=None if verdict.trusted else
+                untrusted_message(self.store.path, self.id, verdict))
+            self._executor = Executor(view)
+        return self._executor
+
+    def trace(self, start: str, cells=None, to: str | None = None,
+              path: list[tuple[str, int]] | None = None, prefer: str | None = None,
+              shortcut: bool = True, record: bool = True, planner=None, *, sky=None,
+              radius=None, sel: Mapping[str, Any] | None = None) -> TraceResult:
+        """Trace ``cells`` of array ``start`` to array ``to`` (every DAG path,
+        results united) or along ``path`` = [(operator, input index), ...].
+
+        Instead of cells, name them by ``sky``/``radius`` or ``sel`` as in
+        :meth:`cells_at`; the result's :meth:`~TraceResult.sky_region` and
+        :meth:`~TraceResult.label_region` say where the answer lies in those terms.
+
+        ``planner`` (default: ``self.planner``, e.g. ``optimizer.planner_for(run)``)
+        prices each step's methods with a cost model; without one each step
+        follows the simple rule (stored in the step's direction, map, stored the
+        other way, re-execution).  ``record`` keeps the trace in the catalog's
+        trace log, from which the optimizer derives workloads."""
+        if sky is not None or sel is not None:
+            if cells is not None:
+                raise QueryError("give cells, or sky=/sel=, not both")
+            cells = self.cells_at(start, sky=sky, radius=radius, sel=sel)
+        elif cells is None:
+            raise QueryError(f"trace from {start!r} needs cells (or sky=... / sel=...)")
+        res = self.executor().trace(start, cells, to=to, path=path, prefer=prefer, shortcut=shortcut,
+                                    planner=planner if planner is not None else self.planner)
+        res._grid = self.grid
+        if record:
+            self.store.log_trace(self.id, start, cells, to, path, shortcut, res)
+        return res

@@ -1,0 +1,263 @@
+"""Starting and finishing runs: a workflow and its inputs, bound and checked, driven
+on the chosen engine inside a run transaction.
+
+:func:`start` makes a new run; :func:`resume` finishes one whose driver was lost,
+from its journal.  Both end in :func:`execute`, the one place where an engine,
+the run's array and lineage stores, the driver loop and the transaction meet.
+Everything is checked before the run is recorded (workflow, strategies,
+inputs, engine, Spark's workers), so a mistake leaves no failed run behind.
+
+The store (:class:`subzero.api.Store`) is a facade over this; it alone calls the
+optimizer (for ``max_disk`` / ``max_runtime`` without a plan) and hands the plan
+over.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from subzero.capture.runner import shape_of
+from subzero.engines.choice import Choice, choose_engine, make_engine, open_session, resume_engine
+from subzero.engines.driver import run_workflow
+from subzero.engines.progress import progress_for
+from subzero.engines.stats import RunStats
+from subzero.errors import StoreError, StrategyError, UsageError, WorkflowError, warn
+from subzero.model.strategy import Strategy, check_supported, default_for, parse
+from subzero.model.workflow import Workflow, check_reexecution, load_workflow
+from subzero.runs.journal import Journal, Resumable, fingerprint, read_journal
+from subzero.runs.options import RunOptions
+from subzero.runs.transaction import RunTransaction
+from subzero.storage.arrays import ArrayStore
+from subzero.storage.budget import DiskBudget
+from subzero.storage.catalog import Catalog
+from subzero.storage.inputs import is_region_source, open_input
+from subzero.storage.lineage import LineageStore
+
+
+def start(catalog: Catalog, runs_dir: Path, workflow: str | os.PathLike | Workflow,
+          inputs: Mapping[str, Any] | None, opts: RunOptions) -> tuple[int, Workflow]:
+    """Run a workflow (module name, .py path or Workflow) on ``inputs`` (names to
+    arrays, DataArrays or file paths; missing ones use the workflow's defaults);
+    returns the complete run's id and its workflow."""
+    wf = load_workflow(workflow, dict(opts.params or {}))
+    budget = None
+    strategies = opts.strategies
+    if opts.plan is not None:
+        strategies, budget = plan_strategies(catalog, opts.plan, wf, strategies, opts.max_disk)
+    elif opts.max_disk is not None:
+        budget = DiskBudget(parse_size(opts.max_disk))
+    request = opts.engine_request()
+    if opts.profiler is not None:
+        if request.engine == "auto":
+            request = replace(request, engine="local")
+        if request.engine != "local":
+            raise UsageError("profiling runs use the local engine (`engine='local'`)")
+    strat = resolve_strategies(wf, strategies)
+    values, described = bind_inputs(wf, dict(inputs or {}))
+    choice = choose_engine(request, input_cells=(int(np.prod(shape_of(v))) for v in values.values()))
+    if request.engine == "auto":
+        if choice.fallback:
+            warn(choice.reason)
+        if opts.announce is not None:
+            opts.announce(choice.line(opts.master))
+    spark = open_session(choice, request, runs_dir.parent)
+    with RunTransaction.begin(catalog, runs_dir, wf, described, choice.engine) as tx:
+        journal = Journal(tx.folder)
+        journal.begin(wf, strat, opts.capture, opts.tile_size, budget)
+        execute(tx, wf, values, strat, budget, choice, spark, opts, journal)
+    return tx.run_id, wf
+
+
+def resume(catalog: Catalog, runs_dir: Path, run: int | str,
+           workflow: str | os.PathLike | Workflow | None, opts: RunOptions) -> tuple[int, Workflow]:
+    """Finish an interrupted run from its first unfinished operator, with the
+    strategies, tile size and disk budget it began with (see
+    :meth:`subzero.api.Store.resume`); returns its id and workflow."""
+    row = catalog.get_run(run)
+    if row.status != "interrupted":
+        catalog.claim_run(row.id)      # says why not
+    state = read_journal(runs_dir / f"{row.id}.partial", row.id)
+    if workflow is None:
+        if not row.source:
+            raise WorkflowError(f"run {row.id} ran a workflow made in Python; pass it: "
+                                f"store.resume({row.id}, workflow=wf)")
+        workflow = row.source
+    wf = load_workflow(workflow, dict(row.params))
+    if fingerprint(wf) != state.fingerprint:
+        raise WorkflowError(f"workflow {wf.name!r} ({row.source or 'in-process'}) changed since "
+                            f"run {row.id} began (its operators or their modules' source "
+                            f"differ); resume needs the code it began with, or start a new run")
+    strat = {n: parse("+".join(ss)) for n, ss in state.strategies.items()}
+    request = opts.engine_request()
+    choice = resume_engine(request, row.engine)
+    if opts.announce is not None:
+        opts.announce(f"resuming run {row.id} ({wf.name}): {len(state.done)} of {len(wf.steps)} "
+                      f"operators were done; engine: {choice.engine}")
+    spark = open_session(choice, request, runs_dir.parent)
+    opts = RunOptions.of(opts, capture=state.capture, tile=state.tile, profiler=None)
+    tx = RunTransaction.resume(catalog, runs_dir, row.id)
+    with tx:
+        done: RunStats | None
+        if state.inputs is None:
+            # lost before its inputs were stored: start over in the same folder
+            for child in tx.folder.iterdir():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+            journal = Journal(tx.folder)
+            journal.begin(wf, strat, state.capture, state.tile, state.disk_budget())
+            lost = [k for k, v in row.inputs.items() if str(v).startswith("<")]
+            if lost:
+                raise StoreError(f"run {row.id} was lost before its inputs were stored, and "
+                                 f"input {lost[0]!r} was an array in memory; start a new run")
+            values, _ = bind_inputs(wf, dict(row.inputs))
+            done = None
+        else:
+            discard_unfinished(tx.folder, wf, strat, state)
+            journal, values = Journal(tx.folder), {}
+            done = RunStats(inputs=list(state.inputs), ops=list(state.ops))
+        execute(tx, wf, values, strat, state.disk_budget(), choice, spark, opts, journal, done,
+                resuming=True)
+    return tx.run_id, wf
+
+
+def execute(tx: RunTransaction, wf: Workflow, values: Mapping[str, Any],
+            strat: Mapping[str, tuple[Strategy, ...]], budget: DiskBudget | None, choice: Choice,
+            spark: Any, opts: RunOptions, journal: Journal, done: RunStats | None = None,
+            resuming: bool = False) -> None:
+    """Drive the run's operators on the chosen engine into ``tx``'s folder, and commit."""
+    reporter = progress_for(opts.progress)
+    capture = opts.capture
+    arrays = ArrayStore(tx.folder, tile=opts.tile_size)
+    engine = make_engine(choice.engine, arrays, spark=spark, log=opts.log,
+                         lineage_dir=tx.folder / "lineage" if capture else None,
+                         profiling=opts.profiler is not None)
+    lineage = LineageStore(tx.folder / "lineage") if capture else None
+    what = "resuming run" if resuming else "run"
+    reporter.begin(len(wf.steps), f"{what} {tx.run_id} ({wf.name}, {choice.engine})")
+    try:
+        stats = run_workflow(engine, wf, values, strat, lineage, budget=budget,
+                             capture=capture, progress=reporter, profiler=opts.profiler,
+                             journal=journal, done=done)
+    finally:
+        reporter.close()
+        engine.close()
+        if lineage is not None:
+            lineage.close()
+    tx.commit(wf, stats, budget.downgrades if budget is not None and capture else ())
+
+
+def resolve_strategies(wf: Workflow, given: Mapping[str, Any] | None) -> dict[str, tuple[Strategy, ...]]:
+    """Per operator: the given spec (string, Strategy or tuple of them) or the default."""
+    given = dict(given or {})
+    unknown = [k for k in given if k not in wf.steps]
+    if unknown:
+        raise StrategyError(f"`strategies` names unknown operator {unknown[0]!r}; operators of "
+                            f"{wf.name!r}: {', '.join(wf.steps)}")
+    out = {}
+    for name, step in wf.steps.items():
+        spec = given.get(name)
+        if spec is None:
+            strat = default_for(step.operator)
+        elif isinstance(spec, str):
+            strat = parse(spec)
+        elif isinstance(spec, Strategy):
+            strat = (spec,)
+        else:
+            strat = tuple(spec)
+        check_supported(name, step.operator, strat)
+        out[name] = strat
+    check_reexecution(wf, out)        # before the run begins: no failed run left behind
+    return out
+
+
+def plan_strategies(catalog: Catalog, plan: str | Mapping[str, Any], wf: Workflow,
+                    strategies: Mapping[str, Any] | None, max_disk: int | str | None
+                    ) -> tuple[dict[str, Any], DiskBudget | None]:
+    """Strategies and disk budget of a saved plan (by name) or a plan dict."""
+    if isinstance(plan, str):
+        data = catalog.get_plan(plan)
+        if data is None:
+            names = catalog.plan_names()
+            raise StoreError(f"no plan named {plan!r} in this store; "
+                             + (f"its plans: {', '.join(names)}" if names else
+                                "make one with `subzero optimize WORKFLOW --max-disk SIZE`"))
+    else:
+        data = dict(plan)
+    if strategies:
+        raise StrategyError("give either a `plan` or per-operator `strategies`, not both")
+    if data.get("workflow") != wf.name:
+        raise StrategyError(f"plan {data.get('name', '')!r} was made for workflow "
+                            f"{data.get('workflow')!r}, not {wf.name!r}")
+    limit = parse_size(max_disk) if max_disk is not None else data.get("max_disk")
+    budget = None
+    if limit is not None:
+        budget = DiskBudget(int(limit), {(op, s): int(b) for op, per in
+                                         data.get("predicted_bytes", {}).items()
+                                         for s, b in per.items()})
+    return data["strategies"], budget
+
+
+def bind_inputs(wf: Workflow, given: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The run's input values (arrays, DataArrays, or region sources for files) and how
+    the catalog describes them (a file's absolute path, or the array's type and shape)."""
+    unknown = [k for k in given if k not in wf.inputs]
+    if unknown:
+        raise WorkflowError(f"workflow {wf.name!r} has no input {unknown[0]!r}; its inputs: "
+                            f"{', '.join(wf.inputs) or '(none)'}")
+    values, described = {}, {}
+    for name in wf.inputs:
+        v = given.get(name)
+        if v is None:
+            v = wf.resolve_default(name)
+        if v is None:
+            raise WorkflowError(f"workflow {wf.name!r} needs input {name!r}; give it in "
+                                f"`inputs` ({name}=PATH)")
+        if isinstance(v, (str, os.PathLike)):
+            described[name] = str(Path(v).resolve())
+            v = open_input(v, name)
+        else:
+            described[name] = f"<{type(v).__name__} {list(shape_of(v))}>"
+        if is_region_source(v):
+            if np.dtype(v.dtype).kind not in "biuf":
+                raise WorkflowError(f"input {name!r} is not a numeric array")
+        elif not isinstance(v, xr.DataArray):
+            v = np.asarray(v)
+            if v.dtype == object:
+                raise WorkflowError(f"input {name!r} is not a numeric array")
+        values[name] = v
+    return values, described
+
+
+def discard_unfinished(folder: Path, wf: Workflow, strategies: Mapping[str, tuple[Strategy, ...]],
+                       state: Resumable) -> None:
+    """Remove what the operators without a journal entry may have left half-written."""
+    arrays = ArrayStore(folder)
+    done = set(state.done)
+    lineage = LineageStore(folder / "lineage") if (folder / "lineage").is_dir() else None
+    try:
+        for name in wf.steps:
+            if name in done:
+                continue
+            arrays.remove(name)
+            if lineage is not None:
+                lineage.drop_operator(name, strategies[name])
+    finally:
+        if lineage is not None:
+            lineage.close()
+
+
+def parse_size(value: int | float | str) -> int:
+    """Bytes from an int or a size such as "20MB" (the optimizer's parser, loaded lazily)."""
+    if isinstance(value, str):
+        from subzero.optimizer.budgets import parse_size as parse
+        return parse(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer)) or value < 0:
+        raise UsageError(f"invalid disk budget {value!r}; give bytes or a size such as 20MB")
+    return int(value)

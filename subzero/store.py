@@ -1,0 +1,328 @@
+"""A SubZero store: a folder with a catalog and one folder per run.
+
+    import subzero
+    store = subzero.open_store(".subzero")
+    run = store.run("workflows/example.py", strategies={"smooth": "full"})
+    res = run.trace("stars", [(12, 40)], to="raw")
+
+:class:`Store` is a small facade: running goes to :mod:`subzero.runs` (options,
+launch, transaction, journal, clean), reading a run to :class:`subzero.run.Run`,
+trust to :mod:`subzero.storage.trust`.  A run is atomic: its folder is written
+as ``runs/<id>.partial`` and renamed to ``runs/<id>`` only after every array and
+all lineage are written; the catalog marks it complete after that.  A failed
+run is marked failed with the operator's name and its partial folder removed;
+earlier runs are untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import weakref
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from subzero.engines.choice import choose_engine, open_session
+from subzero.engines.progress import progress_for
+from subzero.errors import QueryError, StoreError, SubZeroError, warn
+from subzero.model.workflow import Workflow, load_workflow
+from subzero.query.trace import TraceResult
+from subzero.query.tracelog import record_trace
+from subzero.run import Run
+from subzero.runs import launch
+from subzero.runs.clean import clean
+from subzero.runs.many import InstanceResult
+from subzero.runs.options import RunOptions
+from subzero.storage.catalog import Catalog, RunRow
+from subzero.storage.pickles import PickleCode, load_workflow_pickle, pickle_code
+from subzero.storage.trust import (
+    TRUSTED,
+    UntrustedRun,
+    Verdict,
+    load_key,
+    read_payload,
+    run_record,
+    untrusted_message,
+    verify_run,
+    write_signature,
+)
+
+DEFAULT_STORE = ".subzero"
+
+
+def open_store(path: str | os.PathLike = DEFAULT_STORE, create: bool = True) -> Store:
+    return Store(path, create=create)
+
+
+class Store:
+    """A SubZero store directory: catalog, and one folder per run."""
+
+    def __init__(self, path: str | os.PathLike = DEFAULT_STORE, create: bool = True):
+        # absolute: Spark executors resolve paths against their own working folder
+        self.path = Path(os.path.abspath(path))
+        if not self.path.exists():
+            if not create:
+                raise StoreError(f"no SubZero store at {self.path}; run a workflow first "
+                                 f"(`subzero run ...`) or pass --store")
+            _mkdir(self.path, "cannot create the store")
+        elif not self.path.is_dir():
+            raise StoreError(f"store path {self.path} is not a directory")
+        self.catalog = Catalog(self.path / "catalog.sqlite")
+        if not self.catalog.readonly:
+            _mkdir(self.path / "runs", "cannot create the store's runs folder")
+        self._noted_readonly = False
+        self._workflows: dict[int, Workflow] = {}
+        self._open_runs: weakref.WeakSet[Run] = weakref.WeakSet()
+
+    def close(self) -> None:
+        for run in list(self._open_runs):
+            run.close()
+        self.catalog.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def readonly(self) -> bool:
+        """The store cannot be written by this process (an archive, another user's
+        store): runs can be listed, shown, read and traced, not added."""
+        return self.catalog.readonly or not os.access(self.path / "runs", os.W_OK)
+
+    def require_writable(self, what: str) -> None:
+        """Raise a one-line StoreError when ``what`` cannot write to this store."""
+        if self.readonly:
+            raise StoreError(f"store {self.path} is read-only (this process cannot write to "
+                             f"it), and {what} needs to write there; pass --store DIR for a "
+                             f"writable store, or fix its permissions")
+
+    @property
+    def runs_dir(self) -> Path:
+        """The folder of the store's runs (``runs/<id>`` each)."""
+        return self.path / "runs"
+
+    def run_dir(self, run_id: int) -> Path:
+        return self.runs_dir / str(run_id)
+
+    # -- running --------------------------------------------------------------------------
+    def run(self, workflow: str | os.PathLike | Workflow, inputs: Mapping[str, Any] | None = None,
+            options: RunOptions | None = None, **given: Any) -> Run:
+        """Run a workflow (module name, .py path or Workflow) and return the run.
+
+        ``inputs`` maps input names to arrays, DataArrays or file paths; missing
+        ones use the workflow's defaults.  How it runs is ``options`` (a
+        :class:`~subzero.runs.options.RunOptions`) or the same as keyword
+        arguments: ``strategies={"smooth": "full"}``, ``engine="spark"``,
+        ``max_disk="20MB"``, ``progress=False``... (see RunOptions for all of them).
+
+        ``engine="auto"`` chooses as ``subzero run`` does (Spark for Spark settings
+        or inputs big enough that Spark pays; see :mod:`subzero.engines.choice`)
+        and tells ``announce`` the choice in one line.  ``max_disk`` and
+        ``max_runtime`` without a ``plan`` optimize first (the ``optimizer``
+        package; ``workload`` is its query workload) and run with the new plan.
+        The stored lineage never exceeds the disk budget: an operator that would
+        overflow it is downgraded, with a warning and a catalog entry.
+
+        A run is atomic: it is complete, with every array and all its lineage, or
+        it is failed and leaves nothing behind but its catalog row.
+        """
+        opts = RunOptions.of(options, **given)
+        opts.engine_request().check()
+        self.require_writable("a run")
+        if opts.budgeted:
+            from subzero.optimizer import optimize  # lazy: the optimizer depends on subzero, not back
+            plan = optimize(self, workflow, params=None if opts.params is None else dict(opts.params),
+                            inputs=None if inputs is None else dict(inputs), max_disk=opts.max_disk,
+                            max_runtime=opts.max_runtime, workload=opts.workload).as_dict()
+            opts = RunOptions.of(opts, plan=plan)
+        run_id, wf = launch.start(self.catalog, self.runs_dir, workflow, inputs, opts)
+        self._workflows[run_id] = wf
+        return self.get(run_id)
+
+    def resume(self, run: int | str, workflow: str | os.PathLike | Workflow | None = None,
+               options: RunOptions | None = None, **given: Any) -> Run:
+        """Finish an interrupted run (its driver was lost: killed, out of memory, its host
+        gone) from its first unfinished operator, with the strategies, tile size and
+        disk budget it began with; the result is the run an uninterrupted one would
+        have been, under the same id.
+
+        The workflow is loaded again from where the run loaded it (its module or
+        file; give ``workflow`` for a run of a Workflow object made in Python), and
+        must be unchanged: its operators and their modules' source are compared with
+        the run's journal.  Of the options, only where it runs (``engine``, ``spark``,
+        ``master``, ``conf``) and what the user sees (``progress``, ``log``,
+        ``announce``) apply; the engine defaults to the run's own (Spark when Spark
+        settings are given).  Runs that completed, failed or are still running (their
+        driver alive, on any host) are refused."""
+        opts = RunOptions.of(options, **{"engine": None, **given})
+        self.require_writable("resuming a run")
+        run_id, wf = launch.resume(self.catalog, self.runs_dir, run, workflow, opts)
+        self._workflows[run_id] = wf
+        return self.get(run_id)
+
+    def run_many(self, workflow: str | os.PathLike | Workflow, manifest: str | os.PathLike,
+                 options: RunOptions | None = None, **given: Any) -> list[InstanceResult]:
+        """One run per row of a CSV manifest (columns = workflow inputs, values =
+        paths), as parallel Spark tasks; returns one InstanceResult per row.
+        ``options`` as in :meth:`run` (``strategies``, ``params``, ``capture``,
+        ``tile``, ``spark``/``master``/``conf``; ``progress`` counts instances)."""
+        from subzero.runs.many import read_manifest, run_many
+        opts = RunOptions.of(options, **{"engine": "spark", **given})
+        self.require_writable("a run")
+        wf = load_workflow(workflow, dict(opts.params or {}))
+        strat = launch.resolve_strategies(wf, opts.strategies)
+        rows = read_manifest(manifest, wf)
+        request = replace(opts.engine_request(), instances=True)
+        spark = open_session(choose_engine(request), request, self.path)
+        reporter = progress_for(opts.progress)
+        reporter.begin(len(rows), f"{len(rows)} instances of {wf.name}", unit="run")
+        try:
+            return run_many(self.catalog, self.runs_dir, wf, strat, rows, spark, capture=opts.capture,
+                            tile=opts.tile_size, progress=reporter)
+        finally:
+            reporter.close()
+
+    def log_trace(self, run_id: int, start: str, cells: Any, to: str | None,
+                  path: list[tuple[str, int]] | None, shortcut: bool, res: TraceResult) -> None:
+        """Keep a traced query in the trace log (the optimizer's workload); a read-only
+        store says once that it cannot."""
+        if not self.catalog.readonly:
+            record_trace(self.catalog, run_id, start, cells, to, path, shortcut, res)
+        elif not self._noted_readonly:
+            self._noted_readonly = True
+            warn(f"store {self.path} is read-only: this trace is not added to its trace log "
+                 f"(the optimizer's workload)")
+
+    # -- reading -----------------------------------------------------------------------------
+    def runs(self) -> list[RunRow]:
+        return self.catalog.runs()
+
+    def clean(self, dry_run: bool = False) -> list[dict[str, Any]]:
+        """Remove what abandoned runs left in ``runs/``: the folders of interrupted runs
+        (their driver is gone, on any host; they are then recorded failed, so they
+        can no longer be resumed), task attempts' folders, heartbeat files and folders
+        no catalog row owns.  Complete runs and runs still running are never
+        touched.  Returns what was (with ``dry_run``: would be) removed: one dict per
+        path with ``path``, ``run``, ``bytes`` and ``why``."""
+        self.require_writable("cleaning")
+        return clean(self.catalog, self.runs_dir, dry_run=dry_run)
+
+    def get(self, ref: str | int = "latest") -> "Run":
+        row = self.catalog.get_run(ref)
+        if row.status != "complete":
+            why = f": {row.error}" if row.error else ""
+            raise QueryError(f"run {row.id} did not complete ({row.status}{why})")
+        d = self.run_dir(row.id)
+        if not d.is_dir():
+            raise StoreError(f"run {row.id} is in the catalog but its folder {d} is missing")
+        run = Run(self, row)
+        self._open_runs.add(run)
+        return run
+
+    def workflow_of(self, row: RunRow) -> Workflow:
+        """The operators of a run: its ``workflow.pkl``, else its workflow module
+        re-imported from its source path.  Both are code, so they are loaded only for a
+        run whose signature verifies with this user's key (see :meth:`trust`); otherwise
+        :class:`~subzero.storage.trust.UntrustedRun` is raised and nothing is loaded."""
+        wf = self._workflows.get(row.id)
+        if wf is not None:
+            return wf
+        verdict = self.verdict(row)
+        if not verdict.trusted:
+            raise UntrustedRun(f"cannot load the operators of run {row.id}: "
+                               + untrusted_message(self.path, row.id, verdict))
+        err = None
+        if verdict.payload is not None:       # the bytes that were verified, not a re-read
+            try:
+                wf = load_workflow_pickle(verdict.payload)
+            except Exception as e:
+                err = f"{type(e).__name__}: {e}"
+        if wf is None and row.source:
+            try:
+                wf = load_workflow(row.source, row.params)
+            except SubZeroError as e:
+                err = str(e)
+        if wf is None:
+            raise StoreError(f"cannot load the operators of run {row.id} (workflow {row.workflow!r}"
+                             f"{', ' + err if err else ''}); mapping functions and re-execution "
+                             f"need them")
+        self._workflows[row.id] = wf
+        return wf
+
+    # -- trust ------------------------------------------------------------------------------
+    def verdict(self, run: str | int | RunRow = "latest") -> Verdict:
+        """Whether a run's code may be loaded: its signature checked against this user's
+        key (``.state`` is "trusted", "unsigned", "other key" or "modified")."""
+        row = run if isinstance(run, RunRow) else self.catalog.get_run(run)
+        if row.id in self._workflows:          # written by this process: its own code
+            return Verdict(TRUSTED, read_payload(self.run_dir(row.id)))
+        return verify_run(self.catalog, row, self.run_dir(row.id))
+
+    def code_of(self, run: str | int | RunRow = "latest") -> dict[str, Any]:
+        """What code a run would load, read without loading it: its operators (names and
+        classes, from the catalog), the modules and names its ``workflow.pkl`` looks up,
+        the functions and classes whose code travels inside it, and the workflow module
+        re-imported when the pickle fails.  Plain data (for ``subzero trust --json``);
+        ``payload_sha256`` names the pickle shown, for :meth:`trust`."""
+        row = run if isinstance(run, RunRow) else self.catalog.get_run(run)
+        verdict = self.verdict(row)
+        payload = verdict.payload
+        code = pickle_code(payload) if payload is not None else PickleCode()
+        return {"run_id": row.id, "workflow": row.workflow, "status": row.status,
+                "trust": verdict.state, "why": verdict.why, "source": row.source,
+                "operators": [{"name": o["name"], "class": o["class"]}
+                              for o in self.catalog.ops(row.id)],
+                "pickle": payload is not None,
+                "payload_sha256": hashlib.sha256(payload).hexdigest() if payload is not None else None,
+                "modules": code.modules(), "functions": code.functions, "classes": code.classes,
+                "unreadable": code.unreadable}
+
+    def trust(self, run: str | int | None = None,
+              payloads: Mapping[int, str | None] | None = None) -> list[int]:
+        """Accept runs' code as this user's own: sign run ``run`` (an id or "latest") or,
+        by default, every complete run not trusted yet, with this user's key; returns
+        the ids signed.  Traces may then load — that is, run — their operators.  Look
+        first at what they contain (:meth:`code_of`; ``subzero trust`` shows it and
+        asks).  ``payloads`` (run id -> ``payload_sha256`` of what was shown) makes sure
+        the pickles signed are the ones looked at."""
+        if run is not None:
+            rows = [self.catalog.get_run(run)]
+            if rows[0].status != "complete":
+                raise QueryError(f"run {rows[0].id} did not complete ({rows[0].status}); only a "
+                                 f"complete run has code to trust")
+        else:
+            rows = [r for r in self.runs() if r.status == "complete" and not self.verdict(r).trusted]
+        key = load_key(create=True)
+        assert key is not None
+        signed = []
+        for row in rows:
+            folder = self.run_dir(row.id)
+            if not folder.is_dir():
+                raise StoreError(f"run {row.id} is in the catalog but its folder {folder} is missing")
+            payload = read_payload(folder)
+            digest = hashlib.sha256(payload).hexdigest() if payload is not None else None
+            if payloads is not None and payloads.get(row.id, digest) != digest:
+                raise StoreError(f"the workflow.pkl of run {row.id} changed after it was shown; "
+                                 f"nothing was trusted for it: look again and trust it again")
+            write_signature(folder, key, run_record(self.catalog, row.id, payload, row.status))
+            signed.append(row.id)
+        for open_run in list(self._open_runs):   # their next trace checks the signature again
+            if open_run.id in signed:
+                open_run.close()
+        return signed
+
+
+def _mkdir(path: Path, what: str) -> None:
+    """``mkdir -p``, failing as one line that names the path."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StoreError(f"{what} {path}: {e.strerror or e}"
+                         + (f" ({e.filename})" if e.filename and str(e.filename) != str(path)
+                            else "")) from None
+
+
