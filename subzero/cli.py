@@ -177,12 +177,11 @@ def _resume(a) -> int:
                            f"the inputs, strategies, parameters and tile size it began with")
     # default: where the run began; a master or Spark settings given mean Spark
     request = _request(a, resuming=True)
-    engine = None if request.engine == "auto" else request.engine
     store = open_store(a.store, create=False)
     try:
         run = store.resume(a.resume, workflow=a.workflow, progress=None if not a.json else False,
-                           engine=engine, master=request.master, conf=request.conf,
-                           log=_spark_log(a), announce=None if a.json or a.quiet else _say)
+                           engine=request.engine, master=request.master,
+                           conf=request.conf, log=_spark_log(a), announce=None if a.json or a.quiet else _say)
         _report_run(store, run, a, "complete (resumed)")
     finally:
         store.close()

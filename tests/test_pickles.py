@@ -61,3 +61,23 @@ def test_old_run_traces_through_its_operators(tmp_path):
     assert res.cells.tolist() == want
     assert {s.method for s in res.steps} >= {"map"} and any(
         s.method.startswith("reexec") for s in res.steps)
+
+
+def test_names_of_the_spark_engine_before_its_package_load():
+    """Objects of the Spark engine's modules, pickled when they were flat modules of
+    subzero.engines (or subzero.engines.spark was one module), load from the package."""
+    from subzero.engines.spark.stages import Member
+    from subzero.engines.spark.tasks import TaskResult, tile_task
+    member = Member("m", Add(), ("x",), (), 0, ((2, 2),))
+    result = TaskResult((0,), None, None, (2, 2), "float64", 0.0, 0.0)
+    data = cloudpickle.dumps([member, result, tile_task], protocol=0)
+    for new, old in ((b"subzero.engines.spark.stages", b"subzero.engines.stages"),
+                     (b"subzero.engines.spark.tasks\nTaskResult", b"subzero.engines.spark\nTaskResult"),
+                     (b"subzero.engines.spark.tasks\ntile_task", b"subzero.engines.spark\n_tile_task")):
+        assert new in data, new
+        data = data.replace(new, old)
+    with pytest.raises((ModuleNotFoundError, AttributeError)):
+        pickle.loads(data)
+    got = load_workflow_pickle(data)
+    assert type(got[0]) is Member and got[0].name == "m" and type(got[0].op) is Add
+    assert got[1] == result and got[2] is tile_task

@@ -72,6 +72,7 @@ class Choice:
     engine: str          # "local" or "spark"
     reason: str          # why, in the user's terms
     fallback: bool = False   # Spark was wanted but Java is missing
+    asked: bool = False      # the user named the engine (nothing to announce)
 
     def line(self, master: str | None = None) -> str:
         """The run's first line: which engine, and why."""
@@ -81,19 +82,25 @@ class Choice:
 
 
 def choose_engine(request: EngineRequest | str | None, master: str | None = None,
-                  input_cells: Iterable[int] = (), java_version: JavaVersion | None = None) -> Choice:
+                  input_cells: Iterable[int] = (), java_version: JavaVersion | None = None,
+                  profiling: bool = False) -> Choice:
     """The engine for a new run: the one asked for (``engine`` "local" or "spark");
     else Spark when Spark settings are given; else Spark for inputs of at least
     ``SPARK_PAYS_CELLS`` cells (the largest input counts), else in-process.  Spark
     chosen by size without Java 17+ falls back to in-process (``fallback``); one
-    instance per manifest row needs Java.  ``request`` may be just the engine's
-    name (then ``master`` is the master)."""
+    instance per manifest row needs Java.  A ``profiling`` run (the optimizer's)
+    runs in-process.  ``request`` may be just the engine's name (then ``master`` is
+    the master)."""
     if not isinstance(request, EngineRequest):
         request = EngineRequest(request, master)
     request.check()
     java = java_version if java_version is not None else _java_version
+    if profiling:
+        if request.engine not in (None, "auto", "local"):
+            raise UsageError("profiling runs use the local engine (`engine='local'`)")
+        return Choice("local", "profiling runs in-process", asked=request.engine == "local")
     if request.engine in ENGINES:
-        return Choice(str(request.engine), "as asked (`engine`)")
+        return Choice(str(request.engine), "as asked (`engine`)", asked=True)
     if request.master:
         return Choice("spark", f"a Spark master is configured ({request.master})")
     if request.session is not None:
@@ -124,7 +131,7 @@ def resume_engine(request: EngineRequest, recorded: str) -> Choice:
     Spark settings are given, else the one it began with (``recorded``)."""
     request.check()
     if request.engine in ENGINES:
-        return Choice(str(request.engine), "as asked (`engine`)")
+        return Choice(str(request.engine), "as asked (`engine`)", asked=True)
     if request.spark_settings():
         return Choice("spark", "Spark settings are given")
     if recorded not in ENGINES:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -55,15 +54,11 @@ def start(catalog: Catalog, runs_dir: Path, workflow: str | os.PathLike | Workfl
     elif opts.max_disk is not None:
         budget = DiskBudget(parse_size(opts.max_disk))
     request = opts.engine_request()
-    if opts.profiler is not None:
-        if request.engine == "auto":
-            request = replace(request, engine="local")
-        if request.engine != "local":
-            raise UsageError("profiling runs use the local engine (`engine='local'`)")
     strat = resolve_strategies(wf, strategies)
     values, described = bind_inputs(wf, dict(inputs or {}))
-    choice = choose_engine(request, input_cells=(int(np.prod(shape_of(v))) for v in values.values()))
-    if request.engine == "auto":
+    choice = choose_engine(request, input_cells=(int(np.prod(shape_of(v))) for v in values.values()),
+                           profiling=opts.profiler is not None)
+    if not choice.asked:
         if choice.fallback:
             warn(choice.reason)
         if opts.announce is not None:

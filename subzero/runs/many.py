@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from subzero.engines.progress import Progress
+from subzero.engines.spark.engine import SparkEngine
 from subzero.engines.spark.instances import InstanceResult, run_instances
 from subzero.errors import SubZeroError, WorkflowError
 from subzero.model.strategy import Strategy
@@ -56,7 +57,8 @@ def read_manifest(path: str | os.PathLike, wf: Workflow) -> list[dict[str, str]]
 def run_many(catalog: Catalog, runs_dir: Path, wf: Workflow, strategies: dict[str, tuple[Strategy, ...]],
              rows: list[dict[str, str]], spark: Any, capture: bool = True, tile: int = 512,
              progress: Progress | None = None) -> list[InstanceResult]:
-    """Run one instance per row on Spark; returns one result per row (in order)."""
+    """Run one instance per row on Spark (``spark``, a SparkSession); returns one
+    result per row (in order)."""
     progress = progress if progress is not None else Progress()
     defaults = {}
     for name in wf.inputs:
@@ -68,7 +70,7 @@ def run_many(catalog: Catalog, runs_dir: Path, wf: Workflow, strategies: dict[st
     heart = Heartbeat()         # one thread beats every instance's heartbeat file
     with ExitStack() as stack:
         stack.callback(heart.close)
-        txs = [stack.enter_context(RunTransaction.begin(catalog, runs_dir, wf, r, "spark",
+        txs = [stack.enter_context(RunTransaction.begin(catalog, runs_dir, wf, r, SparkEngine.name,
                                                         folder=False, heartbeat=heart)) for r in rows]
         reported = 0
 

@@ -16,6 +16,7 @@ no record; :func:`subzero.engines.spark.jobs.raise_from_spark` reads those.
 from __future__ import annotations
 
 import json
+import re
 import traceback
 from dataclasses import asdict, dataclass
 
@@ -26,6 +27,8 @@ from subzero.errors import OperatorError, SubZeroError, TaskFailed, WorkerTraceb
 VERSION = 1
 #: the worker's traceback kept in a record, at most (the end is what says why)
 TRACEBACK_CHARS = 8000
+#: a traceback's last line for a TaskFailed: ``[module.]TaskFailed: {json}``
+_RECORD_LINE = re.compile(r"^(?:[\w.]+\.)?TaskFailed: (\{.*\})\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -71,16 +74,15 @@ class TaskFailure:
     @classmethod
     def from_spark(cls, text: str) -> TaskFailure | None:
         """The record of the last :class:`TaskFailed` in a Spark error's text, or None
-        when the failure was not an operator's (Spark's own, a worker's import error)."""
-        head = f"{TaskFailed.__name__}: "
-        at = text.rfind(head + "{")
-        if at < 0:
-            return None
-        try:
-            d, _ = json.JSONDecoder().raw_decode(text, at + len(head))
-        except ValueError:
-            return None
-        return cls.from_json(json.dumps(d))
+        when the failure was not an operator's (Spark's own, a worker's import error).
+        The record is the exception's line of the worker's traceback: it starts a line
+        (a message that quotes such a record sits inside the JSON, never at a line's
+        start)."""
+        found = None
+        for m in _RECORD_LINE.finditer(text):
+            got = cls.from_json(m.group(1))
+            found = got if got is not None else found
+        return found
 
     def to_error(self) -> SubZeroError:
         """The error the in-process engine raises for the same failure, naming the
