@@ -38,6 +38,7 @@ from subzero.model.cellset import CellSet
 from subzero.model.strategy import DIRECTIONS, ENCODINGS, Strategy
 from subzero.operators import WindowComposite, box_payloads
 from subzero.query.planner import blocks_spanned, runs_of
+from subzero.tuning import CALIBRATION_REPEATS, CAPTURE_OVERHEAD_REPEATS, LOAD_REPEATS, SLOW_OBSERVATION_S
 
 from .costmodel import FEATURES, CostModel, error_kind, error_table, method_family
 from .profile import profile_workflow
@@ -126,8 +127,6 @@ TINY_CELLS = sum(TINY_SCATTERED) + sum(b * b for b in TINY_BOXES)
 #: Queries per tier: (scattered sizes, box sides, cells in all).
 TIERS = {"p2": (HUGE_SCATTERED, HUGE_BOXES, HUGE_CELLS),
          "p1t": (TINY_SCATTERED, TINY_BOXES, TINY_CELLS)}
-#: An observation slower than this is timed once.
-SLOW_OBSERVATION_S = 0.05
 
 
 def _queries(shape, rng, scattered=SCATTERED, boxes=BOXES) -> list[np.ndarray]:
@@ -165,7 +164,8 @@ def _observe(run, start, cells, op, method, prefer, repeats):
 
 def _load_costs() -> tuple[float, float]:
     """(seconds per array, seconds per byte) to load an input array from the array
-    store (re-execution reads its operator's inputs), from arrays of 1, 4 and 16 MB.
+    store (re-execution reads its operator's inputs), from arrays of 1, 4 and 16 MB
+    (each the best of ``LOAD_REPEATS`` reads).
     Opening a Zarr array costs milliseconds whatever its size, so both terms count."""
     from subzero.storage.arrays import ArrayStore
     tmp = Path(tempfile.mkdtemp(prefix="subzero-load-"))
@@ -177,7 +177,7 @@ def _load_costs() -> tuple[float, float]:
             store.write(f"a{k}", rng.random((n // 512, 512)))
             store.read_value(f"a{k}")                         # first touch: imports, metadata
             ts = []
-            for _ in range(3):
+            for _ in range(LOAD_REPEATS):
                 t0 = time.perf_counter()
                 store.read_value(f"a{k}")
                 ts.append(time.perf_counter() - t0)
@@ -213,7 +213,8 @@ def _rtree_quadratic() -> float:
     return float(coef[1])
 
 
-def _capture_overheads(store, wf, inputs, repeats: int = 5) -> tuple[float, float]:
+def _capture_overheads(store, wf, inputs,
+                       repeats: int = CAPTURE_OVERHEAD_REPEATS) -> tuple[float, float]:
     """Runtime a run pays for lineage beyond each operator's own lineage work: once
     per run with capture (the LMDB environment) and once per stored strategy (its
     sub-database, statistics and catalog rows).  From alternating runs of the
@@ -310,7 +311,8 @@ def _huge_method(method: str, backward: bool) -> bool:
     return matched or spec in ("full:fullone:backward", "pay:payone:forward")
 
 
-def calibrate(repeats: int = 2, seed: int = 0, progress: ProgressArg = False) -> dict:
+def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
+              progress: ProgressArg = False) -> dict:
     """Run the calibration benchmark; returns the calibration (not yet stored).
 
     ``progress``: a bar with the time left on stderr (see :class:`Progress`)."""

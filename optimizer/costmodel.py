@@ -31,7 +31,17 @@ from subzero.model.modes import Mode
 from subzero.model.strategy import Strategy, parse_one
 from subzero.query.methods import Mapping, Reexec, Stored
 from subzero.storage.encodings import KEY_BITS, REC_PAIRS
-from subzero.tuning import CORRECTION_RANGE, DEFAULT_MARGIN, ERROR_BUCKETS, EXTRAPOLATION_GROWTH
+from subzero.tuning import (
+    CORRECTION_KEYS_CACHED,
+    CORRECTION_MIN_STEPS,
+    CORRECTION_RANGE,
+    CORRECTION_RECENT_STEPS,
+    DEFAULT_MARGIN,
+    ERROR_BUCKET_MIN_STEPS,
+    ERROR_BUCKETS,
+    EXTRAPOLATION_GROWTH,
+    PRICE_MEMO_ENTRIES,
+)
 
 from .stats import OpInfo, WorkflowStats
 
@@ -88,9 +98,10 @@ def error_kind(method, backward: bool) -> str:
 def error_table(observed) -> dict:
     """The error model from (kind, cells, measured / predicted) of calibration steps:
     per kind, buckets of step size (cells in or out, the larger) with the 10th and
-    90th percentile of measured / predicted; a bucket with few steps joins the one
-    below it.  ``max_cells``: the largest step observed (beyond it predictions are
-    extrapolations, and ``CostModel.margin`` widens them)."""
+    90th percentile of measured / predicted; a bucket with fewer than
+    ``ERROR_BUCKET_MIN_STEPS`` steps joins the next larger one.  ``max_cells``: the
+    largest step observed (beyond it predictions are extrapolations, and
+    ``CostModel.margin`` widens them)."""
     out: dict = {}
     for kind in sorted({k for k, _, _ in observed}):
         sizes = np.array([n for k, n, _ in observed if k == kind], float)
@@ -98,7 +109,7 @@ def error_table(observed) -> dict:
         buckets, lo_edge = [], 0.0
         for edge in (*ERROR_BUCKETS, math.inf):
             sel = (sizes > lo_edge) & (sizes <= edge)
-            if sel.sum() >= 5 or (edge == math.inf and sel.any()):
+            if sel.sum() >= ERROR_BUCKET_MIN_STEPS or (edge == math.inf and sel.any()):
                 r = ratios[sel]
                 buckets.append([min(edge, float(sizes[sel].max())),
                                 max(1.0, float(np.quantile(r, 0.9))),
@@ -108,7 +119,7 @@ def error_table(observed) -> dict:
     return out
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=CORRECTION_KEYS_CACHED)
 def correction_key(method, backward: bool) -> str:
     """What a learned correction applies to: mapping, re-execution, or one stored
     strategy read through its index or by a scan (their costs scale differently)."""
@@ -235,7 +246,7 @@ class CostModel:
             # step, then the step it observed); the calibrated part is a pure function
             base = self._memo[key] = self._base_cost(op, method, i, backward, n_in, n_out,
                                                       loaded, blocks, tiles, runs)
-            if len(self._memo) > 50_000:
+            if len(self._memo) > PRICE_MEMO_ENTRIES:
                 self._memo.clear()
         if base is None:
             return None
@@ -364,7 +375,8 @@ class CostModel:
         return min(n_in, tgt)
 
     # -- feedback from the trace log ----------------------------------------------------------
-    def learn(self, steps: list[dict], min_obs: int = 2, recent: int = 20) -> None:
+    def learn(self, steps: list[dict], min_obs: int = CORRECTION_MIN_STEPS,
+              recent: int = CORRECTION_RECENT_STEPS) -> None:
         """Per operator, input and method (``correction_key``): the median of observed /
         predicted over the latest traced steps corrects the calibration (clamped)."""
         ratios: dict[tuple[str, int, str], list[float]] = defaultdict(list)

@@ -21,10 +21,10 @@ subject to sum_j y_kj = 1                     every step is answered
 operator's strategies, linearised.  ``c`` is the price the plan is chosen by (the
 optimizer passes pessimistic prices: prediction times its measured error), each
 option also keeps its expected cost for reports.  A query bound (the query's price
-under the workflow's default strategies, times a tolerance) is soft: exceeding it
-costs ``P`` times the excess, so a budget too small for the defaults still has a
-plan.  Options with no candidate (mapping
-functions, re-execution) are always available.  With ``x`` integral the best
+under the workflow's default strategies, times ``subzero.tuning.DEFAULTS_TOLERANCE``)
+is soft: exceeding it costs ``P`` (``subzero.tuning.BOUND_PENALTY``) times the excess,
+so a budget too small for the defaults still has a plan.  Options with no candidate
+(mapping functions, re-execution) are always available.  With ``x`` integral the best
 ``y`` is integral, so only ``x``, ``b`` and ``m`` are integer variables.
 ``brute_force`` enumerates every combination instead; tests check both agree.
 """
@@ -37,6 +37,8 @@ import time
 from dataclasses import dataclass, field
 
 import swiglpk as glp
+
+from subzero.tuning import BOUND_PENALTY
 
 from .budgets import BudgetError
 
@@ -79,10 +81,6 @@ class QueryBound:
     steps: list[int]
     fixed: float
     bound: float
-
-
-#: A query over its bound costs this many times the excess.
-BOUND_PENALTY = 10.0
 
 
 @dataclass

@@ -31,9 +31,9 @@ from collections.abc import Sequence
 from subzero.model.strategy import Strategy
 from subzero.query.methods import Method, Reexec, Stored
 from subzero.query.planner import StepInfo, StepStat
-from subzero.tuning import MIN_BUDGET_S, SAFE_SHARE
+from subzero.tuning import CORRECTION_KEEP, CORRECTION_RANGE, DECISIONS_KEPT, MIN_BUDGET_S, SAFE_SHARE
 
-from .costmodel import CORRECTION_RANGE, FEATURES, CostModel, correction_key, method_family
+from .costmodel import FEATURES, CostModel, correction_key, method_family
 from .stats import for_run
 
 
@@ -47,7 +47,7 @@ class QueryPlanner:
         self.safe_share = safe_share
         self.min_budget_s = min_budget_s
         # the latest steps' priced methods, for inspection
-        self.decisions: deque[tuple[str, list[tuple[str, float]]]] = deque(maxlen=100)
+        self.decisions: deque[tuple[str, list[tuple[str, float]]]] = deque(maxlen=DECISIONS_KEPT)
         # step -> (the stored method it tries first, its predicted seconds, its budget)
         self._tried: dict[tuple, tuple[Strategy, float, float]] = {}
         # step -> the share of its operator's tiles a re-execution runs (as planned)
@@ -120,7 +120,7 @@ class QueryPlanner:
         if not pred or st.seconds <= 0 or st.note:
             return
         ratio = min(hi, max(lo, st.seconds / pred))
-        corr[key] = ratio if old is None else 0.7 * old + 0.3 * ratio
+        corr[key] = ratio if old is None else CORRECTION_KEEP * old + (1 - CORRECTION_KEEP) * ratio
 
 
 def planner_for(run, calibration: dict | None = None) -> QueryPlanner | None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from subzero.errors import StrategyError
 from subzero.model.modes import Mode
 from subzero.model.strategy import Strategy
+from subzero.tuning import DEFAULTS_TOLERANCE, TIE_BREAK
 
 from .budgets import BudgetError, Budgets, OptimizerError, fmt_size
 from .costmodel import CostModel
@@ -29,10 +30,6 @@ from .ilp import Candidate, Option, Problem, QueryBound, Step
 from .workloads import WorkloadQuery
 
 UNANSWERABLE_S = 1e4        # re-executing a non-deterministic operator is impossible
-TIE_BREAK = 1e-3
-#: A plan's (pessimistic) price of a query may exceed the default strategies' by this
-#: factor before the integer program pays a penalty for it.
-DEFAULTS_TOLERANCE = 1.1
 
 
 @dataclass
@@ -187,8 +184,8 @@ def build(model: CostModel, queries: list[WorkloadQuery], budgets: Budgets,
     blackbox = sum(e["weight"] * min(o.cost for o in e["always"]) for e in raw.values())
     total_b = sum(c.bytes for c in p.candidates) or 1.0
     total_r = sum(c.write_s for c in p.candidates) + sum(p.gen_s.values()) or 1.0
-    # a small penalty breaks ties: storing every candidate would cost 0.1% of the workload
-    # without stored lineage, so megabytes are not spent on microseconds
+    # a small penalty breaks ties (TIE_BREAK): storing every candidate would cost 0.1% of
+    # the workload without stored lineage, so megabytes are not spent on microseconds
     p.eps_disk = TIE_BREAK * blackbox / total_b
     p.eps_runtime = TIE_BREAK * blackbox / total_r
     pinned_bytes = sum(c.bytes for k, c in enumerate(p.candidates)

@@ -6,8 +6,9 @@ functions where operators have them, black-box elsewhere), so it is queryable
 by re-execution.  After each operator runs, the profiler
 
 * re-runs it once per lineage mode it supports (Full, Pay, Comp), lineage kept
-  in memory, to time the lineage work of each mode (best of 3 only when that
-  run is fast: a mode that takes seconds is timed once);
+  in memory, to time the lineage work of each mode (best of 3,
+  ``subzero.tuning.FAST_OP_REPEATS``, only when that run is fast: a mode that takes
+  seconds is timed once);
 * counts what ``lwrite`` produced (pairs, cells on each side, payload bytes);
 * encodes a sample of the pairs with every candidate encoding and direction
   into a scratch store and extrapolates bytes and write time to all pairs.
@@ -37,7 +38,7 @@ from subzero.model.workflow import load_workflow
 from subzero.query.reexec import capture_mode
 from subzero.storage.encodings import REC_PAIRS
 from subzero.storage.lineage import LineageStore
-from subzero.tuning import FAST_OP_S, SAMPLE_PAIRS, SMALL_SAMPLE_BYTES
+from subzero.tuning import FAST_OP_REPEATS, FAST_OP_S, SAMPLE_PAIRS, SMALL_SAMPLE_BYTES
 
 LWRITE_MODES = (Mode.FULL, Mode.PAY, Mode.COMP)
 
@@ -102,7 +103,7 @@ class Profiler:
                "map_p_vectorized": type(op).map_p_pairs is not Operator.map_p_pairs,
                "deterministic": bool(op.deterministic),
                "reexec_mode": mode.value if mode else None, "modes": {}, "strategies": {}}
-        reps = 3 if run_s < FAST_OP_S else 1
+        reps = FAST_OP_REPEATS if run_s < FAST_OP_S else 1
         base = min([run_s] + [self._time(name, op, inputs, ())[0] for _ in range(reps - 1)])
         rec["run_s"] = base
         mapped = Mode.MAP in op.supported_modes() and op.has_mapping()
@@ -132,13 +133,13 @@ class Profiler:
         return rec
 
     def _time_mode(self, name, op, inputs, m: Mode):
-        """(seconds, pairs, lwrite seconds) of one run capturing mode ``m``: best of 3
-        when that run is fast (timer noise), else the one run -- a lineage mode that
-        takes seconds is measured well enough once, and re-running it is what made
-        profiling cost several workflow runs."""
+        """(seconds, pairs, lwrite seconds) of one run capturing mode ``m``: best of
+        ``FAST_OP_REPEATS`` when that run is fast (timer noise), else the one run -- a
+        lineage mode that takes seconds is measured well enough once, and re-running it
+        is what made profiling cost several workflow runs."""
         probe = (Strategy(m, ENCODINGS[m][0], Direction.BACKWARD),)
         best = self._time(name, op, inputs, probe)
-        for _ in range(2 if best[0] < FAST_OP_S else 0):
+        for _ in range(FAST_OP_REPEATS - 1 if best[0] < FAST_OP_S else 0):
             t = self._time(name, op, inputs, probe)
             if t[0] < best[0]:
                 best = t

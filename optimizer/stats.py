@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from subzero.model.strategy import Strategy, parse_one
 from subzero.query.reexec import capture_mode
+from subzero.tuning import BASE_RUNTIME_RUNS
 
 from .budgets import OptimizerError
 
@@ -107,7 +108,8 @@ def from_profile(store, profile: dict, workflow: str, params: dict) -> WorkflowS
     return stats
 
 
-def base_runtime(store, workflow: str, params: dict, profiled: float, recent: int = 20) -> float:
+def base_runtime(store, workflow: str, params: dict, profiled: float,
+                 recent: int = BASE_RUNTIME_RUNS) -> float:
     """The workflow's runtime without lineage: the median over its recent runs (each
     run's wall time minus its lineage work) and the profiling run's measurement.  One
     measurement of a sub-second workflow is noise; the runs log holds many."""

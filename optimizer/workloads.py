@@ -22,6 +22,7 @@ import numpy as np
 
 from subzero.query.tracelog import trace_signature
 from subzero.query.workload import Query, WorkloadError, parse_workload, read_workload_json, select_cells
+from subzero.tuning import WORKLOAD_TRACES
 
 
 @dataclass
@@ -103,7 +104,8 @@ def measure(store, run, queries: list[tuple[Query, int | None]], planner=None,
     return out
 
 
-def from_trace_log(store, workflow: str, params: dict, limit: int = 1000) -> list[WorkloadQuery]:
+def from_trace_log(store, workflow: str, params: dict,
+                   limit: int = WORKLOAD_TRACES) -> list[WorkloadQuery]:
     """The workload scientists actually ran: every distinct query of the trace log
     (same start, cells and target or path) on runs of this workflow and parameters,
     weighted by how often it was asked; its latest trace gives the step sizes."""

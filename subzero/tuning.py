@@ -1,10 +1,15 @@
 """SubZero's tuning constants, in one place.
 
-These trade speed against memory or disk and change no answer: a trace gives
-the same cells whatever they are.  Values that a store's format depends on
-(record block size, legacy key-block size) are not here; they live with the
-format in ``subzero.storage.encodings``.  Each was measured on the paper's
-workloads (see benchmarks/RESULTS.md) before it was set.
+These trade speed against memory, disk or accuracy and change no answer: a trace
+gives the same cells whatever they are (the optimizer's constants choose another
+plan, the explorer's and the export's draw or list less of an answer).  Values that a
+store's format depends on (record block size, legacy key-block size) are not here;
+they live with the format in ``subzero.storage.encodings``; nor is the calibration
+benchmark's own workload (its query sizes and tiers, ``subzero.optimizer.calibration``),
+which defines what the calibration measures.  Most were measured on the paper's
+workloads (benchmarks/RESULTS.md) before they were set; a comment says what was
+measured and how, or plainly "chosen, not measured" and why that order of magnitude.
+This module is imported by everything (the CLI must start fast): it imports nothing.
 """
 
 from __future__ import annotations
@@ -86,14 +91,44 @@ ERROR_BUCKETS = (64, 4096, 65536)
 EXTRAPOLATION_GROWTH = 0.5
 #: Error factor assumed for a calibration without an error model.
 DEFAULT_MARGIN = 2.0
+#: A size bucket of the error model with fewer calibration steps than this joins the next
+#: larger one: the 10th and 90th percentiles of fewer steps are their extremes.  Chosen,
+#: not measured; in one calibration on 2 cores (``optimizer.calibrate()``) the smallest
+#: bucket kept held 6 steps, and a threshold of 10 would have merged 7 of its 32 buckets.
+ERROR_BUCKET_MIN_STEPS = 5
+#: A learned correction needs at least this many traced steps of its kind ...
+CORRECTION_MIN_STEPS = 2
+#: ... and is the median over at most this many of the latest (older steps may predate a
+#: change of the run's lineage or of the machine).  Both chosen, not measured.
+CORRECTION_RECENT_STEPS = 20
+#: While a process traces, a correction keeps this share of its value per observed step
+#: (the step's own ratio gets the rest): one cold-cache step moves it by 30% of the way,
+#: six consistent steps leave the old value 0.7**6 = 12%.  Chosen, not measured.
+CORRECTION_KEEP = 0.7
+#: Steps whose priced methods the planner keeps for inspection (commit 8bfae16 bounded
+#: the log, which grew with every step of a long-running process).  Chosen, not measured:
+#: the latest trace or two (a star's trace on the astronomy run has 39 steps).
+DECISIONS_KEPT = 100
+#: Step prices the cost model remembers before it forgets them all (the planner prices
+#: the same steps again and again).  Measured: 50,000 entries of the memo's key and value
+#: shapes hold 21.8 MB (437 B each; tracemalloc, one-off script on 2 cores).
+PRICE_MEMO_ENTRIES = 50_000
+#: (method, direction) pairs whose correction key is cached.  Chosen, not measured: there
+#: are 12 stored strategies, mapping and re-execution, each named a few ways, times two
+#: directions -- under a hundred keys; the bound only stops unbounded growth.
+CORRECTION_KEYS_CACHED = 4096
 
 # -- profiling runs (subzero.optimizer.profile) -------------------------------------------
 #: Pairs encoded per candidate strategy at most (then extrapolated).
 SAMPLE_PAIRS = 32 * 1024
 #: A sample smaller than this (bytes) is grown before extrapolating.
 SMALL_SAMPLE_BYTES = 64 * 4096
-#: Operators faster than this (seconds) are timed best-of-3.
+#: Operators faster than this (seconds) are timed best of FAST_OP_REPEATS ...
 FAST_OP_S = 0.05
+#: ... runs; a slower one once (its timer noise is small, and re-running a mode that
+#: takes seconds is what made profiling cost several workflow runs: commit c0672b3).
+#: Chosen, not measured: three runs of a sub-50-ms operator cost at most 0.15 s a mode.
+FAST_OP_REPEATS = 3
 
 #: a running run's driver touches its heartbeat file this often (seconds) ...
 HEARTBEAT_S = 5.0
@@ -107,3 +142,93 @@ HEARTBEAT_STALE_S = 60.0
 #: once, each from a driver thread: a job that cannot fill the cluster (a statistic's
 #: few blocks, a reduction's tree, a job's last tasks) leaves cores to the other
 SPARK_CONCURRENT_JOBS = 4
+
+# -- storage plans (subzero.optimizer.problem, .ilp, .stats, .workloads) ---------------------
+# Measured by re-solving the integer program (``problem.build`` then ``ilp.solve``) with one
+# constant varied, after ``optimizer.calibrate()`` and the profiles and shipped workloads of
+# genomics (4 queries) and astronomy (9 queries, 1 Mpix), disk budgets unbounded, 200KB and
+# 50KB (genomics), unbounded, 100KB and 20KB (astronomy); 2 cores.  GLPK solved every one of
+# these to optimality in 0.3-129 ms (typically 1-3 ms), so the solver has no time limit.
+#: Tie-break: storing every candidate would cost this share of the workload's black-box
+#: cost, so megabytes are not spent on microseconds.  Measured (above): genomics unbounded
+#: stores 239 KB at 0 (priced workload 2.28 ms), 235 KB at 1e-4, 45 KB at 1e-3 (2.34 ms,
+#: +2.6%), 16 KB at 1e-2 (2.45 ms), 12 KB at 1e-1 (2.79 ms).  On astronomy within 100KB
+#: it already outweighs query time: 1e-3 picks a plan of 90 KB, 0.067 s of lineage
+#: runtime and 8.25 ms priced, where 0 picks 86 KB, 0.079 s, 6.73 ms (a black-box
+#: workload of seconds makes 0.1% of it milliseconds).
+TIE_BREAK = 1e-3
+#: A plan's (pessimistic) price of a query may exceed the default strategies' by this
+#: factor before the integer program pays BOUND_PENALTY for it (the optimizer-scale
+#: benchmark's target is every query <= 1.2x the defaults, benchmarks/RESULTS.md).
+#: Measured (above): genomics' plans are the same at every value from 1.0 to unbounded;
+#: astronomy within 100KB picks the 86 KB plan at 1.0 and 1.05, the 90 KB one from 1.1 up.
+DEFAULTS_TOLERANCE = 1.1
+#: A query over its bound costs this many times the excess.  Measured (above): genomics'
+#: plans are the same from 1 to 100; astronomy within 100KB picks the 90 KB plan at 1, 3
+#: and 10, the 86 KB one at 30 and 100; within 20KB (one candidate left) only the
+#: objective scales.
+BOUND_PENALTY = 10.0
+#: A workflow's runtime without lineage is the median of the profiling run and at most
+#: this many of its latest complete runs (one run of a sub-second workflow is noise).
+#: Chosen, not measured.
+BASE_RUNTIME_RUNS = 20
+#: Latest traces of the trace log that make a workload when none is given.  Chosen, not
+#: measured: each is a catalog row and its steps; a thousand is a long session's worth.
+WORKLOAD_TRACES = 1000
+
+# -- the calibration benchmark (subzero.optimizer.calibration) ---------------------------------
+# Measured with ``optimizer.calibrate()`` (defaults) on 2 cores shared with other work:
+# 34.7 s in all, 624 observations taking 22.9 s.
+#: An observation slower than this is timed once: its timer noise is small and
+#: calibration time is not.  Lowered from 0.1 (the calibration then took 62.9 s,
+#: benchmarks/RESULTS.md, optimizer at scale; commit d7606c3).  Measured (above): 80 of 624
+#: observations were over 50 ms and took 13.1 s, so a second timing of each would add about
+#: that; 35 were over 100 ms (9.8 s); 25 ms would skip 42 more, worth 1.5 s.
+SLOW_OBSERVATION_S = 0.05
+#: Timings of each faster observation (the best is kept).  Chosen, not measured against
+#: other values; tests use 1.
+CALIBRATION_REPEATS = 2
+#: Alternations of the three capture-overhead runs (no capture, capture storing nothing,
+#: one strategy), medians kept.  Measured (above): 3.3 s; chosen, not compared with other
+#: values.
+CAPTURE_OVERHEAD_REPEATS = 5
+#: Reads of each of the 1, 4 and 16 MB arrays whose best times give the load cost.
+#: Chosen, not measured: the phase takes 0.5-0.7 s at 3, and its fitted fixed cost moved
+#: between 4 and 10 ms from one run to the next at 1, 3 or 5 reads (shared cores).
+LOAD_REPEATS = 3
+
+# -- the explorer (subzero.explore) and export summaries (subzero.export.regions) -------------
+#: At most this many pixels per axis in one image (a 1:1 view of a 16-Mpix array).  The page
+#: asks for its screen size, so this binds "one pixel per cell" and requests without a size.
+#: Measured (one-off script: ``render.window``/``image_png``/``overlay_png`` of the whole
+#: array at one pixel per cell, the real amplifier tiled as ``astronomy.tiled_inputs``):
+#: at 64 Mpix (18001 x 3567) a 2.0 MB grey PNG in ~2.0 s at 4096, 9.2 MB in ~4.2 s uncapped
+#: (a 7x7-cell answer's overlay 27 vs 211 ms); at 16 Mpix 2.0 MB vs 4.0 MB uncapped, in
+#: 0.7-1.3 s either way (reading and pooling the array dominates; shared cores).
+MAX_PIXELS = 4096
+#: zlib level of the explorer's PNGs.  Measured (same script, 16 Mpix pooled to 4096 x 2040):
+#: level 0 / 1 / 6 / 9 encode the grey image in 74 / 105 / 146 / 246 ms to 8.4 / 2.0 / 2.0 /
+#: 2.0 MB, and a quarter-array overlay in 9 / 15 / 33 / 117 ms to 8.4 MB / 42 / 20 / 14 KB.
+PNG_LEVEL = 1
+#: Answers a session keeps so that a zoom redraws an overlay without tracing again.
+#: Chosen, not measured as a count; what one costs was measured on the astronomy demo run
+#: (31 arrays, 27.7 M cells in all; ``explore.session.Session.trace``): a star's peak
+#: traced backward keeps 1.9 MB, a 100 x 100 box of raw_1 forward 1.4 MB, the whole
+#: ``stars`` array backward 32.9 MB (bitmaps: a byte per cell; larger runs, more).
+KEEP_TRACES = 8
+#: How long ``explore.start`` waits for its server to answer, and ``Running.stop`` for it to
+#: end (s).  Measured on the demo run: start 12-92 ms, stop 0.19-0.20 s; these only catch a
+#: server that will not start or stop.
+EXPLORE_START_S = 30.0
+EXPLORE_STOP_S = 10.0
+#: uvicorn's graceful shutdown: open connections (the page's keep-alive) are given this
+#: many seconds (an int, as uvicorn takes it).  Chosen, not measured.
+EXPLORE_DRAIN_S = 1
+#: How often ``explore.start`` checks whether its server answers (s).  Chosen, not
+#: measured: start returns at most 20 ms after the server is up.
+EXPLORE_POLL_S = 0.02
+#: Runs of consecutive cells kept in a region summary (PROV-JSON, OpenLineage); beyond,
+#: only the count and bounding box.  Measured (``regions.summary`` of a box of N rows,
+#: one-off script): 1024 runs are 14-15 KB of JSON built in 4-12 ms on 1-64 Mpix arrays;
+#: 8001 runs 123 KB in 68 ms.  An export holds a summary per array (31 for astronomy).
+MAX_RUNS = 1024

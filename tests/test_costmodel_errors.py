@@ -12,7 +12,7 @@ from subzero.model.strategy import parse_one
 from subzero.optimizer.costmodel import CostModel, error_kind, error_table
 from subzero.optimizer.stats import WorkflowStats
 from subzero.query.planner import runs_of
-from subzero.tuning import DEFAULT_MARGIN, ERROR_BUCKETS, EXTRAPOLATION_GROWTH
+from subzero.tuning import DEFAULT_MARGIN, ERROR_BUCKET_MIN_STEPS, ERROR_BUCKETS, EXTRAPOLATION_GROWTH
 
 
 def _model(errors) -> CostModel:
@@ -36,9 +36,10 @@ def test_error_table_buckets_by_size_and_quantiles():
 
 
 def test_a_bucket_with_few_steps_joins_the_next():
-    obs = [("map", 10, 1.5)] * 3 + [("map", 1000, 1.1)] * 10
+    few, enough = ERROR_BUCKET_MIN_STEPS - 1, 2 * ERROR_BUCKET_MIN_STEPS
+    obs = [("map", 10, 1.5)] * few + [("map", 1000, 1.1)] * enough
     buckets = error_table(obs)["map"]["buckets"]
-    assert len(buckets) == 1 and buckets[0][3] == 13
+    assert len(buckets) == 1 and buckets[0][3] == few + enough
 
 
 def test_margin_widens_beyond_the_calibrated_sizes():

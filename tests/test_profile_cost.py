@@ -14,7 +14,7 @@ from subzero.engines.stats import OpStats
 from subzero.model.strategy import Direction, Strategy
 from subzero.optimizer.profile import Profiler, profile_workflow
 from subzero.storage.lineage import LineageStore
-from subzero.tuning import FAST_OP_S
+from subzero.tuning import FAST_OP_REPEATS, FAST_OP_S
 
 
 class Cellwise(Operator):
@@ -49,7 +49,7 @@ def test_slow_lineage_mode_is_run_once_fast_one_best_of_three(store):
     slow, fast = Cellwise(slow=2 * FAST_OP_S), Cellwise()
     prof = profile_workflow(store, _workflow(slow, fast), inputs={"a": np.zeros((8, 16))},
                             progress=False)
-    assert slow.lineage_runs == 1 and fast.lineage_runs == 3
+    assert slow.lineage_runs == 1 and fast.lineage_runs == FAST_OP_REPEATS
     full = prof["ops"]["slow"]["modes"]["full"]
     assert full["run_s"] >= 2 * FAST_OP_S and full["gen_s"] >= FAST_OP_S
     assert full["pairs"] == 128 and prof["ops"]["fast"]["modes"]["full"]["pairs"] == 128

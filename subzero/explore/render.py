@@ -5,9 +5,10 @@ Every array is drawn as a 2-D *view*: a 2-D array as it is, a 1-D array as a str
 of one row, and an array with more dimensions as a projection over its leading
 axes (the maximum for the image, "any cell" for the overlay), so a view cell
 ``(row, col)`` stands for the cells ``[..., row, col]``.  A region of the view is
-drawn at most at one pixel per cell; a larger region is pooled (maximum) into the
-requested pixel size, so sparse features -- a star, a cosmic ray, one highlighted
-cell -- stay visible at any zoom.
+drawn at most at one pixel per cell (and at most :data:`subzero.tuning.MAX_PIXELS`
+per axis); a larger region is pooled (maximum) into the requested pixel size, so
+sparse features -- a star, a cosmic ray, one highlighted cell -- stay visible at
+any zoom.
 
 The overlay's cost follows the answer: a sparse answer draws its cells that fall
 in the region, never a bitmap of the array; only a dense answer (one that already
@@ -27,9 +28,8 @@ from PIL import Image
 from subzero.errors import QueryError
 from subzero.model.cells import unpack
 from subzero.model.cellset import CellSet
+from subzero.tuning import MAX_PIXELS, PNG_LEVEL
 
-#: at most this many pixels per axis in one image (a 1:1 view of a 16-Mpix array)
-MAX_PIXELS = 4096
 #: percentiles of the grey stretch (robust to hot pixels and cosmic rays)
 STRETCH = (1.0, 99.5)
 #: the overlay's colour (RGB); its opacity is the page's
@@ -174,7 +174,7 @@ def image_png(read: Callable[[tuple[slice, ...]], np.ndarray], view: View,
     else:
         grey = (np.clip((pooled - lo) / (hi - lo), 0, 1) * 255).astype(np.uint8)
     buf = io.BytesIO()
-    Image.fromarray(grey, "L").save(buf, "PNG", compress_level=1)
+    Image.fromarray(grey, "L").save(buf, "PNG", compress_level=PNG_LEVEL)
     pool = [math.ceil((win.rows[1] - win.rows[0]) / win.height),
             math.ceil((win.cols[1] - win.cols[0]) / win.width)]
     return buf.getvalue(), {"stretch": [lo, hi], "pool": pool}
@@ -212,5 +212,5 @@ def overlay_png(mask: np.ndarray) -> bytes:
     img = Image.fromarray(mask.astype(np.uint8), "P")
     img.putpalette([0, 0, 0, *OVERLAY_RGB] + [0, 0, 0] * 254)
     buf = io.BytesIO()
-    img.save(buf, "PNG", transparency=0, optimize=False, compress_level=1)
+    img.save(buf, "PNG", transparency=0, optimize=False, compress_level=PNG_LEVEL)
     return buf.getvalue()

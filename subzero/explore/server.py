@@ -19,6 +19,7 @@ import uvicorn
 from subzero.errors import SubZeroError
 from subzero.explore.app import build_app
 from subzero.explore.session import Session
+from subzero.tuning import EXPLORE_DRAIN_S, EXPLORE_POLL_S, EXPLORE_START_S, EXPLORE_STOP_S
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -57,7 +58,7 @@ def url_of(sock: socket.socket) -> str:
 
 def _server(session: Session, sock: socket.socket) -> uvicorn.Server:
     config = uvicorn.Config(build_app(session), log_level="warning", access_log=False,
-                            lifespan="off", timeout_graceful_shutdown=1)
+                            lifespan="off", timeout_graceful_shutdown=EXPLORE_DRAIN_S)
     return uvicorn.Server(config)
 
 
@@ -93,7 +94,7 @@ class Running:
     _thread: threading.Thread
     _sock: socket.socket
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = EXPLORE_STOP_S) -> None:
         self._server.should_exit = True
         self._thread.join(timeout)
         self._sock.close()
@@ -106,7 +107,7 @@ class Running:
         self.stop()
 
 
-def start(run, host: str = DEFAULT_HOST, port: int = 0, timeout: float = 30.0) -> Running:
+def start(run, host: str = DEFAULT_HOST, port: int = 0, timeout: float = EXPLORE_START_S) -> Running:
     """Serve the explorer over ``run`` in a background thread; returns once it answers."""
     sock = bind(host, port)
     session = session_of(run)
@@ -121,5 +122,5 @@ def start(run, host: str = DEFAULT_HOST, port: int = 0, timeout: float = 30.0) -
             sock.close()
             session.close()
             raise SubZeroError("the explorer's server did not start")
-        time.sleep(0.02)
+        time.sleep(EXPLORE_POLL_S)
     return Running(url_of(sock), session, server, thread, sock)

@@ -10,9 +10,9 @@ above) the start array runs once, so the answer for each array is exactly what
 Neither the executor nor the store's catalog (SQLite) may be used from several
 threads: the session opens its own store and run (``open_store(path).get(run)``)
 in one worker thread of its own, and every use of the run runs there, one at a
-time (the web server calls in from its thread pool).  Recent answers are kept (a few cell
-sets, whose cost follows the answers) so that a zoom redraws an overlay without
-tracing again.
+time (the web server calls in from its thread pool).  Recent answers are kept
+(:data:`subzero.tuning.KEEP_TRACES` of them: cell sets, whose cost follows the answers)
+so that a zoom redraws an overlay without tracing again.
 """
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ from subzero.errors import QueryError
 from subzero.explore.render import View, Window, image_png, overlay_mask, overlay_png, window
 from subzero.model.cellset import CellSet
 from subzero.query.planner import StepStat
-
-#: answers kept for redrawing overlays at another zoom
-KEEP_TRACES = 8
+from subzero.tuning import KEEP_TRACES
 
 
 class UnknownArray(QueryError):

@@ -3,9 +3,9 @@
 A region is written as its count, its bounding box and its cells as runs of
 consecutive cells in C order (``[first cell id, length]`` pairs, the id being
 the cell's position in the flattened array): a box of an image is one run per
-row, a star a handful.  A region with too many runs for a metadata record keeps
-its count and bounding box and says how many runs it has (``truncated``); the
-mask formats carry every cell.
+row, a star a handful.  A region with too many runs for a metadata record
+(:data:`subzero.tuning.MAX_RUNS`) keeps its count and bounding box and says how
+many runs it has (``truncated``); the mask formats carry every cell.
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ import numpy as np
 
 from subzero.model.cells import unpack
 from subzero.model.cellset import CellSet
-
-#: runs kept in a region summary; beyond, only the count and bounding box
-MAX_RUNS = 1024
+from subzero.tuning import MAX_RUNS
 
 
 def runs(cs: CellSet) -> np.ndarray:
