@@ -3,11 +3,11 @@ one clear line on stderr naming the path or operator, exit 2 (``--debug``, befor
 or after the command, shows the traceback); read-only and archived stores can be
 listed, shown and traced; a closed pipe ends the output quietly."""
 
+import functools
 import hashlib
 import os
 import shutil
 import sqlite3
-import stat
 import subprocess
 import sys
 import tempfile
@@ -20,7 +20,6 @@ from conftest import EXAMPLE, subzero_exe
 
 import subzero
 from subzero.errors import StoreError
-from subzero.storage.trust import CONFIG_ENV, key_path, load_key
 
 
 def one_line(err: str) -> str:
@@ -33,10 +32,9 @@ def one_line(err: str) -> str:
 
 @pytest.fixture(scope="module")
 def shared():
-    """A folder every user may enter (pytest's own tmp folders are private to their
-    owner, and the read-only tests run the CLI as another user when we are root)."""
+    """A folder for the stores of this module's read-only tests (unlocked before it
+    is removed)."""
     d = Path(tempfile.mkdtemp(prefix="subzero-clierr-"))
-    d.chmod(0o755)
     yield d
     _unlock(d)
     shutil.rmtree(d, ignore_errors=True)
@@ -48,8 +46,6 @@ def made(shared):
     path = shared / "made"
     with subzero.open_store(path) as st:
         st.run(EXAMPLE, strategies={"stars": "full"})
-    for p in [path, *path.rglob("*")]:     # readable by the other user of the read-only tests
-        p.chmod(p.stat().st_mode | stat.S_IROTH | (stat.S_IXOTH if p.is_dir() else 0))
     return path
 
 
@@ -77,37 +73,58 @@ def _digest(path: Path) -> dict[str, str]:
             for p in sorted(path.rglob("*")) if p.is_file()}
 
 
-def _key_for_other_user(shared: Path) -> Path:
-    """The other user's own config folder holding the session's signing key (as the
-    same scientist's key copied to another account): the stores stay trusted, so the
-    read-only tests test read-only stores, not trust; and the key stays private."""
-    folder = shared / "config-other-user"
-    if not folder.exists():
-        folder.mkdir(mode=0o700)
-        load_key(create=True)           # the session's key (the `made` store is signed by it)
-        shutil.copy(key_path(), folder / "key")
-        (folder / "key").chmod(0o600)
-        for p in (folder, folder / "key"):
-            os.chown(p, 65534, 65534)
-    return folder
-
-
-def _other_user() -> list[str]:
-    """The command prefix that runs the CLI as a user for whom permissions count:
-    nothing when we are not root; root ignores permissions, so then `setpriv` to
-    nobody (skip where that is impossible)."""
+@functools.cache
+def _unprivileged_prefix() -> tuple[str, ...]:
+    """The command prefix that runs the CLI where file permissions count: nothing when
+    we are not root.  Root ignores permissions through its capabilities, so then
+    `setpriv` keeps uid 0 (the process still reaches this checkout, its .venv and the
+    session's private key, all root's own, even from a 0700 folder) and drops every
+    capability from the bounding and inheritable sets: a 0444 file or a 0555 folder
+    cannot be written.  A probe checks that once; skip where it is impossible."""
     if os.geteuid() != 0:
-        return []
+        return ()
     setpriv = shutil.which("setpriv")
     if setpriv is None:
-        pytest.skip("running as root without setpriv: permissions cannot be tested")
-    return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+        pytest.skip("running as root without setpriv: root's capabilities cannot be "
+                    "dropped, so file permissions cannot be tested")
+    prefix = (setpriv, "--inh-caps=-all", "--bounding-set=-all", "--")
+    with tempfile.TemporaryDirectory() as d:
+        probe = Path(d) / "ro" / "file"
+        probe.parent.mkdir()
+        probe.write_text("x")
+        probe.chmod(0o444)
+        probe.parent.chmod(0o555)
+        try:
+            p = subprocess.run(
+                [*prefix, sys.executable, "-c",
+                 "import sys, subzero\n"
+                 "for write in (lambda: open(sys.argv[1], 'a'),\n"
+                 "              lambda: open(sys.argv[1] + '.new', 'x')):\n"
+                 "    try:\n"
+                 "        write()\n"
+                 "    except PermissionError:\n"
+                 "        continue\n"
+                 "    sys.exit('written')\n", str(probe)],
+                capture_output=True, text=True, timeout=60)
+        finally:
+            probe.parent.chmod(0o755)
+    if p.returncode != 0:
+        why = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+        pytest.skip(f"running as root and `setpriv {' '.join(prefix[1:-1])}` does not make "
+                    f"a process that imports subzero and is denied a 0444 file and a 0555 "
+                    f"folder, so file permissions cannot be tested: "
+                    f"{why}")
+    return prefix
+
+
+def _unprivileged() -> list[str]:
+    """The command prefix for a process that file permissions hold back (root without
+    its capabilities, see `_unprivileged_prefix`); nothing when we are not root."""
+    return list(_unprivileged_prefix())
 
 
 def _cli(prefix: list[str], *args, cwd=None):
     env = dict(os.environ, SUBZERO_ENGINE="local")
-    if prefix and cwd is not None:
-        env[CONFIG_ENV] = str(_key_for_other_user(Path(cwd)))
     p = subprocess.run([*prefix, sys.executable, "-m", "subzero.cli", *map(str, args)],
                        capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
     return p.returncode, p.stdout, p.stderr
@@ -186,7 +203,7 @@ def _read_only_checks(prefix: list[str], store: Path, cwd: Path) -> None:
 
 
 def test_read_only_store_lists_shows_and_traces(made, shared):
-    prefix = _other_user()
+    prefix = _unprivileged()
     store = _copy(made, shared / "ro")
     _lock(store)
     try:
@@ -198,7 +215,7 @@ def test_read_only_store_lists_shows_and_traces(made, shared):
 def test_read_only_store_of_an_older_catalog_version(made, shared):
     """An archived store made by an older SubZero: its catalog is migrated in memory
     only (the file cannot, and must not, change)."""
-    prefix = _other_user()
+    prefix = _unprivileged()
     store = _copy(made, shared / "ro_old")
     db = sqlite3.connect(store / "catalog.sqlite")
     db.execute("PRAGMA user_version = 1")
@@ -211,7 +228,7 @@ def test_read_only_store_of_an_older_catalog_version(made, shared):
 
 
 def test_catalog_read_only_in_a_writable_folder(made, shared):
-    prefix = _other_user()
+    prefix = _unprivileged()
     store = _copy(made, shared / "ro_file")
     _lock(store)
     store.chmod(0o777)          # the folder is anyone's; the files are not
@@ -254,7 +271,7 @@ def test_store_under_a_regular_file(cli, tmp_path):
 
 
 def test_store_in_a_folder_without_write_permission(shared):
-    prefix = _other_user()
+    prefix = _unprivileged()
     locked = shared / "locked"
     locked.mkdir(mode=0o555)
     locked.chmod(0o555)

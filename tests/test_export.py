@@ -395,21 +395,18 @@ def test_a_failed_run_exports_as_a_fail_event(cli, tmp_path):
 def test_read_only_store_exports(made, monkeypatch):
     """An archived store (nothing may be written in it) traces and exports elsewhere, and
     exporting into it is one clear line."""
-    from test_cli_errors import _cli, _digest, _lock, _other_user, _unlock
-    prefix = _other_user()
+    from test_cli_errors import _cli, _digest, _lock, _unlock, _unprivileged
+    prefix = _unprivileged()
     shared = Path(tempfile.mkdtemp(prefix="subzero-export-"))
     try:
-        shared.chmod(0o755)
         store = shared / "ro"
         shutil.copytree(made, store)
         out = shared / "out"
         out.mkdir()
-        out.chmod(0o777)
-        # the other user's own home: astropy (the sky region of the labelled sky) writes
-        # its config there
+        # a home of the CLI's own, not the real user's: astropy (the sky region of the
+        # labelled sky) writes its config there
         home = shared / "home"
         home.mkdir()
-        home.chmod(0o777)
         monkeypatch.setenv("HOME", str(home))
         for p in [store, *store.rglob("*")]:
             p.chmod(0o755 if p.is_dir() else 0o644)
