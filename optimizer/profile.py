@@ -38,7 +38,7 @@ from subzero.model.workflow import load_workflow
 from subzero.query.reexec import capture_mode
 from subzero.storage.encodings import REC_PAIRS
 from subzero.storage.lineage import LineageStore
-from subzero.tuning import FAST_OP_REPEATS, FAST_OP_S, SAMPLE_PAIRS, SMALL_SAMPLE_BYTES
+from subzero.tuning import FAST_OP_REPEATS, FAST_OP_S, KEY_BITS, SAMPLE_PAIRS, SMALL_SAMPLE_BYTES
 
 LWRITE_MODES = (Mode.FULL, Mode.PAY, Mode.COMP)
 
@@ -189,7 +189,7 @@ class Profiler:
                 spaces[sp] = {**d, "pairs": int(d["pairs"] * scale),
                               "key_cells": int(d["key_cells"] * scale),
                               "key_blocks": int(min(d["key_blocks"] * scale,
-                                                    -(-d["key_size"] // 2**14))),
+                                                    -(-d["key_size"] // 2**KEY_BITS))),
                               "value_cells": int(d["value_cells"] * scale),
                               "record_cells": int(d["record_cells"] * scale)}
         return {"bytes": int(_extrapolate(small["bytes"], big["bytes"], len(half), len(rows), n)),

@@ -102,3 +102,49 @@ def test_sampled_prediction_stays_close_to_the_stored_bytes(tmp_path):
     real = _stored(tmp_path, op, s, pairs, shape)
     assert not got["exact"] and got["sample_frac"] < 0.5
     assert abs(got["bytes"] - real["bytes"]) <= 0.25 * real["bytes"]
+
+
+class Window(Operator):
+    """A payload per cell (the radius of its input window), as cosmic-ray detection
+    stores one."""
+
+    def supported_modes(self):
+        return {Mode.PAY}
+
+    def run(self, ctx, x):
+        cells = np.argwhere(np.ones(np.shape(x), bool))
+        ctx.lwrite(cells, payload=b"\x01", each=True)
+        return np.asarray(x) + 0
+
+    def map_p(self, cells, payload, i, ctx):
+        from subzero import window
+        return window(cells, payload[0], ctx.input_shape(i))
+
+
+def test_sampled_forward_payload_key_blocks_follow_the_key_index_blocks(tmp_path, monkeypatch):
+    """Regression: the extrapolated key-index blocks of a sampled forward payload
+    strategy were capped at the block count of the old 2**14-cell blocks, 16x fewer than
+    the blocks written (2**KEY_BITS cells each)."""
+    from subzero.tuning import KEY_BITS
+    import subzero.optimizer.profile as profile
+    monkeypatch.setattr(profile, "SMALL_SAMPLE_BYTES", 1)     # the first sample is kept
+    shape = (100, 500)
+    op = Window()
+    s = Strategy(Mode.PAY, "payone", Direction.FORWARD)
+    _out, _full, pairs, _ctx = run_operator("op", op, [np.zeros(shape)], (s,))
+    prof = Profiler(tmp_path / "scratch", sample_pairs=4096)
+    try:
+        got = prof._encode("op", op, s, pairs, shape, [shape])
+    finally:
+        prof.close()
+    lin = LineageStore(tmp_path / "real")
+    try:
+        st = OpStats("op", "", [], [], shape)
+        store_lineage("op", op, (s,), None, pairs, shape, [shape], lin, st)
+        real = st.per_strategy[0]["spaces"]
+    finally:
+        lin.close()
+    assert not got["exact"]
+    blocks, want = got["spaces"]["f0"]["key_blocks"], real["f0"]["key_blocks"]
+    assert want > shape[0] * shape[1] // 2**14 + 1          # more than the old cap allowed
+    assert 0.5 * want <= blocks <= -(-shape[0] * shape[1] // 2**KEY_BITS)
