@@ -46,8 +46,8 @@ def mode_from_numpy(mode: str) -> str:
     """numpy.pad mode -> the equivalent scipy.ndimage edge mode."""
     try:
         return _NUMPY[mode]
-    except KeyError:
-        raise ValueError(f"unsupported pad mode {mode!r}; use one of {', '.join(_NUMPY)}") from None
+    except KeyError as err:
+        raise ValueError(f"unsupported pad mode {mode!r}; use one of {', '.join(_NUMPY)}") from err
 
 
 def fold(v: np.ndarray, n: int, mode: str) -> tuple[np.ndarray, np.ndarray | None]:

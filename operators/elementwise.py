@@ -91,8 +91,8 @@ class Elementwise(MappedOperator):
             return front[0]
         try:
             return tuple(np.broadcast_shapes(*given))
-        except ValueError:
-            raise ValueError(f"{name}: input shapes {given} do not broadcast") from None
+        except ValueError as err:
+            raise ValueError(f"{name}: input shapes {given} do not broadcast") from err
 
     def output_shape(self, *input_shapes):
         return self.check_shapes(*input_shapes)

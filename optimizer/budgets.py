@@ -10,15 +10,9 @@ import math
 import re
 from dataclasses import dataclass
 
-from subzero.errors import SubZeroError
+from subzero.errors import BudgetError, OptimizerError
 
-
-class OptimizerError(SubZeroError):
-    """The optimizer cannot do what was asked (bad budget, pin, workload or statistics)."""
-
-
-class BudgetError(OptimizerError):
-    """A budget is malformed or impossible."""
+__all__ = ["BudgetError", "Budgets", "OptimizerError", "fmt_size", "parse_factor", "parse_size"]
 
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
@@ -53,9 +47,9 @@ def parse_factor(text) -> float:
         text = text.strip().lower().removesuffix("x")
     try:
         f = float(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError) as err:
         raise BudgetError(f"invalid runtime budget {raw!r}; give a factor such as 1.5 (the run "
-                          f"with lineage may take 1.5x the run without)") from None
+                          f"with lineage may take 1.5x the run without)") from err
     if not math.isfinite(f) or f < 1:
         raise BudgetError(f"invalid runtime budget {raw!r}: a run with lineage cannot be faster "
                           f"than one without; give a factor of at least 1, e.g. 1.5")

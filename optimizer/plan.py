@@ -125,13 +125,13 @@ def parse_pins(pins, wf) -> dict[str, tuple[Strategy, ...]]:
         for it in pins:
             op, sep, spec = str(it).partition("=")
             if not sep or not op.strip() or not spec.strip():
-                raise OptimizerError(f"malformed --pin {it!r}; write OPERATOR=STRATEGY, e.g. "
+                raise OptimizerError(f"malformed `pins` entry {it!r}; write OPERATOR=STRATEGY, e.g. "
                                      f"model=pay:payone:backward")
             items.append((op.strip(), spec.strip()))
     out = {}
     for op, spec in items:
         if op not in wf.steps:
-            raise OptimizerError(f"--pin names unknown operator {op!r}; operators of "
+            raise OptimizerError(f"`pins` names unknown operator {op!r}; operators of "
                                  f"{wf.name!r}: {', '.join(wf.steps)}")
         out[op] = parse(spec) if isinstance(spec, str) else tuple(spec)
     return out
@@ -154,7 +154,7 @@ def _workload(store, model, stats, workload, wf, prog: Progress):
         prog.note(f"measuring the workload {Path(f).name} on the profiling run")
         with prog.bar("workload", len(queries), unit="query") as advance:
             return measure(store, prun, queries, planner, advance)
-    raise WorkloadError(f"no workload for {wf.name!r}: give --workload FILE, or trace some queries "
+    raise WorkloadError(f"no workload for {wf.name!r}: give a `workload` file, or trace some queries "
                         f"first (the optimizer learns the workload from the trace log)")
 
 

@@ -54,16 +54,16 @@ def check_pins(model: CostModel, pins: dict[str, tuple[Strategy, ...]]) -> None:
     ops = model.stats.ops
     for op, strats in pins.items():
         if op not in ops:
-            raise OptimizerError(f"--pin names unknown operator {op!r}; operators of "
+            raise OptimizerError(f"`pins` names unknown operator {op!r}; operators of "
                                  f"{model.stats.workflow!r}: {', '.join(ops)}")
         info = ops[op]
         for s in strats:
             if not _supported(info, s):
                 known = sorted(info.strategies) + (["map"] if info.has_map else []) + ["blackbox"]
-                raise StrategyError(f"--pin {op}={s}: operator {op!r} does not support {s}; it "
+                raise StrategyError(f"pinned {op}={s} (`pins`): operator {op!r} does not support {s}; it "
                                     f"supports: {', '.join(known)}")
             if s.stored and str(s) not in info.strategies:
-                raise OptimizerError(f"--pin {op}={s}: no statistics for it (the profile skips "
+                raise OptimizerError(f"pinned {op}={s} (`pins`): no statistics for it (the profile skips "
                                      f"stored strategies of operators with mapping functions)")
 
 
@@ -90,7 +90,7 @@ def _priced(model: CostModel, op: str, method: str, args: tuple[int, bool, float
     opt = _option(model, op, method, args, where)
     if opt is None:
         raise OptimizerError(f"the cost model cannot price {method} of operator {op!r}; "
-                             f"profile it again (subzero optimize --reprofile)")
+                             f"profile it again (`reprofile=True`)")
     return opt
 
 

@@ -79,9 +79,9 @@ class WorkflowStats:
     def op(self, name: str) -> OpInfo:
         try:
             return self.ops[name]
-        except KeyError:
+        except KeyError as err:
             raise OptimizerError(f"no statistics for operator {name!r} of workflow "
-                                 f"{self.workflow!r}") from None
+                                 f"{self.workflow!r}") from err
 
 
 def _op_info(name: str, inputs: list[str], rec: dict) -> OpInfo:
@@ -196,5 +196,5 @@ def for_run(store, run) -> WorkflowStats | None:
 def required(stats: WorkflowStats | None, what: str) -> WorkflowStats:
     """``stats``, or a clear error where they must exist (a run that was just profiled)."""
     if stats is None:
-        raise OptimizerError(f"no statistics for {what}: profile it again (subzero optimize --reprofile)")
+        raise OptimizerError(f"no statistics for {what}: profile it again (`reprofile=True`)")
     return stats

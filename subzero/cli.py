@@ -27,22 +27,29 @@ EXIT_USER = 2
 
 #: the library's parameters as this command line spells them: a message that names
 #: `name` or `name='value'` (in backquotes, as the library writes them) is shown with
-#: the flag instead (--name value)
-FLAGS = {"engine": "--engine", "master": "--master", "conf": "--conf", "manifest": "--inputs-from",
-         "strategies": "--strategy", "inputs": "--input", "params": "--param", "plan": "--plan",
-         "max_disk": "--max-disk", "max_runtime": "--max-runtime", "workload": "--workload",
-         "tile": "--tile", "capture": "--no-lineage", "store": "--store", "cells": "--cells",
-         "sky": "--sky", "sel": "--sel", "radius": "--radius", "to": "--to", "path": "--path",
-         "start": "--from", "run": "--run", "shortcut": "--no-shortcut", "planner": "--no-planner",
-         "pins": "--pin", "name": "--name"}
+#: the flag instead (--name value); a flag of its own for some values (`force=True`)
+FLAGS: dict[str, str] = {
+    "engine": "--engine", "master": "--master", "conf": "--conf", "manifest": "--inputs-from",
+    "strategies": "--strategy", "inputs": "--input", "params": "--param", "plan": "--plan",
+    "max_disk": "--max-disk", "max_runtime": "--max-runtime", "workload": "--workload",
+    "tile": "--tile", "store": "--store", "cells": "--cells", "sky": "--sky", "sel": "--sel",
+    "radius": "--radius", "to": "--to", "path": "--path", "start": "--from", "run": "--run",
+    "pins": "--pin", "name": "--name", "host": "--host", "port": "--port"}
+VALUE_FLAGS: dict[tuple[str, str], str] = {
+    ("force", "True"): "--force", ("reprofile", "True"): "--reprofile",
+    ("recalibrate", "True"): "--recalibrate", ("capture", "False"): "--no-lineage",
+    ("shortcut", "False"): "--no-shortcut", ("planner", "None"): "--no-planner"}
 _TERM = re.compile(r"`([A-Za-z_]\w*)(?:=('?)([^`']*)\2)?`")
 
 
 def cli_terms(text: str) -> str:
     """A library message in the command line's terms: `max_disk` is --max-disk,
-    `engine='spark'` is --engine spark; other backquoted text stays as it is."""
+    `engine='spark'` is --engine spark, `force=True` is --force; other backquoted
+    text (a command to run) stays as it is."""
     def flag(m: re.Match) -> str:
         name, value = m.group(1), m.group(3)
+        if value is not None and (name, value) in VALUE_FLAGS:
+            return VALUE_FLAGS[(name, value)]
         if name not in FLAGS:
             return m.group(0)
         return FLAGS[name] + (f" {value}" if value else "")
@@ -77,8 +84,8 @@ def _path(text: str) -> list[tuple[str, int]]:
             raise SubZeroError(f"malformed --path step {part!r}; write OP:IDX,OP:IDX,...")
         try:
             steps.append((op, int(idx)))
-        except ValueError:
-            raise SubZeroError(f"malformed --path step {part!r}: input index must be an integer") from None
+        except ValueError as err:
+            raise SubZeroError(f"malformed --path step {part!r}: input index must be an integer") from err
     if not steps:
         raise SubZeroError("empty --path; write OP:IDX,OP:IDX,...")
     return steps

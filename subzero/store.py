@@ -65,7 +65,7 @@ class Store:
         if not self.path.exists():
             if not create:
                 raise StoreError(f"no SubZero store at {self.path}; run a workflow first "
-                                 f"(`subzero run ...`) or pass --store")
+                                 f"(`subzero run ...`) or give the store's folder (`store`)")
             _mkdir(self.path, "cannot create the store")
         elif not self.path.is_dir():
             raise StoreError(f"store path {self.path} is not a directory")
@@ -97,8 +97,8 @@ class Store:
         """Raise a one-line StoreError when ``what`` cannot write to this store."""
         if self.readonly:
             raise StoreError(f"store {self.path} is read-only (this process cannot write to "
-                             f"it), and {what} needs to write there; pass --store DIR for a "
-                             f"writable store, or fix its permissions")
+                             f"it), and {what} needs to write there; give a writable store (`store`) "
+                             f"or fix its permissions")
 
     @property
     def runs_dir(self) -> Path:
@@ -323,6 +323,6 @@ def _mkdir(path: Path, what: str) -> None:
     except OSError as e:
         raise StoreError(f"{what} {path}: {e.strerror or e}"
                          + (f" ({e.filename})" if e.filename and str(e.filename) != str(path)
-                            else "")) from None
+                            else "")) from e
 
 

@@ -21,9 +21,9 @@ from prov.model import ProvDocument
 
 import subzero
 from subzero import export
+from subzero.errors import ExportError, InvalidEvent
 from subzero.export import regions
-from subzero.export.openlineage import InvalidEvent, schema_url, validate_event
-from subzero.export.output import ExportError
+from subzero.export.openlineage import schema_url, validate_event
 
 H, W = 64, 96
 

@@ -92,7 +92,7 @@ def test_pins_are_kept(gstore):
 
 @pytest.mark.parametrize("pin,err,match", [
     (["nosuch=full"], OptimizerError, "unknown operator 'nosuch'.*extract, model"),
-    (["model"], OptimizerError, "malformed --pin 'model'"),
+    (["model"], OptimizerError, "malformed `pins` entry 'model'"),
     (["model=full:fullzero"], StrategyError, "uses encoding"),
     (["cumodds=comp"], StrategyError, "does not support"),
 ])

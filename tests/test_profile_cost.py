@@ -125,8 +125,8 @@ def test_sampled_forward_payload_key_blocks_follow_the_key_index_blocks(tmp_path
     """Regression: the extrapolated key-index blocks of a sampled forward payload
     strategy were capped at the block count of the old 2**14-cell blocks, 16x fewer than
     the blocks written (2**KEY_BITS cells each)."""
-    from subzero.tuning import KEY_BITS
     import subzero.optimizer.profile as profile
+    from subzero.tuning import KEY_BITS
     monkeypatch.setattr(profile, "SMALL_SAMPLE_BYTES", 1)     # the first sample is kept
     shape = (100, 500)
     op = Window()

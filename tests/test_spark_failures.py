@@ -107,7 +107,7 @@ def test_spark_raises_what_the_local_engine_raises(spark, store):
         with pytest.raises(cls) as remote:
             store.run(wf, inputs={"x": x}, engine="spark", spark=spark, tile=4, progress=False, **kw)
         assert "operator 'op'" in str(remote.value) and "(on tile [" in str(remote.value)
-        assert "--engine local" in str(remote.value)
+        assert "`engine='local'` runs it in-process" in str(remote.value)
         cause = remote.value.__cause__
         assert isinstance(cause, WorkerTraceback) and "Traceback" in str(cause), cause
         assert str(local.value).split(" (on tile")[0] in str(remote.value)

@@ -450,16 +450,16 @@ def tiling(megapixels: float | None = None, tiles=None) -> tuple[int, int]:
     if tiles is not None:
         try:
             r, c = (int(t) for t in tiles)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError) as err:
             raise WorkflowError(f"astronomy: tiles must be two whole numbers (down, across), "
-                                f"not {tiles!r}") from None
+                                f"not {tiles!r}") from err
         if r < 1 or c < 1:
             raise WorkflowError(f"astronomy: tiles must be at least 1x1, not {r}x{c}")
         return r, c
     try:
         mp = float(megapixels)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise WorkflowError(f"astronomy: megapixels must be a number, not {megapixels!r}") from None
+    except (TypeError, ValueError) as err:
+        raise WorkflowError(f"astronomy: megapixels must be a number, not {megapixels!r}") from err
     if not mp > 0 or not np.isfinite(mp):
         raise WorkflowError(f"astronomy: megapixels must be a positive number, not {megapixels!r}")
     n = max(1, round(mp * 1e6 / AMPLIFIER_PIXELS))

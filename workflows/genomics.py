@@ -83,12 +83,12 @@ def encode_labels(table: np.ndarray) -> np.ndarray:
         else:
             try:
                 codes[k] = float(u)
-            except ValueError:
+            except ValueError as err:
                 r, c = np.argwhere(labels == u)[0]
                 raise ValueError(f"feature {str(table[r + 1, 0])!r} of patient "
                                  f"{str(table[0, c + META_COLUMNS])!r} has the label {u!r}, which is "
                                  f"neither a number, NA nor a known level "
-                                 f"({', '.join(LEVELS)})") from None
+                                 f"({', '.join(LEVELS)})") from err
     return codes[inv].reshape(labels.shape)
 
 

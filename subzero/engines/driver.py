@@ -250,7 +250,7 @@ def _finish_step(name: str, wf: Workflow, res, strat: tuple[Strategy, ...], capt
     st.lineage_s = time.perf_counter() - t0
     if profiler is not None:
         if res.inputs is None:
-            raise SubZeroError(f"profiling runs use the local engine (--engine local) "
+            raise SubZeroError(f"profiling runs use the local engine (`engine='local'`) "
                                f"made with profiling=True, not {engine.name}")
         profiler(name, op, res.inputs, res.output, res.run_s)
     stats.ops.append(st)

@@ -254,7 +254,7 @@ class LocalEngine(Engine):
                 done = run_tile(name, op, ins, strategies, capture, tile, out_shape, in_shapes,
                                 statistic=stat)
             except SubZeroError as e:
-                raise type(e)(f"{e} (on tile {tile.describe()} of {len(tiles)})") from None
+                raise type(e)(f"{e} (on tile {tile.describe()} of {len(tiles)})") from e
             del ins
             got = _native(done.core.dtype)
             if dtype is None:

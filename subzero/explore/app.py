@@ -39,8 +39,8 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from subzero.errors import SubZeroError
-from subzero.explore.session import Session, UnknownArray
+from subzero.errors import SubZeroError, UnknownArray
+from subzero.explore.session import Session
 
 STATIC = Path(__file__).parent / "static"
 
@@ -59,8 +59,8 @@ def _ints(text: str | None, what: str, n: int) -> list[int] | None:
         return None
     try:
         vals = [int(float(v)) for v in text.split(",")]
-    except ValueError:
-        raise SubZeroError(f"bad {what} {text!r}: give {n} comma-separated numbers") from None
+    except ValueError as err:
+        raise SubZeroError(f"bad {what} {text!r}: give {n} comma-separated numbers") from err
     if len(vals) != n:
         raise SubZeroError(f"bad {what} {text!r}: give {n} comma-separated numbers")
     return vals
@@ -105,8 +105,8 @@ def build_app(session: Session) -> Starlette:
     async def trace(request: Request) -> Response:
         try:
             body = await request.json()
-        except ValueError:
-            raise SubZeroError("the trace request is not JSON") from None
+        except ValueError as err:
+            raise SubZeroError("the trace request is not JSON") from err
         if not isinstance(body, dict):
             raise SubZeroError("the trace request must be a JSON object")
         direction = body.get("direction", "backward")

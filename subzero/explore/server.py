@@ -33,7 +33,7 @@ def bind(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> socket.socket:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError) as e:
         raise SubZeroError(f"cannot listen on host {host!r}: {getattr(e, 'strerror', None) or e}; "
-                           f"give an address of this machine, e.g. --host 127.0.0.1") from None
+                           f"give an address of this machine, e.g. `host='127.0.0.1'`") from e
     family, kind, proto, _, addr = infos[0]
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -42,9 +42,9 @@ def bind(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> socket.socket:
         sock.listen(128)
     except OSError as e:
         sock.close()
-        hint = ("choose another --port (0 = any free port)" if e.errno in (98, 48, 10048)
-                else "give an address of this machine, e.g. --host 127.0.0.1")
-        raise SubZeroError(f"cannot listen on {host}:{port}: {e.strerror or e}; {hint}") from None
+        hint = ("choose another `port` (0 = any free port)" if e.errno in (98, 48, 10048)
+                else "give an address of this machine, e.g. `host='127.0.0.1'`")
+        raise SubZeroError(f"cannot listen on {host}:{port}: {e.strerror or e}; {hint}") from e
     sock.setblocking(False)
     return sock
 

@@ -27,15 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from subzero.errors import QueryError
+from subzero.errors import QueryError, UnknownArray
 from subzero.explore.render import View, Window, image_png, overlay_mask, overlay_png, window
 from subzero.model.cellset import CellSet
 from subzero.query.planner import StepStat
 from subzero.tuning import KEEP_TRACES
-
-
-class UnknownArray(QueryError):
-    """An array name the run does not have (the web API answers 404)."""
 
 
 @dataclass

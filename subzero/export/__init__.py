@@ -16,8 +16,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from subzero.errors import ExportError
 from subzero.export.mask import MASK_SUFFIXES, write_mask
-from subzero.export.output import ExportError
 
 if TYPE_CHECKING:
     from subzero.api import Run

@@ -41,8 +41,9 @@ from openlineage.client.facet_v2 import (
 )
 from openlineage.client.serde import Serde
 
+from subzero.errors import InvalidEvent
 from subzero.export import ids, regions
-from subzero.export.output import ExportError, write_text
+from subzero.export.output import write_text
 
 if TYPE_CHECKING:
     from subzero.api import Run as SubZeroRun
@@ -179,10 +180,6 @@ def write_openlineage(run: SubZeroRun, path: str | os.PathLike, result: TraceRes
 
 
 # -- validation ----------------------------------------------------------------------------
-class InvalidEvent(ExportError):
-    """An OpenLineage event that does not validate (the message says where)."""
-
-
 def facet_schema(url: str) -> dict[str, Any]:
     """The shipped JSON Schema a custom facet's ``_schemaURL`` names, narrowed to the
     facet's definition."""
@@ -221,7 +218,7 @@ def _facets(facets: Any, known: dict[str, type], where: str) -> tuple[dict[str, 
                 jsonschema.validate(f, facet_schema(f["_schemaURL"]))
             except jsonschema.ValidationError as e:
                 path = "".join(f"[{p!r}]" for p in e.absolute_path)
-                raise InvalidEvent(f"{where}.{key}{path}: {e.message}") from None
+                raise InvalidEvent(f"{where}.{key}{path}: {e.message}") from e
         cls = known.get(key)
         if cls is None:
             continue                    # another producer's facet: base fields checked
@@ -229,7 +226,7 @@ def _facets(facets: Any, known: dict[str, type], where: str) -> tuple[dict[str, 
         try:
             obj = cls(**fields, producer=f["_producer"])
         except (TypeError, ValueError) as e:
-            raise InvalidEvent(f"{where}.{key}: {e}") from None
+            raise InvalidEvent(f"{where}.{key}: {e}") from e
         if obj._schemaURL != f["_schemaURL"]:
             raise InvalidEvent(f"{where}.{key}._schemaURL is {f['_schemaURL']!r}, expected "
                                f"{obj._schemaURL!r}")
@@ -282,7 +279,7 @@ def validate_event(event: dict[str, Any] | str) -> RunEvent:
             job=Job(namespace=job["namespace"], name=job["name"], facets=job_facets),
             inputs=datasets(InputDataset, "inputs"), outputs=datasets(OutputDataset, "outputs"))
     except (TypeError, ValueError, OverflowError) as e:
-        raise InvalidEvent(f"not a valid run event: {e}") from None
+        raise InvalidEvent(f"not a valid run event: {e}") from e
     if rebuilt.schemaURL != doc["schemaURL"]:
         raise InvalidEvent(f"schemaURL is {doc['schemaURL']!r}; this client writes run events of "
                            f"{rebuilt.schemaURL!r}")

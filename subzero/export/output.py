@@ -13,12 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from subzero.errors import SubZeroError
-
-
-class ExportError(SubZeroError):
-    """An export could not be written (the path exists, cannot be written, or the
-    format is unknown)."""
+from subzero.errors import ExportError
 
 
 def check_target(path: str | os.PathLike, force: bool) -> Path:
@@ -26,7 +21,7 @@ def check_target(path: str | os.PathLike, force: bool) -> Path:
     (unless ``force``)."""
     p = Path(path)
     if p.exists() and not force:
-        raise ExportError(f"{p} already exists; remove it or pass --force (force=True) to replace it")
+        raise ExportError(f"{p} already exists; remove it or pass `force=True` to replace it")
     parent = p.parent if str(p.parent) else Path(".")
     if parent.exists() and not parent.is_dir():
         raise ExportError(f"cannot write {p}: {parent} is not a folder")
@@ -48,7 +43,7 @@ def _replacing(p: Path) -> Iterator[Path]:
         os.replace(tmp, p)
     except OSError as e:
         _remove(tmp)
-        raise ExportError(f"cannot write {p}: {e.strerror or e}") from None
+        raise ExportError(f"cannot write {p}: {e.strerror or e}") from e
     except BaseException:
         _remove(tmp)
         raise

@@ -131,21 +131,21 @@ def read_journal(folder: Path, run_id: int) -> Resumable:
     path = Path(folder) / FILE
     try:
         lines = path.read_text().splitlines()
-    except FileNotFoundError:
+    except FileNotFoundError as err:
         raise StoreError(f"run {run_id} cannot be resumed: it has no journal ({path}); it was "
                          f"started by an older SubZero or its folder is gone. Remove it with "
-                         f"`subzero clean`") from None
+                         f"`subzero clean`") from err
     except OSError as e:
-        raise StoreError(f"run {run_id} cannot be resumed: cannot read {path}: {e}") from None
+        raise StoreError(f"run {run_id} cannot be resumed: cannot read {path}: {e}") from e
     events = []
     for k, text in enumerate(lines):
         try:
             events.append(json.loads(text))
-        except ValueError:
+        except ValueError as err:
             if k == len(lines) - 1:
                 break           # torn by the crash: not written
             raise StoreError(f"run {run_id} cannot be resumed: its journal {path} is damaged "
-                             f"at line {k + 1}") from None
+                             f"at line {k + 1}") from err
     if not events or events[0].get("event") != "begin" or events[0].get("version") != VERSION:
         raise StoreError(f"run {run_id} cannot be resumed: its journal {path} does not begin "
                          f"with a version-{VERSION} header")

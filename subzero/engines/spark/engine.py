@@ -407,7 +407,8 @@ class SparkEngine(Engine):
         try:
             dtypes = [r.dtype for r in run_members(arrays, members, False, shape, probe, False)]
         except TaskFailed as e:        # the tasks' code, run here on a corner
-            raise TaskFailure.decode(e).to_error() from None
+            err = TaskFailure.decode(e).to_error()
+            raise err from err.__cause__        # the task code's traceback
         for m, dt in zip(members, dtypes):
             arrays.create(m.name, shape, np.dtype(dt))
         widest = max(m.radius for m in members)
@@ -482,5 +483,5 @@ def _probe_dtype(name, op, arrays: ArrayStore, inputs, in_shapes, tile: Tile, ou
         raise
     except Exception as e:
         raise OperatorError(f"operator {name!r} failed on tile {tile.describe()}: "
-                            f"{type(e).__name__}: {e}") from None
+                            f"{type(e).__name__}: {e}") from e
     return np.asarray(out.data if isinstance(out, xr.DataArray) else out).dtype

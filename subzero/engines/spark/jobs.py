@@ -39,9 +39,9 @@ def raise_from_spark(e: Exception, name: str) -> NoReturn:
             hint = ("; the Spark workers cannot import it: install it where they run or put its "
                     "folder on PYTHONPATH before starting SubZero")
         raise OperatorError(f"operator {name!r} failed in a Spark task: {err}{hint} "
-                            f"[Spark engine; --engine local runs it in-process]") from e
+                            f"[Spark engine; `engine='local'` runs it in-process]") from e
     raise SparkError(f"Spark failed while running operator {name!r}: {_reason(text, e)}; "
-                     f"try --engine local{jvm_log_hint()}") from e
+                     f"try `engine='local'`{jvm_log_hint()}") from e
 
 
 #: ``on_tasks(done, total)``: a job's finished tasks, as they finish
@@ -66,7 +66,7 @@ def run_job(sc, name: str, action: Callable[[], Any], on_tasks: TaskCallback | N
                     out = action()
         except Exception as e:
             if ctrl_c.hit:
-                raise KeyboardInterrupt from None
+                raise KeyboardInterrupt from e
             raise_from_spark(e, name)
     if ctrl_c.hit:          # the job ended before the cancellation reached it
         raise KeyboardInterrupt

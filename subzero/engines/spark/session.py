@@ -23,7 +23,7 @@ from subzero.errors import SparkError
 from subzero.tuning import KEEP_JVM_LOGS, MASTER_PROBE_S
 
 JAVA_HINT = ("install Java 17+ (e.g. 'apt-get install openjdk-17-jre-headless') or set JAVA_HOME, "
-             "or run with --engine local")
+             "or run with `engine='local'`")
 
 
 def java_version() -> int | None:
@@ -71,17 +71,17 @@ def check_master(master: str, conf: Mapping[str, str] | None = None,
             if auth:
                 return
             reply = _ask(s)
-    except TimeoutError:
+    except TimeoutError as err:
         raise SparkError(f"the Spark master {master} did not answer within {timeout:g} s: is a "
-                         f"Spark master listening on port {port}? check --master or run with "
-                         f"--engine local") from None
+                         f"Spark master listening on port {port}? check `master` or run "
+                         f"with `engine='local'`") from err
     except OSError as e:
-        raise SparkError(f"cannot reach the Spark master {master}: {e.strerror or e}; check --master "
-                         f"or run with --engine local") from None
+        raise SparkError(f"cannot reach the Spark master {master}: {e.strerror or e}; check `master` "
+                         f"or run with `engine='local'`") from e
     why = _not_spark(reply)
     if why:
-        raise SparkError(f"{master} is not a Spark master: {why}; check --master (the port of a "
-                         f"standalone master is usually 7077) or run with --engine local")
+        raise SparkError(f"{master} is not a Spark master: {why}; check `master` (the port of "
+                         f"a standalone master is usually 7077) or run with `engine='local'`")
 
 
 #: Spark's transport frame: 8-byte length (counting itself), 1-byte message type, body.
@@ -146,7 +146,7 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None):
             warnings.simplefilter("ignore")
             from pyspark.sql import SparkSession
     except ImportError as e:
-        raise SparkError(f"PySpark is not installed ({e}); reinstall SubZero or use --engine local") from None
+        raise SparkError(f"PySpark is not installed ({e}); reinstall SubZero or use `engine='local'`") from e
     if master.startswith("local"):
         os.makedirs(scratch_dir(), exist_ok=True)
         java_opts += f" -Djava.io.tmpdir={scratch_dir()}"
@@ -183,7 +183,7 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None):
         said = _jvm_said(log, start)
         raise SparkError(f"could not start Spark ({master}): {first}"
                          + (f"; the JVM said: {said}" if said else "")
-                         + f" (JVM log: {log}); try --engine local") from None
+                         + f" (JVM log: {log}); try `engine='local'`") from e
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -373,7 +373,7 @@ def check_workers(spark, store: str | os.PathLike) -> None:
     except Exception as e:
         from subzero.engines.spark.failures import python_error
         raise SparkError(f"the Spark workers of {sc.master} cannot run SubZero's check: "
-                         f"{python_error(str(e)) or type(e).__name__}; {WORKER_HINT}") from None
+                         f"{python_error(str(e)) or type(e).__name__}; {WORKER_HINT}") from e
     for host, python, version, err, exists, writable in seen:
         if version is None:
             raise SparkError(f"Spark worker {host} cannot import SubZero with {python} ({err}); "
@@ -384,7 +384,7 @@ def check_workers(spark, store: str | os.PathLike) -> None:
         if not exists or not writable:
             raise SparkError(f"Spark worker {host} cannot {'see' if not exists else 'write to'} the "
                              f"store {store}: put the store on a file system every worker mounts at "
-                             f"the same path (--store)")
+                             f"the same path (`store`)")
 
 
 #: what a worker needs, said wherever one is found wanting

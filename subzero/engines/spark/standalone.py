@@ -40,7 +40,7 @@ def spark_home() -> Path:
     try:
         import pyspark
     except ImportError as e:
-        raise SparkError(f"PySpark is not installed ({e})") from None
+        raise SparkError(f"PySpark is not installed ({e})") from e
     return Path(pyspark.__file__).resolve().parent
 
 

@@ -8,7 +8,8 @@ and encodes its share of the lineage into shards named for its attempt
 the driver.  A failure is raised as :class:`~subzero.errors.TaskFailed`
 carrying a :class:`~subzero.engines.spark.failures.TaskFailure` record, so
 that Spark may retry the attempt and the driver can raise the error the
-in-process engine would.
+in-process engine would; it is raised ``from None`` because the record
+already carries the original traceback (the driver makes it the cause).
 
 Everything here is plain functions of plain data (paths, tile boxes,
 operators): they are pickled into the tasks; nothing reaches back to the
