@@ -26,4 +26,4 @@ __all__ = ["Operator", "Statistic", "ExactMedian", "ExactMAD", "Workflow", "Mode
            "Encoding", "window", "SubZeroWarning",
            "SubZeroError", "WorkflowError", "OperatorError", "LineageError", "StrategyError",
            "QueryError", "StoreError"]
-__version__ = "0.1.0"
+from subzero.version import __version__  # noqa: E402

@@ -686,12 +686,8 @@ def _run_json(store, run_id: int) -> dict:
 
 def _version() -> str:
     """The installed package's version (the source tree's when not installed)."""
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return version("subzero-lineage")
-    except PackageNotFoundError:
-        import subzero
-        return subzero.__version__
+    from subzero.version import installed_version
+    return installed_version()
 
 
 def build_parser() -> argparse.ArgumentParser:

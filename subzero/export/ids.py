@@ -28,13 +28,8 @@ VOCABULARY = f"{PROJECT_URL}/ns/"
 
 def version() -> str:
     """The installed SubZero's version (the source tree's when not installed)."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
-    try:
-        return installed("subzero-lineage")
-    except PackageNotFoundError:
-        import subzero
-        return subzero.__version__
+    from subzero.version import installed_version
+    return installed_version()
 
 
 def producer() -> str:

@@ -342,13 +342,14 @@ def ship_workflow_modules(wf=None, extra=()) -> None:
 
 
 def _probe_worker(store: str, _):
-    """Run on an executor: who it is and what it sees.  Imports SubZero itself, so a
-    worker whose Python lacks it answers with the import error, not a crash."""
+    """Run on an executor: who it is and what it sees.  Imports SubZero itself (its
+    version module runs the package's ``__init__`` first), so a worker whose Python
+    lacks it answers with the import error, not a crash."""
     import os as _os
     import socket as _socket
     import sys as _sys
     try:
-        import subzero as _sz
+        import subzero.version as _sz
         version, err = getattr(_sz, "__version__", "?"), ""
     except Exception as e:          # noqa: BLE001 - reported to the user as it is
         version, err = None, f"{type(e).__name__}: {e}"
@@ -361,7 +362,7 @@ def check_workers(spark, store: str | os.PathLike) -> None:
     version) and see the store folder, writable.  One small job; a wrong worker is one
     line naming the host and what to do.  Local mode needs no check (the executors
     are this process's JVM and this Python)."""
-    import subzero
+    from subzero.version import __version__
     sc = spark.sparkContext
     if str(sc.master).startswith("local"):
         return
@@ -378,9 +379,9 @@ def check_workers(spark, store: str | os.PathLike) -> None:
         if version is None:
             raise SparkError(f"Spark worker {host} cannot import SubZero with {python} ({err}); "
                              f"{WORKER_HINT}")
-        if version != subzero.__version__:
+        if version != __version__:
             raise SparkError(f"Spark worker {host} runs SubZero {version} ({python}), the driver "
-                             f"{subzero.__version__}; install the same version on every worker")
+                             f"{__version__}; install the same version on every worker")
         if not exists or not writable:
             raise SparkError(f"Spark worker {host} cannot {'see' if not exists else 'write to'} the "
                              f"store {store}: put the store on a file system every worker mounts at "
