@@ -1,15 +1,18 @@
 """SubZero: fine-grained region lineage for array workflows."""
 
-from subzero.api import Run, Store, open_store
+from subzero.api import Run, RunOptions, Store, open_store
 from subzero.errors import (
-                           LineageError,
-                           OperatorError,
-                           QueryError,
-                           StoreError,
-                           StrategyError,
-                           SubZeroError,
-                           SubZeroWarning,
-                           WorkflowError,
+    CodeError,
+    LineageError,
+    OperatorError,
+    QueryError,
+    SetupError,
+    StoreError,
+    StrategyError,
+    SubZeroError,
+    SubZeroWarning,
+    UsageError,
+    WorkflowError,
 )
 from subzero.model.cells import window
 from subzero.model.modes import Mode
@@ -18,12 +21,12 @@ from subzero.model.statistic import ExactMAD, ExactMedian, Statistic
 from subzero.model.strategy import Direction, Encoding, Strategy
 from subzero.model.workflow import Node, Workflow, load_workflow
 from subzero.query.trace import TraceResult
+from subzero.version import __version__
 
 __all__ = ["Operator", "Statistic", "ExactMedian", "ExactMAD", "Workflow", "Mode", "Node", "Tiling", "ELEMENTWISE",
            "AGGREGATE", "COMPONENTS", "GATHER",
            "GLOBAL", "stencil",
-           "Store", "Run", "open_store", "load_workflow", "TraceResult", "Strategy", "Direction",
+           "Store", "Run", "RunOptions", "open_store", "load_workflow", "TraceResult", "Strategy", "Direction",
            "Encoding", "window", "SubZeroWarning",
            "SubZeroError", "WorkflowError", "OperatorError", "LineageError", "StrategyError",
-           "QueryError", "StoreError"]
-from subzero.version import __version__  # noqa: E402
+           "QueryError", "StoreError", "UsageError", "CodeError", "SetupError", "__version__"]
