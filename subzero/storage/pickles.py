@@ -24,6 +24,8 @@ from typing import Any
 
 import cloudpickle
 
+from subzero.model.workflow import Workflow
+
 FILE = "workflow.pkl"
 
 #: modules of the core that moved into subpackages (old name -> new name); the
@@ -54,11 +56,11 @@ def current_module(name: str) -> str:
 
 
 class _Unpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> Any:
         return super().find_class(current_module(module), name)
 
 
-def save_workflow(wf, run_dir: Path) -> bool:
+def save_workflow(wf: Workflow, run_dir: Path) -> bool:
     """Write ``workflow.pkl``; False when the operators cannot be pickled (traces
     then reload the workflow from its source file)."""
     mods = [m for n, m in list(sys.modules.items()) if n.startswith("subzero_wf_")]
@@ -82,8 +84,9 @@ def save_workflow(wf, run_dir: Path) -> bool:
                 pass
 
 
-def load_workflow_pickle(data: bytes):
-    """The workflow of a ``workflow.pkl`` (cloudpickle's format is pickle's)."""
+def load_workflow_pickle(data: bytes) -> Any:
+    """The workflow of a ``workflow.pkl`` (cloudpickle's format is pickle's; what it
+    unpickles is whatever was pickled, so its type is the caller's to check)."""
     return _Unpickler(io.BytesIO(data)).load()
 
 
