@@ -117,16 +117,20 @@ class LineageSource(Protocol):
     environment (:class:`~subzero.storage.lineage.LineageStore`) or one shard
     (:class:`~subzero.storage.shards.ShardStore`)."""
 
-    #: the file the values live in (named in errors)
     @property
-    def file(self) -> Path: ...
-
-    #: the folder the store's files are in
-    @property
-    def path(self) -> Path: ...
+    def file(self) -> Path:
+        """The file the values live in (named in errors)."""
+        ...
 
     @property
-    def env(self) -> ReadEnv: ...
+    def path(self) -> Path:
+        """The folder the store's files are in (a sharded record names shards in it)."""
+        ...
+
+    @property
+    def env(self) -> ReadEnv:
+        """Where read transactions are begun."""
+        ...
 
     def database(self, name: bytes, create: bool = False) -> Any:
         """The handle of sub-database ``name`` for :meth:`ReadEnv.begin` (None when
