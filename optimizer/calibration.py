@@ -316,7 +316,7 @@ def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
     """Run the calibration benchmark; returns the calibration (not yet stored).
 
     ``progress``: a bar with the time left on stderr (see :class:`Progress`)."""
-    import subzero      # the public API: the optimizer is its client
+    import subzero  # the public API: the optimizer is its client
     t0 = time.perf_counter()
     prog = Progress.of(progress)
     tmp = Path(tempfile.mkdtemp(prefix="subzero-calibration-"))

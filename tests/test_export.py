@@ -134,7 +134,7 @@ def test_netcdf_mask_keeps_int64_coordinates_and_text(run, tmp_path, monkeypatch
                             coords={"t": np.array([0, 1, 2], np.int64) * 10 ** 12},
                             attrs={"COMMENT": "5° field", "NESTED": {"a": 1}, "dtype": "float64"})
     cs = CellSet.of_ids(np.array([1, 6]), (3, 4))
-    res = TraceResult(run.id, "a", "b", "forward", cs, [], 0.0, _like=lambda: labelled.rename("b"))
+    res = TraceResult(run.id, "a", "b", "forward", cs, [], 0.0, open_target=lambda: labelled.rename("b"))
     with xr.open_dataset(export.write_mask(res, tmp_path / "m.nc"), chunks={}) as ds:
         var = ds["b_lineage"]
         assert var.dtype == bool and isinstance(var.data, dask.array.Array)

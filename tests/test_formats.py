@@ -13,6 +13,7 @@ from conftest import EXAMPLE
 
 import subzero
 import subzero.storage.lineage as ls
+import subzero.storage.metadata as metadata
 from subzero import Mode, Operator, Workflow
 from subzero.capture.buffer import Pairs
 from subzero.errors import StoreError, SubZeroWarning
@@ -41,7 +42,7 @@ def _rewrite_meta(lineage_dir, op, strategy, edit):
     lin = ls.LineageStore(lineage_dir)
     try:
         name = f"{op}|{strategy}".encode()
-        db = lin._db(name, create=False)
+        db = lin.database(name, create=False)
         with lin.env.begin(write=True, db=db) as txn:
             meta = decode_record(txn.get(ls.META), db=name)
             edit(meta)
@@ -52,7 +53,7 @@ def _rewrite_meta(lineage_dir, op, strategy, edit):
 
 def _as_legacy(meta):
     """Format 1: no format number, no key_bits (2**14-cell key blocks); the store must
-    have been written in format 2 (``ls.WRITE_FORMAT``: no checksums)."""
+    have been written in format 2 (``metadata.WRITE_FORMAT``: no checksums)."""
     assert meta.pop("format") == 2
     for sp in meta["spaces"].values():
         assert sp.pop("key_bits") == LEGACY_KEY_BITS
@@ -149,7 +150,7 @@ def test_lineage_store_in_the_old_format_answers_exactly(store, monkeypatch, str
     no key_bits) answers every trace as re-execution does, through the stored lineage."""
     a = np.arange(150 * 150, dtype=float).reshape(150, 150)
     monkeypatch.setattr(ls, "KEY_BITS", LEGACY_KEY_BITS)
-    monkeypatch.setattr(ls, "WRITE_FORMAT", 2)
+    monkeypatch.setattr(metadata, "WRITE_FORMAT", 2)
     old = store.run(_fan_workflow(), inputs={"a": a}, strategies={"fan": strategy})
     monkeypatch.undo()
     _rewrite_meta(old.dir / "lineage", "fan", strategy, _as_legacy)
@@ -193,7 +194,7 @@ def test_append_to_an_old_format_store_keeps_its_key_blocks(tmp_path, monkeypatc
     in_b = rng.integers(0, n, 2 * len(out_b))
     lin = ls.LineageStore(tmp_path / "lineage")
     monkeypatch.setattr(ls, "KEY_BITS", LEGACY_KEY_BITS)
-    monkeypatch.setattr(ls, "WRITE_FORMAT", 2)
+    monkeypatch.setattr(metadata, "WRITE_FORMAT", 2)
     lin.write("op", s, _pairs(out_a, in_a, 2), shape, [shape])
     monkeypatch.undo()
     lin.close()
@@ -213,6 +214,43 @@ def test_append_to_an_old_format_store_keeps_its_key_blocks(tmp_path, monkeypatc
                                      in_b.reshape(-1, 2)[flat[out_b]].ravel()]))
     assert np.array_equal(np.unique(cells), want)
     lin.close()
+
+
+def test_sharded_record_says_so_and_one_written_before_the_key_still_reads(tmp_path):
+    """A sharded (format-4) record carries ``sharded``; one written before that key
+    existed is sharded by its format number and reads the same; an unsharded format
+    claiming shards is damage, not a reason to read blocks that are not there."""
+    from subzero.storage.lineage import commit_shard_files, write_shard
+    s = parse_one("full:fullone:backward")
+    shape = (8, 6)
+    lin = ls.LineageStore(tmp_path / "lineage")
+    written = [write_shard(lin.path, f"t{k}", 1, "op", s,
+                           _pairs(np.arange(24 * k, 24 * k + 24), np.arange(24 * k, 24 * k + 24), 1),
+                           shape, [shape]) for k in range(2)]
+    lin.commit_shards("op", s, shape, [shape], commit_shard_files(lin.path, "op", s,
+                                                                  [w.meta for w in written]))
+    q = CellSet.of_ids(np.array([3, 30, 47]), shape)
+    want = lin.reader("op", s).records("b", lin.reader("op", s).lookup("b", q), ["v0"])["v0"][0]
+    lin.close()
+    name = f"op|{s}".encode()
+    lin = ls.LineageStore(tmp_path / "lineage")
+    with lin.env.begin(db=lin.database(name)) as txn:
+        record = decode_record(txn.get(ls.META), db=name)
+    lin.close()
+    assert record["format"] == metadata.SHARDED_FORMAT and record["sharded"] is True
+
+    def before_the_key(meta):
+        del meta["sharded"]
+    _rewrite_meta(tmp_path / "lineage", "op", str(s), before_the_key)
+    lin = ls.LineageStore(tmp_path / "lineage", readonly=True)
+    r = lin.reader("op", s)
+    assert r.meta.sharded and r.meta.version == metadata.SHARDED_FORMAT and len(r.meta.shards) == 2
+    assert np.array_equal(r.records("b", r.lookup("b", q), ["v0"])["v0"][0], want)
+    lin.close()
+    plain = StrategyMeta.new(s, shape, [shape]).to_json()
+    assert "sharded" not in plain and StrategyMeta.from_json(plain).sharded is False
+    with pytest.raises(CorruptLineage, match="malformed metadata .sharded True in format 3"):
+        StrategyMeta.from_json({**plain, "sharded": True, "shards": []})
 
 
 def test_newer_lineage_format_falls_back_to_reexecution_with_a_warning(store):

@@ -15,6 +15,7 @@ import pytest
 
 import subzero
 import subzero.storage.lineage as ls
+import subzero.storage.metadata as metadata
 from subzero import Mode, Operator, Workflow
 from subzero.errors import QueryError, SubZeroWarning
 from subzero.model.strategy import parse_one
@@ -81,7 +82,7 @@ def _values(run, strategy) -> dict[bytes, bytes]:
     """Every stored value of one strategy, by key."""
     lin = ls.LineageStore(run.dir / "lineage", readonly=True)
     try:
-        db = lin._db(lin.db_name("fan", parse_one(strategy)), create=False)
+        db = lin.database(lin.db_name("fan", parse_one(strategy)), create=False)
         with lin.env.begin(db=db) as txn:
             return dict(txn.cursor().iternext())
     finally:
@@ -163,7 +164,7 @@ def test_a_scan_against_the_stored_direction_checks_every_key_block(store, strat
     kblocks = sorted(k for k in values if b"\x00K" in k)
     lin = ls.LineageStore(run.dir / "lineage")
     name = lin.db_name("fan", parse_one(strategy))
-    with lin.env.begin(write=True, db=lin._db(name, create=False)) as txn:
+    with lin.env.begin(write=True, db=lin.database(name, create=False)) as txn:
         txn.delete(kblocks[len(kblocks) // 2])
     lin.close()
     other = strategy.replace("backward", "x").replace("forward", "backward").replace("x", "forward")
@@ -188,7 +189,7 @@ def test_a_key_block_lost_from_the_btree_is_damage_not_missing_cells(store, stra
     values = _values(run, strategy)
     lin = ls.LineageStore(run.dir / "lineage")
     name = lin.db_name("fan", parse_one(strategy))
-    with lin.env.begin(write=True, db=lin._db(name, create=False)) as txn:
+    with lin.env.begin(write=True, db=lin.database(name, create=False)) as txn:
         for k in values:
             if b"\x00K" in k:
                 txn.delete(k)
@@ -205,7 +206,7 @@ def test_a_value_under_another_key_fails_its_checksum(store):
     r0, r1 = sorted(k for k in values if b"\x00R" in k)[:2]
     lin = ls.LineageStore(run.dir / "lineage")
     name = lin.db_name("fan", parse_one(strategy))
-    with lin.env.begin(write=True, db=lin._db(name, create=False)) as txn:
+    with lin.env.begin(write=True, db=lin.database(name, create=False)) as txn:
         txn.put(r0, values[r1])
         txn.put(r1, values[r0])
     lin.close()
@@ -259,7 +260,7 @@ def test_metadata_without_its_seal_is_damage_not_an_older_format(store):
     run = _run(store, strategy)
     lin = ls.LineageStore(run.dir / "lineage")
     name = lin.db_name("fan", parse_one(strategy))
-    with lin.env.begin(write=True, db=lin._db(name, create=False)) as txn:
+    with lin.env.begin(write=True, db=lin.database(name, create=False)) as txn:
         d = decode_record(txn.get(META), db=name)
         import json
         txn.put(META, json.dumps(d).encode())
@@ -313,7 +314,7 @@ def test_fallback_order_keeps_each_group_in_its_order():
                                       "comp:payone:backward", "pay:paymany:forward"])
 def test_a_store_written_before_checksums_still_traces(store, monkeypatch, strategy):
     """Format 2 (no checksums) is read unchecked, exactly as before."""
-    monkeypatch.setattr(ls, "WRITE_FORMAT", 2)
+    monkeypatch.setattr(metadata, "WRITE_FORMAT", 2)
     run = _run(store, strategy)
     monkeypatch.undo()
     lin = ls.LineageStore(run.dir / "lineage", readonly=True)

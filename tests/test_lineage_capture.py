@@ -224,14 +224,15 @@ def test_key_block_size_of_an_older_store_is_kept(store, monkeypatch):
     import json
 
     import subzero.storage.lineage as ls
+    import subzero.storage.metadata as metadata
     a = np.arange(150 * 150, dtype=float).reshape(150, 150)
     for strategy in ("full:fullone:backward", "full:fullone:forward"):
         monkeypatch.setattr(ls, "KEY_BITS", 14)
-        monkeypatch.setattr(ls, "WRITE_FORMAT", 2)        # before checksums (format 3)
+        monkeypatch.setattr(metadata, "WRITE_FORMAT", 2)        # before checksums (format 3)
         old = store.run(_fan_workflow(), inputs={"a": a}, strategies={"fan": strategy})
         monkeypatch.undo()
         lin = ls.LineageStore(old.dir / "lineage")
-        db = lin._db(f"fan|{strategy}".encode(), create=False)
+        db = lin.database(f"fan|{strategy}".encode(), create=False)
         with lin.env.begin(write=True, db=db) as txn:     # as an older version wrote it
             meta = json.loads(txn.get(ls.META))
             assert meta.pop("format") == 2                # format 1 had no number ...

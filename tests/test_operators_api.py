@@ -116,6 +116,40 @@ def test_operators_pickle():
         assert [back.is_all_to_all(i) for i in range(2)] == [op.is_all_to_all(i) for i in range(2)]
 
 
+def test_tiling_kinds_are_an_enum_that_reads_as_its_name():
+    """``Tiling.kind`` is a TilingKind, equal to its name (code that compares with strings
+    keeps working); a name is accepted, an unknown one refused; a pickle made when the
+    kind was a string loads as the enum."""
+    from subzero.model.operator import Tiling, TilingKind
+    assert subzero.stencil(2).kind is TilingKind.STENCIL and subzero.stencil(2).kind == "stencil"
+    assert Tiling("aggregate") == subzero.AGGREGATE and Tiling("aggregate").kind is TilingKind.AGGREGATE
+    assert f"{subzero.GLOBAL.kind}" == "global" and subzero.ELEMENTWISE.kind.tile_local
+    with pytest.raises(ValueError, match="unknown tiling 'diagonal'"):
+        Tiling("diagonal")
+    made_before = object.__new__(Tiling)            # as pickled when the kind was a str
+    made_before.__dict__.update(kind="stencil", radius=3)
+    old = pickle.dumps(made_before)
+    assert b"TilingKind" not in old
+    back = pickle.loads(old)
+    assert back.kind is TilingKind.STENCIL and back.radius == 3 and back == subzero.stencil(3)
+
+
+def test_what_the_engines_check_an_operator_can_do_are_protocols():
+    """Aggregation, gathering and labelling are declared as protocols: the built-in
+    operators that declare those tilings implement them, the others do not."""
+    from subzero.model.operator import Aggregating, Gathering, Labelling, TilingKind
+
+    class Stars(O.ConnectedComponents):
+        def foreground(self, values, stat):
+            return values > 0
+
+    assert O.Sum().tiling.kind is TilingKind.AGGREGATE and isinstance(O.Sum(), Aggregating)
+    assert O.Slice(np.s_[1:]).tiling.kind is TilingKind.GATHER and isinstance(O.Slice(np.s_[1:]), Gathering)
+    assert Stars().tiling.kind is TilingKind.COMPONENTS and isinstance(Stars(), Labelling)
+    for op in (O.Abs(), O.Convolve(K), subzero.Operator()):
+        assert not isinstance(op, (Aggregating, Gathering, Labelling)), op
+
+
 def test_every_export_is_a_documented_operator():
     for name in O.__all__:
         obj = getattr(O, name)

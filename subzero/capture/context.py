@@ -13,7 +13,7 @@ or that many cells of a 1-D output) is kept as a copy and replayed then.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ from subzero.capture.buffer import LineageBuffer, Pairs, _ragged
 from subzero.errors import LineageError
 from subzero.model.cells import as_cells
 from subzero.model.modes import Mode
+from subzero.model.operator import Operator
 
 
 class Context:
@@ -34,11 +35,19 @@ class Context:
     ``output_guessed``: ``output_shape`` is the engine's guess, not the
     operator's declaration (see the module docstring); :meth:`finish` then
     settles the real shape.
+
+    ``array_shape``: the whole output array's shape when the operator runs per
+    tile (:attr:`array_shape`).  ``statistic``: how :attr:`statistic` gets the
+    value of the operator's declared statistic, called once, on first use (the
+    engine's value computed over the tiles, or a computation over the whole
+    input: :func:`subzero.capture.runner.statistic_source`); None when it declares none.
     """
 
-    def __init__(self, name: str, operator, modes=frozenset(), input_shapes=(),
-                 output_shape=None, buffer: LineageBuffer | None = None,
-                 tile_origin: Sequence[int] | None = None, output_guessed: bool = False):
+    def __init__(self, name: str, operator: Operator, modes: Iterable[Mode] = frozenset(),
+                 input_shapes: Sequence[Sequence[int]] = (), output_shape: Sequence[int] | None = None,
+                 buffer: LineageBuffer | None = None, tile_origin: Sequence[int] | None = None,
+                 output_guessed: bool = False, array_shape: Sequence[int] | None = None,
+                 statistic: Callable[[], Any] | None = None):
         self.name = name
         self.operator = operator
         self.modes = frozenset(modes)
@@ -50,8 +59,8 @@ class Context:
         self.buffer = buffer
         self.lwrite_seconds = 0.0
         self._origin = tuple(int(x) for x in tile_origin) if tile_origin is not None else None
-        self._array_shape: tuple[int, ...] | None = None
-        self._statistic: Callable[[], Any] | None = None
+        self._array_shape = tuple(int(x) for x in array_shape) if array_shape is not None else None
+        self._statistic = statistic
         self._statistic_value: Any = None
         self._supported: set[Mode] | None = None
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -22,17 +23,25 @@ from subzero.model.strategy import Strategy, modes_needed
 NOT_GIVEN: Any = object()      # run_operator's statistic was not computed by the engine
 
 
-def _plain(value) -> np.ndarray:
+def _plain(value: Any) -> np.ndarray:
     return np.asarray(value.data if isinstance(value, xr.DataArray) else value)
 
 
-def attach_statistic(ctx: Context, op, inputs: list, statistic: Any = NOT_GIVEN) -> None:
-    """Give ``ctx`` the operator's statistic: the engine's value when it computed
-    one over tiles, else computed from ``inputs`` (the whole arrays) on first use."""
+def _known(value: Any) -> Any:
+    return value
+
+
+def statistic_source(op: Operator, inputs: Sequence[Any], statistic: Any = NOT_GIVEN,
+                     ) -> Callable[[], Any] | None:
+    """How ``ctx.statistic`` gets the operator's statistic (the ``statistic`` argument
+    of :class:`Context`): the engine's value when it computed one over tiles, else
+    computed from ``inputs`` (the whole arrays) on first use; None when the operator
+    declares none."""
     if statistic is not NOT_GIVEN:
-        ctx._statistic_value = statistic
-    elif getattr(op, "statistic", None) is not None and inputs:
-        ctx._statistic = partial(whole, op.statistic, _plain(inputs[0]))
+        return partial(_known, statistic)
+    if op.statistic is not None and inputs:
+        return partial(whole, op.statistic, _plain(inputs[0]))
+    return None
 
 
 def array_context(name: str, op, modes, in_shapes: list[Shape], out_shape: Shape) -> Context:
@@ -99,9 +108,8 @@ def run_operator(name: str, op, inputs: list, strategies: tuple[Strategy, ...],
     buf = LineageBuffer(name, len(inputs), None if guessed or declared is None else len(declared),
                         [len(s) for s in in_shapes]) if modes else None
     ctx = Context(name, op, modes, in_shapes, declared, buf, tile_origin=origin,
-                  output_guessed=guessed)
-    ctx._array_shape = tuple(array_shape) if array_shape is not None else None
-    attach_statistic(ctx, op, inputs, statistic)
+                  output_guessed=guessed, array_shape=array_shape,
+                  statistic=statistic_source(op, inputs, statistic))
     try:
         out = op.run(ctx, *inputs)
     except SubZeroError:
@@ -137,7 +145,7 @@ def run_tile(name: str, op, ins: list, strategies: tuple[Strategy, ...], capture
     ``ctx`` describes the tile (its shapes), as the operator would see a small array.
     An operator with a ``statistic`` needs the whole array's value (``statistic``):
     the tile's own would differ."""
-    if statistic is NOT_GIVEN and getattr(op, "statistic", None) is not None:
+    if statistic is NOT_GIVEN and op.statistic is not None:
         raise OperatorError(f"operator {name!r} declares a statistic: its tiles need the whole "
                             f"array's value, computed before they run")
     t0 = time.perf_counter()

@@ -19,6 +19,7 @@ import numpy as np
 
 from subzero.capture.buffer import Pairs
 from subzero.model.cells import csr_rows, lengths_to_offsets, pack, unpack
+from subzero.model.operator import Operator, TilingKind
 from subzero.tuning import HALO_TILE_RATIO
 
 Shape = tuple[int, ...]
@@ -80,11 +81,11 @@ def task_tile(tile: int, halo: int) -> int:
     return tile * min(4, max(1, -(-halo * HALO_TILE_RATIO // tile)))
 
 
-def tile_plan(op, in_shapes: Sequence[Shape]) -> int | None:
+def tile_plan(op: Operator, in_shapes: Sequence[Shape]) -> int | None:
     """The halo radius when the operator can run per tile, else None (global): declared
     elementwise or stencil, inputs all of one shape, output (when declared) of that shape."""
-    kind = getattr(op.tiling, "kind", "global")
-    if kind not in ("elementwise", "stencil") or not in_shapes:
+    kind = op.tiling.kind
+    if not kind.tile_local or not in_shapes:
         return None
     if any(tuple(s) != tuple(in_shapes[0]) and not one_cell(s) for s in in_shapes[1:]):
         return None
@@ -94,7 +95,7 @@ def tile_plan(op, in_shapes: Sequence[Shape]) -> int | None:
         declared = None
     if declared is not None and tuple(declared) != tuple(in_shapes[0]):
         return None
-    return int(op.tiling.radius) if kind == "stencil" else 0
+    return int(op.tiling.radius) if kind is TilingKind.STENCIL else 0
 
 
 def one_cell(shape: Shape) -> bool:

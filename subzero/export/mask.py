@@ -1,12 +1,10 @@
-"""A trace's answer as a labelled mask: an xarray DataArray, a Zarr store, a NetCDF file.
+"""A trace's answer as a labelled mask on disk: a Zarr store, a NetCDF file.
 
-The mask has the target array's shape, dims and coordinates, so a lab's own
-tools line it up with the data by label (``data.where(mask)``, a sky region
-by world coordinates, a genomics slice by sample name).  The target's attrs
-come along (a FITS header with its WCS keywords still describes where the
-cells are) except those that describe the target's *values* (units, scaling,
-fill values), which would misdescribe a boolean mask; ``subzero_*`` attrs say
-which query it answers.
+The mask itself is the query result's (:meth:`TraceResult.to_xarray
+<subzero.query.trace.TraceResult.to_xarray>`, built in :mod:`subzero.query.mask`):
+the target array's shape, dims, coordinates and attrs (except those describing its
+values), and ``subzero_*`` attrs saying which query it answers.  This module
+writes it so that xarray and dask open it lazily, and other readers too.
 """
 
 from __future__ import annotations
@@ -20,61 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import xarray as xr
 
-from subzero.export import regions
 from subzero.export.output import ExportError, write_atomic
 from subzero.tuning import DEFAULT_TILE
 
 if TYPE_CHECKING:
     from subzero.query.trace import TraceResult
 
-#: attrs of the target that describe its values, not its cells: not copied to the mask
-VALUE_ATTRS = frozenset({
-    "units", "standard_name", "long_name", "scale_factor", "add_offset", "_FillValue",
-    "missing_value", "valid_min", "valid_max", "valid_range", "flag_values", "flag_masks",
-    "flag_meanings", "dtype", "BUNIT", "BSCALE", "BZERO", "BLANK", "DATAMIN", "DATAMAX"})
-
 #: mask suffixes and the writer each selects
 MASK_SUFFIXES = (".zarr", ".nc")
-
-
-def query_attrs(result: TraceResult) -> dict[str, Any]:
-    """What the mask answers, as flat attrs every format can store (str and int)."""
-    start = regions.spec(result.query) if result.query is not None else "unknown"
-    n_start = len(result.query) if result.query is not None else -1
-    steps = "; ".join(f"{s.op}:{s.input} {s.direction} {s.method}" for s in result.steps)
-    return {
-        "long_name": f"cells of {result.target} in the {result.direction} lineage of "
-                     f"{start} of {result.start} (SubZero run {result.run_id})",
-        "subzero_run": int(result.run_id), "subzero_from": result.start,
-        "subzero_cells": start, "subzero_start_count": int(n_start),
-        "subzero_to": result.target, "subzero_direction": str(result.direction),
-        "subzero_steps": steps, "subzero_count": int(len(result))}
-
-
-def labelled(result: TraceResult, name: str | None = None) -> xr.DataArray:
-    """:meth:`TraceResult.to_xarray`: the boolean mask, labelled (see the module doc)."""
-    like = result._like() if result._like is not None else None
-    if like is not None and result._grid is not None:    # labels derived for numpy outputs
-        from subzero.coords import with_grid
-        like = with_grid(like, result._grid(result.target))
-    mask = result.cellset.bitmap()
-    if like is None:
-        dims: tuple[Any, ...] = tuple(f"dim_{k}" for k in range(mask.ndim))
-        coords: Any = None
-        attrs: dict[str, Any] = {}
-    else:
-        if tuple(like.shape) != tuple(mask.shape):
-            raise ExportError(f"array {result.target!r} has shape {tuple(like.shape)} but the "
-                              f"trace's answer has shape {tuple(mask.shape)}")
-        dims, coords = like.dims, like.coords
-        attrs = {k: v for k, v in like.attrs.items() if k not in VALUE_ATTRS}
-    da = xr.DataArray(mask, dims=dims, coords=coords, name=name or f"{result.target}_lineage",
-                      attrs={**attrs, **query_attrs(result)})
-    for c in da.coords:
-        da[c].encoding = {}
-    return da
 
 
 def _portable(attrs: dict[str, Any]) -> dict[str, Any]:

@@ -5,19 +5,22 @@ consecutive cells in C order (``[first cell id, length]`` pairs, the id being
 the cell's position in the flattened array): a box of an image is one run per
 row, a star a handful.  A region with too many runs for a metadata record
 (:data:`subzero.tuning.MAX_RUNS`) keeps its count and bounding box and says how
-many runs it has (``truncated``); the mask formats carry every cell.
+many runs it has (``truncated``); the mask formats carry every cell.  The
+``cells`` text is the region in the ``--cells`` syntax
+(:func:`subzero.model.cellset.spec`).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from subzero.model.cells import unpack
-from subzero.model.cellset import CellSet
+from subzero.model.cellset import CellSet, box_text, is_box, spec
 from subzero.tuning import MAX_RUNS
+
+__all__ = ["MAX_RUNS", "box_text", "from_runs", "is_box", "runs", "spec", "summary"]
 
 
 def runs(cs: CellSet) -> np.ndarray:
@@ -31,30 +34,6 @@ def runs(cs: CellSet) -> np.ndarray:
     starts = np.concatenate(([0], breaks))
     ends = np.concatenate((breaks, [ids.size]))
     return np.stack([ids[starts], ends - starts], axis=1).astype(np.int64)
-
-
-def is_box(cs: CellSet) -> bool:
-    """Whether the region fills its bounding box."""
-    box = cs.bounds()
-    return box is not None and len(cs) == math.prod(b - a for a, b in zip(*box))
-
-
-def box_text(box: tuple[tuple[int, ...], tuple[int, ...]]) -> str:
-    """A box in the ``--cells`` syntax (half-open, like Python slices): ``10:20,30:40``."""
-    return ",".join(f"{a}:{b}" for a, b in zip(*box))
-
-
-def spec(cs: CellSet, limit: int = 16) -> str:
-    """The region in the ``--cells`` syntax when that is short (one cell, a few cells,
-    a box), else ``N cells in box a:b,c:d``: a person can read it and re-ask it."""
-    box = cs.bounds()
-    if box is None:
-        return "no cells"
-    if len(cs) == 1 or (len(cs) <= limit and not is_box(cs)):
-        return ";".join(",".join(str(int(x)) for x in c) for c in cs.cells())
-    if is_box(cs):
-        return box_text(box)
-    return f"{len(cs)} cells in box {box_text(box)}"
 
 
 def summary(cs: CellSet, array: str, max_runs: int = MAX_RUNS) -> dict[str, Any]:

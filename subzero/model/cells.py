@@ -12,13 +12,14 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from subzero.errors import QueryError
 
 Shape = tuple[int, ...]
 
 
-def as_cells(cells, ndim: int | None = None) -> np.ndarray:
+def as_cells(cells: ArrayLike, ndim: int | None = None) -> np.ndarray:
     """Normalise a tuple, list of tuples or array to an ``(N, ndim)`` int64 array.
 
     Raises ValueError (callers turn it into an error in the user's terms).

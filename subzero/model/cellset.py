@@ -235,3 +235,28 @@ class CellSet:
 
     def __repr__(self) -> str:
         return f"CellSet({len(self)} of {self.size} cells, {self.form}, shape {self.shape})"
+
+
+# -- a set in the ``--cells`` syntax (what :func:`~subzero.model.cells.parse_spec` reads) ------
+def is_box(cs: CellSet) -> bool:
+    """Whether the set fills its bounding box."""
+    box = cs.bounds()
+    return box is not None and len(cs) == math.prod(b - a for a, b in zip(*box))
+
+
+def box_text(box: tuple[tuple[int, ...], tuple[int, ...]]) -> str:
+    """A box in the ``--cells`` syntax (half-open, like Python slices): ``10:20,30:40``."""
+    return ",".join(f"{a}:{b}" for a, b in zip(*box))
+
+
+def spec(cs: CellSet, limit: int = 16) -> str:
+    """The set in the ``--cells`` syntax when that is short (one cell, a few cells,
+    a box), else ``N cells in box a:b,c:d``: a person can read it and re-ask it."""
+    box = cs.bounds()
+    if box is None:
+        return "no cells"
+    if len(cs) == 1 or (len(cs) <= limit and not is_box(cs)):
+        return ";".join(",".join(str(int(x)) for x in c) for c in cs.cells())
+    if is_box(cs):
+        return box_text(box)
+    return f"{len(cs)} cells in box {box_text(box)}"

@@ -11,52 +11,197 @@ output cell depends on every input cell.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from subzero.model.grid import Grid
 from subzero.model.modes import Mode
-from subzero.model.statistic import Statistic
+from subzero.model.statistic import Box, Statistic
+
+
+class TilingKind(StrEnum):
+    """How an operator can be split over tiles (see :class:`Tiling`).  A ``str``
+    enum: a kind compares equal to its name (``TilingKind.AGGREGATE == "aggregate"``)."""
+
+    #: tile-local: an output tile depends on the same tile of every input
+    ELEMENTWISE = "elementwise"
+    #: tile-local with a halo of ``Tiling.radius`` cells
+    STENCIL = "stencil"
+    #: a whole-array reduction combined from per-tile partial results (:class:`Aggregating`)
+    AGGREGATE = "aggregate"
+    #: connected regions of a foreground mask, labelled per tile and merged (:class:`Labelling`)
+    COMPONENTS = "components"
+    #: structural: an output tile reads the input box its cells come from (:class:`Gathering`)
+    GATHER = "gather"
+    #: needs the whole array
+    GLOBAL = "global"
+
+    @property
+    def tile_local(self) -> bool:
+        """Whether an output tile is computed from the same tile of the inputs (plus a
+        halo): the operator can run, and re-run, tile by tile."""
+        return self in (TilingKind.ELEMENTWISE, TilingKind.STENCIL)
 
 
 @dataclass(frozen=True)
 class Tiling:
-    """How an operator can be split over tiles (used by the Spark engine).
+    """How an operator can be split over tiles (used by the engines and by tile
+    re-execution).
 
-    kind: ``"elementwise"`` (tile-local), ``"stencil"`` (tile-local with a halo
+    kind: a :class:`TilingKind` (its name as a string is accepted):
+    ``"elementwise"`` (tile-local), ``"stencil"`` (tile-local with a halo
     of ``radius`` cells), ``"aggregate"`` (a whole-array reduction combined from
     per-tile partial results: the operator implements ``partial(*tiles)``,
     ``merge(a, b)`` and ``finish(state)``, and ``merge`` must make the result
-    independent of the tiling), ``"components"`` (connected regions of a
-    foreground mask, labelled per tile and merged across tile borders: see
-    :class:`subzero.operators.components.ConnectedComponents`), ``"gather"``
+    independent of the tiling: :class:`Aggregating`), ``"components"`` (connected
+    regions of a foreground mask, labelled per tile and merged across tile
+    borders: :class:`Labelling`, as
+    :class:`subzero.operators.components.ConnectedComponents` is), ``"gather"``
     (structural: each cell of the output is one cell of the input, so a tile
     of the output reads the box of the input its cells come from; the operator
     implements ``input_box(out_box, in_shape)``, ``gather(block, box, out_box,
     in_shape)`` and, for stored Full lineage, ``emit_tile(ctx, out_box)``, as
-    :class:`subzero.operators.Slice` does) or
+    :class:`subzero.operators.Slice` does: :class:`Gathering`) or
     ``"global"`` (needs the whole array).
     """
 
-    kind: str = "global"
+    kind: TilingKind = TilingKind.GLOBAL
     radius: int = 0
 
-    def __post_init__(self):
-        if self.kind not in ("elementwise", "stencil", "aggregate", "components", "gather", "global"):
-            raise ValueError(f"unknown tiling {self.kind!r}")
+    def __post_init__(self) -> None:
+        try:
+            kind = TilingKind(self.kind)
+        except ValueError:
+            raise ValueError(f"unknown tiling {self.kind!r}") from None
+        object.__setattr__(self, "kind", kind)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled (a run's ``workflow.pkl``) with its kind a :class:`TilingKind`:
+        pickles made before there was one hold the kind's name."""
+        self.__dict__.update(state)
+        object.__setattr__(self, "kind", TilingKind(self.kind))
 
 
-ELEMENTWISE = Tiling("elementwise")
-AGGREGATE = Tiling("aggregate")
-GLOBAL = Tiling("global")
-COMPONENTS = Tiling("components")
-GATHER = Tiling("gather")
+ELEMENTWISE = Tiling(TilingKind.ELEMENTWISE)
+AGGREGATE = Tiling(TilingKind.AGGREGATE)
+GLOBAL = Tiling(TilingKind.GLOBAL)
+COMPONENTS = Tiling(TilingKind.COMPONENTS)
+GATHER = Tiling(TilingKind.GATHER)
 
 
 def stencil(radius: int) -> Tiling:
-    return Tiling("stencil", int(radius))
+    return Tiling(TilingKind.STENCIL, int(radius))
+
+
+# -- what an operator sees while it runs ---------------------------------------------------
+class OperatorContext(Protocol):
+    """``ctx``: what an operator sees while it runs and when its mapping functions
+    are called.  :class:`subzero.capture.context.Context` implements it; the model
+    names only what operators use, so it needs nothing from the capture layer."""
+
+    #: the lineage modes the run needs from the operator (skip lineage code for others)
+    modes: frozenset[Mode]
+
+    @property
+    def n_inputs(self) -> int: ...
+
+    def input_shape(self, i: int) -> tuple[int, ...]: ...
+
+    @property
+    def output_shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def origin(self) -> tuple[int, ...]:
+        """Where this data begins in the whole array (zeros unless run per tile)."""
+        ...
+
+    @property
+    def array_shape(self) -> tuple[int, ...] | None:
+        """The whole output array's shape when run per tile, else None."""
+        ...
+
+    @property
+    def statistic(self) -> Any:
+        """The value of the operator's declared :attr:`Operator.statistic`."""
+        ...
+
+    def lwrite(self, outcells: Any, *incells: Any, payload: Any = None, each: bool = False) -> None:
+        """Record lineage: region pairs (``incells``) or payload pairs (``payload``)."""
+        ...
+
+    def lwrite_groups(self, outcells: Any, out_groups: Any, *ins: Any, payload: Any = None) -> None:
+        """Many multi-cell pairs in one call: cells labelled by pair id."""
+        ...
+
+
+# -- what an operator may be able to do, beyond run (the engines check these) ---------------
+@runtime_checkable
+class Aggregating(Protocol):
+    """A whole-array reduction the Spark engine runs as an aggregation (declared
+    :attr:`TilingKind.AGGREGATE`, one input, all-to-all): :meth:`partial` per tile,
+    the partials merged in a tree by :meth:`merge` (which must make the result
+    independent of the tiling), the output from :meth:`finish`.  An operator that
+    declares the kind without these runs as one task on the whole array."""
+
+    def partial(self, tile: np.ndarray, /) -> Any:
+        """The partial state of one tile of the input."""
+        ...
+
+    def merge(self, a: Any, b: Any, /) -> Any:
+        """Two partial states merged (associative)."""
+        ...
+
+    def finish(self, state: Any, /) -> Any:
+        """The output array from the merged state."""
+        ...
+
+
+@runtime_checkable
+class Gathering(Protocol):
+    """A structural operator of one input (declared :attr:`TilingKind.GATHER`): each
+    output cell is one input cell, so the Spark engine computes each output tile from
+    the input box it reads (:meth:`input_box`, :meth:`gather`), and a task writes
+    the tile's Full lineage itself (:meth:`emit_tile`)."""
+
+    def input_box(self, out_box: Box, in_shape: tuple[int, ...], /) -> Box:
+        """The box of the input that the output box ``out_box`` reads."""
+        ...
+
+    def gather(self, block: np.ndarray, box: Box, out_box: Box, in_shape: tuple[int, ...], /,
+               ) -> np.ndarray:
+        """The output over ``out_box`` from ``block``, the input over ``box``."""
+        ...
+
+    def emit_tile(self, ctx: OperatorContext, out_box: Box, /) -> None:
+        """Full lineage of the output cells in ``out_box`` (array coordinates), with
+        ``ctx.lwrite``."""
+        ...
+
+
+@runtime_checkable
+class Labelling(Protocol):
+    """Connected components of a foreground mask (declared
+    :attr:`TilingKind.COMPONENTS`, one input): the engines decide each cell with
+    :meth:`foreground`, label the regions per tile and merge them across tile
+    borders, and record each region's lineage through :meth:`write_lineage`.
+    An optional ``min_size`` attribute (default 1) drops smaller regions."""
+
+    #: ``"full"`` (8-connected in 2-D) or ``"faces"`` (4-connected)
+    connectivity: str
+
+    def foreground(self, values: np.ndarray, stat: Any, /) -> np.ndarray:
+        """The boolean mask of ``values`` (a tile or the whole array), cell by cell;
+        ``stat``: the declared statistic's value (None without one)."""
+        ...
+
+    def write_lineage(self, ctx: OperatorContext, cells: np.ndarray, ids: np.ndarray,
+                      background: Callable[[], np.ndarray], /) -> None:
+        """One pair per region (``cells`` labelled ``ids``), and the background's."""
+        ...
 
 
 class Operator:
@@ -92,7 +237,10 @@ class Operator:
     statistic: Statistic | None = None
 
     # -- what the operator does -------------------------------------------
-    def run(self, ctx, *inputs) -> Any:  # pragma: no cover - abstract
+    def run(self, ctx: OperatorContext, *inputs: Any, **kwargs: Any) -> Any:  # pragma: no cover - abstract
+        """The output array from the inputs (numpy arrays or DataArrays); lineage through
+        ``ctx.lwrite`` for the modes in ``ctx.modes``.  (``*Any, **Any``: an operator
+        overrides it with its own inputs, as :meth:`output_shape` explains.)"""
         raise NotImplementedError(f"{type(self).__name__} must implement run(ctx, *inputs)")
 
     def output_shape(self, *input_shapes: Any, **kwargs: Any) -> Sequence[int] | None:
@@ -120,30 +268,30 @@ class Operator:
             modes.add(Mode.MAP)
         return modes
 
-    def map_b(self, cells: np.ndarray, i: int, ctx) -> np.ndarray:
+    def map_b(self, cells: np.ndarray, i: int, ctx: OperatorContext) -> np.ndarray:
         """Input-``i`` cells that the given output cells depend on."""
         return NotImplemented
 
-    def map_f(self, cells: np.ndarray, i: int, ctx) -> np.ndarray:
+    def map_f(self, cells: np.ndarray, i: int, ctx: OperatorContext) -> np.ndarray:
         """Output cells that depend on the given cells of input ``i``."""
         return NotImplemented
 
-    def map_b_bitmap(self, bitmap: np.ndarray, i: int, ctx):
+    def map_b_bitmap(self, bitmap: np.ndarray, i: int, ctx: OperatorContext) -> np.ndarray:
         """Optional whole-bitmap fast path of ``map_b``: a boolean mask of the
         output in, a boolean mask of input ``i`` out (or NotImplemented)."""
         return NotImplemented
 
-    def map_f_bitmap(self, bitmap: np.ndarray, i: int, ctx):
+    def map_f_bitmap(self, bitmap: np.ndarray, i: int, ctx: OperatorContext) -> np.ndarray:
         """Optional whole-bitmap fast path of ``map_f`` (input-``i`` mask in, output mask out)."""
         return NotImplemented
 
-    def map_p(self, cells: np.ndarray, payload: bytes, i: int, ctx) -> np.ndarray:
+    def map_p(self, cells: np.ndarray, payload: bytes, i: int, ctx: OperatorContext) -> np.ndarray:
         """Input-``i`` cells of one payload pair whose output cells are ``cells``."""
         raise NotImplementedError(
             f"{type(self).__name__} writes payload lineage but does not implement map_p")
 
     def map_p_pairs(self, cells: np.ndarray, offsets: np.ndarray, payloads: Sequence[bytes],
-                    pay_ids: np.ndarray, i: int, ctx) -> tuple[np.ndarray, np.ndarray]:
+                    pay_ids: np.ndarray, i: int, ctx: OperatorContext) -> tuple[np.ndarray, np.ndarray]:
         """Apply ``map_p`` to many pairs at once, keeping track of which pair each
         input cell came from (forward queries over payload lineage need that).
 
@@ -165,8 +313,8 @@ class Operator:
         return np.concatenate(outs), np.concatenate(owners)
 
     # -- coordinates ------------------------------------------------------
-    def output_grid(self, grids: Sequence[Any], input_shapes: Sequence[Sequence[int]],
-                    output_shape: Sequence[int]) -> Any:
+    def output_grid(self, grids: Sequence[Grid | None], input_shapes: Sequence[Sequence[int]],
+                    output_shape: Sequence[int]) -> Grid | None:
         """The :class:`~subzero.model.grid.Grid` (labelled axes, sky WCS) of the
         output, given each input's grid (None where it has none) and shape.
 

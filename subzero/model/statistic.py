@@ -21,11 +21,12 @@ the distances to it).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
 Slices = tuple[slice, ...]
+#: A box of an array: ``(lo, hi)`` per axis, half-open.
 Box = tuple[tuple[int, int], ...]
 
 
@@ -115,6 +116,21 @@ def key_value(key: int, dtype: np.dtype) -> Any:
     return np.array([u], ut).view(dtype)[0]
 
 
+#: Between two rounds of :class:`ExactMedian`: (bits settled, their prefix, rank left)
+MedianRound = tuple[int, int, int]
+
+
+class MADRound(TypedDict):
+    """Between two rounds of :class:`ExactMAD`."""
+
+    #: the values' median once found (then the deviations' median is sought), else None
+    center: Any
+    #: bits of the order keys settled in this phase
+    done: int
+    #: per middle rank: (prefix of settled bits, rank left within it); None as a phase starts
+    targets: list[tuple[int, int]] | None
+
+
 class _RadixSelect(Statistic):
     """What :class:`ExactMedian` and :class:`ExactMAD` share: the values a tile's core
     takes part with, checked, and 65,536-bin histograms of their next 16 bits."""
@@ -126,13 +142,14 @@ class _RadixSelect(Statistic):
         """The values of this tile's core that take part (default: all)."""
         return block[core]
 
-    def _taking_part(self, block, core, origin, shape) -> np.ndarray:
+    def _taking_part(self, block: np.ndarray, core: Slices, origin: tuple[int, ...],
+                     shape: tuple[int, ...]) -> np.ndarray:
         v = np.asarray(self.values(block, core, origin, shape), self.dtype).ravel()
         if np.isnan(v).any():
             raise ValueError(f"{type(self).__name__}: NaN values have no median")
         return v
 
-    def merge(self, a, b):
+    def merge(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return a + b
 
 
@@ -161,11 +178,12 @@ class ExactMedian(_RadixSelect):
     def rounds(self) -> int:  # type: ignore[override]
         return 8 * np.dtype(self.dtype).itemsize // BITS
 
-    def partial(self, block, core, origin, shape, prior):
+    def partial(self, block: np.ndarray, core: Slices, origin: tuple[int, ...],
+                shape: tuple[int, ...], prior: MedianRound | None) -> np.ndarray:
         keys = order_keys(self._taking_part(block, core, origin, shape))
         return digit_counts(keys, 0, 0) if prior is None else digit_counts(keys, prior[0], prior[1])
 
-    def finish(self, counts, prior):
+    def finish(self, counts: np.ndarray, prior: MedianRound | None) -> MedianRound | Any:
         """Round results: ``(bits settled, their prefix, rank left within it)``;
         the value after the last round."""
         if prior is None:
@@ -211,9 +229,10 @@ class ExactMAD(_RadixSelect):
     def rounds(self) -> int:  # type: ignore[override]
         return 2 * (8 * np.dtype(self.dtype).itemsize // BITS)
 
-    def partial(self, block, core, origin, shape, prior):
+    def partial(self, block: np.ndarray, core: Slices, origin: tuple[int, ...],
+                shape: tuple[int, ...], prior: MADRound | None) -> np.ndarray:
         v = self._taking_part(block, core, origin, shape)
-        state = prior or {"center": None, "done": 0, "targets": None}
+        state: MADRound = prior or {"center": None, "done": 0, "targets": None}
         if state["center"] is not None:
             with np.errstate(invalid="ignore"):     # inf - inf: nan, as numpy gives
                 v = np.abs(v - state["center"])
@@ -221,10 +240,10 @@ class ExactMAD(_RadixSelect):
         prefixes = sorted({p for p, _ in state["targets"]}) if state["targets"] else [0]
         return np.stack([digit_counts(keys, state["done"], p) for p in prefixes])
 
-    def finish(self, counts, prior):
+    def finish(self, counts: np.ndarray, prior: MADRound | None) -> MADRound | Any:
         """Between rounds: ``{"center": the median once found, "done": bits settled,
         "targets": [(prefix, rank left)] per middle rank}``; the MAD at the end."""
-        state = prior or {"center": None, "done": 0, "targets": None}
+        state: MADRound = prior or {"center": None, "done": 0, "targets": None}
         targets = state["targets"]
         if targets is None:              # a phase starts: one histogram of every value
             targets = [(0, r) for r in _middle_ranks(int(counts[0].sum()))]

@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from subzero.errors import StrategyError
 from subzero.model.modes import Mode
+from subzero.model.operator import Operator
 
 
 class Direction(enum.StrEnum):
@@ -175,7 +176,7 @@ def parse(text: str) -> tuple[Strategy, ...]:
     return tuple(out)
 
 
-def supported_strategies(operator) -> list[str]:
+def supported_strategies(operator: Operator) -> list[str]:
     """Every single strategy spelling the operator supports (for messages)."""
     modes = operator.supported_modes()
     out = []
@@ -188,7 +189,7 @@ def supported_strategies(operator) -> list[str]:
     return out
 
 
-def check_supported(op_name: str, operator, strategies: tuple[Strategy, ...]) -> None:
+def check_supported(op_name: str, operator: Operator, strategies: tuple[Strategy, ...]) -> None:
     modes = operator.supported_modes() | {Mode.BLACKBOX}
     for s in strategies:
         ok = s.mode in modes
@@ -200,10 +201,10 @@ def check_supported(op_name: str, operator, strategies: tuple[Strategy, ...]) ->
                 f"{s}; it supports: {', '.join(supported_strategies(operator))}")
 
 
-def default_for(operator) -> tuple[Strategy, ...]:
+def default_for(operator: Operator) -> tuple[Strategy, ...]:
     """The operator's own ``default_strategy`` when it declares one; else ``map``
     where there are mapping functions, ``full`` if supported, else blackbox."""
-    own = getattr(operator, "default_strategy", None)
+    own = operator.default_strategy
     if own:
         return parse(own)
     modes = operator.supported_modes()

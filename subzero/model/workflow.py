@@ -17,6 +17,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from subzero.errors import StrategyError, WorkflowError
@@ -191,7 +192,7 @@ def _caller_dir() -> Path | None:
         del frame
 
 
-def _module_from_path(path: Path):
+def _module_from_path(path: Path) -> ModuleType:
     name = "subzero_wf_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -252,8 +253,9 @@ def load_workflow(ref: str | os.PathLike | Workflow, params: dict[str, Any] | No
         raise WorkflowError(f"workflow() of {ref_s!r} raised {type(e).__name__}: {e}") from None
     if not isinstance(wf, Workflow):
         raise WorkflowError(f"workflow() of {ref_s!r} returned {type(wf).__name__}, not a Workflow")
-    if wf.base_dir is None and getattr(mod, "__file__", None):
-        wf.base_dir = Path(mod.__file__).resolve().parent
+    file: str | None = getattr(mod, "__file__", None)     # a namespace package has none
+    if wf.base_dir is None and file:
+        wf.base_dir = Path(file).resolve().parent
     wf.source = source
     wf.params = params
     wf.validate()

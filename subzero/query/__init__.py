@@ -9,5 +9,6 @@
 ``relation``  what a step means over pairs (full, payload, composite)
 ``reexec``    black-box re-execution collecting only the query's pairs
 ``trace``     TraceOptions and TraceResult
+``mask``      the result as a labelled boolean mask (TraceResult.to_xarray)
 ``workload``  query workloads as data
 """

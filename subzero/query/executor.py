@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import xarray as xr
 from numpy.typing import ArrayLike
 
 from subzero.capture.context import Context
@@ -51,8 +52,8 @@ from subzero.query.planner import Planner, StepInfo, StepStat, blocks_of, blocks
 from subzero.query.relation import StepContext
 from subzero.query.sources import Deadline, PairSource, TimedSource
 from subzero.query.tilerun import TileAccess, share
-from subzero.query.trace import TraceOptions, TraceResult
-from subzero.query.untrusted import DataOnlyMethods, RefusedOperator
+from subzero.query.trace import GridLookup, TraceOptions, TraceResult
+from subzero.query.untrusted import DataOnlyMethods, refused
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.lineage import CorruptLineage, LineageStore, ShardedReader, StrategyReader
 
@@ -89,7 +90,7 @@ class Executor:
         self._lineage: LineageStore | None = None
         self._readers: dict[tuple[str, Strategy], StrategyReader | ShardedReader] = {}
         self._broken: set[tuple[str, Strategy]] = set()
-        self._values: dict[str, object] = {}
+        self._values: dict[str, np.ndarray | xr.DataArray] = {}
         self._contexts: dict[str, StepContext] = {}
         self._tile_access: dict[str, TileAccess] = {}
 
@@ -109,9 +110,11 @@ class Executor:
 
     def trace(self, start: str, cells: ArrayLike, to: str | None = None,
               path: list[tuple[str, int]] | None = None, prefer: str | None = None,
-              shortcut: bool = True, planner: Planner | None = None) -> TraceResult:
+              shortcut: bool = True, planner: Planner | None = None,
+              grids: GridLookup | None = None) -> TraceResult:
         """Trace ``cells`` of array ``start`` to array ``to`` (every DAG path, results
-        united) or along ``path``; see :meth:`subzero.Run.trace`."""
+        united) or along ``path``; see :meth:`subzero.Run.trace`.  ``grids`` (the run's
+        :meth:`~subzero.api.Run.grid`) gives the result its coordinates."""
         if self.v.untrusted is None:
             opts = TraceOptions(prefer, shortcut, planner)
             self.v.workflow()      # load the operators (imports) before the clock starts
@@ -133,13 +136,13 @@ class Executor:
             result, direction = self._between(start, to, q, opts, stats)
             target = to
 
-        def values(region: tuple[slice, ...] | None = None) -> object:
+        def values(region: tuple[slice, ...] | None) -> ArrayLike:
             if region is None:
                 return self._value(target)
             return self.v.arrays.read_region(target, region)
         return TraceResult(self.v.run_id, start, target, direction, result, stats,
-                           time.perf_counter() - t0, values, query=q,
-                           _like=lambda: self.v.arrays.lazy(target))
+                           time.perf_counter() - t0, read_target=values, grids=grids, query=q,
+                           open_target=lambda: self.v.arrays.lazy(target))
 
     def trace_reach(self, start: str, cells: ArrayLike, backward: bool, shortcut: bool = True,
                     planner: Planner | None = None) -> tuple[dict[str, CellSet], list[StepStat], float]:
@@ -314,7 +317,7 @@ class Executor:
         sc = self._contexts.get(name)
         if sc is None:
             op = self._operator(name) if self.v.untrusted is None else \
-                RefusedOperator(name, self.v.untrusted)
+                refused(name, self.v.untrusted)
             out_shape = self.v.shapes[name]
             in_shapes = [self.v.shapes[a] for a in self.v.inputs_of[name]]
             sc = self._contexts[name] = StepContext(
@@ -348,7 +351,7 @@ class Executor:
             t = self._tile_access[name] = TileAccess(self.v.inputs_of[name], region, chunks)
         return t
 
-    def _value(self, name: str) -> object:
+    def _value(self, name: str) -> np.ndarray | xr.DataArray:
         v = self._values.get(name)
         if v is None:
             v = self._values[name] = self.v.arrays.read_value(name)

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
+import xarray as xr
+from numpy.typing import ArrayLike
 
 from subzero.capture.buffer import LineageBuffer, Pairs
 from subzero.capture.context import Context
-from subzero.capture.runner import attach_statistic
+from subzero.capture.runner import statistic_source
 from subzero.errors import LineageError, OperatorError, QueryError, SubZeroError
 from subzero.model.cells import (
     csr_rows,
@@ -32,8 +34,10 @@ from subzero.model.cells import (
 )
 from subzero.model.cellset import CellSet
 from subzero.model.modes import Mode
+from subzero.model.operator import Operator
 from subzero.model.operator import rerun_mode as capture_mode
 from subzero.storage.arrays import as_dataarray
+from subzero.storage.encodings import MapPPairs
 
 __all__ = ["QueryBuffer", "Rerun", "capture_mode", "check_deterministic", "check_region", "compare",
            "differs", "rerun", "run_with_buffer", "verify_output"]
@@ -47,18 +51,23 @@ class QueryBuffer(LineageBuffer):
     also keep the output cells of every payload pair (the covered set).
     """
 
-    def __init__(self, name, n_inputs, out_shape, in_shapes, backward: bool, i: int,
-                 hit: Callable[[np.ndarray], np.ndarray], map_p_pairs, keep_covered: bool):
+    def __init__(self, name: str, n_inputs: int, out_shape: Sequence[int],
+                 in_shapes: Sequence[Sequence[int]], backward: bool, i: int,
+                 hit: Callable[[np.ndarray], np.ndarray], map_p_pairs: MapPPairs, keep_covered: bool):
         super().__init__(name, n_inputs, len(out_shape), [len(s) for s in in_shapes])
         self.out_shape, self.in_shapes = tuple(out_shape), [tuple(s) for s in in_shapes]
         self.backward, self.i, self.hit = backward, i, hit
         self.map_p_pairs = map_p_pairs
         self.keep_covered = keep_covered
         self.covered: list[np.ndarray] = []
-        self._kept_full: list[tuple] = []
-        self._kept_pay: list[tuple] = []
+        #: (output cells, their offsets, per input (cells, offsets), kept rows), packed
+        self._kept_full: list[tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray]],
+                                    np.ndarray]] = []
+        #: (output cells, their offsets, payload ids, kept rows), packed
+        self._kept_pay: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
 
-    def add_full(self, out, out_lens, ins, in_lens) -> None:
+    def add_full(self, out: np.ndarray, out_lens: np.ndarray, ins: Sequence[np.ndarray],
+                 in_lens: Sequence[np.ndarray]) -> None:
         self._check(out, self.out_shape, "output")
         o = pack(out, self.out_shape)
         oo = lengths_to_offsets(out_lens)
@@ -72,7 +81,7 @@ class QueryBuffer(LineageBuffer):
             self._kept_full.append((o, oo, packed_ins, rows))
         self.n_full += len(out_lens)
 
-    def add_pay(self, out, out_lens, pay_ids) -> None:
+    def add_pay(self, out: np.ndarray, out_lens: np.ndarray, pay_ids: np.ndarray) -> None:
         self._check(out, self.out_shape, "output")
         o = pack(out, self.out_shape)
         oo = lengths_to_offsets(out_lens)
@@ -138,17 +147,17 @@ class Rerun:
     full: Pairs | None
     pay: Pairs | None
     covered: np.ndarray | None
-    output: object
+    output: ArrayLike | xr.DataArray | None
 
 
-def check_deterministic(name: str, op) -> None:
+def check_deterministic(name: str, op: Operator) -> None:
     if not op.deterministic:
         raise QueryError(f"operator {name!r} is not deterministic, so its lineage cannot be "
                          f"recomputed by re-running it; store it (e.g. --strategy {name}=full)")
 
 
-def rerun(name: str, op, inputs: list, out_shape, mode: Mode, backward: bool, i: int,
-          q: CellSet) -> Rerun:
+def rerun(name: str, op: Operator, inputs: Sequence[Any], out_shape: Sequence[int], mode: Mode,
+          backward: bool, i: int, q: CellSet) -> Rerun:
     """Re-run ``op`` on whole inputs asking for ``mode``, keeping the pairs the query
     touches."""
     check_deterministic(name, op)
@@ -160,7 +169,7 @@ def rerun(name: str, op, inputs: list, out_shape, mode: Mode, backward: bool, i:
                            hit, "")
 
 
-def run_with_buffer(name: str, op, inputs: list, in_shapes: list[tuple[int, ...]],
+def run_with_buffer(name: str, op: Operator, inputs: Sequence[Any], in_shapes: list[tuple[int, ...]],
                     out_shape: tuple[int, ...], mode: Mode, backward: bool, i: int,
                     hit: Callable[[np.ndarray], np.ndarray], where: str) -> Rerun:
     """Run ``op`` on ``inputs`` (of ``in_shapes``; the whole arrays, or one tile's read
@@ -168,13 +177,14 @@ def run_with_buffer(name: str, op, inputs: list, in_shapes: list[tuple[int, ...]
     pairs whose key cells ``hit`` (packed ids in these shapes -> bool mask) holds."""
     mctx = Context(name, op, frozenset(), in_shapes, out_shape)
 
-    def mpp(cells, off, payloads, pay_ids, k):
+    def mpp(cells: np.ndarray, off: np.ndarray, payloads: Sequence[bytes], pay_ids: np.ndarray,
+            k: int) -> tuple[np.ndarray, np.ndarray]:
         return op.map_p_pairs(np.asarray(cells, np.int64), off, payloads, pay_ids, k, mctx)
 
     buf = QueryBuffer(name, len(inputs), out_shape, in_shapes, backward, i, hit, mpp,
                       keep_covered=(mode is Mode.COMP))
-    ctx = Context(name, op, {mode}, in_shapes, out_shape, buf)
-    attach_statistic(ctx, op, inputs)
+    ctx = Context(name, op, {mode}, in_shapes, out_shape, buf,
+                  statistic=statistic_source(op, inputs))
     try:
         output = op.run(ctx, *inputs)
     except SubZeroError:
@@ -209,7 +219,7 @@ def check_region(cells: np.ndarray, shape: tuple[int, ...]) -> tuple[slice, ...]
     return tuple(slice(0, min(n, DEFAULT_TILE)) for n in shape)
 
 
-def verify_output(name: str, output: object, out_shape: tuple[int, ...],
+def verify_output(name: str, output: ArrayLike | xr.DataArray, out_shape: tuple[int, ...],
                   region: tuple[slice, ...],
                   stored: Callable[[tuple[slice, ...]], np.ndarray]) -> None:
     """Raise a QueryError naming the operator unless the re-run ``output`` equals the

@@ -16,7 +16,10 @@ the target array.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from subzero.errors import LineageError
 from subzero.model.cells import (
@@ -28,6 +31,7 @@ from subzero.model.cells import (
     unpack,
 )
 from subzero.model.cellset import CellSet
+from subzero.model.operator import Operator, OperatorContext
 from subzero.model.strategy import Direction
 from subzero.query.sources import PairSource
 from subzero.tuning import SCAN_PAIRS
@@ -36,12 +40,13 @@ from subzero.tuning import SCAN_PAIRS
 class StepContext:
     """Shapes and callbacks one step needs (plain data + the operator)."""
 
-    def __init__(self, name, operator, mapctx, out_shape, in_shapes):
+    def __init__(self, name: str, operator: Operator, mapctx: OperatorContext,
+                 out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]]):
         self.name, self.op, self.mapctx = name, operator, mapctx
         self.out_shape = tuple(out_shape)
         self.in_shapes = [tuple(s) for s in in_shapes]
 
-    def checked(self, cells, shape, what: str) -> np.ndarray:
+    def checked(self, cells: ArrayLike, shape: tuple[int, ...], what: str) -> np.ndarray:
         try:
             c = as_cells(cells, len(shape))
         except (ValueError, TypeError) as e:
@@ -67,7 +72,8 @@ class StepContext:
         return self.checked(res, self.out_shape, "map_f")
 
     # -- payloads ---------------------------------------------------------------
-    def payload_backward(self, keys, key_off, pay_ids, payloads, i) -> np.ndarray:
+    def payload_backward(self, keys: np.ndarray, key_off: np.ndarray, pay_ids: np.ndarray,
+                         payloads: Sequence[bytes], i: int) -> np.ndarray:
         """Union of map_p over the given pairs (output cells packed)."""
         n = len(key_off) - 1
         if n == 0:
@@ -86,7 +92,8 @@ class StepContext:
             res.append(self.checked(cells, shape_in, "map_p"))
         return np.concatenate(res) if res else np.zeros(0, np.int64)
 
-    def payload_owners(self, keys, key_off, pay_ids, payloads, i, q: CellSet) -> np.ndarray:
+    def payload_owners(self, keys: np.ndarray, key_off: np.ndarray, pay_ids: np.ndarray,
+                       payloads: Sequence[bytes], i: int, q: CellSet) -> np.ndarray:
         """Pairs whose map_p result intersects the query on input i."""
         if len(key_off) <= 1:
             return np.zeros(0, np.int64)
@@ -137,7 +144,7 @@ def forward(src: PairSource, payload: bool, direction: Direction, sc: StepContex
     return np.concatenate(found) if found else np.zeros(0, np.int64)
 
 
-def _chunks(pids: np.ndarray):
+def _chunks(pids: np.ndarray) -> Iterator[np.ndarray]:
     """A scan's pair ids in pieces of SCAN_PAIRS, so its memory follows the piece, not
     the operator's lineage."""
     for a in range(0, len(pids), SCAN_PAIRS):

@@ -15,18 +15,15 @@ interface, so every source answers with the same semantics.
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from subzero.capture.buffer import Pairs
 from subzero.model.cells import csr_take, lengths_to_offsets, rows_hitting, unique
 from subzero.model.cellset import CellSet
-from subzero.storage.encodings import concat_records
+from subzero.storage.encodings import Records, concat_records
 from subzero.tuning import TIMED_QUERY_CELLS, TIMED_RECORD_PAIRS
-
-#: field name -> (cells, offsets) per pair; ``"pay"`` -> (payload id per pair, payload table)
-Records = dict[str, tuple[Any, Any]]
 
 
 @runtime_checkable

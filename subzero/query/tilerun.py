@@ -72,7 +72,7 @@ def halo(sc: StepContext) -> int | None:
     whole-array statistic (a tile alone cannot compute it)."""
     if not sc.in_shapes or any(tuple(s) != sc.out_shape for s in sc.in_shapes):
         return None
-    if getattr(sc.op, "statistic", None) is not None:
+    if sc.op.statistic is not None:
         return None
     return tile_plan(sc.op, sc.in_shapes)
 
@@ -195,6 +195,8 @@ def rerun_tiles(sc: StepContext, mode: Mode, backward: bool, i: int, q: np.ndarr
             hit = _local_hits(tile, q, shape, tile.core if backward else tile.read)
             r = run_with_buffer(name, op, ins, [local] * n, local, mode, backward, i, hit,
                                 f" on tile {tile.describe()}")
+            if r.output is None:        # run() returned nothing: the whole re-run says so
+                raise _Whole
             new = np.asarray(as_dataarray(r.output, name).values)
             if new.shape != local:
                 raise _Whole

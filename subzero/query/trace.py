@@ -8,17 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
+import xarray as xr
+from numpy.typing import ArrayLike
 
 from subzero.errors import QueryError
-from subzero.model.cellset import CellSet
+from subzero.model.cellset import CellSet, spec
 from subzero.model.grid import Grid
+from subzero.query.mask import labelled_mask
 from subzero.query.planner import Planner, StepStat
 
-if TYPE_CHECKING:
-    import xarray as xr
+#: ``read(region)``: a region of an array (one slice per axis; None: all of it)
+RegionReader = Callable[[tuple[slice, ...] | None], ArrayLike]
+#: ``grids(array)``: an array's labels and sky WCS (None when it has neither)
+GridLookup = Callable[[str], Grid | None]
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,11 @@ class TraceResult:
 
     ``cellset`` holds them in a form whose cost follows the answer; ``cells`` lists
     them, ``values`` reads only the region of the target array they span, and
-    ``bitmap`` (a mask of the whole target array) is built only when asked for."""
+    ``bitmap`` (a mask of the whole target array) is built only when asked for.
+
+    What the result can reach of its run is given to it: ``read_target``,
+    ``grids`` and ``open_target`` (each None for a result built by hand, which
+    then answers without them where it can)."""
 
     run_id: int
     start: str
@@ -52,14 +61,24 @@ class TraceResult:
     cellset: CellSet
     steps: list[StepStat]
     seconds: float
-    #: ``_values(region)`` reads a region of the target array (None: all of it)
-    _values: Callable[..., object] | None = field(default=None, repr=False)
-    #: ``_grid(array)`` gives an array's labels and sky WCS (set by ``Run.trace``)
-    _grid: Callable[[str], Grid | None] | None = field(default=None, repr=False)
+    #: ``read_target(region)`` reads a region of the target array (None: all of it)
+    read_target: RegionReader | None = field(default=None, repr=False)
+    #: ``grids(array)`` gives an array's labels and sky WCS (the run's :meth:`Run.grid
+    #: <subzero.api.Run.grid>`)
+    grids: GridLookup | None = field(default=None, repr=False)
     #: the start cells of the query (None: not known, e.g. a result built by hand)
     query: CellSet | None = field(default=None, repr=False)
-    #: ``_like()`` opens the target array lazily: its dims, coords and attrs, no data read
-    _like: Callable[[], xr.DataArray] | None = field(default=None, repr=False)
+    #: ``open_target()`` opens the target array lazily: its dims, coords and attrs, no data read
+    open_target: Callable[[], xr.DataArray] | None = field(default=None, repr=False)
+
+    @property
+    def _grid(self) -> GridLookup | None:
+        """Old name of :attr:`grids` (``Run.trace`` set it); use ``grids``."""
+        return self.grids
+
+    @_grid.setter
+    def _grid(self, grids: GridLookup | None) -> None:
+        self.grids = grids
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -80,15 +99,16 @@ class TraceResult:
     def values(self) -> np.ndarray:
         """Values of the target array at the result cells (same order as ``cells``);
         reads the answer's bounding box, not the whole array."""
-        if self._values is None:
+        read = self.read_target
+        if read is None:
             raise QueryError("this trace result carries no array values")
         box = self.cellset.bounds()
         if box is None:
-            return np.asarray(self._values(tuple(slice(0, 0) for _ in self.shape))).reshape(-1)
+            return np.asarray(read(tuple(slice(0, 0) for _ in self.shape))).reshape(-1)
         if self.cellset.is_entire:
-            return np.asarray(self._values()).reshape(-1)
+            return np.asarray(read(None)).reshape(-1)
         lo, hi = box
-        region = np.asarray(self._values(tuple(slice(a, b) for a, b in zip(lo, hi))))
+        region = np.asarray(read(tuple(slice(a, b) for a, b in zip(lo, hi))))
         c = self.cells - np.asarray(lo, np.int64)
         return region[tuple(c.T)]
 
@@ -98,8 +118,26 @@ class TraceResult:
         header survives) and ``subzero_*`` attrs describing the query (run, start
         array and cells, direction, each step's method, count).  Costs the target's
         size in memory, as :attr:`bitmap` does; the target's data is not read."""
-        from subzero.export.mask import labelled  # the export layer builds it
-        return labelled(self, name)
+        like = self.open_target() if self.open_target is not None else None
+        if like is not None and self.grids is not None:    # labels derived for numpy outputs
+            from subzero.coords.grids import with_grid
+            like = with_grid(like, self.grids(self.target))
+        return labelled_mask(self.cellset, like, name or f"{self.target}_lineage", self.target,
+                             self.query_attrs())
+
+    def query_attrs(self) -> dict[str, Any]:
+        """What the answer answers, as flat attrs every format can store (str and int):
+        the mask's ``subzero_*`` attrs and its ``long_name``."""
+        start = spec(self.query) if self.query is not None else "unknown"
+        n_start = len(self.query) if self.query is not None else -1
+        steps = "; ".join(f"{s.op}:{s.input} {s.direction} {s.method}" for s in self.steps)
+        return {
+            "long_name": f"cells of {self.target} in the {self.direction} lineage of "
+                         f"{start} of {self.start} (SubZero run {self.run_id})",
+            "subzero_run": int(self.run_id), "subzero_from": self.start,
+            "subzero_cells": start, "subzero_start_count": int(n_start),
+            "subzero_to": self.target, "subzero_direction": str(self.direction),
+            "subzero_steps": steps, "subzero_count": int(len(self))}
 
     def __len__(self) -> int:
         return len(self.cellset)
@@ -112,10 +150,10 @@ class TraceResult:
 
     def grid(self) -> Grid | None:
         """The target array's labels and sky WCS (None when it has neither)."""
-        if self._grid is None:
+        if self.grids is None:
             raise QueryError("this trace result does not know its run's coordinates "
                              "(trace through Run.trace)")
-        return self._grid(self.target)
+        return self.grids(self.target)
 
     def sky_region(self) -> dict:
         """Where the answer lies on the sky: the centre, corners and RA/Dec ranges (degrees,

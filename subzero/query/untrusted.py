@@ -15,8 +15,10 @@ loading it or skipping the step.
 from __future__ import annotations
 
 from collections.abc import Mapping as MappingT
+from typing import NoReturn, cast
 
 from subzero.model.modes import Mode
+from subzero.model.operator import Operator
 from subzero.model.strategy import Direction, Strategy, parse_one
 from subzero.query.methods import Method, Reexec, Stored
 from subzero.storage.trust import UntrustedRun
@@ -66,7 +68,7 @@ class RefusedOperator:
     def __init__(self, name: str, why: str):
         self._name, self._why = name, why
 
-    def __getattr__(self, attr: str):
+    def __getattr__(self, attr: str) -> NoReturn:
         if attr.startswith("__"):
             raise AttributeError(attr)
         raise UntrustedRun(f"tracing through operator {self._name!r} needs its code (mapping "
@@ -74,3 +76,9 @@ class RefusedOperator:
 
     def __repr__(self) -> str:
         return f"RefusedOperator({self._name!r})"
+
+
+def refused(name: str, why: str) -> Operator:
+    """A :class:`RefusedOperator` where an operator is expected: it stands in for any
+    operator, since every use of it raises before its type could matter."""
+    return cast(Operator, RefusedOperator(name, why))

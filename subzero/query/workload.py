@@ -27,14 +27,17 @@ import json
 import operator as _op
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
+import xarray as xr
 
 from subzero.errors import QueryError, SubZeroError
 from subzero.model.cells import box
+from subzero.query.trace import TraceResult
 
 _OPS = {"==": _op.eq, "!=": _op.ne, ">=": _op.ge, "<=": _op.le, ">": _op.gt, "<": _op.lt}
 _WHERE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.\-]*)\s*(==|!=|>=|<=|>|<)\s*(-?[0-9.eE+\-]+)\s*$")
@@ -54,6 +57,31 @@ class Query:
 
 class WorkloadError(SubZeroError):
     pass
+
+
+class RunArrays(Protocol):
+    """What a query's cell selector reads of a run (:class:`subzero.api.Run` has it;
+    the query layer names it here rather than reach up to the API)."""
+
+    @property
+    def id(self) -> int: ...
+
+    def shapes(self) -> dict[str, tuple[int, ...]]: ...
+
+    def cells_at(self, array: str, sky: Any = None, radius: Any = None,
+                 sel: Mapping[str, Any] | None = None) -> np.ndarray:
+        """Cells named by sky position or by labels."""
+        ...
+
+    def array(self, name: str) -> xr.DataArray: ...
+
+
+class TracingRun(RunArrays, Protocol):
+    """A run a workload is traced on (:class:`subzero.api.Run`)."""
+
+    def trace(self, start: str, cells: Any = None, to: str | None = None,
+              path: list[tuple[str, int]] | None = None, prefer: str | None = None,
+              shortcut: bool = True, record: bool = True) -> TraceResult: ...
 
 
 def parse_workload(data: Any, source: str = "workload") -> list[Query]:
@@ -102,8 +130,9 @@ def parse_workload(data: Any, source: str = "workload") -> list[Query]:
     return out
 
 
-def read_workload_json(path: str | Path):
-    """The decoded JSON of a workload file, or a clear error."""
+def read_workload_json(path: str | Path) -> Any:
+    """The decoded JSON of a workload file (whatever it holds: :func:`parse_workload`
+    checks it), or a clear error."""
     p = Path(path)
     if not p.is_file():
         raise WorkloadError(f"workload file not found: {p}")
@@ -117,7 +146,7 @@ def load_workload(path: str | Path) -> list[Query]:
     return parse_workload(read_workload_json(path), str(path))
 
 
-def select_cells(run, q: Query) -> np.ndarray:
+def select_cells(run: RunArrays, q: Query) -> np.ndarray:
     """Resolve a query's cell selector against a run's arrays."""
     shapes = run.shapes()
     if q.start not in shapes:
@@ -158,8 +187,8 @@ def select_cells(run, q: Query) -> np.ndarray:
     return cand[np.sort(pick)]
 
 
-def run_workload(run, queries: list[Query], prefer: str | None = None, repeats: int = 1,
-                 record: bool = True) -> list[dict]:
+def run_workload(run: TracingRun, queries: list[Query], prefer: str | None = None, repeats: int = 1,
+                 record: bool = True) -> list[dict[str, Any]]:
     """Run every query; returns one row per query (median time of ``repeats``)."""
     rows = []
     for q in queries:

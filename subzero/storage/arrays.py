@@ -14,10 +14,13 @@ import json
 import os
 import shutil
 import warnings
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xarray as xr
+from numpy.typing import ArrayLike, DTypeLike
 
 from subzero.errors import StoreError
 from subzero.storage.chunks import (
@@ -33,7 +36,7 @@ from subzero.storage.chunks import (
 from subzero.tuning import DEFAULT_TILE
 
 
-def as_dataarray(value, name: str) -> xr.DataArray:
+def as_dataarray(value: ArrayLike | xr.DataArray, name: str) -> xr.DataArray:
     if isinstance(value, xr.DataArray):
         da = value
     else:
@@ -48,8 +51,8 @@ def as_dataarray(value, name: str) -> xr.DataArray:
     return da.rename(name)
 
 
-def _clean_attrs(attrs: dict) -> dict:
-    out = {}
+def _clean_attrs(attrs: Mapping[Any, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for k, v in attrs.items():
         try:
             json.dumps(v)
@@ -85,7 +88,8 @@ class ArrayStore:
         whose deleted chunks cannot be told from fill values)."""
         return sums_file(self.path(name)).exists()
 
-    def write(self, name: str, value, attempt: int | None = None) -> xr.DataArray:
+    def write(self, name: str, value: ArrayLike | xr.DataArray, attempt: int | None = None,
+              ) -> xr.DataArray:
         """Store an array (never overwrites); returns it as a DataArray.
 
         With ``attempt`` (a Spark task attempt's id) the array goes to a folder of that
@@ -155,7 +159,8 @@ class ArrayStore:
                 p.unlink()
 
     # -- tiles (Spark executors read and write their own regions) -----------------
-    def create(self, name: str, shape, dtype, dims=None, attrs=None) -> None:
+    def create(self, name: str, shape: Sequence[int], dtype: DTypeLike,
+               dims: Sequence[Hashable] | None = None, attrs: Mapping[Any, Any] | None = None) -> None:
         """An empty array whose regions tasks fill with :meth:`write_region`.
 
         Its metadata is final here (region writes add chunk files only), so it is
@@ -185,7 +190,8 @@ class ArrayStore:
             raise StoreError(f"array {name!r} is missing from the run's array store ({p})")
         return p, open_nodes(p, self.label(name))
 
-    def _zarr(self, name: str, mode: str):
+    def _zarr(self, name: str, mode: str) -> tuple[Path, dict[str, ArrayNode] | None, Any]:
+        """The array's folder, verified nodes and zarr array (zarr's own type: ``zarr.Array``)."""
         import zarr
         p, nodes = self._open(name)
         try:
@@ -195,7 +201,7 @@ class ArrayStore:
                                f"{type(e).__name__}: {e}") from None
         return p, nodes, z
 
-    def write_region(self, name: str, region: tuple[slice, ...], values) -> None:
+    def write_region(self, name: str, region: tuple[slice, ...], values: ArrayLike) -> None:
         _, _, z = self._zarr(name, "r+")
         # every chunk is written, even one of fill values: a missing chunk means damage
         z.with_config({"write_empty_chunks": True})[region] = np.asarray(values)
@@ -304,7 +310,7 @@ class ArrayStore:
         da.attrs = dict(ds["data"].attrs)
         return da
 
-    def read_value(self, name: str):
+    def read_value(self, name: str) -> np.ndarray | xr.DataArray:
         """The array as the operator originally saw it (numpy or DataArray)."""
         ds = self._dataset(name)
         da = self._as_array(name, ds)

@@ -17,9 +17,10 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
@@ -121,7 +122,8 @@ class Catalog:
     def close(self) -> None:
         self.db.close()
 
-    def tx(self):
+    def tx(self) -> _Tx:
+        """One write transaction: ``with catalog.tx(): ...`` commits, or rolls back on error."""
         return _Tx(self.db)
 
     # -- runs -----------------------------------------------------------------------
@@ -159,7 +161,7 @@ class Catalog:
                                " inputs, pid, host, engine FROM runs ORDER BY id").fetchall()
         return [self._row(r) for r in rows]
 
-    def _row(self, r) -> RunRow:
+    def _row(self, r: Sequence[Any]) -> RunRow:
         status = r[4]
         if status == "running" and not alive(r[9], r[10], heartbeat_path(self.runs_dir, r[0])):
             status = "interrupted"
@@ -185,7 +187,8 @@ class Catalog:
         return self._row(r)
 
     # -- arrays and operators ------------------------------------------------------------
-    def add_array(self, run_id, name, kind, shape, dtype, nbytes) -> None:
+    def add_array(self, run_id: int, name: str, kind: str, shape: Sequence[int], dtype: object,
+                  nbytes: int) -> None:
         self.db.execute("INSERT INTO arrays VALUES (?, ?, ?, ?, ?, ?)",
                         (run_id, name, kind, json.dumps(list(shape)), str(dtype), int(nbytes)))
 
@@ -195,10 +198,11 @@ class Catalog:
         return {r[0]: {"kind": r[1], "shape": tuple(self._loads(r[2])), "dtype": r[3], "nbytes": r[4]}
                 for r in rows}
 
-    def add_op(self, run_id, seq, name, cls, inputs, strategies, shape, run_s, lwrite_s,
-               lineage_s, pairs, lineage_bytes) -> None:
+    def add_op(self, run_id: int, seq: int, name: str, cls: str, inputs: Sequence[str],
+               strategies: Sequence[str], shape: Sequence[int], run_s: float, lwrite_s: float,
+               lineage_s: float, pairs: int, lineage_bytes: int) -> None:
         self.db.execute("INSERT INTO ops VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (run_id, name, cls, json.dumps(list(inputs)), json.dumps(strategies),
+                        (run_id, name, cls, json.dumps(list(inputs)), json.dumps(list(strategies)),
                          json.dumps(list(shape)), run_s, lwrite_s, lineage_s, pairs,
                          lineage_bytes, seq))
 
@@ -211,7 +215,8 @@ class Catalog:
                  "lwrite_s": r[6], "lineage_s": r[7], "pairs": r[8], "lineage_bytes": r[9]}
                 for r in rows]
 
-    def add_strategy_stat(self, run_id, op, strategy, nbytes, write_s, pairs) -> None:
+    def add_strategy_stat(self, run_id: int, op: str, strategy: str, nbytes: int, write_s: float,
+                          pairs: int) -> None:
         self.db.execute("INSERT OR REPLACE INTO strategy_stats VALUES (?, ?, ?, ?, ?, ?)",
                         (run_id, op, strategy, int(nbytes), write_s, int(pairs)))
 
@@ -238,8 +243,9 @@ class Catalog:
         return [dict(zip(keys, r)) for r in rows]
 
     # -- optimizer bookkeeping: traces, lineage sizes, profiles, calibrations, plans ---------
-    def add_trace(self, trace_id, run_id, start, target, direction, signature, spec,
-                  cells_in, cells_out, seconds) -> None:
+    def add_trace(self, trace_id: str, run_id: int, start: str, target: str, direction: str,
+                  signature: str, spec: Mapping[str, Any], cells_in: int, cells_out: int,
+                  seconds: float) -> None:
         """One row per query (its steps are in trace_steps): the workload feedback loop."""
         self.db.execute("INSERT OR REPLACE INTO traces VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (trace_id, run_id, start, target, direction, signature,
@@ -273,7 +279,7 @@ class Catalog:
                 "runs_in")
         return [dict(zip(keys, r)) for r in rows]
 
-    def add_strategy_space(self, run_id, op, strategy, data: dict) -> None:
+    def add_strategy_space(self, run_id: int, op: str, strategy: str, data: Mapping[str, Any]) -> None:
         self.db.execute("INSERT OR REPLACE INTO strategy_spaces VALUES (?, ?, ?, ?)",
                         (run_id, op, strategy, json.dumps(data)))
 
@@ -282,7 +288,8 @@ class Catalog:
                                (run_id,)).fetchall()
         return {(r[0], r[1]): self._loads(r[2]) for r in rows}
 
-    def add_profile(self, run_id, workflow, params, base_s, data: dict) -> None:
+    def add_profile(self, run_id: int, workflow: str, params: Mapping[str, Any], base_s: float,
+                    data: Mapping[str, Any]) -> None:
         self.db.execute("INSERT OR REPLACE INTO profiles VALUES (?, ?, ?, ?, ?, ?)",
                         (run_id, workflow, json.dumps(params, sort_keys=True, default=str), base_s,
                          json.dumps(data), time.time()))
@@ -318,7 +325,8 @@ class Catalog:
     def plan_names(self) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT name FROM plans ORDER BY created").fetchall()]
 
-    def add_downgrade(self, run_id, op, strategy, predicted_bytes, needed_bytes, reason) -> None:
+    def add_downgrade(self, run_id: int, op: str, strategy: str, predicted_bytes: int,
+                      needed_bytes: int, reason: str) -> None:
         self.db.execute("INSERT INTO downgrades VALUES (?, ?, ?, ?, ?, ?, ?)",
                         (run_id, op, strategy, predicted_bytes, needed_bytes, reason, time.time()))
 
@@ -337,16 +345,16 @@ class Catalog:
 
 
 class _Tx:
-    def __init__(self, db):
+    def __init__(self, db: sqlite3.Connection):
         self.db = db
 
-    def __enter__(self):
+    def __enter__(self) -> sqlite3.Connection:
         self.db.execute("BEGIN IMMEDIATE")
         return self.db
 
-    def __exit__(self, et, ev, tb):
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.db.execute("ROLLBACK" if et else "COMMIT")
-        return False
 
 
 def writable(path: Path) -> bool:
@@ -362,13 +370,13 @@ class _Connection(sqlite3.Connection):
 
     catalog_path: Path
 
-    def execute(self, *args, **kwargs):
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
         with _named_errors(self.catalog_path):
-            return super().execute(*args, **kwargs)
+            return super().execute(sql, parameters)
 
-    def executemany(self, *args, **kwargs):
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> sqlite3.Cursor:
         with _named_errors(self.catalog_path):
-            return super().executemany(*args, **kwargs)
+            return super().executemany(sql, parameters)
 
 
 @contextlib.contextmanager

@@ -23,6 +23,10 @@ _DTYPES = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32), np.dtype(n
 _LIMITS = np.array([[np.iinfo(t).min, np.iinfo(t).max] for t in _DTYPES], dtype=np.int64)
 _HDR = struct.Struct("<BQ")      # dtype code, length
 
+#: Stored bytes as a decoder takes them: bytes, or a view of them (a value as LMDB
+#: or a shard hands it back, or the body of a sealed value)
+Blob = bytes | memoryview
+
 
 def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
     """This thread's zstd (de)compressor.  Reused because creating one costs ~10 us,
@@ -39,7 +43,7 @@ def _compress(data: bytes) -> bytes:
     return _zstd()[0].compress(data)
 
 
-def _decompress(blob) -> bytes:
+def _decompress(blob: Blob) -> bytes:
     return _zstd()[1].decompress(blob)
 
 
@@ -127,7 +131,7 @@ class PackedArrays:
     """The arrays of one blob, each decoded on first access: a lookup often needs
     one field of a record block, and widening the others would be wasted work."""
 
-    def __init__(self, blob: bytes, delta: bool = True):
+    def __init__(self, blob: Blob, delta: bool = True):
         self.raw = memoryview(_decompress(blob))
         self.delta = delta
         (k,) = struct.unpack_from("<H", self.raw, 0)
@@ -153,7 +157,7 @@ class PackedArrays:
         return a
 
 
-def unpack_arrays(blob: bytes, delta: bool = True) -> list[np.ndarray]:
+def unpack_arrays(blob: Blob, delta: bool = True) -> list[np.ndarray]:
     p = PackedArrays(blob, delta)
     return [p[j] for j in range(len(p))]
 
@@ -167,7 +171,7 @@ def pack_bytes(items: list[bytes]) -> bytes:
     return struct.pack("<I", len(head)) + head + (_compress(data) if data else b"")
 
 
-def unpack_bytes(blob: bytes) -> list[bytes]:
+def unpack_bytes(blob: Blob) -> list[bytes]:
     (h,) = struct.unpack_from("<I", blob, 0)
     (lens,) = unpack_arrays(blob[4:4 + h], delta=False)
     rest = blob[4 + h:]

@@ -24,15 +24,24 @@ Everything here is plain numpy + bytes; the store does the I/O.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from subzero.capture.buffer import Pairs
 from subzero.model.cells import csr_rows, csr_take, lengths_to_offsets, pack, run_starts, unpack
 from subzero.model.strategy import Direction, Encoding, Strategy
-from subzero.storage.codec import PackedArrays, pack_arrays, pack_blocks, pack_bytes, unpack_arrays, unpack_bytes
+from subzero.storage.codec import (
+    Blob,
+    PackedArrays,
+    pack_arrays,
+    pack_blocks,
+    pack_bytes,
+    unpack_arrays,
+    unpack_bytes,
+)
 from subzero.tuning import KEY_BITS
 
 #: Key-index block size of stores written before each space recorded its own
@@ -42,7 +51,13 @@ LEGACY_KEY_BITS = 14
 REC_BITS = 10
 REC_PAIRS = 1 << REC_BITS
 
-
+#: ``map_p_pairs(out_cells, offsets, payloads, pay_ids, i) -> (incells, owner)``: an
+#: operator's :meth:`~subzero.model.operator.Operator.map_p_pairs` bound to its context
+MapPPairs = Callable[[np.ndarray, np.ndarray, Sequence[bytes], np.ndarray, int],
+                     tuple[np.ndarray, np.ndarray]]
+#: Fields of some pairs, by name: ``"key"``, ``"v<i>"``, ``"v"`` -> (cells, offsets per
+#: pair); ``"pay"`` -> (payload id per pair, payload table: ``list[bytes]``)
+Records = dict[str, tuple[np.ndarray, Any]]
 
 
 @dataclass
@@ -68,7 +83,7 @@ class Space:
         return len(self.key_off) - 1
 
 
-def _select_rows(cells, off, rows):
+def _select_rows(cells: np.ndarray, off: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     lens = (off[rows + 1] - off[rows])
     return csr_take(cells, off, rows), lengths_to_offsets(lens)
 
@@ -91,11 +106,11 @@ def merge_payload_tables(parts: Sequence[tuple[np.ndarray, Sequence[bytes]]],
     return remap[inv].reshape(-1), list(index)          # dict order is id order
 
 
-def concat_records(parts: Sequence[dict], fields: list[str]) -> dict:
+def concat_records(parts: Sequence[Records], fields: list[str]) -> Records:
     """The records of consecutive runs of pairs as one: cells and offsets laid end to
     end, and the payload tables merged into one (ids renumbered into it, as a
     multi-block read of a stored strategy does)."""
-    out: dict = {}
+    out: Records = {}
     for f in fields:
         if f == "pay":
             out["pay"] = merge_payload_tables([p["pay"] for p in parts])
@@ -106,7 +121,8 @@ def concat_records(parts: Sequence[dict], fields: list[str]) -> dict:
     return out
 
 
-def spaces_for(strategy: Strategy, pairs: Pairs, out_shape, in_shapes, map_p_pairs=None) -> list[Space]:
+def spaces_for(strategy: Strategy, pairs: Pairs, out_shape: Sequence[int],
+               in_shapes: Sequence[Sequence[int]], map_p_pairs: MapPPairs | None = None) -> list[Space]:
     """Split captured pairs into the spaces a strategy stores.
 
     ``map_p_pairs(out_cells, offsets, payloads, pay_ids, i) -> (incells, owner)``
@@ -129,6 +145,9 @@ def spaces_for(strategy: Strategy, pairs: Pairs, out_shape, in_shapes, map_p_pai
     spaces = []
     for i, shp in enumerate(in_shapes):
         if strategy.payload:
+            if map_p_pairs is None or pairs.pay_ids is None or pairs.payloads is None:
+                raise TypeError(f"strategy {strategy} keys payload pairs by input cells: it needs "
+                                f"payload pairs and the operator's map_p_pairs")
             cells, owner = map_p_pairs(unpack(pairs.out, out_shape), pairs.out_off,
                                        pairs.payloads, pairs.pay_ids, i)
             order = np.argsort(owner, kind="stable")
@@ -188,13 +207,13 @@ def encode_key_block(k: np.ndarray, p: np.ndarray) -> bytes:
     return pack_arrays(cells, counts, p)
 
 
-def decode_key_block(blob: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def decode_key_block(blob: Blob) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """-> (cells, offsets into pair ids, pair ids)."""
     cells, counts, pids = unpack_arrays(blob)
     return cells, lengths_to_offsets(counts), pids
 
 
-def merge_key_blocks(old: bytes, new: bytes) -> bytes:
+def merge_key_blocks(old: Blob, new: bytes) -> bytes:
     c1, o1, p1 = decode_key_block(old)
     c2, o2, p2 = decode_key_block(new)
     k = np.concatenate((np.repeat(c1, np.diff(o1)), np.repeat(c2, np.diff(o2))))
@@ -254,7 +273,7 @@ def _join(*parts: bytes) -> bytes:
     return head + b"".join(parts)
 
 
-def _split(blob: bytes) -> list[bytes]:
+def _split(blob: Blob) -> list[Blob]:
     (k,) = struct.unpack_from("<B", blob, 0)
     lens = struct.unpack_from(f"<{k}I", blob, 1)
     pos = 1 + 4 * k
@@ -272,7 +291,7 @@ class RecordBlock:
     table) decoded on first use: a forward lookup reads only the value cells."""
 
     def __init__(self, arrays: PackedArrays, names: list[str],
-                 pay_blob: tuple[bytes, bytes] | None = None):
+                 pay_blob: tuple[Blob, Blob] | None = None):
         self._arrays = arrays
         self._index = {f: 2 * k for k, f in enumerate(names)}    # lengths, then cells
         self._fields: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -311,7 +330,7 @@ class RecordBlock:
         return 0 if self.pay_local is None else len(self.pay_local)
 
 
-def decode_record_block(blob: bytes, fields: Sequence[str]) -> RecordBlock:
+def decode_record_block(blob: Blob, fields: Sequence[str]) -> RecordBlock:
     if "pay" in fields:
         main, local, table = _split(blob)
         pay = (local, table)

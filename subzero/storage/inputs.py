@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, Protocol, TypeGuard
 
 import numpy as np
 import xarray as xr
+from numpy.typing import ArrayLike, DTypeLike
 
 from subzero.errors import SubZeroError
 
 
-def load_path(path: str | os.PathLike, input_name: str = "input"):
+def load_path(path: str | os.PathLike[str], input_name: str = "input") -> np.ndarray | xr.DataArray:
     """Load an input file as a numpy array or xarray DataArray."""
     p = Path(path)
     if not p.exists():
@@ -107,8 +111,9 @@ class RegionSource:
     for one (see ``workflows/astronomy.py``'s ``TiledInput``); ``dims`` and ``attrs``
     are kept when it has them."""
 
-    def __init__(self, path: str | os.PathLike, input_name: str, kind: str, shape, dtype,
-                 dims=None, attrs=None, hdu: int = 0):
+    def __init__(self, path: str | os.PathLike[str], input_name: str, kind: str,
+                 shape: Sequence[int], dtype: DTypeLike, dims: Sequence[str] | None = None,
+                 attrs: Mapping[str, Any] | None = None, hdu: int = 0):
         self.path, self.input_name, self.kind = str(Path(path).resolve()), input_name, kind
         self.shape = tuple(int(n) for n in shape)
         dt = np.dtype(dtype)
@@ -130,7 +135,7 @@ class RegionSource:
             raise SubZeroError(f"input {self.input_name!r}: cannot read {self.path}: "
                                f"{type(e).__name__}: {e}") from None
 
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         whole = self.read_region(tuple(slice(0, n) for n in self.shape))
         return whole if dtype is None else whole.astype(dtype)
 
@@ -138,12 +143,29 @@ class RegionSource:
         return f"RegionSource({self.path!r}, {self.shape}, {self.dtype})"
 
 
-def is_region_source(value) -> bool:
-    """Whether an input can be copied into a run region by region (see RegionSource)."""
+class RegionReadable(Protocol):
+    """An input read region by region (:class:`RegionSource`, or a workflow's own
+    lazily built input): what the engines copy into a run a tile at a time."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> np.dtype: ...
+
+    def read_region(self, region: tuple[slice, ...]) -> np.ndarray:
+        """The input's cells in ``region`` (one slice per axis)."""
+        ...
+
+
+def is_region_source(value: object) -> TypeGuard[RegionReadable]:
+    """Whether an input can be copied into a run region by region (see RegionSource):
+    it has what :class:`RegionReadable` names (checked by name, as duck typing does)."""
     return all(hasattr(value, a) for a in ("shape", "dtype", "read_region"))
 
 
-def open_input(path: str | os.PathLike, input_name: str = "input"):
+def open_input(path: str | os.PathLike[str], input_name: str = "input",
+               ) -> np.ndarray | xr.DataArray | RegionSource:
     """An input file, opened to be read region by region when its format allows it
     (.npy, an uncompressed FITS image), else loaded whole (:func:`load_path`): Zarr
     and NetCDF inputs keep their labelled coordinates as DataArrays."""
@@ -195,11 +217,10 @@ class _Memo:
     """A small least-recently-used map of read-only arrays (see :func:`memo`)."""
 
     def __init__(self, keep: int = 8):
-        from collections import OrderedDict
         self.keep = keep
-        self.items: OrderedDict = OrderedDict()
+        self.items: OrderedDict[Hashable, np.ndarray] = OrderedDict()
 
-    def get(self, key, make):
+    def get(self, key: Hashable, make: Callable[[], ArrayLike]) -> np.ndarray:
         if key in self.items:
             self.items.move_to_end(key)
             return self.items[key]
@@ -214,7 +235,7 @@ class _Memo:
 _MEMO = _Memo()
 
 
-def memo(key, make):
+def memo(key: Hashable, make: Callable[[], ArrayLike]) -> np.ndarray:
     """``make()``'s array, made once per process and kept read-only (the last 8 kept).
 
     For input objects that build each region from a small source (a file, a frame

@@ -7,7 +7,8 @@ put in one write transaction, so a reader sees all of it or none of it.
 
 The writer lives here; what a strategy's sub-database holds (its metadata
 record and key layout, versioned) is :mod:`subzero.storage.metadata`, and
-reading it is :class:`~subzero.storage.reader.StrategyReader`.  Every value is
+reading it is :class:`~subzero.storage.reader.StrategyReader` (over any
+:class:`~subzero.storage.reader.LineageSource`, which this store is).  Every value is
 written sealed with its checksum and every R-tree file's size and checksum go
 into the metadata record, in the same transaction
 (:mod:`subzero.storage.integrity`).
@@ -23,8 +24,11 @@ import shutil
 import tempfile
 import time
 import zlib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
 
 import lmdb
 import numpy as np
@@ -34,10 +38,12 @@ from subzero.capture.buffer import Pairs
 from subzero.model.cells import unpack
 from subzero.model.modes import Mode
 from subzero.model.strategy import Strategy
+from subzero.storage import metadata
 from subzero.storage.codec import pack_arrays
 from subzero.storage.encodings import (
     KEY_BITS,
     REC_PAIRS,
+    MapPPairs,
     Space,
     key_blocks,
     merge_key_blocks,
@@ -55,8 +61,8 @@ from subzero.storage.integrity import (
     unseal,
 )
 from subzero.storage.metadata import (
-    CHECKSUM_FORMAT,
     META,
+    RTREE_FILES,
     CorruptLineage,
     NewerLineageFormat,
     ShardMeta,
@@ -68,7 +74,7 @@ from subzero.storage.metadata import (
     record_key,
     stored_encoding,
 )
-from subzero.storage.reader import RTREE_FILES, StrategyReader
+from subzero.storage.reader import StrategyReader
 from subzero.storage.shards import SUFFIX as SHARD_SUFFIX
 from subzero.storage.shards import ShardedReader, box_of, pack_shard, rtree_key
 from subzero.tuning import COVERED_CHUNK, LMDB_MAP_SIZE
@@ -76,9 +82,6 @@ from subzero.tuning import COVERED_CHUNK, LMDB_MAP_SIZE
 __all__ = ["META", "CorruptLineage", "LineageStore", "NewerLineageFormat", "ShardWrite",
            "ShardedReader", "StrategyReader", "WriteStats", "commit_shard_files", "write_shard"]
 
-#: Format of new (operator, strategy) sub-databases.  Tests set it to 2 to write a
-#: store as SubZero did before checksums; appends keep a store's own format.
-WRITE_FORMAT = CHECKSUM_FORMAT
 #: The folder (in a run's lineage folder) that sharded strategies' files go to.
 SHARDS_DIR = "shards"
 
@@ -94,19 +97,29 @@ class WriteStats:
     pairs: int
 
 
+@dataclass
+class _OpenEnv:
+    """One LMDB environment open in this process, and the handles of its sub-databases."""
+
+    env: Any                 # lmdb.Environment (lmdb ships no types)
+    refs: int
+    readonly: bool
+    dbs: dict[bytes, Any]
+
+
 # LMDB allows one open environment per path per process, so handles are
 # shared (reference-counted) between LineageStore objects of the same process.
-_ENVS: dict[str, list] = {}
+_ENVS: dict[str, _OpenEnv] = {}
 
 
-def _open_env(path: Path, readonly: bool):
+def _open_env(path: Path, readonly: bool) -> tuple[Any, dict[bytes, Any]]:
     key = str(path.resolve())
     entry = _ENVS.get(key)
     if entry is not None:
-        if entry[2] and not readonly:
+        if entry.readonly and not readonly:
             raise CorruptLineage(f"lineage store {path} is open read-only in this process")
-        entry[1] += 1
-        return entry[0], entry[3]
+        entry.refs += 1
+        return entry.env, entry.dbs
     # a reader maps only the file (a writer reserves address space to grow into):
     # thousands of runs can then be open in one process
     size = LMDB_MAP_SIZE
@@ -120,8 +133,8 @@ def _open_env(path: Path, readonly: bool):
         size = max(1 << 20, size)
     env = lmdb.open(str(path), map_size=size, max_dbs=4096, subdir=True, readonly=readonly,
                     lock=not readonly, sync=False, metasync=False, readahead=False)
-    dbs: dict[bytes, object] = {}
-    _ENVS[key] = [env, 1, readonly, dbs]
+    dbs: dict[bytes, Any] = {}
+    _ENVS[key] = _OpenEnv(env, 1, readonly, dbs)
     return env, dbs
 
 
@@ -130,16 +143,16 @@ def _close_env(path: Path) -> None:
     entry = _ENVS.get(key)
     if entry is None:
         return
-    entry[1] -= 1
-    if entry[1] == 0:
+    entry.refs -= 1
+    if entry.refs == 0:
         del _ENVS[key]
-        entry[0].close()
+        entry.env.close()
 
 
 class LineageStore:
     """All stored lineage of one run."""
 
-    def __init__(self, path: str | os.PathLike, readonly: bool = False):
+    def __init__(self, path: str | os.PathLike[str], readonly: bool = False):
         self.path = Path(path)
         if readonly and not (self.path / "data.mdb").exists():
             raise CorruptLineage(f"lineage store {self.path} is missing")
@@ -161,7 +174,7 @@ class LineageStore:
         """Flush what is written to disk (writes are not synced one by one)."""
         self.env.sync(True)
 
-    def drop_operator(self, op: str, strategies) -> None:
+    def drop_operator(self, op: str, strategies: Iterable[Strategy]) -> None:
         """Remove whatever an operator's strategies wrote (a resumed run redoes an
         operator its lost driver may have left half-written)."""
         for s in strategies:
@@ -173,7 +186,10 @@ class LineageStore:
     def rtree_path(self, op: str, strategy: Strategy, space: str) -> Path:
         return self.path / "rtree" / f"{_safe(op + '|' + str(strategy))}.{space}"
 
-    def _db(self, name: bytes, create: bool):
+    def database(self, name: bytes, create: bool = False) -> Any:
+        """The LMDB handle of sub-database ``name`` (see :meth:`db_name`), opened once per
+        process; None when it does not exist and ``create`` is not set.  A reader
+        begins its transactions on it; tests use it to read and damage raw values."""
         db = self._dbs.get(name)
         if db is None:
             try:
@@ -193,28 +209,28 @@ class LineageStore:
             return False
 
     # -- writing ----------------------------------------------------------------------
-    def write(self, op: str, strategy: Strategy, pairs: Pairs, out_shape, in_shapes,
-              map_p_pairs=None) -> WriteStats:
+    def write(self, op: str, strategy: Strategy, pairs: Pairs, out_shape: Sequence[int],
+              in_shapes: Sequence[Sequence[int]], map_p_pairs: MapPPairs | None = None) -> WriteStats:
         """Encode and store ``pairs`` under (op, strategy); appends if already present.
 
         Raises :class:`NewerLineageFormat` (a one-line StoreError) rather than append
         to lineage a newer SubZero wrote."""
         t0 = time.perf_counter()
         name = self.db_name(op, strategy)
-        db = self._db(name, create=True)
+        db = self.database(name, create=True)
         with self.env.begin(write=True, db=db) as txn:
             encode_strategy(txn, name, strategy, pairs, out_shape, in_shapes, map_p_pairs,
                             lambda space: self.rtree_path(op, strategy, space),
                             f"stored lineage of {op!r} ({strategy})")
         return WriteStats(self.bytes_of(op, strategy), time.perf_counter() - t0, pairs.n)
 
-    def commit_shards(self, op: str, strategy: Strategy, out_shape, in_shapes,
-                      shards: list[ShardMeta]) -> int:
+    def commit_shards(self, op: str, strategy: Strategy, out_shape: Sequence[int],
+                      in_shapes: Sequence[Sequence[int]], shards: list[ShardMeta]) -> int:
         """Record (op, strategy) as sharded: the committed ``shards`` (files already in
         place under this store's folder), in one write transaction; returns the bytes
         it holds."""
         name = self.db_name(op, strategy)
-        db = self._db(name, create=True)
+        db = self.database(name, create=True)
         meta = StrategyMeta.sharded_index(strategy, out_shape, in_shapes, shards)
         with self.env.begin(write=True, db=db) as txn:
             if txn.get(META) is not None:
@@ -229,7 +245,7 @@ class LineageStore:
     def meta(self, op: str, strategy: Strategy) -> StrategyMeta | None:
         """The metadata record of (op, strategy), or None when nothing is stored."""
         name = self.db_name(op, strategy)
-        db = self._db(name, create=False)
+        db = self.database(name, create=False)
         if db is None:
             return None
         where = f"stored lineage of {op!r} ({strategy}) in {self.file}"
@@ -253,7 +269,7 @@ class LineageStore:
     # -- sizes ------------------------------------------------------------------------
     def bytes_of(self, op: str, strategy: Strategy) -> int:
         """Bytes on disk: LMDB pages of the sub-database plus R-tree files."""
-        db = self._db(self.db_name(op, strategy), create=False)
+        db = self.database(self.db_name(op, strategy), create=False)
         if db is None:
             return 0
         with self.env.begin() as txn:
@@ -272,7 +288,7 @@ class LineageStore:
         """Delete one (operator, strategy): its sub-database and R-tree files (a run's
         disk budget undoes a write that overflowed it this way)."""
         name = self.db_name(op, strategy)
-        db = self._db(name, create=False)
+        db = self.database(name, create=False)
         if db is not None:
             with self.env.begin(write=True) as txn:
                 txn.drop(db, delete=True)
@@ -297,12 +313,37 @@ class LineageStore:
 
 
 
-def encode_strategy(txn, name: bytes, strategy: Strategy, pairs: Pairs, out_shape, in_shapes,
-                    map_p_pairs, rtree_base, where: str) -> list[Space]:
+class WriteCursor(Protocol):
+    """What :func:`encode_strategy` writes blocks through (LMDB's cursor's shape)."""
+
+    def __enter__(self) -> WriteCursor: ...
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> bool | None: ...
+
+    def putmulti(self, items: Iterable[tuple[bytes, bytes]]) -> Any: ...
+
+
+class WriteTxn(Protocol):
+    """A write transaction on one sub-database: an LMDB one, or :class:`_MemoryTxn`
+    (a shard's entries, in memory)."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def put(self, key: bytes, value: bytes) -> Any: ...
+
+    def cursor(self) -> WriteCursor: ...
+
+
+def encode_strategy(txn: WriteTxn, name: bytes, strategy: Strategy, pairs: Pairs,
+                    out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]],
+                    map_p_pairs: MapPPairs | None, rtree_base: Callable[[str], Path],
+                    where: str) -> list[Space]:
     """Encode ``pairs`` of one strategy into a sub-database (``txn``: an LMDB write
     transaction opened on it, or anything with ``get``/``put``/``cursor().putmulti``),
     after what it already holds; ``rtree_base(space)`` is the base path of a space's
-    R-tree files.  Returns the spaces written (their key cells)."""
+    R-tree files.  New sub-databases are written in :data:`metadata.WRITE_FORMAT
+    <subzero.storage.metadata.WRITE_FORMAT>`.  Returns the spaces written (their key cells)."""
     enc = stored_encoding(strategy)
     spaces = spaces_for(strategy, pairs, out_shape, in_shapes, map_p_pairs)
     raw = txn.get(META)
@@ -314,8 +355,9 @@ def encode_strategy(txn, name: bytes, strategy: Strategy, pairs: Pairs, out_shap
         # becomes 2, which only makes its key-block size explicit
         meta = meta.in_format(max(meta.version, 2))
     else:
-        meta = StrategyMeta.new(strategy, out_shape, in_shapes).in_format(WRITE_FORMAT)
-    put = _Sealer(name) if meta.checksummed else _plain
+        # read at each write: the one switch tests turn to write an older format
+        meta = StrategyMeta.new(strategy, out_shape, in_shapes).in_format(metadata.WRITE_FORMAT)
+    put: _Sealer | _Plain = _Sealer(name) if meta.checksummed else _plain
     for sp in spaces:
         info = meta.space(sp.name) or SpaceMeta.new(
             sp.name, sp.key_shape, record_fields(sp, enc), sp.value_shapes, KEY_BITS)
@@ -330,8 +372,8 @@ def encode_strategy(txn, name: bytes, strategy: Strategy, pairs: Pairs, out_shap
     return spaces
 
 
-def _write_space(txn, strategy: Strategy, sp: Space, info: SpaceMeta, put,
-                 rtree_base) -> SpaceMeta:
+def _write_space(txn: WriteTxn, strategy: Strategy, sp: Space, info: SpaceMeta,
+                 put: _Sealer | _Plain, rtree_base: Callable[[str], Path]) -> SpaceMeta:
     """Append one space's pairs after those already stored; returns its new metadata.
     ``put(key, body)`` gives the value to store (sealed, or as is in old formats)."""
     if sp.n == 0:
@@ -444,10 +486,11 @@ class _MemoryTxn:
     def __enter__(self) -> _MemoryTxn:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
         return None
 
-    def putmulti(self, puts) -> None:
+    def putmulti(self, puts: Iterable[tuple[bytes, bytes]]) -> None:
         for k, v in puts:
             self.put(k, v)
 
@@ -466,14 +509,15 @@ class ShardWrite:
 _ATTEMPT = re.compile(r"(.+)\.a\d+" + re.escape(SHARD_SUFFIX))
 
 
-def shard_folder(lineage_dir: str | os.PathLike, op: str, strategy: Strategy) -> Path:
+def shard_folder(lineage_dir: str | os.PathLike[str], op: str, strategy: Strategy) -> Path:
     """Where the shards of (op, strategy) go, in a run's lineage folder."""
     return Path(lineage_dir) / SHARDS_DIR / _safe(op + "|" + str(strategy))
 
 
-def write_shard(lineage_dir: str | os.PathLike, stem: str, attempt: int, op: str,
-                strategy: Strategy, pairs: Pairs, out_shape, in_shapes,
-                map_p_pairs=None) -> ShardWrite | None:
+def write_shard(lineage_dir: str | os.PathLike[str], stem: str, attempt: int, op: str,
+                strategy: Strategy, pairs: Pairs, out_shape: Sequence[int],
+                in_shapes: Sequence[Sequence[int]], map_p_pairs: MapPPairs | None = None,
+                ) -> ShardWrite | None:
     """Encode one task's ``pairs`` of (op, strategy) into a shard file named for the
     tile (``stem``) and the task ``attempt``, written whole then renamed into place;
     None when there is nothing to store."""
@@ -503,7 +547,7 @@ def write_shard(lineage_dir: str | os.PathLike, stem: str, attempt: int, op: str
                       time.perf_counter() - t0, pairs.n)
 
 
-def commit_shard_files(lineage_dir: str | os.PathLike, op: str, strategy: Strategy,
+def commit_shard_files(lineage_dir: str | os.PathLike[str], op: str, strategy: Strategy,
                        written: list[ShardMeta]) -> list[ShardMeta]:
     """Give the shards of the attempts that succeeded their tiles' names, and remove
     every other file of (op, strategy): attempts that failed or lost a race."""
@@ -526,7 +570,7 @@ def commit_shard_files(lineage_dir: str | os.PathLike, op: str, strategy: Strate
     return out
 
 
-def sweep_shard_attempts(lineage_dir: str | os.PathLike) -> list[Path]:
+def sweep_shard_attempts(lineage_dir: str | os.PathLike[str]) -> list[Path]:
     """Remove the shard files no record lists: attempts (``t<tile>.a<N>.szs``) and
     half-written files (``.<name>.tmp``) that a speculative or retried task wrote after
     its operator was committed.  A run calls it as it commits; returns what it removed."""

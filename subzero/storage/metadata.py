@@ -34,6 +34,12 @@ per key space its pair count and the bounding box of its key cells — so that a
 reader opens only the shards a query's cells fall in.  Each shard holds an
 ordinary format-3 sub-database.  Unsharded strategies are still written in
 format 3, which older SubZero versions read.
+
+The JSON of each record has a typed shape (:class:`StrategyRecord`,
+:class:`SpaceRecord`, :class:`ShardRecord`).  Whether a record is sharded is
+its ``sharded`` key; records written before that key existed (formats 1-3, and
+format 4 as first written) say it by their format number, which
+:meth:`StrategyMeta.from_json` reads in its place.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ import struct
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import NotRequired, TypedDict, cast
 
 import numpy as np
 
@@ -57,6 +63,10 @@ from subzero.storage.integrity import ChecksumMismatch, seal, seed, unseal
 #: The newest format this SubZero reads (and writes, for sharded strategies).
 FORMAT_VERSION = 4
 #: Format of the unsharded strategies this SubZero writes (and of every shard's own).
+#: The writer (:func:`subzero.storage.lineage.encode_strategy`) reads it at each
+#: write, so a test writes a store as SubZero did before checksums by setting it to
+#: 2 (``monkeypatch.setattr(subzero.storage.metadata, "WRITE_FORMAT", 2)``); appends
+#: keep a store's own format.
 WRITE_FORMAT = 3
 #: First format whose record may list shards instead of holding blocks.
 SHARDED_FORMAT = 4
@@ -68,6 +78,9 @@ CHECKSUM_FORMAT = 3
 META_MAGIC = b"SZ\x03\x00"
 
 Shape = tuple[int, ...]
+#: The files libspatialindex keeps an R-tree in (suffixes of its base path); a
+#: format-3 space of a Many encoding records the size and CRC-32 of each.
+RTREE_FILES = ("dat", "idx")
 
 
 class CorruptLineage(SubZeroError):
@@ -118,6 +131,52 @@ def stored_encoding(strategy: Strategy) -> Encoding:
     if strategy.encoding is None:
         raise ValueError(f"strategy {strategy} stores no lineage")
     return strategy.encoding
+
+
+# -- the JSON of a metadata record ---------------------------------------------------------
+class SpaceRecord(TypedDict):
+    """One key space as stored (:meth:`SpaceMeta.to_json`)."""
+
+    #: pairs written (the next pair id)
+    next: int
+    key_shape: list[int]
+    fields: list[str]
+    value_shapes: dict[str, list[int]]
+    blocks: list[int]
+    #: key-index block size; absent in format 1 (then ``LEGACY_KEY_BITS``)
+    key_bits: NotRequired[int]
+    #: format 3 on, One encodings: the key-index blocks written (:func:`encode_block_set`)
+    key_index: NotRequired[str]
+    #: format 3 on, Many encodings: (suffix, size, CRC-32) of each R-tree file
+    files: NotRequired[list[tuple[str, int, int]]]
+
+
+class ShardRecord(TypedDict):
+    """One committed shard as stored (:meth:`ShardMeta.to_json`)."""
+
+    file: str
+    size: int
+    crc: int
+    #: per key space: [pairs, lowest key cell, highest key cell]
+    spaces: dict[str, tuple[int, list[int], list[int]]]
+    #: [lowest, highest] output cell its payload pairs cover, or None
+    covered: list[list[int]] | None
+
+
+class StrategyRecord(TypedDict):
+    """A metadata record as stored (:meth:`StrategyMeta.to_json`)."""
+
+    #: absent in format 1
+    format: NotRequired[int]
+    strategy: str
+    out_shape: list[int]
+    in_shapes: list[list[int]]
+    spaces: dict[str, SpaceRecord]
+    covered_chunks: NotRequired[int]
+    #: written on sharded records; absent before it existed (then: format >= 4)
+    sharded: NotRequired[bool]
+    #: sharded records only
+    shards: NotRequired[list[ShardRecord]]
 
 
 # -- metadata records ------------------------------------------------------------------
@@ -173,18 +232,19 @@ class SpaceMeta:
             cells *= n
         return -(-cells >> self.key_bits) if cells else 0
 
-    def to_json(self) -> dict[str, Any]:
-        d = {"next": self.pairs, "key_shape": list(self.key_shape), "fields": list(self.fields),
-             "value_shapes": {k: list(v) for k, v in self.value_shapes},
-             "blocks": list(self.blocks), "key_bits": self.key_bits}
+    def to_json(self) -> SpaceRecord:
+        d: SpaceRecord = {
+            "next": self.pairs, "key_shape": list(self.key_shape), "fields": list(self.fields),
+            "value_shapes": {k: list(v) for k, v in self.value_shapes},
+            "blocks": list(self.blocks), "key_bits": self.key_bits}
         if self.key_index:
             d["key_index"] = self.key_index
         if self.files:
-            d["files"] = [list(f) for f in self.files]
+            d["files"] = list(self.files)
         return d
 
     @staticmethod
-    def from_json(name: str, d: Mapping[str, Any], version: int) -> SpaceMeta:
+    def from_json(name: str, d: SpaceRecord, version: int) -> SpaceMeta:
         key_bits = d.get("key_bits", LEGACY_KEY_BITS) if version == LEGACY_FORMAT else d["key_bits"]
         files = tuple((str(a), int(b), int(c)) for a, b, c in d.get("files", ()))
         return SpaceMeta(name, _shape(d["key_shape"]), tuple(str(f) for f in d["fields"]),
@@ -216,13 +276,13 @@ class ShardMeta:
     def box(self, space: str) -> Box | None:
         return next((b for name, n, b in self.spaces if name == space and n), None)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ShardRecord:
         return {"file": self.file, "size": self.size, "crc": self.crc,
-                "spaces": {name: [n, list(lo), list(hi)] for name, n, (lo, hi) in self.spaces},
+                "spaces": {name: (n, list(lo), list(hi)) for name, n, (lo, hi) in self.spaces},
                 "covered": None if self.covered is None else [list(c) for c in self.covered]}
 
     @staticmethod
-    def from_json(d: Mapping[str, Any]) -> ShardMeta:
+    def from_json(d: ShardRecord) -> ShardMeta:
         cov = d.get("covered")
         return ShardMeta(str(d["file"]), int(d["size"]), int(d["crc"]),
                          tuple((str(k), int(n), (_shape(lo), _shape(hi)))
@@ -233,7 +293,7 @@ class ShardMeta:
 @dataclass(frozen=True)
 class StrategyMeta:
     """What one (operator, strategy) sub-database holds: blocks described by
-    ``spaces`` (formats 1-3), or, sharded (format 4), the ``shards`` holding them."""
+    ``spaces`` (formats 1-3), or, ``sharded`` (format 4), the ``shards`` holding them."""
 
     strategy: Strategy
     out_shape: Shape
@@ -242,6 +302,8 @@ class StrategyMeta:
     covered_chunks: int = 0
     version: int = WRITE_FORMAT
     shards: tuple[ShardMeta, ...] = ()
+    #: whether the record lists shards instead of holding blocks
+    sharded: bool = False
 
     @staticmethod
     def new(strategy: Strategy, out_shape: Sequence[int],
@@ -253,11 +315,7 @@ class StrategyMeta:
                       in_shapes: Sequence[Sequence[int]], shards: Sequence[ShardMeta]) -> StrategyMeta:
         """The record of a sharded strategy: the shards, no blocks of its own."""
         return StrategyMeta(strategy, _shape(out_shape), tuple(_shape(s) for s in in_shapes),
-                            version=SHARDED_FORMAT, shards=tuple(shards))
-
-    @property
-    def sharded(self) -> bool:
-        return self.version >= SHARDED_FORMAT
+                            version=SHARDED_FORMAT, shards=tuple(shards), sharded=True)
 
     def space(self, name: str) -> SpaceMeta | None:
         for sp in self.spaces:
@@ -290,12 +348,14 @@ class StrategyMeta:
         return dataclasses.replace(self, version=version)
 
     # -- serialisation ---------------------------------------------------------------
-    def to_json(self) -> dict[str, Any]:
-        d = {"format": self.version, "strategy": str(self.strategy),
-             "out_shape": list(self.out_shape), "in_shapes": [list(s) for s in self.in_shapes],
-             "spaces": {sp.name: sp.to_json() for sp in self.spaces},
-             "covered_chunks": self.covered_chunks}
+    def to_json(self) -> StrategyRecord:
+        d: StrategyRecord = {
+            "format": self.version, "strategy": str(self.strategy),
+            "out_shape": list(self.out_shape), "in_shapes": [list(s) for s in self.in_shapes],
+            "spaces": {sp.name: sp.to_json() for sp in self.spaces},
+            "covered_chunks": self.covered_chunks}
         if self.sharded:
+            d["sharded"] = True
             d["shards"] = [sh.to_json() for sh in self.shards]
         return d
 
@@ -305,25 +365,32 @@ class StrategyMeta:
         return encode_record(self.to_json(), db)
 
     @staticmethod
-    def from_json(d: Mapping[str, Any], where: str = "stored lineage") -> StrategyMeta:
-        """Read a metadata record of any known format; ``where`` names it in errors."""
-        if not isinstance(d, Mapping):
+    def from_json(d: object, where: str = "stored lineage") -> StrategyMeta:
+        """Read a metadata record of any known format (the JSON a record decodes to:
+        :class:`StrategyRecord`, checked here); ``where`` names it in errors."""
+        if not isinstance(d, dict):
             raise CorruptLineage(f"{where} has malformed metadata (not a JSON object)")
-        version = d.get("format", LEGACY_FORMAT)
+        rec = cast(StrategyRecord, d)
+        version = rec.get("format", LEGACY_FORMAT)
         if not isinstance(version, int) or version < LEGACY_FORMAT:
             raise CorruptLineage(f"{where} has malformed metadata (format {version!r})")
         if version > FORMAT_VERSION:
             raise NewerLineageFormat(
                 f"{where} was written by a newer SubZero (lineage format {version}; this one "
                 f"reads up to {FORMAT_VERSION}); upgrade SubZero to use it")
+        # records from before the key: sharded exactly when of the sharded format
+        sharded = rec.get("sharded", version >= SHARDED_FORMAT)
+        if not isinstance(sharded, bool) or (sharded and version < SHARDED_FORMAT):
+            raise CorruptLineage(f"{where} has malformed metadata (sharded {sharded!r} in "
+                                 f"format {version})")
         try:
             return StrategyMeta(
-                parse_one(d["strategy"]), _shape(d["out_shape"]),
-                tuple(_shape(s) for s in d["in_shapes"]),
-                tuple(SpaceMeta.from_json(str(k), v, version) for k, v in d["spaces"].items()),
-                int(d.get("covered_chunks", 0)), version,
-                tuple(ShardMeta.from_json(sh) for sh in d["shards"]) if version >= SHARDED_FORMAT
-                else ())
+                parse_one(rec["strategy"]), _shape(rec["out_shape"]),
+                tuple(_shape(s) for s in rec["in_shapes"]),
+                tuple(SpaceMeta.from_json(str(k), v, version) for k, v in rec["spaces"].items()),
+                int(rec.get("covered_chunks", 0)), version,
+                tuple(ShardMeta.from_json(sh) for sh in rec["shards"]) if sharded else (),
+                sharded)
         except (KeyError, TypeError, ValueError, AttributeError, StrategyError) as e:
             raise CorruptLineage(f"{where} has malformed metadata: {type(e).__name__}: {e}") from None
 
@@ -333,7 +400,7 @@ class StrategyMeta:
 
 
 # -- the stored record ------------------------------------------------------------------
-def encode_record(d: Mapping[str, Any], db: bytes = b"") -> bytes:
+def encode_record(d: StrategyRecord, db: bytes = b"") -> bytes:
     """A metadata record's JSON as stored: format 3 on sealed behind :data:`META_MAGIC`."""
     body = json.dumps(d).encode()
     version = d.get("format", LEGACY_FORMAT)
@@ -342,8 +409,9 @@ def encode_record(d: Mapping[str, Any], db: bytes = b"") -> bytes:
     return body
 
 
-def decode_record(raw: bytes, where: str = "stored lineage", db: bytes = b"") -> Any:
-    """The JSON of a stored metadata record, its checksum verified where it has one."""
+def decode_record(raw: bytes, where: str = "stored lineage", db: bytes = b"") -> object:
+    """The JSON of a stored metadata record (a :class:`StrategyRecord` once
+    :meth:`StrategyMeta.from_json` checked it), its checksum verified where it has one."""
     sealed = bytes(raw[:len(META_MAGIC)]) == META_MAGIC
     body: bytes | memoryview = raw
     if sealed:
@@ -352,7 +420,7 @@ def decode_record(raw: bytes, where: str = "stored lineage", db: bytes = b"") ->
         except ChecksumMismatch as e:
             raise CorruptLineage(f"{where} has damaged metadata ({e})") from None
     try:
-        d = json.loads(bytes(body))
+        d: object = json.loads(bytes(body))
     except ValueError as e:
         raise CorruptLineage(f"{where} has unreadable metadata: {e}") from None
     version = d.get("format", LEGACY_FORMAT) if isinstance(d, dict) else None

@@ -25,6 +25,8 @@ from typing import Any
 
 import cloudpickle
 
+from subzero.model.workflow import Workflow
+
 FILE = "workflow.pkl"
 
 #: modules of the core that moved into subpackages (old name -> new name); the
@@ -78,14 +80,14 @@ def current_place(module: str, name: str) -> str:
 
 
 class _Unpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> Any:
         place = current_place(module, name)
         if place != current_module(module) and not hasattr(importlib.import_module(place), name):
             name = name.lstrip("_")         # the task functions became public in the split
         return super().find_class(place, name)
 
 
-def save_workflow(wf, run_dir: Path) -> bool:
+def save_workflow(wf: Workflow, run_dir: Path) -> bool:
     """Write ``workflow.pkl``; False when the operators cannot be pickled (traces
     then reload the workflow from its source file)."""
     mods = [m for n, m in list(sys.modules.items()) if n.startswith("subzero_wf_")]
@@ -109,8 +111,9 @@ def save_workflow(wf, run_dir: Path) -> bool:
                 pass
 
 
-def load_workflow_pickle(data: bytes):
-    """The workflow of a ``workflow.pkl`` (cloudpickle's format is pickle's)."""
+def load_workflow_pickle(data: bytes) -> Any:
+    """The workflow of a ``workflow.pkl`` (cloudpickle's format is pickle's; what it
+    unpickles is whatever was pickled, so its type is the caller's to check)."""
     return _Unpickler(io.BytesIO(data)).load()
 
 

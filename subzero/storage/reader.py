@@ -9,6 +9,11 @@ decoded, a key-index block the metadata lists but LMDB does not return is
 damage (not "no such cells"), and each R-tree file is checked against its
 recorded size and CRC-32 before libspatialindex opens it — once per reader, so
 a warm reader pays nothing.  Older stores are read unchecked.
+
+A reader reads from anything shaped like a :class:`LineageSource`: a run's
+:class:`~subzero.storage.lineage.LineageStore`, or one shard file
+(:class:`~subzero.storage.shards.ShardStore`).  It names that interface, not
+the store, so the store can build its readers without a circle of imports.
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import TracebackType
+from typing import Any, Protocol
 
 import lmdb
 import numpy as np
@@ -35,11 +42,12 @@ from subzero.model.cells import (
 )
 from subzero.model.cellset import CellSet
 from subzero.model.strategy import Strategy
-from subzero.storage.codec import unpack_arrays
+from subzero.storage.codec import Blob, unpack_arrays
 from subzero.storage.encodings import (
     REC_BITS,
     REC_PAIRS,
     RecordBlock,
+    Records,
     decode_key_block,
     decode_record_block,
     merge_payload_tables,
@@ -47,6 +55,7 @@ from subzero.storage.encodings import (
 from subzero.storage.integrity import ChecksumMismatch, seed, seed_in, unseal
 from subzero.storage.metadata import (
     META,
+    RTREE_FILES,
     CorruptLineage,
     SpaceMeta,
     StrategyMeta,
@@ -58,11 +67,85 @@ from subzero.storage.metadata import (
     stored_encoding,
 )
 
-if TYPE_CHECKING:
-    from subzero.storage.lineage import LineageStore
+#: A decoded key-index block: (cells, offsets into its pair ids, pair ids)
+KeyBlock = tuple[np.ndarray, np.ndarray, np.ndarray]
 
-#: The files libspatialindex keeps an R-tree in (suffixes of its base path).
-RTREE_FILES = ("dat", "idx")
+__all__ = ["RTREE_FILES", "LineageSource", "ReadCursor", "ReadEnv", "ReadTxn", "StrategyReader",
+           "row_runs"]
+
+
+# -- what a reader reads from -----------------------------------------------------------
+class ReadCursor(Protocol):
+    """A cursor over a sub-database's keys in order (LMDB's, or a shard's)."""
+
+    def __enter__(self) -> ReadCursor: ...
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> bool | None: ...
+
+    def set_range(self, key: bytes) -> bool:
+        """Move to the first key at or after ``key``; False past the end."""
+        ...
+
+    def __iter__(self) -> Iterator[tuple[bytes, bytes]]: ...
+
+
+class ReadTxn(Protocol):
+    """A read transaction on one sub-database: values by key, and a cursor."""
+
+    def __enter__(self) -> ReadTxn: ...
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> bool | None: ...
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def cursor(self) -> ReadCursor: ...
+
+
+class ReadEnv(Protocol):
+    """An environment read transactions are begun on (``lmdb.Environment``'s shape)."""
+
+    def begin(self, db: Any = None, buffers: bool = False) -> ReadTxn:
+        """A read transaction on sub-database ``db`` (a handle from
+        :meth:`LineageSource.database`)."""
+        ...
+
+
+class LineageSource(Protocol):
+    """What a :class:`StrategyReader` reads stored lineage from: a run's LMDB
+    environment (:class:`~subzero.storage.lineage.LineageStore`) or one shard
+    (:class:`~subzero.storage.shards.ShardStore`)."""
+
+    @property
+    def file(self) -> Path:
+        """The file the values live in (named in errors)."""
+        ...
+
+    @property
+    def path(self) -> Path:
+        """The folder the store's files are in (a sharded record names shards in it)."""
+        ...
+
+    @property
+    def env(self) -> ReadEnv:
+        """Where read transactions are begun."""
+        ...
+
+    def database(self, name: bytes, create: bool = False) -> Any:
+        """The handle of sub-database ``name`` for :meth:`ReadEnv.begin` (None when
+        absent); a read-only source never creates one."""
+        ...
+
+    def rtree_path(self, op: str, strategy: Strategy, space: str) -> Path:
+        """The base path of a space's R-tree files (named in errors)."""
+        ...
+
+    def rtree_file(self, op: str, strategy: Strategy, space: str, ext: str, size: int,
+                   digest: int) -> bytes:
+        """One R-tree file's bytes, checked against its recorded size and CRC-32
+        (:class:`~subzero.storage.integrity.ChecksumMismatch` when they differ)."""
+        ...
 
 
 class StrategyReader:
@@ -72,12 +155,12 @@ class StrategyReader:
     executor answers by re-executing the operator.
     """
 
-    def __init__(self, store: LineageStore, op: str, strategy: Strategy):
+    def __init__(self, store: LineageSource, op: str, strategy: Strategy):
         self.store, self.op, self.strategy = store, op, strategy
         self.enc = stored_encoding(strategy)
         self._blocks: dict[bytes, RecordBlock] = {}
-        self._key_index: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray] | None] = {}
-        self._rtrees: dict[str, object] = {}
+        self._key_index: dict[bytes, KeyBlock | None] = {}
+        self._rtrees: dict[str, rindex.Index] = {}
         self._covered: np.ndarray | None = None
         self._key_sets: dict[str, np.ndarray] = {}
         #: The LMDB file the values live in (named in errors).
@@ -86,7 +169,7 @@ class StrategyReader:
         self._seed = seed(self._name, b"")
         where = f"stored lineage of {op!r} ({strategy}) in {self.file}"
         try:
-            self.db = store._db(self._name, create=False)
+            self.db = store.database(self._name)
             if self.db is None:
                 raise CorruptLineage(f"no stored lineage for operator {op!r} strategy {strategy}")
             with store.env.begin(db=self.db) as txn:
@@ -108,7 +191,7 @@ class StrategyReader:
         self._key_index.clear()
         self._covered = None
 
-    def _fail(self, e: Exception):
+    def _fail(self, e: Exception) -> CorruptLineage:
         return self._damaged(f"{type(e).__name__}: {e}")
 
     def _damaged(self, what: str, file: Path | None = None) -> CorruptLineage:
@@ -117,7 +200,7 @@ class StrategyReader:
         return CorruptLineage(f"stored lineage of operator {self.op!r} ({self.strategy}) is "
                               f"damaged: {what} ({file or self.file})")
 
-    def _get(self, txn, key: bytes, what: str):
+    def _get(self, txn: ReadTxn, key: bytes, what: str) -> Blob | None:
         """The body of the value at ``key`` (None if absent), checked in a checksummed store."""
         raw = txn.get(key)
         if raw is None or not self._checked:
@@ -139,7 +222,7 @@ class StrategyReader:
             raise CorruptLineage(f"stored lineage of {self.op!r} ({self.strategy}) has no space {space!r}")
         return info
 
-    def _record(self, txn, space: str, blk: int) -> RecordBlock:
+    def _record(self, txn: ReadTxn, space: str, blk: int) -> RecordBlock:
         key = record_key(space, blk)
         rb = self._blocks.get(key)
         if rb is None:
@@ -180,18 +263,18 @@ class StrategyReader:
             self._key_sets[space] = got
         return got
 
-    def _decoded_key_block(self, txn, space, blk):
+    def _decoded_key_block(self, txn: ReadTxn, space: str, blk: int) -> KeyBlock | None:
         key = key_index_key(space, blk)
-        dec = self._key_index.get(key, False)
-        if dec is False:           # not read yet (None: no such block)
-            raw = self._get(txn, key, f"key-index block {blk} of space {space!r}")
-            if raw is None and self._checked:
-                raise self._damaged(f"key-index block {blk} of space {space!r} is missing")
-            dec = decode_key_block(raw) if raw is not None else None
-            self._key_index[key] = dec
+        if key in self._key_index:      # read before (None: no such block)
+            return self._key_index[key]
+        raw = self._get(txn, key, f"key-index block {blk} of space {space!r}")
+        if raw is None and self._checked:
+            raise self._damaged(f"key-index block {blk} of space {space!r} is missing")
+        dec = decode_key_block(raw) if raw is not None else None
+        self._key_index[key] = dec
         return dec
 
-    def _lookup_one(self, txn, space, q):
+    def _lookup_one(self, txn: ReadTxn, space: str, q: np.ndarray) -> np.ndarray:
         """Decode every touched key block, then one vectorized search over all of them
         (blocks are in key order, so their cells concatenate sorted)."""
         info = self._space(space)
@@ -216,7 +299,7 @@ class StrategyReader:
         hit = pos_c[cells[pos_c] == q]
         return unique_ids(csr_take(np.concatenate(pids), off, hit), n_pairs)
 
-    def _rtree(self, space: str):
+    def _rtree(self, space: str) -> rindex.Index:
         t = self._rtrees.get(space)
         if t is None:
             path = self.store.rtree_path(self.op, self.strategy, space)
@@ -246,7 +329,7 @@ class StrategyReader:
                 raise self._damaged(f"R-tree file {f.name}: {e}", f) from None
         return out
 
-    def _lookup_many(self, txn, space, q, cells):
+    def _lookup_many(self, txn: ReadTxn, space: str, q: np.ndarray, cells: CellSet) -> np.ndarray:
         shape = self._space(space).key_shape
         mins, maxs = _runs_to_boxes(q, shape)
         ids, _counts = self._rtree(space).intersection_v(mins, maxs)
@@ -258,7 +341,7 @@ class StrategyReader:
         return cand[rows_hitting(keys, off, cells)]
 
     # -- records ----------------------------------------------------------------------
-    def records(self, space: str, pids: np.ndarray, fields: list[str]) -> dict:
+    def records(self, space: str, pids: np.ndarray, fields: list[str]) -> Records:
         """Fields of the given pairs: name -> (cells, offsets); ``"pay"`` ->
         (pay_ids per pair, payload table)."""
         try:
@@ -269,7 +352,7 @@ class StrategyReader:
         except Exception as e:
             raise self._fail(e) from None
 
-    def _records(self, txn, space, pids, fields):
+    def _records(self, txn: ReadTxn, space: str, pids: np.ndarray, fields: list[str]) -> Records:
         """Gather fields of the given pairs: decode each touched block once, then one
         vectorized gather per field over the blocks laid end to end."""
         pids = np.asarray(pids, np.int64)
@@ -287,7 +370,7 @@ class StrategyReader:
                         lengths_to_offsets(np.diff(rb.field(f)[1])[local])) for f in fields}
         base = lengths_to_offsets(np.array([rb.n for rb in decoded], np.int64))
         rows = base[inv] + local               # row of each pid in the concatenation
-        out: dict[str, tuple[np.ndarray, np.ndarray | list[bytes]]] = {}
+        out: Records = {}
         for f in fields:
             if f == "pay":
                 continue
@@ -341,13 +424,14 @@ class StrategyReader:
                 ks, ps, seen = [], [], []
                 with txn.cursor() as cur:
                     if cur.set_range(prefix):
-                        for key, raw in cur:
+                        for key, value in cur:
                             if not key.startswith(prefix):
                                 break
                             blk = int.from_bytes(key[len(prefix):], "big")
+                            raw: Blob = value
                             if self._checked:
                                 try:
-                                    raw = unseal(raw, seed_in(self._seed, key))
+                                    raw = unseal(value, seed_in(self._seed, key))
                                 except ChecksumMismatch as e:
                                     raise self._damaged(f"key-index block {blk} of space {space!r} "
                                                         f"fails its checksum ({e})") from None
@@ -397,7 +481,7 @@ class StrategyReader:
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
-def _open_private(files: dict[str, bytes], props) -> rindex.Index:
+def _open_private(files: dict[str, bytes], props: rindex.Property) -> rindex.Index:
     """An R-tree opened on a private copy of verified bytes.  libspatialindex opens its
     files for writing and rewrites a page when it closes them (with leftover buffer
     bytes), so opening the store's own files would change them — and their checksums —
@@ -414,7 +498,7 @@ def _open_private(files: dict[str, bytes], props) -> rindex.Index:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def row_runs(ids: np.ndarray, shape) -> tuple[np.ndarray, np.ndarray]:
+def row_runs(ids: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Sorted packed cells as boxes: each run of consecutive cells along the last
     axis is one box (its lowest and highest cell)."""
     last = shape[-1]
@@ -424,7 +508,7 @@ def row_runs(ids: np.ndarray, shape) -> tuple[np.ndarray, np.ndarray]:
     return unpack(ids[starts], shape), unpack(ids[ends], shape)
 
 
-def _runs_to_boxes(q: np.ndarray, shape) -> tuple[np.ndarray, np.ndarray]:
+def _runs_to_boxes(q: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """R-tree probe boxes for sorted packed cells (:func:`row_runs`), so a query region
     costs one probe per row; a 1-D key gets a second, zero coordinate."""
     lo, hi = (c.astype(np.float64) for c in row_runs(q, shape))

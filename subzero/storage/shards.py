@@ -23,23 +23,24 @@ each value's length (u64), the keys, then the values; keys sorted.
 
 from __future__ import annotations
 
+import bisect
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from subzero.model.cells import csr_take, lengths_to_offsets, unpack
 from subzero.model.cellset import CellSet
-from subzero.storage.encodings import concat_records
+from subzero.storage.encodings import Records, concat_records
 from subzero.storage.integrity import ChecksumMismatch, read_verified, verified
 from subzero.storage.metadata import CorruptLineage, ShardMeta, StrategyMeta, db_name
-from subzero.storage.reader import StrategyReader, row_runs
+from subzero.storage.reader import LineageSource, StrategyReader, row_runs
 
 if TYPE_CHECKING:
     from subzero.model.strategy import Strategy
-    from subzero.storage.lineage import LineageStore
 
 #: How a shard file starts.
 MAGIC = b"SZSHARD1"
@@ -91,13 +92,15 @@ class ShardEnv:
         self._voff = voff
         self._index = {k: j for j, k in enumerate(self._keys)}
 
-    def begin(self, db=None, buffers: bool = False) -> ShardEnv:
+    def begin(self, db: object = None, buffers: bool = False) -> ShardEnv:
+        """A read transaction: the file itself (it never changes)."""
         return self
 
     def __enter__(self) -> ShardEnv:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
         return None
 
     def _value(self, j: int) -> bytes:
@@ -118,11 +121,11 @@ class _Cursor:
     def __enter__(self) -> _Cursor:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
         return None
 
     def set_range(self, key: bytes) -> bool:
-        import bisect
         self.pos = bisect.bisect_left(self.env._keys, bytes(key))
         return self.pos < len(self.env._keys)
 
@@ -140,7 +143,8 @@ class ShardStore:
         self.env = ShardEnv(data, where)
         self._name = name
 
-    def _db(self, name: bytes, create: bool = False):
+    def database(self, name: bytes, create: bool = False) -> ShardEnv | None:
+        """The shard's one sub-database (the parsed file) when it is ``name``."""
         return self.env if name == self._name else None
 
     def rtree_path(self, op: str, strategy: Strategy, space: str) -> Path:
@@ -163,7 +167,7 @@ class ShardedReader:
     order.  Any damage (a shard missing, of another size or checksum, or damaged
     inside) raises :class:`CorruptLineage`, which a trace answers by re-execution."""
 
-    def __init__(self, store: LineageStore, op: str, strategy: Strategy, meta: StrategyMeta):
+    def __init__(self, store: LineageSource, op: str, strategy: Strategy, meta: StrategyMeta):
         self.store, self.op, self.strategy, self.meta = store, op, strategy, meta
         self.file = store.file
         self.shards: tuple[ShardMeta, ...] = meta.shards
@@ -187,8 +191,7 @@ class ShardedReader:
                 data = read_verified(path, sh.size, sh.crc)
             except ChecksumMismatch as e:
                 raise CorruptLineage(f"{what}: shard {sh.file}: {e} ({path})") from None
-            r = StrategyReader(ShardStore(path, data, db_name(self.op, self.strategy),  # type: ignore[arg-type]
-                                          f"shard {path}"),
+            r = StrategyReader(ShardStore(path, data, db_name(self.op, self.strategy), f"shard {path}"),
                                self.op, self.strategy)
             self._open[k] = r
         return r
@@ -265,7 +268,7 @@ class ShardedReader:
         for a, b in zip(starts.tolist(), ends.tolist()):
             yield int(at[a]), slice(a, b)
 
-    def records(self, space: str, pids: np.ndarray, fields: list[str]) -> dict:
+    def records(self, space: str, pids: np.ndarray, fields: list[str]) -> Records:
         pids = np.asarray(pids, np.int64)
         if pids.size > 1 and not bool(np.all(pids[1:] >= pids[:-1])):
             order = np.argsort(pids, kind="stable")
@@ -310,18 +313,18 @@ def box_of(ids: np.ndarray, shape: Sequence[int]) -> tuple[tuple[int, ...], tupl
     return tuple(int(v) for v in c.min(axis=0)), tuple(int(v) for v in c.max(axis=0))
 
 
-def _empty_records(fields: list[str]) -> dict:
-    out: dict = {}
+def _empty_records(fields: list[str]) -> Records:
+    out: Records = {}
     for f in fields:
         out[f] = (np.zeros(0, np.int64), []) if f == "pay" else (np.zeros(0, np.int64),
                                                                   np.zeros(1, np.int64))
     return out
 
 
-def _reorder(rec: dict, rows: np.ndarray, fields: list[str]) -> dict:
+def _reorder(rec: Records, rows: np.ndarray, fields: list[str]) -> Records:
     """Records of sorted pairs put back in the order asked (``rows``: where each asked
     pair sits among the sorted ones)."""
-    out: dict = {}
+    out: Records = {}
     for f in fields:
         if f == "pay":
             ids, table = rec["pay"]

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from subzero.errors import StoreError, warn
+from subzero.storage.catalog import Catalog, RunRow
 from subzero.storage.pickles import FILE as PICKLE_FILE
 
 #: Environment variable naming the folder that holds the key (tests, CI, shared setups).
@@ -136,7 +137,7 @@ def key_id(key: bytes) -> str:
 
 
 # -- what is signed ------------------------------------------------------------------------
-def run_record(catalog, run_id: int, payload: bytes | None, status: str) -> dict[str, Any]:
+def run_record(catalog: Catalog, run_id: int, payload: bytes | None, status: str) -> dict[str, Any]:
     """The signed record of a run: its catalog fields that steer traces and code loads,
     and the sha256 of its workflow pickle (``payload``; None when it has none).
     ``status`` is the run's status (signing happens just before it turns complete)."""
@@ -187,7 +188,7 @@ def write_signature(folder: Path, key: bytes, record: dict[str, Any]) -> None:
                          f"{e.strerror or e}") from None
 
 
-def sign_run(catalog, run_id: int, folder: Path, status: str = "complete") -> None:
+def sign_run(catalog: Catalog, run_id: int, folder: Path, status: str = "complete") -> None:
     """Sign a run as it is committed (``folder`` holds its workflow pickle, if any);
     creates this user's key on first use."""
     key = load_key(create=True)
@@ -224,7 +225,7 @@ class Verdict:
         return _WHY.get(self.state, "")
 
 
-def verify_run(catalog, row, folder: Path) -> Verdict:
+def verify_run(catalog: Catalog, row: RunRow, folder: Path) -> Verdict:
     """Check a run's signature against this user's key (never creates the key)."""
     payload = read_payload(folder)
     try:
