@@ -10,7 +10,9 @@ program -> storage plan, and the query-time planner.
     run.planner = optimizer.planner_for(run)     # per-step cost-based method choice
 """
 
-from .budgets import BudgetError, Budgets, OptimizerError, parse_factor, parse_size
+from subzero.errors import BudgetError, OptimizerError
+
+from .budgets import Budgets, parse_factor, parse_size
 from .calibration import calibrate, ensure_calibration
 from .costmodel import CostModel
 from .plan import Plan, load_plan, optimize

@@ -7,37 +7,12 @@ Sizes are decimal (1 MB = 10**6 bytes), as disks and ``du --si`` count them.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 from subzero.errors import BudgetError, OptimizerError
+from subzero.storage.budget import parse_size
 
 __all__ = ["BudgetError", "Budgets", "OptimizerError", "fmt_size", "parse_factor", "parse_size"]
-
-
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
-          "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30}
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
-
-
-def parse_size(text) -> int:
-    """Bytes of a size such as ``500KB``, ``20MB``, ``1.5GB`` or ``1000`` (bytes)."""
-    if isinstance(text, bool):
-        raise BudgetError(f"invalid disk budget {text!r}; write a size such as 500KB, 20MB or 1.5GB")
-    if isinstance(text, (int, float)):
-        if not math.isfinite(text) or text < 0:
-            raise BudgetError(f"invalid disk budget {text!r}; it must be a size of 0 or more")
-        return int(text)
-    m = _SIZE.match(str(text))
-    unit = m.group(2).lower() if m else None
-    if m is None or unit not in _UNITS:
-        raise BudgetError(f"invalid disk budget {text!r}; write a size such as 500KB, 20MB or "
-                          f"1.5GB (units B, KB, MB, GB, TB; KiB, MiB, GiB)")
-    value = float(m.group(1)) * _UNITS[unit]
-    if not math.isfinite(value):
-        raise BudgetError(f"invalid disk budget {text!r}; it must be a size of 0 or more, "
-                          f"such as 500KB, 20MB or 1.5GB")
-    return int(round(value))
 
 
 def parse_factor(text) -> float:

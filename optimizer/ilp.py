@@ -38,9 +38,8 @@ from dataclasses import dataclass, field
 
 import swiglpk as glp
 
+from subzero.errors import BudgetError
 from subzero.tuning import BOUND_PENALTY
-
-from .budgets import BudgetError
 
 
 @dataclass

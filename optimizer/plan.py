@@ -12,10 +12,11 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from subzero.errors import BudgetError, OptimizerError, WorkloadError
 from subzero.model.strategy import Strategy, default_for, parse
 from subzero.model.workflow import load_workflow
 
-from .budgets import BudgetError, Budgets, OptimizerError, fmt_size
+from .budgets import Budgets, fmt_size
 from .calibration import ensure_calibration
 from .costmodel import CostModel
 from .ilp import solve
@@ -24,7 +25,7 @@ from .problem import build
 from .profile import profile_workflow
 from .progress import Progress, ProgressArg
 from .stats import collect, for_run, required
-from .workloads import WorkloadError, from_trace_log, measure, read_file, sibling_file
+from .workloads import from_trace_log, measure, read_file, sibling_file
 
 
 @dataclass

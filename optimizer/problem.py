@@ -19,12 +19,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from subzero.errors import StrategyError
+from subzero.errors import BudgetError, OptimizerError, StrategyError
 from subzero.model.modes import Mode
 from subzero.model.strategy import Strategy
 from subzero.tuning import DEFAULTS_TOLERANCE, TIE_BREAK
 
-from .budgets import BudgetError, Budgets, OptimizerError, fmt_size
+from .budgets import Budgets, fmt_size
 from .costmodel import CostModel
 from .ilp import Candidate, Option, Problem, QueryBound, Step
 from .workloads import WorkloadQuery

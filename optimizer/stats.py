@@ -15,11 +15,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from subzero.errors import OptimizerError
 from subzero.model.strategy import Strategy, parse_one
 from subzero.query.reexec import capture_mode
 from subzero.tuning import BASE_RUNTIME_RUNS
-
-from .budgets import OptimizerError
 
 
 @dataclass

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from subzero.errors import WorkloadError
 from subzero.query.tracelog import trace_signature
-from subzero.query.workload import Query, WorkloadError, parse_workload, read_workload_json, select_cells
+from subzero.query.workload import Query, parse_workload, read_workload_json, select_cells
 from subzero.tuning import WORKLOAD_TRACES
 
 

@@ -40,12 +40,18 @@ VALUE_FLAGS: dict[tuple[str, str], str] = {
     ("recalibrate", "True"): "--recalibrate", ("capture", "False"): "--no-lineage",
     ("shortcut", "False"): "--no-shortcut", ("planner", "None"): "--no-planner"}
 _TERM = re.compile(r"`([A-Za-z_]\w*)(?:=('?)([^`']*)\2)?`")
+#: a mapping parameter given one entry: `strategies={'cr': 'full'}` is --strategy cr=full
+_ENTRY = re.compile(r"`([A-Za-z_]\w*)=\{'([^'`]*)': '([^'`]*)'\}`")
 
 
 def cli_terms(text: str) -> str:
     """A library message in the command line's terms: `max_disk` is --max-disk,
     `engine='spark'` is --engine spark, `force=True` is --force; other backquoted
     text (a command to run) stays as it is."""
+    def entry(m: re.Match) -> str:
+        name, key, value = m.groups()
+        return f"{FLAGS[name]} {key}={value}" if name in FLAGS else m.group(0)
+
     def flag(m: re.Match) -> str:
         name, value = m.group(1), m.group(3)
         if value is not None and (name, value) in VALUE_FLAGS:
@@ -53,7 +59,7 @@ def cli_terms(text: str) -> str:
         if name not in FLAGS:
             return m.group(0)
         return FLAGS[name] + (f" {value}" if value else "")
-    return _TERM.sub(flag, text)
+    return _TERM.sub(flag, _ENTRY.sub(entry, text))
 
 
 def _kv(items, what: str) -> dict[str, str]:

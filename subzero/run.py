@@ -182,8 +182,8 @@ class Run:
         elif cells is None:
             raise QueryError(f"trace from {start!r} needs cells (or sky=... / sel=...)")
         res = self.executor().trace(start, cells, to=to, path=path, prefer=prefer, shortcut=shortcut,
+                                    grids=self.grid,
                                     planner=planner if planner is not None else self.planner)
-        res._grid = self.grid
         if record:
             self.store.log_trace(self.id, start, cells, to, path, shortcut, res)
         return res

@@ -26,7 +26,7 @@ from typing import Any
 
 from subzero.engines.choice import choose_engine, open_session
 from subzero.engines.progress import progress_for
-from subzero.errors import QueryError, StoreError, SubZeroError, warn
+from subzero.errors import QueryError, StoreError, SubZeroError, UntrustedRun, warn
 from subzero.model.workflow import Workflow, load_workflow
 from subzero.query.trace import TraceResult
 from subzero.query.tracelog import record_trace
@@ -39,7 +39,6 @@ from subzero.storage.catalog import Catalog, RunRow
 from subzero.storage.pickles import PickleCode, load_workflow_pickle, pickle_code
 from subzero.storage.trust import (
     TRUSTED,
-    UntrustedRun,
     Verdict,
     load_key,
     read_payload,

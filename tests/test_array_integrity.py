@@ -15,9 +15,9 @@ import xarray as xr
 from conftest import EXAMPLE
 
 import subzero
-from subzero.errors import StoreError
+from subzero.errors import CorruptArray, StoreError
 from subzero.storage.arrays import ArrayStore
-from subzero.storage.chunks import CorruptArray, sums_file
+from subzero.storage.chunks import sums_file
 
 
 @pytest.fixture

@@ -180,7 +180,8 @@ def test_deadline_source_reads_in_chunks_like_one_read_and_gives_up_late(store):
     payload; once the deadline has passed the next chunk raises instead of reading."""
     import time
 
-    from subzero.query.sources import Deadline, TimedSource
+    from subzero.errors import Deadline
+    from subzero.query.sources import TimedSource
     _run, lineage, reader = _shifted_reader(store)
     try:
         pids = reader.all_pairs("b")

@@ -16,7 +16,7 @@ import subzero.storage.lineage as ls
 import subzero.storage.metadata as metadata
 from subzero import Mode, Operator, Workflow
 from subzero.capture.buffer import Pairs
-from subzero.errors import StoreError, SubZeroWarning
+from subzero.errors import CorruptLineage, NewerLineageFormat, StoreError, SubZeroWarning
 from subzero.model.cellset import CellSet
 from subzero.model.strategy import Direction, Encoding, Strategy, parse_one
 from subzero.storage import schema
@@ -26,8 +26,6 @@ from subzero.storage.metadata import (
     FORMAT_VERSION,
     LEGACY_FORMAT,
     WRITE_FORMAT,
-    CorruptLineage,
-    NewerLineageFormat,
     SpaceMeta,
     StrategyMeta,
     decode_record,

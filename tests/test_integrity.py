@@ -17,11 +17,11 @@ import subzero
 import subzero.storage.lineage as ls
 import subzero.storage.metadata as metadata
 from subzero import Mode, Operator, Workflow
-from subzero.errors import QueryError, SubZeroWarning
+from subzero.errors import CorruptLineage, QueryError, SubZeroWarning
 from subzero.model.strategy import parse_one
 from subzero.query.methods import Mapping, Reexec, Stored, fallback_order
 from subzero.storage import integrity
-from subzero.storage.metadata import META, CorruptLineage, StrategyMeta, decode_record
+from subzero.storage.metadata import META, StrategyMeta, decode_record
 
 SHAPE = (60, 50)          # 3000 pairs: three record blocks, several key-index blocks
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import subzero
-from subzero.errors import StrategyError, SubZeroError, SubZeroWarning
+from subzero.errors import BudgetError, OptimizerError, StrategyError, SubZeroError, SubZeroWarning
 from subzero.model.strategy import parse_one
-from subzero.optimizer import BudgetError, OptimizerError, load_plan, optimize, planner_for
+from subzero.optimizer import load_plan, optimize, planner_for
 from subzero.optimizer.costmodel import correction_key
 from subzero.optimizer.planner import QueryPlanner
 from subzero.optimizer.workloads import from_trace_log

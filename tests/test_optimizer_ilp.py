@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from subzero.optimizer.budgets import BudgetError, Budgets, parse_factor, parse_size
+from subzero.errors import BudgetError
+from subzero.optimizer.budgets import Budgets, parse_factor, parse_size
 from subzero.optimizer.ilp import Candidate, Option, Problem, QueryBound, Step, brute_force, evaluate, solve
 
 

@@ -7,10 +7,9 @@ import pytest
 import xarray as xr
 
 from subzero import ELEMENTWISE, Mode, Operator, Workflow, stencil
-from subzero.errors import QueryError, SubZeroWarning
+from subzero.errors import CorruptArray, QueryError, SubZeroWarning
 from subzero.model.cells import box
 from subzero.query.tilerun import touched_tiles
-from subzero.storage.chunks import CorruptArray
 
 SHAPE = (45, 37)       # tile 16: 3 x 3 tiles, the last row and column of tiles partial
 TILE = 16

@@ -18,7 +18,7 @@ import pytest
 from conftest import EXAMPLE
 
 import subzero
-from subzero.errors import StoreError, SubZeroWarning
+from subzero.errors import StoreError, SubZeroWarning, UntrustedRun
 from subzero.storage.pickles import Global, pickle_code, risky
 from subzero.storage.trust import (
     CONFIG_ENV,
@@ -27,7 +27,6 @@ from subzero.storage.trust import (
     SIGNATURE_FILE,
     TRUSTED,
     UNSIGNED,
-    UntrustedRun,
     key_path,
     load_key,
 )

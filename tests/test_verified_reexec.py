@@ -12,8 +12,8 @@ from conftest import EXAMPLE
 
 import subzero
 from subzero import Mode, Operator, Workflow, window
-from subzero.errors import QueryError, StrategyError
-from subzero.storage.chunks import CorruptArray
+from subzero.cli import cli_terms
+from subzero.errors import CorruptArray, QueryError, StrategyError
 
 SHAPE = (40, 50)
 
@@ -86,7 +86,7 @@ def test_unseeded_random_operator_is_caught_not_answered(store):
         assert "operator 'spk' is not deterministic: its re-run output differs from the stored " \
                "output" in msg and "\n" not in msg, msg
         assert re.search(r"\(at cell \(\d+, \d+\): (True|False) instead of (True|False)\)", msg)
-        assert "--strategy spk=full" in msg
+        assert "`strategies={'spk': 'full'}`" in msg and "--strategy spk=full" in cli_terms(msg)
 
 
 def test_forward_trace_with_no_answer_still_checks_a_sample(store):
@@ -164,7 +164,7 @@ def test_nondeterministic_blackbox_is_refused_before_the_run(store):
         store.run(wf_of(Noisy()), inputs={"x": image()}, strategies={"spk": "blackbox"})
     msg = str(e.value)
     assert msg.startswith("operator 'spk' (Noisy) is declared not deterministic") and "\n" not in msg
-    assert "--strategy spk=full" in msg
+    assert "`strategies={'spk': 'blackbox'}`" not in msg and "--strategy spk=" in cli_terms(msg)
     assert store.runs() == []                      # nothing ran, no failed run recorded
 
 

@@ -202,7 +202,7 @@ class Context:
                     cells, ln = _ragged(c, n, len(self.input_shape(i)), f"input {i} cells",
                                         as_cells)
                 except (ValueError, TypeError) as e:
-                    raise LineageError(f"operator {self.name!r}: lwrite(each=True): {e}") from None
+                    raise LineageError(f"operator {self.name!r}: lwrite(each=True): {e}") from e
             else:
                 cells = self._cells(c, self.input_shape(i), f"input {i}")
                 ln = np.array([len(cells)], np.int64)
@@ -266,9 +266,9 @@ class Context:
         for i, item in enumerate(ins):
             try:
                 cells, ig = item
-            except (TypeError, ValueError):
+            except (TypeError, ValueError) as err:
                 raise LineageError(f"operator {self.name!r}: lwrite_groups input {i} must be a "
-                                   f"(cells, groups) tuple") from None
+                                   f"(cells, groups) tuple") from err
             cells = self._cells(cells, self.input_shape(i), f"input {i}")
             ig = np.asarray(ig).astype(np.int64, copy=False).ravel()
             if len(ig) != len(cells):
@@ -289,7 +289,7 @@ class Context:
         try:
             return self.buffer.payload_id(payload)
         except TypeError as e:
-            raise LineageError(f"operator {self.name!r}: {e}") from None
+            raise LineageError(f"operator {self.name!r}: {e}") from e
 
     def _check_mode(self, is_pay: bool) -> None:
         if is_pay and not (self._supports(Mode.PAY) or self._supports(Mode.COMP)):
@@ -316,7 +316,7 @@ class Context:
         try:
             arr = cells if isinstance(cells, np.ndarray) else np.asarray(cells)
         except (ValueError, TypeError) as e:
-            raise LineageError(f"operator {self.name!r}: bad output cells in lwrite: {e}") from None
+            raise LineageError(f"operator {self.name!r}: bad output cells in lwrite: {e}") from e
         if arr.ndim == 1 and arr.shape[0] > 1 and arr.dtype != object:
             return None
         return self._cells(arr, None, "output")
@@ -330,7 +330,7 @@ class Context:
         try:
             return as_cells(cells, len(shape) if shape is not None else None)
         except (ValueError, TypeError) as e:
-            raise LineageError(f"operator {self.name!r}: bad {side} cells in lwrite: {e}") from None
+            raise LineageError(f"operator {self.name!r}: bad {side} cells in lwrite: {e}") from e
 
 
 def _snapshot(x):

@@ -60,7 +60,7 @@ def cells_for(grid: Grid | None, shape: Sequence[int], sel: Mapping[str, Any], a
         d = dims.index(name)
         if name not in grid.coords:
             raise QueryError(f"axis {name!r} of array {array!r} has no labels to select by; "
-                             f"use --cells with indices")
+                             f"use `cells` with indices")
         index = pd.Index(np.asarray(grid.coords[name]))
         a, b = _positions(index, want, name, array)
         lo[d], hi[d] = a, b
@@ -78,7 +78,7 @@ def _positions(index: pd.Index, want, name: str, array: str) -> tuple[int, int]:
         try:
             s = index.slice_indexer(start, stop)
         except (KeyError, TypeError) as e:
-            raise QueryError(f"cannot select {name}={_show(want)} in array {array!r}: {e}") from None
+            raise QueryError(f"cannot select {name}={_show(want)} in array {array!r}: {e}") from e
         a, b, _ = s.indices(len(index))
         if a >= b:
             raise QueryError(f"{name}={_show(want)} selects no cells of array {array!r} "
@@ -115,8 +115,8 @@ def _typed(index: pd.Index, value, name: str):
             return pd.Timestamp(value)
         if kind == "m":
             return pd.Timedelta(value)
-    except ValueError:
-        raise QueryError(f"label {value!r} of {name!r} is not a {index.dtype} value") from None
+    except ValueError as err:
+        raise QueryError(f"label {value!r} of {name!r} is not a {index.dtype} value") from err
     return value
 
 

@@ -66,10 +66,10 @@ def parse_position(value):
     except (TypeError, ValueError):
         try:
             pos = SkyCoord(str(parts[0]), str(parts[1]), unit=(u.hourangle, u.deg), frame="icrs")
-        except Exception:
-            raise QueryError(f"cannot read sky position {value!r}: {hint}") from None
-    except Exception:
-        raise QueryError(f"cannot read sky position {value!r}: {hint}") from None
+        except Exception as err:
+            raise QueryError(f"cannot read sky position {value!r}: {hint}") from err
+    except Exception as err:
+        raise QueryError(f"cannot read sky position {value!r}: {hint}") from err
     return pos
 
 
@@ -90,9 +90,9 @@ def parse_radius(value):
             except ValueError:
                 q = u.Quantity(text)
         angle = q.to(u.deg)
-    except Exception:
+    except Exception as err:
         raise QueryError(f"cannot read radius {value!r}: give an angle such as 2arcsec, "
-                         f"0.5arcmin or 0.001deg (a bare number is arcseconds)") from None
+                         f"0.5arcmin or 0.001deg (a bare number is arcseconds)") from err
     if not np.isfinite(angle.value) or angle.value < 0:
         raise QueryError(f"radius {value!r} must be a non-negative angle")
     return angle

@@ -44,7 +44,7 @@ from subzero.storage.inputs import is_region_source
 
 
 def _tile_parallel(op) -> bool:
-    return getattr(op.tiling, "kind", "global") in ("elementwise", "stencil")
+    return op.tiling.kind.tile_local
 
 
 def _native(dtype: np.dtype) -> np.dtype:

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from subzero.storage.inputs import is_region_source
+
 
 @dataclass
 class OpStats:
@@ -44,7 +46,7 @@ class ArrayInfo:
 
     @classmethod
     def of(cls, name: str, value: Any) -> ArrayInfo:
-        if hasattr(value, "read_region"):       # an input read region by region: never loaded here
+        if is_region_source(value):       # an input read region by region: never loaded here
             shape = tuple(int(n) for n in value.shape) or (1,)
             dtype = np.dtype(value.dtype)
             return cls(name, shape, str(dtype), int(np.prod(shape)) * dtype.itemsize)

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from subzero.export.output import ExportError, write_atomic
+from subzero.errors import ExportError
+from subzero.export.output import write_atomic
 from subzero.tuning import DEFAULT_TILE
 
 if TYPE_CHECKING:
@@ -98,6 +99,6 @@ def write_mask(result: TraceResult, path: str | os.PathLike, force: bool = False
         except (ValueError, TypeError) as e:
             why = str(e).split(". ")[0]
             raise ExportError(f"cannot write {p} as NetCDF ({engine}): {why}; write .zarr "
-                              f"instead" + (", or install h5netcdf" if engine == "scipy" else "")) from None
+                              f"instead" + (", or install h5netcdf" if engine == "scipy" else "")) from e
 
     return write_atomic(p, zarr if suffix == ".zarr" else netcdf, force)

@@ -167,9 +167,9 @@ def parse_spec(spec: str, shape: Shape, array: str = "array") -> np.ndarray:
                     v = int(c)
                     lo.append(v)
                     hi.append(v + 1)
-        except ValueError:
+        except ValueError as err:
             raise QueryError(
-                f"malformed cell SPEC {part!r}; write e.g. 12,40 or 12,40;13,41 or 10:20,30:40") from None
+                f"malformed cell SPEC {part!r}; write e.g. 12,40 or 12,40;13,41 or 10:20,30:40") from err
         chunks.append(box(lo, hi))
     cells = np.concatenate(chunks)
     bad = first_out_of_bounds(cells, shape)

@@ -75,8 +75,8 @@ class Tiling:
     def __post_init__(self) -> None:
         try:
             kind = TilingKind(self.kind)
-        except ValueError:
-            raise ValueError(f"unknown tiling {self.kind!r}") from None
+        except ValueError as err:
+            raise ValueError(f"unknown tiling {self.kind!r}") from err
         object.__setattr__(self, "kind", kind)
 
     def __setstate__(self, state: dict[str, Any]) -> None:

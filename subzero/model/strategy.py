@@ -127,9 +127,9 @@ def _parse_one(text: str) -> Strategy:
     parts = [p.strip().lower() for p in text.split(":")]
     try:
         mode = Mode(parts[0])
-    except ValueError:
+    except ValueError as err:
         raise StrategyError(f"unknown lineage mode {parts[0]!r} in strategy {text!r}; "
-                            f"use one of {', '.join(m.value for m in Mode)}") from None
+                            f"use one of {', '.join(m.value for m in Mode)}") from err
     if mode in (Mode.MAP, Mode.BLACKBOX):
         if len(parts) > 1:
             raise StrategyError(f"strategy {text!r}: {mode.value} stores nothing, so it takes "

@@ -178,7 +178,7 @@ def check_reexecution(wf: Workflow, strategies: Mapping[str, tuple[Strategy, ...
             f"operator {name!r} ({type(op).__name__}) is declared not deterministic, so its "
             f"lineage cannot be recomputed by re-running it, but strategy "
             f"{'+'.join(str(s) for s in strat) or 'blackbox'} stores none; store it instead "
-            f"(e.g. --strategy {name}={mode.value})")
+            f"(e.g. `strategies={{{name!r}: {mode.value!r}}}`)")
 
 
 def _caller_dir() -> Path | None:
@@ -203,10 +203,10 @@ def _module_from_path(path: Path) -> ModuleType:
         spec.loader.exec_module(mod)
     except SyntaxError as e:
         sys.modules.pop(name, None)
-        raise WorkflowError(f"workflow file {path} has a syntax error at line {e.lineno}: {e.msg}") from None
+        raise WorkflowError(f"workflow file {path} has a syntax error at line {e.lineno}: {e.msg}") from e
     except Exception as e:
         sys.modules.pop(name, None)
-        raise WorkflowError(f"workflow file {path} failed to import: {type(e).__name__}: {e}") from None
+        raise WorkflowError(f"workflow file {path} failed to import: {type(e).__name__}: {e}") from e
     return mod
 
 
@@ -232,13 +232,13 @@ def load_workflow(ref: str | os.PathLike | Workflow, params: dict[str, Any] | No
             mod = importlib.import_module(ref_s)
         except ModuleNotFoundError as e:
             raise WorkflowError(f"workflow {ref_s!r} is neither a file nor an importable module "
-                                f"({e.msg})") from None
+                                f"({e.msg})") from e
         except SyntaxError as e:
             raise WorkflowError(f"workflow module {ref_s!r} has a syntax error at line {e.lineno}: "
-                                f"{e.msg}") from None
+                                f"{e.msg}") from e
         except Exception as e:
             raise WorkflowError(f"workflow module {ref_s!r} failed to import: "
-                                f"{type(e).__name__}: {e}") from None
+                                f"{type(e).__name__}: {e}") from e
         source = ref_s
     fn = getattr(mod, "workflow", None)
     if not callable(fn):
@@ -246,11 +246,11 @@ def load_workflow(ref: str | os.PathLike | Workflow, params: dict[str, Any] | No
     try:
         wf = fn(**params)
     except TypeError as e:
-        raise WorkflowError(f"workflow() of {ref_s!r} rejected the parameters {params}: {e}") from None
+        raise WorkflowError(f"workflow() of {ref_s!r} rejected the parameters {params}: {e}") from e
     except WorkflowError:
         raise
     except Exception as e:
-        raise WorkflowError(f"workflow() of {ref_s!r} raised {type(e).__name__}: {e}") from None
+        raise WorkflowError(f"workflow() of {ref_s!r} raised {type(e).__name__}: {e}") from e
     if not isinstance(wf, Workflow):
         raise WorkflowError(f"workflow() of {ref_s!r} returned {type(wf).__name__}, not a Workflow")
     file: str | None = getattr(mod, "__file__", None)     # a namespace package has none

@@ -39,7 +39,7 @@ import xarray as xr
 from numpy.typing import ArrayLike
 
 from subzero.capture.context import Context
-from subzero.errors import QueryError, warn
+from subzero.errors import CorruptLineage, Deadline, QueryError, warn
 from subzero.model.cells import as_cells, first_out_of_bounds, fmt_cell, pack
 from subzero.model.cellset import CellSet
 from subzero.model.operator import Operator
@@ -50,12 +50,12 @@ from subzero.query.graph import Edge, RunGraph
 from subzero.query.methods import Mapping, Method, MethodTable, Stored, fallback_order
 from subzero.query.planner import Planner, StepInfo, StepStat, blocks_of, blocks_spanned, runs_of
 from subzero.query.relation import StepContext
-from subzero.query.sources import Deadline, PairSource, TimedSource
+from subzero.query.sources import PairSource, TimedSource
 from subzero.query.tilerun import TileAccess, share
 from subzero.query.trace import GridLookup, TraceOptions, TraceResult
 from subzero.query.untrusted import DataOnlyMethods, refused
 from subzero.storage.arrays import ArrayStore
-from subzero.storage.lineage import CorruptLineage, LineageStore, ShardedReader, StrategyReader
+from subzero.storage.lineage import LineageStore, ShardedReader, StrategyReader
 
 __all__ = ["Executor", "RunView", "TraceOptions", "TraceResult", "StepStat", "StepInfo",
            "blocks_spanned", "runs_of"]
@@ -126,7 +126,7 @@ class Executor:
         c = self._cells(cells, start, shape)
         q = CellSet.of_ids(pack(c, shape), shape)
         if (to is None) == (path is None):
-            raise QueryError("give either a target array (--to) or a path (--path), not both")
+            raise QueryError("give either a target array (`to`) or a path (`path`), not both")
         stats: list[StepStat] = []
         if path is not None:
             result, target, direction = self._follow(start, q, path, opts, stats)
@@ -197,7 +197,7 @@ class Executor:
         try:
             c = as_cells(cells, len(shape))
         except (ValueError, TypeError) as e:
-            raise QueryError(f"bad query cells for {name!r}: {e}") from None
+            raise QueryError(f"bad query cells for {name!r}: {e}") from e
         bad = first_out_of_bounds(c, shape)
         if bad is not None:
             raise QueryError(f"cell {fmt_cell(c[bad])} is outside {name} (shape {tuple(shape)})")
@@ -333,7 +333,7 @@ class Executor:
                     self._lineage = LineageStore(self.v.lineage_path, readonly=True)
                 except CorruptLineage as err:   # the whole file: name what this step wanted
                     raise CorruptLineage(f"stored lineage of operator {name!r} ({s}) is "
-                                         f"unreadable: {err}") from None
+                                         f"unreadable: {err}") from err
                 weakref.finalize(self, self._lineage.close)   # released with the executor
             r = self._readers[key] = self._lineage.reader(name, s)
         return r

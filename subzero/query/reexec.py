@@ -153,7 +153,7 @@ class Rerun:
 def check_deterministic(name: str, op: Operator) -> None:
     if not op.deterministic:
         raise QueryError(f"operator {name!r} is not deterministic, so its lineage cannot be "
-                         f"recomputed by re-running it; store it (e.g. --strategy {name}=full)")
+                         f"recomputed by re-running it; store it (e.g. `strategies={{{name!r}: 'full'}}`)")
 
 
 def rerun(name: str, op: Operator, inputs: Sequence[Any], out_shape: Sequence[int], mode: Mode,
@@ -259,4 +259,4 @@ def not_deterministic(name: str, why: str) -> NoReturn:
     raise QueryError(f"operator {name!r} is not deterministic: its re-run output differs "
                      f"from the stored output ({why}), so lineage recomputed by re-running it "
                      f"cannot be trusted; declare it deterministic = False and store its lineage "
-                     f"(e.g. --strategy {name}=full)")
+                     f"(e.g. `strategies={{{name!r}: 'full'}}`)")

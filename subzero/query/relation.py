@@ -50,7 +50,7 @@ class StepContext:
         try:
             c = as_cells(cells, len(shape))
         except (ValueError, TypeError) as e:
-            raise LineageError(f"operator {self.name!r}: {what} returned bad cells: {e}") from None
+            raise LineageError(f"operator {self.name!r}: {what} returned bad cells: {e}") from e
         if len(c) and (c.min() < 0 or bool((c >= np.asarray(shape)).any())):
             bad = (c < 0) | (c >= np.asarray(shape))
             row = c[np.flatnonzero(bad.any(axis=1))[0]]

@@ -20,6 +20,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from subzero.capture.buffer import Pairs
+from subzero.errors import Deadline
 from subzero.model.cells import csr_take, lengths_to_offsets, rows_hitting, unique
 from subzero.model.cellset import CellSet
 from subzero.storage.encodings import Records, concat_records
@@ -93,10 +94,6 @@ class MemoryPairs:
 
     def covered(self, near: np.ndarray | None = None) -> np.ndarray:
         return unique(self.p.out) if self._covered is None else self._covered
-
-
-class Deadline(Exception):
-    """Reading stored lineage took longer than re-executing is predicted to."""
 
 
 class TimedSource:

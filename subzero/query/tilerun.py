@@ -40,7 +40,7 @@ import numpy as np
 
 from subzero.capture.buffer import Pairs
 from subzero.capture.tiles import Tile, concat_pairs, globalize, tile_at, tile_plan, tile_shape
-from subzero.errors import warn
+from subzero.errors import WholeArray, warn
 from subzero.model.cells import pack, unique_ids, unpack
 from subzero.model.modes import Mode
 from subzero.query.reexec import Rerun, capture_mode, check_deterministic, differs, run_with_buffer
@@ -162,11 +162,6 @@ def _globalize_covered(covered: np.ndarray | None, tile: Tile,
     return pack(c[np.all((c >= lo) & (c < hi), axis=1)], shape)
 
 
-class _Whole(Exception):
-    """The operator cannot re-run per tile after all: it returned another shape, or
-    another output than the stored one (then a whole re-run decides)."""
-
-
 def rerun_tiles(sc: StepContext, mode: Mode, backward: bool, i: int, q: np.ndarray,
                 access: TileAccess, stored: Callable[[Region], np.ndarray]) -> Rerun | None:
     """Re-run the step's operator on the tiles query ``q`` (sorted packed cells of the
@@ -196,10 +191,10 @@ def rerun_tiles(sc: StepContext, mode: Mode, backward: bool, i: int, q: np.ndarr
             r = run_with_buffer(name, op, ins, [local] * n, local, mode, backward, i, hit,
                                 f" on tile {tile.describe()}")
             if r.output is None:        # run() returned nothing: the whole re-run says so
-                raise _Whole
+                raise WholeArray
             new = np.asarray(as_dataarray(r.output, name).values)
             if new.shape != local:
-                raise _Whole
+                raise WholeArray
             why = differs(new[tile.core_in_read()], np.asarray(stored(tile.core_slices())),
                           [a for a, _ in tile.core])
             if why:
@@ -208,13 +203,13 @@ def rerun_tiles(sc: StepContext, mode: Mode, backward: bool, i: int, q: np.ndarr
                      f"whole (an operator that reads positions, or cells beyond its declared "
                      f"radius, must be declared global)")
                 access.whole = True
-                raise _Whole
+                raise WholeArray
             fulls.append(globalize(r.full, tile, shape, sc.in_shapes, [local] * n))
             pays.append(globalize(r.pay, tile, shape, sc.in_shapes, [local] * n))
             cov = _globalize_covered(r.covered, tile, shape)
             if cov is not None:
                 covered.append(cov)
-    except _Whole:
+    except WholeArray:
         return None
     cov_all = (np.unique(np.concatenate(covered)) if covered else np.zeros(0, np.int64)) \
         if mode is Mode.COMP else None

@@ -72,15 +72,6 @@ class TraceResult:
     open_target: Callable[[], xr.DataArray] | None = field(default=None, repr=False)
 
     @property
-    def _grid(self) -> GridLookup | None:
-        """Old name of :attr:`grids` (``Run.trace`` set it); use ``grids``."""
-        return self.grids
-
-    @_grid.setter
-    def _grid(self, grids: GridLookup | None) -> None:
-        self.grids = grids
-
-    @property
     def shape(self) -> tuple[int, ...]:
         """The target array's shape."""
         return self.cellset.shape

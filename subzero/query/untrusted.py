@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Mapping as MappingT
 from typing import NoReturn, cast
 
+from subzero.errors import UntrustedRun
 from subzero.model.modes import Mode
 from subzero.model.operator import Operator
 from subzero.model.strategy import Direction, Strategy, parse_one
 from subzero.query.methods import Method, Reexec, Stored
-from subzero.storage.trust import UntrustedRun
 
 
 def needs_code(s: Strategy) -> bool:

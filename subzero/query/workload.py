@@ -35,7 +35,7 @@ from typing import Any, Protocol
 import numpy as np
 import xarray as xr
 
-from subzero.errors import QueryError, SubZeroError
+from subzero.errors import QueryError, WorkloadError
 from subzero.model.cells import box
 from subzero.query.trace import TraceResult
 
@@ -53,10 +53,6 @@ class Query:
     shortcut: bool = True
     weight: float = 1.0
     extra: dict = field(default_factory=dict)
-
-
-class WorkloadError(SubZeroError):
-    pass
 
 
 class RunArrays(Protocol):
@@ -106,8 +102,8 @@ def parse_workload(data: Any, source: str = "workload") -> list[Query]:
         if "path" in q:
             try:
                 path = [(str(a), int(b)) for a, b in q["path"]]
-            except (TypeError, ValueError):
-                raise WorkloadError(f"{where}: \"path\" must be a list of [operator, input index]") from None
+            except (TypeError, ValueError) as err:
+                raise WorkloadError(f"{where}: \"path\" must be a list of [operator, input index]") from err
         cells = q["cells"]
         if isinstance(cells, list):
             cells = {"cells": cells}
@@ -119,8 +115,8 @@ def parse_workload(data: Any, source: str = "workload") -> list[Query]:
                                 f"\"FROM:TO\"")
         try:
             weight = float(q.get("weight", 1.0))
-        except (TypeError, ValueError):
-            raise WorkloadError(f"{where}: \"weight\" must be a number") from None
+        except (TypeError, ValueError) as err:
+            raise WorkloadError(f"{where}: \"weight\" must be a number") from err
         if weight < 0:
             raise WorkloadError(f"{where}: \"weight\" must not be negative")
         out.append(Query(name, str(q["from"]), cells, q.get("to"), path,
@@ -139,7 +135,7 @@ def read_workload_json(path: str | Path) -> Any:
     try:
         return json.loads(p.read_text())
     except json.JSONDecodeError as e:
-        raise WorkloadError(f"workload file {p} is not valid JSON: line {e.lineno}: {e.msg}") from None
+        raise WorkloadError(f"workload file {p} is not valid JSON: line {e.lineno}: {e.msg}") from e
 
 
 def load_workload(path: str | Path) -> list[Query]:

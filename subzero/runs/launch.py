@@ -28,14 +28,14 @@ from subzero.engines.choice import Choice, choose_engine, make_engine, open_sess
 from subzero.engines.driver import run_workflow
 from subzero.engines.progress import progress_for
 from subzero.engines.stats import RunStats
-from subzero.errors import StoreError, StrategyError, UsageError, WorkflowError, warn
+from subzero.errors import StoreError, StrategyError, WorkflowError, warn
 from subzero.model.strategy import Strategy, check_supported, default_for, parse
 from subzero.model.workflow import Workflow, check_reexecution, load_workflow
 from subzero.runs.journal import Journal, Resumable, fingerprint, read_journal
 from subzero.runs.options import RunOptions
 from subzero.runs.transaction import RunTransaction
 from subzero.storage.arrays import ArrayStore
-from subzero.storage.budget import DiskBudget
+from subzero.storage.budget import DiskBudget, parse_size
 from subzero.storage.catalog import Catalog
 from subzero.storage.inputs import is_region_source, open_input
 from subzero.storage.lineage import LineageStore
@@ -248,11 +248,3 @@ def discard_unfinished(folder: Path, wf: Workflow, strategies: Mapping[str, tupl
             lineage.close()
 
 
-def parse_size(value: int | float | str) -> int:
-    """Bytes from an int or a size such as "20MB" (the optimizer's parser, loaded lazily)."""
-    if isinstance(value, str):
-        from subzero.optimizer.budgets import parse_size as parse
-        return parse(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer)) or value < 0:
-        raise UsageError(f"invalid disk budget {value!r}; give bytes or a size such as 20MB")
-    return int(value)

@@ -22,10 +22,9 @@ import numpy as np
 import xarray as xr
 from numpy.typing import ArrayLike, DTypeLike
 
-from subzero.errors import StoreError
+from subzero.errors import CorruptArray, StoreError
 from subzero.storage.chunks import (
     ArrayNode,
-    CorruptArray,
     bad_chunk,
     check_present,
     checksum_codecs,
@@ -145,7 +144,7 @@ class ArrayStore:
             dtype = np.dtype(arr["data_type"])
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise CorruptArray(f"{self.label(name)} is damaged: cannot read its metadata in "
-                               f"{p}: {e}") from None
+                               f"{p}: {e}") from e
         return shape, dtype, bool(meta.get("attributes", {}).get("subzero_numpy", True))
 
     def remove(self, name: str) -> None:
@@ -198,7 +197,7 @@ class ArrayStore:
             z = zarr.open_array(str(p / "data"), mode=mode, zarr_format=3)
         except Exception as e:
             raise CorruptArray(f"{self.label(name)} is damaged: cannot open {p / 'data'}: "
-                               f"{type(e).__name__}: {e}") from None
+                               f"{type(e).__name__}: {e}") from e
         return p, nodes, z
 
     def write_region(self, name: str, region: tuple[slice, ...], values: ArrayLike) -> None:
@@ -222,7 +221,7 @@ class ArrayStore:
         except (IndexError, TypeError):
             raise
         except Exception as e:
-            raise self._damage(name, p, node, region, e) from None
+            raise self._damage(name, p, node, region, e) from e
 
     def _damage(self, name: str, p: Path, node: ArrayNode | None,
                 region: tuple[slice, ...] | None, err: Exception) -> CorruptArray:
@@ -250,8 +249,8 @@ class ArrayStore:
             for node in (nodes or {}).values():
                 found = bad_chunk(p, node, None)
                 if found is not None:
-                    raise CorruptArray(f"{self.label(name)} is damaged: {found}") from None
-            raise self._damage(name, p, None, None, e) from None
+                    raise CorruptArray(f"{self.label(name)} is damaged: {found}") from e
+            raise self._damage(name, p, None, None, e) from e
         return ds
 
     def grid_parts(self, name: str) -> tuple[tuple[str, ...], dict[str, np.ndarray], dict]:
@@ -262,7 +261,7 @@ class ArrayStore:
         try:
             meta = json.loads((p / "data" / "zarr.json").read_text())
         except (OSError, ValueError) as e:
-            raise self._damage(name, p, None, None, e) from None
+            raise self._damage(name, p, None, None, e) from e
         dims = tuple(str(d) for d in (meta.get("dimension_names") or ()))
         coords: dict[str, np.ndarray] = {}
         labelled = [d for d in dims if (p / d / "zarr.json").is_file()]
@@ -279,8 +278,8 @@ class ArrayStore:
                 for key, node in (nodes or {}).items():
                     found = bad_chunk(p, node, None) if key.strip("/") in labelled else None
                     if found is not None:
-                        raise CorruptArray(f"{self.label(name)} is damaged: {found}") from None
-                raise self._damage(name, p, None, None, e) from None
+                        raise CorruptArray(f"{self.label(name)} is damaged: {found}") from e
+                raise self._damage(name, p, None, None, e) from e
         return dims, coords, dict(meta.get("attributes") or {})
 
     def lazy(self, name: str) -> xr.DataArray:
@@ -298,7 +297,7 @@ class ArrayStore:
                 for c in ds["data"].coords:
                     ds[c].load()
         except Exception as e:
-            raise self._damage(name, p, None, None, e) from None
+            raise self._damage(name, p, None, None, e) from e
         return self._as_array(name, ds)
 
     def read(self, name: str) -> xr.DataArray:

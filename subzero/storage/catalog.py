@@ -76,7 +76,7 @@ class Catalog:
             self.opened_version = migrate(db, self.path)
         except sqlite3.DatabaseError as e:
             db.close()
-            raise StoreError(f"store catalog {self.path} cannot be opened: {e}") from None
+            raise StoreError(f"store catalog {self.path} cannot be opened: {e}") from e
         except BaseException:
             db.close()
             raise
@@ -112,7 +112,7 @@ class Catalog:
         except sqlite3.DatabaseError as e:
             if db is not None:
                 db.close()
-            raise StoreError(f"store catalog {self.path} cannot be opened: {e}") from None
+            raise StoreError(f"store catalog {self.path} cannot be opened: {e}") from e
         except BaseException:
             if db is not None:
                 db.close()
@@ -178,8 +178,8 @@ class Catalog:
             return self._row(r)
         try:
             rid = int(ref)
-        except (TypeError, ValueError):
-            raise QueryError(f"unknown run {ref!r}; give a run id (see `subzero runs`) or 'latest'") from None
+        except (TypeError, ValueError) as err:
+            raise QueryError(f"unknown run {ref!r}; give a run id (see `subzero runs`) or 'latest'") from err
         r = self.db.execute("SELECT id, workflow, source, params, status, started, ended, error,"
                             " inputs, pid, host, engine FROM runs WHERE id=?", (rid,)).fetchone()
         if r is None:
@@ -341,7 +341,7 @@ class Catalog:
         try:
             return json.loads(text)
         except ValueError as e:
-            raise _damaged(self.path, f"a record does not parse: {e}") from None
+            raise _damaged(self.path, f"a record does not parse: {e}") from e
 
 
 class _Tx:
@@ -385,9 +385,9 @@ def _named_errors(path: Path) -> Iterator[None]:
     try:
         yield
     except sqlite3.DatabaseError as e:
-        raise _store_error(e, path) from None
+        raise _store_error(e, path) from e
     except UnicodeDecodeError as e:     # SQLite's message quotes damaged schema text
-        raise _damaged(path, f"its schema is not UTF-8: {e}") from None
+        raise _damaged(path, f"its schema is not UTF-8: {e}") from e
 
 
 def _connect(path: Path, target: str, uri: bool) -> sqlite3.Connection:
@@ -395,14 +395,14 @@ def _connect(path: Path, target: str, uri: bool) -> sqlite3.Connection:
         db = sqlite3.connect(target, timeout=30, isolation_level=None, uri=uri,
                              factory=_Connection)
     except sqlite3.DatabaseError as e:
-        raise _store_error(e, path) from None
+        raise _store_error(e, path) from e
     db.catalog_path = path
 
     def text(raw: bytes) -> str:            # damaged text columns: one line, not UnicodeDecodeError
         try:
             return raw.decode()
         except UnicodeDecodeError as e:
-            raise _damaged(path, f"a text column is not UTF-8: {e}") from None
+            raise _damaged(path, f"a text column is not UTF-8: {e}") from e
     db.text_factory = text
     return db
 

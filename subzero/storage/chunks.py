@@ -29,20 +29,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from subzero.errors import StoreError
+from subzero.errors import CorruptArray
 
 #: suffix of the sidecar file beside an array's ``.zarr`` folder: its metadata digests
 SUMS = ".sums.json"
 SUMS_FORMAT = 1
 _CRC = "crc32c"
-
-
-class CorruptArray(StoreError):
-    """A stored array (of a run) is missing a piece or fails its checksum.
-
-    Its message names the array, the run and the damaged file.  No trace step
-    may answer from such an array (re-execution on fill values would be a wrong
-    answer), so it is an error, not a fallback."""
 
 
 def checksum_codecs() -> list:
@@ -140,7 +132,7 @@ def open_nodes(root: Path, label: str) -> dict[str, ArrayNode] | None:
         _legacy_or_lost(root, label)
         return None
     except OSError as e:
-        raise CorruptArray(f"{label} cannot be read: {sums_path}: {e.strerror or e}") from None
+        raise CorruptArray(f"{label} cannot be read: {sums_path}: {e.strerror or e}") from e
     try:
         body = json.loads(raw)
         meta = body["metadata"]
@@ -156,10 +148,10 @@ def open_nodes(root: Path, label: str) -> dict[str, ArrayNode] | None:
         f = root / rel
         try:
             data = f.read_bytes()
-        except FileNotFoundError:
-            raise CorruptArray(f"{label} is damaged: its metadata file {f} is missing") from None
+        except FileNotFoundError as err:
+            raise CorruptArray(f"{label} is damaged: its metadata file {f} is missing") from err
         except OSError as e:
-            raise CorruptArray(f"{label} cannot be read: {f}: {e.strerror or e}") from None
+            raise CorruptArray(f"{label} cannot be read: {f}: {e.strerror or e}") from e
         if _digest(data) != want:
             raise CorruptArray(f"{label} is damaged: its metadata file {f} fails its checksum")
         if rel != "zarr.json":
@@ -176,10 +168,10 @@ def _legacy_or_lost(root: Path, label: str) -> None:
     meta = root / "data" / "zarr.json"
     try:
         codecs = json.loads(meta.read_bytes()).get("codecs", ())
-    except FileNotFoundError:
-        raise CorruptArray(f"{label} is damaged: its metadata file {meta} is missing") from None
-    except (OSError, ValueError, AttributeError):
-        raise CorruptArray(f"{label} is damaged: its metadata file {meta} is unreadable") from None
+    except FileNotFoundError as err:
+        raise CorruptArray(f"{label} is damaged: its metadata file {meta} is missing") from err
+    except (OSError, ValueError, AttributeError) as err:
+        raise CorruptArray(f"{label} is damaged: its metadata file {meta} is unreadable") from err
     if any(isinstance(c, dict) and c.get("name") == _CRC for c in codecs):
         raise CorruptArray(f"{label} is damaged: its checksum file {sums_file(root)} is missing")
 

@@ -35,7 +35,7 @@ def load_path(path: str | os.PathLike[str], input_name: str = "input") -> np.nda
     except SubZeroError:
         raise
     except Exception as e:
-        raise SubZeroError(f"input {input_name!r}: cannot read {p}: {type(e).__name__}: {e}") from None
+        raise SubZeroError(f"input {input_name!r}: cannot read {p}: {type(e).__name__}: {e}") from e
     raise SubZeroError(f"input {input_name!r}: unsupported file type {p.suffix!r} "
                        f"(use .npy, .fits, .zarr, .nc, or .txt/.tsv/.csv tables)")
 
@@ -56,7 +56,7 @@ def _load_npy(p: Path, input_name: str) -> np.ndarray:
     except ValueError as e:
         if "allow_pickle" in str(e):
             raise SubZeroError(f"input {input_name!r}: {p} holds Python objects (an object array), "
-                               f"which SubZero does not load; save a numeric array") from None
+                               f"which SubZero does not load; save a numeric array") from e
         raise
 
 
@@ -133,7 +133,7 @@ class RegionSource:
             return np.array(part, dtype=self.dtype)
         except Exception as e:
             raise SubZeroError(f"input {self.input_name!r}: cannot read {self.path}: "
-                               f"{type(e).__name__}: {e}") from None
+                               f"{type(e).__name__}: {e}") from e
 
     def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         whole = self.read_region(tuple(slice(0, n) for n in self.shape))

@@ -26,15 +26,12 @@ import struct
 import zlib
 from pathlib import Path
 
+from subzero.errors import ChecksumMismatch
+from subzero.tuning import CHECKSUM_READ_BYTES
+
 _CRC = struct.Struct("<I")
 #: Bytes a sealed value is longer than its body.
 SEAL_BYTES = _CRC.size
-#: Bytes read at a time when checksumming a file.
-_FILE_CHUNK = 1 << 22
-
-
-class ChecksumMismatch(ValueError):
-    """Stored bytes do not match the checksum written with them (or are missing)."""
 
 
 def seed(*parts: bytes) -> int:
@@ -75,7 +72,7 @@ def file_digest(path: str | os.PathLike) -> tuple[int, int]:
     c, n = 0, 0
     with open(path, "rb") as f:
         while True:
-            chunk = f.read(_FILE_CHUNK)
+            chunk = f.read(CHECKSUM_READ_BYTES)
             if not chunk:
                 break
             c = zlib.crc32(chunk, c)
@@ -90,10 +87,10 @@ def read_verified(path: str | os.PathLike, size: int, digest: int) -> bytes:
     try:
         with open(p, "rb") as f:
             data = f.read(size + 1)
-    except FileNotFoundError:
-        raise ChecksumMismatch("missing") from None
+    except FileNotFoundError as err:
+        raise ChecksumMismatch("missing") from err
     except OSError as e:
-        raise ChecksumMismatch(f"unreadable ({e.strerror or e})") from None
+        raise ChecksumMismatch(f"unreadable ({e.strerror or e})") from e
     return verified(data, size, digest, longer="more than ")
 
 

@@ -35,6 +35,7 @@ import numpy as np
 from rtree import index as rindex
 
 from subzero.capture.buffer import Pairs
+from subzero.errors import ChecksumMismatch, CorruptLineage, NewerLineageFormat
 from subzero.model.cells import unpack
 from subzero.model.modes import Mode
 from subzero.model.strategy import Strategy
@@ -51,20 +52,10 @@ from subzero.storage.encodings import (
     record_fields,
     spaces_for,
 )
-from subzero.storage.integrity import (
-    ChecksumMismatch,
-    file_digest,
-    lmdb_extent,
-    read_verified,
-    seal,
-    seed,
-    unseal,
-)
+from subzero.storage.integrity import file_digest, lmdb_extent, read_verified, seal, seed, unseal
 from subzero.storage.metadata import (
     META,
     RTREE_FILES,
-    CorruptLineage,
-    NewerLineageFormat,
     ShardMeta,
     SpaceMeta,
     StrategyMeta,
@@ -77,7 +68,7 @@ from subzero.storage.metadata import (
 from subzero.storage.reader import StrategyReader
 from subzero.storage.shards import SUFFIX as SHARD_SUFFIX
 from subzero.storage.shards import ShardedReader, box_of, pack_shard, rtree_key
-from subzero.tuning import COVERED_CHUNK, LMDB_MAP_SIZE
+from subzero.tuning import COVERED_CHUNK, LMDB_MAP_SIZE, LMDB_MAX_DBS
 
 __all__ = ["META", "CorruptLineage", "LineageStore", "NewerLineageFormat", "ShardWrite",
            "ShardedReader", "StrategyReader", "WriteStats", "commit_shard_files", "write_shard"]
@@ -131,7 +122,7 @@ def _open_env(path: Path, readonly: bool) -> tuple[Any, dict[bytes, Any]]:
             raise CorruptLineage(f"lineage file {data} is damaged: truncated to {size} bytes, "
                                  f"its header says {extent}")
         size = max(1 << 20, size)
-    env = lmdb.open(str(path), map_size=size, max_dbs=4096, subdir=True, readonly=readonly,
+    env = lmdb.open(str(path), map_size=size, max_dbs=LMDB_MAX_DBS, subdir=True, readonly=readonly,
                     lock=not readonly, sync=False, metasync=False, readahead=False)
     dbs: dict[bytes, Any] = {}
     _ENVS[key] = _OpenEnv(env, 1, readonly, dbs)
@@ -161,7 +152,7 @@ class LineageStore:
         try:
             self.env, self._dbs = _open_env(self.path, readonly)
         except lmdb.Error as e:
-            raise CorruptLineage(f"cannot open lineage store {self.path}: {e}") from None
+            raise CorruptLineage(f"cannot open lineage store {self.path}: {e}") from e
         self.readonly = readonly
         self._closed = False
 
@@ -197,7 +188,7 @@ class LineageStore:
             except lmdb.NotFoundError:
                 return None
             except lmdb.Error as e:
-                raise CorruptLineage(f"lineage database {name.decode()} is unreadable: {e}") from None
+                raise CorruptLineage(f"lineage database {name.decode()} is unreadable: {e}") from e
             self._dbs[name] = db
         return db
 
@@ -253,7 +244,7 @@ class LineageStore:
             with self.env.begin(db=db) as txn:
                 raw = txn.get(META)
         except lmdb.Error as e:
-            raise CorruptLineage(f"{where} is unreadable: {e}") from None
+            raise CorruptLineage(f"{where} is unreadable: {e}") from e
         return None if raw is None else StrategyMeta.from_bytes(raw, where, name)
 
     def rtree_file(self, op: str, strategy: Strategy, space: str, ext: str, size: int,
@@ -445,9 +436,9 @@ class _Sealer:
         damage into a freshly sealed block)."""
         try:
             return bytes(unseal(value, seed(self.db, key)))
-        except ChecksumMismatch:
+        except ChecksumMismatch as err:
             raise CorruptLineage(f"stored lineage {self.db.decode()!r} has a damaged key-index "
-                                 f"block; it cannot be appended to") from None
+                                 f"block; it cannot be appended to") from err
 
 
 class _Plain:

@@ -55,10 +55,10 @@ from typing import NotRequired, TypedDict, cast
 
 import numpy as np
 
-from subzero.errors import StoreError, StrategyError, SubZeroError
+from subzero.errors import ChecksumMismatch, CorruptLineage, NewerLineageFormat, StrategyError
 from subzero.model.strategy import Encoding, Strategy, parse_one
 from subzero.storage.encodings import LEGACY_KEY_BITS
-from subzero.storage.integrity import ChecksumMismatch, seal, seed, unseal
+from subzero.storage.integrity import seal, seed, unseal
 
 #: The newest format this SubZero reads (and writes, for sharded strategies).
 FORMAT_VERSION = 4
@@ -81,21 +81,6 @@ Shape = tuple[int, ...]
 #: The files libspatialindex keeps an R-tree in (suffixes of its base path); a
 #: format-3 space of a Many encoding records the size and CRC-32 of each.
 RTREE_FILES = ("dat", "idx")
-
-
-class CorruptLineage(SubZeroError):
-    """Stored lineage of one operator/strategy is missing or unreadable.
-
-    The query executor answers it by re-executing the operator (with a warning):
-    region lineage is a cache."""
-
-
-class NewerLineageFormat(CorruptLineage, StoreError):
-    """Stored lineage written by a newer SubZero, in a format this one does not know.
-
-    A trace treats it like unreadable lineage (re-execution gives the exact answer,
-    with a warning that says to upgrade); a write refuses it (appending in an older
-    format would damage it)."""
 
 
 # -- LMDB key layout -------------------------------------------------------------------
@@ -392,7 +377,7 @@ class StrategyMeta:
                 tuple(ShardMeta.from_json(sh) for sh in rec["shards"]) if sharded else (),
                 sharded)
         except (KeyError, TypeError, ValueError, AttributeError, StrategyError) as e:
-            raise CorruptLineage(f"{where} has malformed metadata: {type(e).__name__}: {e}") from None
+            raise CorruptLineage(f"{where} has malformed metadata: {type(e).__name__}: {e}") from e
 
     @staticmethod
     def from_bytes(raw: bytes, where: str = "stored lineage", db: bytes = b"") -> StrategyMeta:
@@ -418,11 +403,11 @@ def decode_record(raw: bytes, where: str = "stored lineage", db: bytes = b"") ->
         try:
             body = unseal(memoryview(raw)[len(META_MAGIC):], seed(db, META))
         except ChecksumMismatch as e:
-            raise CorruptLineage(f"{where} has damaged metadata ({e})") from None
+            raise CorruptLineage(f"{where} has damaged metadata ({e})") from e
     try:
         d: object = json.loads(bytes(body))
     except ValueError as e:
-        raise CorruptLineage(f"{where} has unreadable metadata: {e}") from None
+        raise CorruptLineage(f"{where} has unreadable metadata: {e}") from e
     version = d.get("format", LEGACY_FORMAT) if isinstance(d, dict) else None
     if isinstance(version, int) and not sealed and CHECKSUM_FORMAT <= version <= FORMAT_VERSION:
         raise CorruptLineage(f"{where} has damaged metadata (format {version} without its checksum)")

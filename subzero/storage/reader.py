@@ -30,6 +30,7 @@ import lmdb
 import numpy as np
 from rtree import index as rindex
 
+from subzero.errors import ChecksumMismatch, CorruptLineage
 from subzero.model.cells import (
     csr_take,
     lengths_to_offsets,
@@ -52,11 +53,10 @@ from subzero.storage.encodings import (
     decode_record_block,
     merge_payload_tables,
 )
-from subzero.storage.integrity import ChecksumMismatch, seed, seed_in, unseal
+from subzero.storage.integrity import seed, seed_in, unseal
 from subzero.storage.metadata import (
     META,
     RTREE_FILES,
-    CorruptLineage,
     SpaceMeta,
     StrategyMeta,
     covered_key,
@@ -175,7 +175,7 @@ class StrategyReader:
             with store.env.begin(db=self.db) as txn:
                 raw = txn.get(META)
         except lmdb.Error as e:
-            raise CorruptLineage(f"{where} is unreadable: {e}") from None
+            raise CorruptLineage(f"{where} is unreadable: {e}") from e
         if raw is None:
             raise CorruptLineage(f"{where} has no metadata (damaged)")
         #: What this sub-database holds (a frozen :class:`StrategyMeta`; any known format).
@@ -208,7 +208,7 @@ class StrategyReader:
         try:
             return unseal(raw, seed_in(self._seed, key))
         except ChecksumMismatch as e:
-            raise self._damaged(f"{what} fails its checksum ({e})") from None
+            raise self._damaged(f"{what} fails its checksum ({e})") from e
 
     def has_space(self, space: str) -> bool:
         return space in self._spaces
@@ -248,7 +248,7 @@ class StrategyReader:
         except CorruptLineage:
             raise
         except Exception as e:  # lmdb, zstd, struct, rtree errors: damaged store
-            raise self._fail(e) from None
+            raise self._fail(e) from e
 
     def _key_set(self, space: str) -> np.ndarray:
         """Which key-index blocks were written (checksummed stores), decoded once."""
@@ -259,7 +259,7 @@ class StrategyReader:
                 got = decode_block_set(info.key_index, info.n_key_blocks)
             except Exception as e:  # zlib, base64: the record passed its checksum, so rare
                 raise self._damaged(f"the key-index block list of space {space!r} is "
-                                    f"unreadable ({type(e).__name__})") from None
+                                    f"unreadable ({type(e).__name__})") from e
             self._key_sets[space] = got
         return got
 
@@ -326,7 +326,7 @@ class StrategyReader:
             try:
                 out[ext] = self.store.rtree_file(self.op, self.strategy, space, ext, *files[ext])
             except ChecksumMismatch as e:
-                raise self._damaged(f"R-tree file {f.name}: {e}", f) from None
+                raise self._damaged(f"R-tree file {f.name}: {e}", f) from e
         return out
 
     def _lookup_many(self, txn: ReadTxn, space: str, q: np.ndarray, cells: CellSet) -> np.ndarray:
@@ -350,7 +350,7 @@ class StrategyReader:
         except CorruptLineage:
             raise
         except Exception as e:
-            raise self._fail(e) from None
+            raise self._fail(e) from e
 
     def _records(self, txn: ReadTxn, space: str, pids: np.ndarray, fields: list[str]) -> Records:
         """Gather fields of the given pairs: decode each touched block once, then one
@@ -408,7 +408,7 @@ class StrategyReader:
         except CorruptLineage:
             raise
         except Exception as e:
-            raise self._fail(e) from None
+            raise self._fail(e) from e
         return np.concatenate(ids)
 
     def scan_keys(self, space: str, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -434,7 +434,7 @@ class StrategyReader:
                                     raw = unseal(value, seed_in(self._seed, key))
                                 except ChecksumMismatch as e:
                                     raise self._damaged(f"key-index block {blk} of space {space!r} "
-                                                        f"fails its checksum ({e})") from None
+                                                        f"fails its checksum ({e})") from e
                             cells, off, p = decode_key_block(raw)
                             ks.append(np.repeat(cells, np.diff(off)))
                             ps.append(p)
@@ -447,7 +447,7 @@ class StrategyReader:
         except CorruptLineage:
             raise
         except Exception as e:
-            raise self._fail(e) from None
+            raise self._fail(e) from e
         if not ks:
             return np.zeros(0, np.int64), np.zeros(len(pids) + 1, np.int64)
         k, p = np.concatenate(ks), np.concatenate(ps)
@@ -477,7 +477,7 @@ class StrategyReader:
         except CorruptLineage:
             raise
         except Exception as e:
-            raise self._fail(e) from None
+            raise self._fail(e) from e
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 

@@ -32,11 +32,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from subzero.errors import ChecksumMismatch, CorruptLineage
 from subzero.model.cells import csr_take, lengths_to_offsets, unpack
 from subzero.model.cellset import CellSet
 from subzero.storage.encodings import Records, concat_records
-from subzero.storage.integrity import ChecksumMismatch, read_verified, verified
-from subzero.storage.metadata import CorruptLineage, ShardMeta, StrategyMeta, db_name
+from subzero.storage.integrity import read_verified, verified
+from subzero.storage.metadata import ShardMeta, StrategyMeta, db_name
 from subzero.storage.reader import LineageSource, StrategyReader, row_runs
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ class ShardEnv:
             if int(voff[-1]) != len(data):
                 raise ValueError(f"{len(data)} bytes, its table says {int(voff[-1])}")
         except (ValueError, struct.error) as e:
-            raise CorruptLineage(f"{where} is damaged: {e}") from None
+            raise CorruptLineage(f"{where} is damaged: {e}") from e
         self._data = data
         self._keys = [data[int(a):int(b)] for a, b in zip(koff[:-1], koff[1:])]
         self._voff = voff
@@ -190,7 +191,7 @@ class ShardedReader:
             try:
                 data = read_verified(path, sh.size, sh.crc)
             except ChecksumMismatch as e:
-                raise CorruptLineage(f"{what}: shard {sh.file}: {e} ({path})") from None
+                raise CorruptLineage(f"{what}: shard {sh.file}: {e} ({path})") from e
             r = StrategyReader(ShardStore(path, data, db_name(self.op, self.strategy), f"shard {path}"),
                                self.op, self.strategy)
             self._open[k] = r

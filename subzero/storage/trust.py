@@ -49,11 +49,6 @@ _FORMAT = 1
 _ALGORITHM = "hmac-sha256"
 
 
-class UntrustedRun(StoreError):
-    """A step needs a run's code (its pickled operators or workflow module), and the
-    run's signature does not verify with this user's key."""
-
-
 # -- the key --------------------------------------------------------------------------------
 def config_dir() -> Path:
     """Where this user's SubZero key lives (see the module docstring)."""
@@ -81,7 +76,7 @@ def load_key(create: bool = False) -> bytes | None:
             return None
         return _create_key(path)
     except OSError as e:
-        raise StoreError(f"cannot read the SubZero signing key {path}: {e.strerror or e}") from None
+        raise StoreError(f"cannot read the SubZero signing key {path}: {e.strerror or e}") from e
     return _parse_key(path, text)
 
 
@@ -127,7 +122,7 @@ def _create_key(path: Path) -> bytes:
         return _parse_key(path, path.read_text())
     except OSError as e:
         raise StoreError(f"cannot create the SubZero signing key {path}: {e.strerror or e} "
-                         f"(set {CONFIG_ENV} to a private folder SubZero may write)") from None
+                         f"(set {CONFIG_ENV} to a private folder SubZero may write)") from e
 
 
 def key_id(key: bytes) -> str:
@@ -185,7 +180,7 @@ def write_signature(folder: Path, key: bytes, record: dict[str, Any]) -> None:
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise StoreError(f"cannot write the signature of run {record['run']['id']} to {path}: "
-                         f"{e.strerror or e}") from None
+                         f"{e.strerror or e}") from e
 
 
 def sign_run(catalog: Catalog, run_id: int, folder: Path, status: str = "complete") -> None:

@@ -65,6 +65,7 @@ from subzero.engines.spark.tasks import (
     tile_task,
 )
 from subzero.errors import OperatorError, SubZeroError, TaskFailed
+from subzero.model.operator import Aggregating, Gathering, Labelling, Operator, TilingKind
 from subzero.model.statistic import Statistic
 from subzero.model.strategy import BLACKBOX, Strategy
 from subzero.model.workflow import Step, Workflow
@@ -73,25 +74,25 @@ from subzero.storage.inputs import is_region_source
 from subzero.tuning import PROBE_CELLS, SPARK_CONCURRENT_JOBS, STAT_BLOCK_TILES
 
 
-def _aggregates(op, in_shapes, strategies) -> bool:
+def _aggregates(op: Operator, in_shapes: list[tuple[int, ...]], strategies: tuple[Strategy, ...]) -> bool:
     """Run as a Spark aggregation: declared so, one input, all-to-all, and only
     Full (or no) lineage asked for (its pair is written by the runtime)."""
-    return (getattr(op.tiling, "kind", "") == "aggregate" and len(in_shapes) == 1
-            and all(hasattr(op, f) for f in ("partial", "merge", "finish"))
+    return (op.tiling.kind is TilingKind.AGGREGATE and len(in_shapes) == 1
+            and isinstance(op, Aggregating)
             and op.is_all_to_all(0)
             and all(s.mode.value in ("full", "map", "blackbox") for s in strategies))
 
 
-def _gathers(op, in_shapes) -> bool:
+def _gathers(op: Operator, in_shapes: list[tuple[int, ...]]) -> bool:
     """A structural operator of one input whose output tiles read input boxes."""
-    return (getattr(op.tiling, "kind", "") == "gather" and len(in_shapes) == 1
-            and all(hasattr(op, f) for f in ("input_box", "gather", "emit_tile")))
+    return (op.tiling.kind is TilingKind.GATHER and len(in_shapes) == 1
+            and isinstance(op, Gathering))
 
 
-def _labels(op, in_shapes) -> bool:
+def _labels(op: Operator, in_shapes: list[tuple[int, ...]]) -> bool:
     """Run as connected components over tiles: declared so, one input."""
-    return (getattr(op.tiling, "kind", "") == "components" and len(in_shapes) == 1
-            and all(hasattr(op, f) for f in ("foreground", "write_lineage", "connectivity")))
+    return (op.tiling.kind is TilingKind.COMPONENTS and len(in_shapes) == 1
+            and isinstance(op, Labelling))
 
 
 def _aggregate(sc, name, op, inputs, in_shapes, strategies, arrays: ArrayStore, capture: bool,
@@ -286,7 +287,7 @@ class SparkEngine(Engine):
     def _statistic(self, name: str, op, source: str, shape, on_tasks: TaskCallback | None) -> Any:
         """The operator's declared statistic of its first input, over the tiles: one
         job per round, the tiles' partials merged in a tree (None without one)."""
-        stat: Statistic | None = getattr(op, "statistic", None)
+        stat: Statistic | None = op.statistic
         if stat is None:
             return None
         sc, shape = self.sc, tuple(shape)
@@ -430,7 +431,7 @@ class SparkEngine(Engine):
             bad = next((r for r in rs if r.dtype != dt), None)
             if bad is not None:
                 raise OperatorError(
-                    f"operator {m.name!r} is declared {m.op.tiling.kind} but returned {bad.dtype} "  # type: ignore[attr-defined]
+                    f"operator {m.name!r} is declared {m.op.tiling.kind} but returned {bad.dtype} "
                     f"on tile {bad.index} and {dt} on the first; return one dtype, or declare it global")
             self.shapes[m.name] = tuple(shape)
             run_s = wall * sum(r.run_s for r in rs) / busy
@@ -464,10 +465,10 @@ def _accumulated(members: list[Member]) -> int:
     return max(mid - read[0][0] for _, read in boxes.values())
 
 
-def _fusable(op, in_shapes) -> int | None:
+def _fusable(op: Operator, in_shapes: list[tuple[int, ...]]) -> int | None:
     """The halo of an operator that may join a fused stage (None: it runs on its own).
     An operator with a statistic needs it computed over its stored input first."""
-    return None if getattr(op, "statistic", None) is not None else tile_plan(op, in_shapes)
+    return None if op.statistic is not None else tile_plan(op, in_shapes)
 
 
 def _probe_dtype(name, op, arrays: ArrayStore, inputs, in_shapes, tile: Tile, out_shape,

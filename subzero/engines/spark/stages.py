@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from subzero.model.operator import Operator
 from subzero.model.workflow import Workflow
 
 #: a region of an array: ``[start, stop)`` per axis
@@ -38,7 +39,7 @@ class Member:
     """One operator of a stage, as a task needs it (plain data, picklable)."""
 
     name: str
-    op: object
+    op: Operator
     inputs: tuple[str, ...]
     strategies: tuple
     radius: int          # its stencil radius (0: elementwise)
@@ -46,7 +47,7 @@ class Member:
 
 
 def next_stage(wf: Workflow, pending: Sequence[str], shapes: Mapping[str, tuple[int, ...]],
-               halo_of: Callable[[object, list[tuple[int, ...]]], int | None]) -> list[str]:
+               halo_of: Callable[[Operator, list[tuple[int, ...]]], int | None]) -> list[str]:
     """The operators to run next, in workflow order: the first pending operator,
     and -- when it tiles (``halo_of`` gives its halo, None when it cannot run per
     tile) -- every later pending operator that tiles over the same shape and
