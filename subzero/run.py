@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import xarray as xr
@@ -18,17 +18,37 @@ from subzero.model.workflow import Workflow
 from subzero.query.executor import Executor, RunView, TraceResult
 from subzero.query.planner import StepStat
 from subzero.storage.arrays import ArrayStore
-from subzero.storage.catalog import RunRow
+from subzero.storage.catalog import Catalog, RunRow
 from subzero.storage.trust import untrusted_message
 
 if TYPE_CHECKING:
-    from subzero.store import Store
+    from pathlib import Path
+
+    from subzero.storage.trust import Verdict
+
+
+class RunStore(Protocol):
+    """What a run reads of the store it belongs to (:class:`subzero.store.Store` is
+    one): its catalog and folders, whether the run's code may be loaded, its
+    operators, and the trace log."""
+
+    path: Path
+    catalog: Catalog
+
+    def run_dir(self, run_id: int) -> Path: ...
+
+    def verdict(self, run: str | int | RunRow = "latest") -> Verdict: ...
+
+    def workflow_of(self, row: RunRow) -> Workflow: ...
+
+    def log_trace(self, run_id: int, start: str, cells: Any, to: str | None,
+                  path: list[tuple[str, int]] | None, shortcut: bool, res: TraceResult) -> None: ...
 
 
 class Run:
     """A complete run: its arrays, statistics, and lineage queries."""
 
-    def __init__(self, store: Store, row: RunRow):
+    def __init__(self, store: RunStore, row: RunRow):
         self.store, self.row = store, row
         self.id = row.id
         self.dir = store.run_dir(row.id)

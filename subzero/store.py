@@ -16,7 +16,6 @@ earlier runs are untouched.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import weakref
 from collections.abc import Mapping
@@ -36,16 +35,15 @@ from subzero.runs.clean import clean
 from subzero.runs.many import InstanceResult
 from subzero.runs.options import RunOptions
 from subzero.storage.catalog import Catalog, RunRow
-from subzero.storage.pickles import PickleCode, load_workflow_pickle, pickle_code
+from subzero.storage.pickles import load_workflow_pickle
 from subzero.storage.trust import (
     TRUSTED,
     Verdict,
-    load_key,
+    code_report,
     read_payload,
-    run_record,
+    sign_runs,
     untrusted_message,
     verify_run,
-    write_signature,
 )
 
 DEFAULT_STORE = ".subzero"
@@ -268,17 +266,7 @@ class Store:
         re-imported when the pickle fails.  Plain data (for ``subzero trust --json``);
         ``payload_sha256`` names the pickle shown, for :meth:`trust`."""
         row = run if isinstance(run, RunRow) else self.catalog.get_run(run)
-        verdict = self.verdict(row)
-        payload = verdict.payload
-        code = pickle_code(payload) if payload is not None else PickleCode()
-        return {"run_id": row.id, "workflow": row.workflow, "status": row.status,
-                "trust": verdict.state, "why": verdict.why, "source": row.source,
-                "operators": [{"name": o["name"], "class": o["class"]}
-                              for o in self.catalog.ops(row.id)],
-                "pickle": payload is not None,
-                "payload_sha256": hashlib.sha256(payload).hexdigest() if payload is not None else None,
-                "modules": code.modules(), "functions": code.functions, "classes": code.classes,
-                "unreadable": code.unreadable}
+        return code_report(self.catalog, row, self.verdict(row))
 
     def trust(self, run: str | int | None = None,
               payloads: Mapping[int, str | None] | None = None) -> list[int]:
@@ -295,20 +283,7 @@ class Store:
                                  f"complete run has code to trust")
         else:
             rows = [r for r in self.runs() if r.status == "complete" and not self.verdict(r).trusted]
-        key = load_key(create=True)
-        assert key is not None
-        signed = []
-        for row in rows:
-            folder = self.run_dir(row.id)
-            if not folder.is_dir():
-                raise StoreError(f"run {row.id} is in the catalog but its folder {folder} is missing")
-            payload = read_payload(folder)
-            digest = hashlib.sha256(payload).hexdigest() if payload is not None else None
-            if payloads is not None and payloads.get(row.id, digest) != digest:
-                raise StoreError(f"the workflow.pkl of run {row.id} changed after it was shown; "
-                                 f"nothing was trusted for it: look again and trust it again")
-            write_signature(folder, key, run_record(self.catalog, row.id, payload, row.status))
-            signed.append(row.id)
+        signed = sign_runs(self.catalog, self.runs_dir, rows, payloads)
         for open_run in list(self._open_runs):   # their next trace checks the signature again
             if open_run.id in signed:
                 open_run.close()

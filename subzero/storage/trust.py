@@ -32,6 +32,7 @@ import json
 import os
 import secrets
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from typing import Any
 from subzero.errors import StoreError, warn
 from subzero.storage.catalog import Catalog, RunRow
 from subzero.storage.pickles import FILE as PICKLE_FILE
+from subzero.storage.pickles import PickleCode, pickle_code
 
 #: Environment variable naming the folder that holds the key (tests, CI, shared setups).
 CONFIG_ENV = "SUBZERO_CONFIG_DIR"
@@ -243,3 +245,42 @@ def untrusted_message(store: Path, run_id: int, verdict: Verdict) -> str:
     return (f"run {run_id} of store {store} is not trusted: {verdict.why}, so SubZero will not "
             f"load its code; look at what it runs and trust it with "
             f"`subzero trust {store} --run {run_id}`")
+
+
+def code_report(catalog: Catalog, row: RunRow, verdict: Verdict) -> dict[str, Any]:
+    """What code a run would load, read without loading it: its operators (names and
+    classes, from the catalog), the modules and names its ``workflow.pkl`` looks up,
+    the functions and classes whose code travels inside it, and the workflow module
+    re-imported when the pickle fails.  Plain data (for ``subzero trust --json``);
+    ``payload_sha256`` names the pickle shown, for :func:`sign_runs`."""
+    payload = verdict.payload
+    code = pickle_code(payload) if payload is not None else PickleCode()
+    return {"run_id": row.id, "workflow": row.workflow, "status": row.status,
+            "trust": verdict.state, "why": verdict.why, "source": row.source,
+            "operators": [{"name": o["name"], "class": o["class"]} for o in catalog.ops(row.id)],
+            "pickle": payload is not None,
+            "payload_sha256": hashlib.sha256(payload).hexdigest() if payload is not None else None,
+            "modules": code.modules(), "functions": code.functions, "classes": code.classes,
+            "unreadable": code.unreadable}
+
+
+def sign_runs(catalog: Catalog, runs_dir: Path, rows: list[RunRow],
+              payloads: Mapping[int, str | None] | None = None) -> list[int]:
+    """Sign each run of ``rows`` with this user's key (made when there is none); returns
+    the ids signed.  ``payloads`` (run id -> ``payload_sha256`` of what the user was
+    shown) makes sure the pickles signed are the ones looked at."""
+    key = load_key(create=True)
+    assert key is not None
+    signed = []
+    for row in rows:
+        folder = runs_dir / str(row.id)
+        if not folder.is_dir():
+            raise StoreError(f"run {row.id} is in the catalog but its folder {folder} is missing")
+        payload = read_payload(folder)
+        digest = hashlib.sha256(payload).hexdigest() if payload is not None else None
+        if payloads is not None and payloads.get(row.id, digest) != digest:
+            raise StoreError(f"the workflow.pkl of run {row.id} changed after it was shown; "
+                             f"nothing was trusted for it: look again and trust it again")
+        write_signature(folder, key, run_record(catalog, row.id, payload, row.status))
+        signed.append(row.id)
+    return signed
