@@ -8,6 +8,7 @@ import traceback
 import numpy as np
 import pytest
 from conftest import java_ok
+from test_spark import Explode
 
 import subzero
 from subzero import LineageError, Operator, OperatorError, Workflow
@@ -72,15 +73,6 @@ def test_error_keeps_its_class_names_operator_and_tile_and_keeps_the_cause():
     # a class name that is not SubZero's error is not trusted: an operator error
     forged = TaskFailure("a", "tile [0:1]", "SystemExit", "SystemExit", "bye").to_error()
     assert type(forged) is OperatorError
-
-
-class Explode(Operator):
-    tiling = subzero.ELEMENTWISE
-
-    def run(self, ctx, x):
-        if np.asarray(x).max() > 30:
-            raise ValueError("saturated tile")
-        return x
 
 
 class BadLineage(Operator):
