@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from subzero.engines.choice import REQUESTS
 from subzero.errors import QueryError, SubZeroError, SubZeroWarning, warn
 
 if TYPE_CHECKING:
@@ -724,7 +725,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--param", action="append", metavar="KEY=VALUE",
                    help="keyword argument for the module's workflow() (JSON values allowed)")
     r.add_argument("--no-lineage", action="store_true", help="run without capturing lineage")
-    r.add_argument("--engine", choices=("auto", "spark", "local"), default=None,
+    r.add_argument("--engine", choices=REQUESTS, default=None,
                    help="spark (local mode unless --master), local (in-process), or auto "
                         "(default: Spark for a --master or big inputs, else in-process)")
     r.add_argument("--master", metavar="URL", help="Spark master, e.g. spark://host:7077 or local[4]")

@@ -80,3 +80,4 @@ def test_cli_says_which_engine_in_its_first_line(tmp_path):
     p = subprocess.run([subzero_exe(), "runs", "--store", tmp_path / "st", "--json"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert '"engine": "local"' in p.stdout
+
