@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import xarray as xr
+from numpy.typing import ArrayLike
 
 from subzero.coords import cells_at as sky_cells
 from subzero.coords import cells_for, derive_grids, stored_grid, with_grid
@@ -16,13 +17,16 @@ from subzero.model.grid import Grid
 from subzero.model.strategy import parse
 from subzero.model.workflow import Workflow
 from subzero.query.executor import Executor, RunView, TraceResult
-from subzero.query.planner import StepStat
+from subzero.query.planner import Planner, StepStat
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.catalog import Catalog, RunRow
 from subzero.storage.trust import untrusted_message
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from astropy.coordinates import SkyCoord
+    from astropy.units import Quantity
 
     from subzero.storage.trust import Verdict
 
@@ -55,7 +59,7 @@ class Run:
         self._arrays = ArrayStore(self.dir)
         self._executor: Executor | None = None
         self._grids: Callable[[str], Grid | None] | None = None
-        self.planner = None      # query-time planner used by trace() (optimizer.planner_for)
+        self.planner: Planner | None = None      # query-time planner used by trace() (optimizer.planner_for)
 
     def __repr__(self) -> str:
         return f"Run({self.id}, workflow={self.row.workflow!r}, status={self.row.status!r})"
@@ -66,10 +70,10 @@ class Run:
             self._executor.close()
             self._executor = None
 
-    def __enter__(self):
+    def __enter__(self) -> Run:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
@@ -122,7 +126,7 @@ class Run:
                 lambda n: stored_grid(*self._arrays.grid_parts(n)), operator)
         return self._grids(name)
 
-    def trace_reach(self, start: str, cells, direction: str = "backward", shortcut: bool = True,
+    def trace_reach(self, start: str, cells: ArrayLike, direction: str = "backward", shortcut: bool = True,
                     ) -> tuple[dict[str, CellSet], list[StepStat], float]:
         """Trace ``cells`` of ``start`` to every array reachable ``direction`` (backward:
         upstream) at once: ``({array: CellSet}, steps, seconds)``, each array's cells
@@ -145,7 +149,8 @@ class Run:
         dims = g.dims if g is not None else self._arrays.grid_parts(name)[0]
         return shape, dtype, dims
 
-    def cells_at(self, array: str, sky=None, radius=None, sel: Mapping[str, Any] | None = None,
+    def cells_at(self, array: str, sky: str | Sequence[float | str] | SkyCoord | None = None,
+                 radius: str | float | Quantity | None = None, sel: Mapping[str, Any] | None = None,
                  ) -> np.ndarray:
         """Cells of ``array`` named in the user's terms: ``sky=(ra, dec)`` (degrees, or
         ``"23:47:09.8,-2:17:37"``, or a SkyCoord) with an optional ``radius``
@@ -179,10 +184,12 @@ class Run:
             self._executor = Executor(view)
         return self._executor
 
-    def trace(self, start: str, cells=None, to: str | None = None,
+    def trace(self, start: str, cells: ArrayLike | None = None, to: str | None = None,
               path: list[tuple[str, int]] | None = None, prefer: str | None = None,
-              shortcut: bool = True, record: bool = True, planner=None, *, sky=None,
-              radius=None, sel: Mapping[str, Any] | None = None) -> TraceResult:
+              shortcut: bool = True, record: bool = True, planner: Planner | None = None, *,
+              sky: str | Sequence[float | str] | SkyCoord | None = None,
+              radius: str | float | Quantity | None = None,
+              sel: Mapping[str, Any] | None = None) -> TraceResult:
         """Trace ``cells`` of array ``start`` to array ``to`` (every DAG path,
         results united) or along ``path`` = [(operator, input index), ...].
 

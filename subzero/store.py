@@ -78,10 +78,10 @@ class Store:
             run.close()
         self.catalog.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property

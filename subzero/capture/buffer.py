@@ -8,13 +8,17 @@ packs every cell with one numpy call per chunk.  The result is plain data
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from subzero.errors import LineageError
-from subzero.model.cells import first_out_of_bounds, fmt_cell, lengths_to_offsets, pack
+from subzero.model.cells import Shape, first_out_of_bounds, fmt_cell, lengths_to_offsets, pack
+
+#: one payload as an operator may give it to ``lwrite`` (kept as ``bytes``)
+Payload = bytes | bytearray | memoryview
 
 
 @dataclass
@@ -53,7 +57,8 @@ def empty_pairs(n_inputs: int, payload: bool) -> Pairs:
     return Pairs(z, off, [z] * n_inputs, [off] * n_inputs)
 
 
-def _ragged(cells_seq, n_rows: int, ndim: int, what: str, as_cells) -> tuple[np.ndarray, np.ndarray]:
+def _ragged(cells_seq: np.ndarray | Sequence[ArrayLike], n_rows: int, ndim: int, what: str,
+            as_cells: Callable[[ArrayLike, int], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Per-row cells given as (N, ndim), (N, K, ndim) or a length-N sequence."""
     if isinstance(cells_seq, np.ndarray) and cells_seq.dtype != object:
         a = np.asarray(cells_seq)
@@ -84,8 +89,9 @@ class LineageBuffer:
         self.n_inputs = n_inputs
         self.out_ndim = out_ndim
         self.in_ndims = list(in_ndims)
-        self._full: list[tuple] = []     # (out, out_lens, [in_i], [in_lens_i])
-        self._pay: list[tuple] = []      # (out, out_lens, pay_ids)
+        #: (out, out_lens, [in_i], [in_lens_i]) per lwrite call
+        self._full: list[tuple[np.ndarray, np.ndarray, list[np.ndarray], list[np.ndarray]]] = []
+        self._pay: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (out, out_lens, pay_ids)
         self._payload_ids: dict[bytes, int] = {}
         self.payloads: list[bytes] = []
         self.n_full = 0
@@ -97,7 +103,9 @@ class LineageBuffer:
         self._full.append((out, out_lens, ins, in_lens))
         self.n_full += len(out_lens)
 
-    def payload_id(self, p) -> int:
+    def payload_id(self, p: object) -> int:
+        """The id of payload ``p`` (equal payloads share one); ``p``, an operator's value,
+        must be bytes-like (:data:`Payload`), else TypeError."""
         if not isinstance(p, (bytes, bytearray, memoryview)):
             raise TypeError(f"payload must be bytes, got {type(p).__name__}")
         p = bytes(p)
@@ -112,7 +120,7 @@ class LineageBuffer:
         self.n_pay += len(out_lens)
 
     # -- finishing -------------------------------------------------------------
-    def _check(self, cells: np.ndarray, shape, side: str) -> None:
+    def _check(self, cells: np.ndarray, shape: Shape, side: str) -> None:
         if cells.shape[1] != len(shape) and cells.shape[0]:
             raise LineageError(
                 f"operator {self.op_name!r} wrote lineage for {side} cells of {cells.shape[1]} "
@@ -124,7 +132,7 @@ class LineageBuffer:
                 f"operator {self.op_name!r} wrote lineage for {side} cell {fmt_cell(cells[bad])}, "
                 f"outside its {side} (shape {tuple(shape)})")
 
-    def finish(self, out_shape, in_shapes) -> tuple[Pairs | None, Pairs | None]:
+    def finish(self, out_shape: Shape, in_shapes: Sequence[Shape]) -> tuple[Pairs | None, Pairs | None]:
         """Validate and pack everything buffered; returns (full pairs, payload pairs)."""
         full = pay = None
         if self._full:

@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from subzero.capture.buffer import LineageBuffer, Pairs, _ragged
+from subzero.capture.buffer import LineageBuffer, Pairs, Payload, _ragged
 from subzero.errors import LineageError
 from subzero.model.cells import as_cells
 from subzero.model.modes import Mode
@@ -55,7 +56,8 @@ class Context:
         self._output_shape = tuple(int(x) for x in output_shape) if output_shape is not None else None
         self._guessed = bool(output_guessed)
         self._shape_read = False          # run() asked for ctx.output_shape
-        self._deferred: list[tuple] = []  # (method, args): lwrite calls replayed by finish()
+        #: (method, args): lwrite calls replayed by finish()
+        self._deferred: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
         self.buffer = buffer
         self.lwrite_seconds = 0.0
         self._origin = tuple(int(x) for x in tile_origin) if tile_origin is not None else None
@@ -148,7 +150,10 @@ class Context:
             self._supported = set(self.operator.supported_modes())
         return mode in self._supported
 
-    def lwrite(self, outcells, *incells, payload=None, each: bool = False) -> None:
+    # ``*incells: Any``: cells, or with ``each`` cells per row as an (N, K, ndim) array or a
+    # ragged sequence (what _ragged reads); each is checked as it is read, and named in the error
+    def lwrite(self, outcells: ArrayLike, *incells: Any, payload: Payload | Sequence[Payload] | None = None,
+               each: bool = False) -> None:
         """Record lineage.
 
         ``lwrite(out, in_0, ..., in_k)``: all ``out`` cells depend on all cells
@@ -164,7 +169,8 @@ class Context:
         finally:
             self.lwrite_seconds += time.perf_counter() - t0
 
-    def _lwrite(self, outcells, incells, payload, each) -> None:
+    def _lwrite(self, outcells: ArrayLike, incells: tuple[Any, ...],
+                payload: Payload | Sequence[Payload] | None, each: bool) -> None:
         is_pay = payload is not None
         if is_pay and incells:
             raise LineageError(f"operator {self.name!r}: lwrite takes input cells or a payload, not both")
@@ -176,7 +182,7 @@ class Context:
             self._defer(self._lwrite, outcells, incells, payload, each)
             return
         n = len(out)
-        if is_pay:
+        if payload is not None:
             buf = self.buffer
             if each:
                 if isinstance(payload, (bytes, bytearray, memoryview)):
@@ -211,7 +217,8 @@ class Context:
         out_lens = np.ones(n, np.int64) if each else np.array([n], np.int64)
         self.buffer.add_full(out, out_lens, ins, lens)
 
-    def lwrite_groups(self, outcells, out_groups, *ins, payload=None) -> None:
+    def lwrite_groups(self, outcells: ArrayLike, out_groups: ArrayLike, *ins: tuple[ArrayLike, ArrayLike],
+                      payload: Payload | Sequence[Payload] | dict[int, Payload] | None = None) -> None:
         """Many multi-cell pairs in one call: cells labelled by pair id.
 
         ``out_groups[j]`` is the pair of output cell j; each of ``ins`` is a
@@ -227,7 +234,9 @@ class Context:
         finally:
             self.lwrite_seconds += time.perf_counter() - t0
 
-    def _lwrite_groups(self, outcells, out_groups, ins, payload) -> None:
+    def _lwrite_groups(self, outcells: ArrayLike, out_groups: ArrayLike,
+                       ins: tuple[tuple[ArrayLike, ArrayLike], ...],
+                       payload: Payload | Sequence[Payload] | dict[int, Payload] | None) -> None:
         is_pay = payload is not None
         if is_pay and ins:
             raise LineageError(f"operator {self.name!r}: lwrite_groups takes input cells or a payload, not both")
@@ -245,7 +254,7 @@ class Context:
         order = np.argsort(g, kind="stable")
         groups, counts = np.unique(g[order], return_counts=True)
         out = out[order]
-        if is_pay:
+        if payload is not None:
             buf = self.buffer
             if isinstance(payload, (bytes, bytearray, memoryview)):
                 pay_ids = np.full(len(groups), buf.payload_id(payload), np.int64)
@@ -284,7 +293,7 @@ class Context:
         self.buffer.add_full(out, counts.astype(np.int64), in_cells, in_lens)
 
     # -- helpers -------------------------------------------------------------------
-    def _pid(self, payload) -> int:
+    def _pid(self, payload: object) -> int:
         assert self.buffer is not None, "payload ids are asked for only while capturing"
         try:
             return self.buffer.payload_id(payload)
@@ -306,7 +315,7 @@ class Context:
             return Mode.PAY in self.modes or Mode.COMP in self.modes
         return Mode.FULL in self.modes
 
-    def _out_cells(self, cells) -> np.ndarray | None:
+    def _out_cells(self, cells: ArrayLike) -> np.ndarray | None:
         """Output cells of one lwrite call as (N, ndim); None when the output's
         dimensions are still unknown and a flat ``(a, b, ...)`` could mean
         either one cell or several cells of a 1-D output (the call is then
@@ -321,19 +330,19 @@ class Context:
             return None
         return self._cells(arr, None, "output")
 
-    def _defer(self, method, *args) -> None:
+    def _defer(self, method: Callable[..., None], *args: Any) -> None:
         """Keep a copy of one call's arguments (the caller may reuse its arrays)
         for :meth:`finish` to replay once the output shape is known."""
         self._deferred.append((method, tuple(_snapshot(a) for a in args)))
 
-    def _cells(self, cells, shape, side: str) -> np.ndarray:
+    def _cells(self, cells: ArrayLike, shape: Sequence[int] | None, side: str) -> np.ndarray:
         try:
             return as_cells(cells, len(shape) if shape is not None else None)
         except (ValueError, TypeError) as e:
             raise LineageError(f"operator {self.name!r}: bad {side} cells in lwrite: {e}") from e
 
 
-def _snapshot(x):
+def _snapshot(x: Any) -> Any:
     """A copy of an lwrite argument that later changes to the caller's objects
     cannot reach (arrays copied, bytes-likes to bytes, containers rebuilt)."""
     if isinstance(x, np.ndarray):

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -16,6 +16,7 @@ from subzero.capture.buffer import LineageBuffer, Pairs
 from subzero.capture.context import Context
 from subzero.capture.tiles import Shape, Tile, globalize
 from subzero.errors import OperatorError, SubZeroError
+from subzero.model.modes import Mode
 from subzero.model.operator import Operator
 from subzero.model.statistic import whole
 from subzero.model.strategy import Strategy, modes_needed
@@ -44,19 +45,22 @@ def statistic_source(op: Operator, inputs: Sequence[Any], statistic: Any = NOT_G
     return None
 
 
-def array_context(name: str, op, modes, in_shapes: list[Shape], out_shape: Shape) -> Context:
+def array_context(name: str, op: Operator, modes: Iterable[Mode], in_shapes: list[Shape], out_shape: Shape,
+                  ) -> Context:
     """A ``ctx`` in array coordinates, with its buffer: for lineage a task writes for
     its share of an array (cells already placed in the whole arrays' shapes)."""
     buf = LineageBuffer(name, len(in_shapes), len(out_shape), [len(s) for s in in_shapes])
     return Context(name, op, frozenset(modes), in_shapes, out_shape, buf)
 
 
-def shape_of(value) -> tuple[int, ...]:
+def shape_of(value: Any) -> tuple[int, ...]:
+    """The shape of a run's value (an array, a DataArray, an input read region by region;
+    anything with a shape, or that numpy can make an array of), 0-d as one cell."""
     s = tuple(int(x) for x in np.shape(value))
     return s if s else (1,)
 
 
-def normalise_output(name: str, op, value):
+def normalise_output(name: str, op: Operator, value: Any) -> np.ndarray | xr.DataArray:
     if value is None:
         raise OperatorError(f"operator {name!r} ({type(op).__name__}) returned None; run() must "
                             f"return its output array")
@@ -71,11 +75,12 @@ def normalise_output(name: str, op, value):
     return arr.reshape(1) if arr.ndim == 0 else arr
 
 
-def mapping_context(name: str, op, in_shapes, out_shape) -> Context:
+def mapping_context(name: str, op: Operator, in_shapes: Sequence[Sequence[int]], out_shape: Sequence[int],
+                    ) -> Context:
     return Context(name, op, frozenset(), in_shapes, out_shape)
 
 
-def told_output_shape(op, in_shapes) -> tuple[tuple[int, ...] | None, bool]:
+def told_output_shape(op: Operator, in_shapes: Sequence[Shape]) -> tuple[tuple[int, ...] | None, bool]:
     """(the output shape ``run`` is told as ``ctx.output_shape``, whether it is
     only a guess).  An operator's own ``output_shape`` is a declaration; the
     base class's (the first input's shape) is a guess, never used to read or
@@ -90,9 +95,10 @@ def told_output_shape(op, in_shapes) -> tuple[tuple[int, ...] | None, bool]:
     return shape, not declared or shape is None
 
 
-def run_operator(name: str, op, inputs: list, strategies: tuple[Strategy, ...],
-                 capture: bool = True, origin: tuple[int, ...] | None = None,
-                 array_shape: tuple[int, ...] | None = None, statistic: Any = NOT_GIVEN):
+def run_operator(name: str, op: Operator, inputs: Sequence[np.ndarray | xr.DataArray],
+                 strategies: tuple[Strategy, ...], capture: bool = True, origin: tuple[int, ...] | None = None,
+                 array_shape: tuple[int, ...] | None = None, statistic: Any = NOT_GIVEN,
+                 ) -> tuple[np.ndarray | xr.DataArray, Pairs | None, Pairs | None, Context]:
     """Run one operator and capture its lineage in memory.
 
     ``statistic``: the operator's declared statistic, computed by the engine over
@@ -137,7 +143,7 @@ class TileOutput:
     whole: np.ndarray | None = None
 
 
-def run_tile(name: str, op, ins: list, strategies: tuple[Strategy, ...], capture: bool,
+def run_tile(name: str, op: Operator, ins: Sequence[np.ndarray], strategies: tuple[Strategy, ...], capture: bool,
              tile: Tile, out_shape: Shape, in_shapes: list[Shape], statistic: Any = NOT_GIVEN) -> TileOutput:
     """Run a tile-parallel operator on one tile's read region (``ins``: each input's
     core plus halo) and keep the core: the step both engines share per tile.

@@ -225,7 +225,7 @@ class _JobTiles(Progress):
         self.shared.tiles_of(self.key, done, total)
 
 
-def _finish_step(name: str, wf: Workflow, res, strat: tuple[Strategy, ...], capture: bool,
+def _finish_step(name: str, wf: Workflow, res: StepResult, strat: tuple[Strategy, ...], capture: bool,
                  lineage: LineageStore | None, budget: DiskBudget | None, stats: RunStats,
                  profiler: Profiler | None, engine: Engine) -> None:
     """One operator has run: its statistics, its lineage under the budget, the

@@ -4,7 +4,7 @@ with the size statistics the cost model needs."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,13 +15,14 @@ from subzero.engines.stats import OpStats
 from subzero.errors import LineageError
 from subzero.model.cells import as_cells, first_out_of_bounds, fmt_cell, pack
 from subzero.model.modes import Mode
+from subzero.model.operator import Operator
 from subzero.model.strategy import BLACKBOX, MAP, Direction, Encoding, Strategy
 from subzero.storage.budget import DiskBudget
-from subzero.storage.encodings import KEY_BITS
+from subzero.storage.encodings import KEY_BITS, MapPPairs
 from subzero.storage.lineage import LineageStore, ShardWrite, commit_shard_files, write_shard
 
 
-def store_lineage(name: str, op, strategies: tuple[Strategy, ...], full: Pairs | None,
+def store_lineage(name: str, op: Operator, strategies: tuple[Strategy, ...], full: Pairs | None,
                   pay: Pairs | None, out_shape: tuple[int, ...], in_shapes: list[tuple[int, ...]],
                   lineage: LineageStore, stats: OpStats, budget: DiskBudget | None = None) -> None:
     """Encode and write every stored strategy of one operator; with a ``budget``, a
@@ -40,7 +41,7 @@ def store_lineage(name: str, op, strategies: tuple[Strategy, ...], full: Pairs |
     _under_budget(name, op, strategies, lineage, stats, budget, write)
 
 
-def _under_budget(name: str, op, strategies: tuple[Strategy, ...], lineage: LineageStore,
+def _under_budget(name: str, op: Operator, strategies: tuple[Strategy, ...], lineage: LineageStore,
                   stats: OpStats, budget: DiskBudget | None, write: Callable[[Strategy], dict],
                   discard: Callable[[Strategy], object] = lambda s: None) -> None:
     """Every stored strategy of one operator written (``write(s)``: its statistics
@@ -71,7 +72,7 @@ def _under_budget(name: str, op, strategies: tuple[Strategy, ...], lineage: Line
     _keep(op, strategies, dropped, stats)
 
 
-def _keep(op, strategies: tuple[Strategy, ...], dropped: list[Strategy], stats: OpStats) -> None:
+def _keep(op: Operator, strategies: tuple[Strategy, ...], dropped: list[Strategy], stats: OpStats) -> None:
     """The strategies the operator keeps once ``dropped`` did not fit the budget."""
     if dropped:
         kept = [s for s in strategies if s not in dropped]
@@ -80,14 +81,16 @@ def _keep(op, strategies: tuple[Strategy, ...], dropped: list[Strategy], stats: 
         stats.strategies = [str(s) for s in kept]
 
 
-def _map_p_counting(name: str, op, in_shapes, out_shape):
+def _map_p_counting(name: str, op: Operator, in_shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...],
+                    ) -> tuple[MapPPairs, dict[int, dict[str, int]]]:
     """``map_p`` at capture time (forward-keyed payload strategies), checked like at
     query time, and counting what it expands to per input (for the cost model's
     statistics): returns (the callback, the counts it fills)."""
     mctx = mapping_context(name, op, in_shapes, out_shape)
-    expanded: dict[int, dict] = {}
+    expanded: dict[int, dict[str, int]] = {}
 
-    def counted(cells, off, payloads, pay_ids, i):
+    def counted(cells: np.ndarray, off: np.ndarray, payloads: Sequence[bytes], pay_ids: np.ndarray,
+                i: int) -> tuple[np.ndarray, np.ndarray]:
         res, owner = op.map_p_pairs(cells, off, payloads, pay_ids, i, mctx)
         res = as_cells(res, len(in_shapes[i])) if len(res) else np.zeros((0, len(in_shapes[i])), np.int64)
         bad = first_out_of_bounds(res, in_shapes[i])
@@ -113,9 +116,9 @@ class TileShard:
     spaces: dict
 
 
-def write_tile_shards(lineage_dir: str, stem: str, attempt: int, name: str, op,
+def write_tile_shards(lineage_dir: str, stem: str, attempt: int, name: str, op: Operator,
                       strategies: tuple[Strategy, ...], full: Pairs | None, pay: Pairs | None,
-                      out_shape, in_shapes) -> list[TileShard]:
+                      out_shape: tuple[int, ...], in_shapes: Sequence[tuple[int, ...]]) -> list[TileShard]:
     """On an executor: encode one task's captured pairs of each stored strategy into
     its own shard (:func:`subzero.storage.lineage.write_shard`)."""
     out = []
@@ -133,9 +136,9 @@ def write_tile_shards(lineage_dir: str, stem: str, attempt: int, name: str, op,
     return out
 
 
-def commit_tile_shards(name: str, op, strategies: tuple[Strategy, ...], shards: list[TileShard],
-                       out_shape, in_shapes, lineage: LineageStore, stats: OpStats,
-                       budget: DiskBudget | None = None) -> None:
+def commit_tile_shards(name: str, op: Operator, strategies: tuple[Strategy, ...], shards: list[TileShard],
+                       out_shape: tuple[int, ...], in_shapes: list[tuple[int, ...]], lineage: LineageStore,
+                       stats: OpStats, budget: DiskBudget | None = None) -> None:
     """On the driver, once an operator's tasks succeeded: commit the shards of the
     attempts whose results came back and record each strategy as sharded, under the
     disk budget like :func:`store_lineage` (a strategy that does not fit is not kept,
@@ -155,7 +158,8 @@ def commit_tile_shards(name: str, op, strategies: tuple[Strategy, ...], shards: 
                   discard=lambda s: commit_shard_files(lineage.path, name, s, []))
 
 
-def _sum_spaces(parts: list[dict], s: Strategy, out_shape, in_shapes) -> dict:
+def _sum_spaces(parts: list[dict], s: Strategy, out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]],
+                ) -> dict:
     """The shards' space statistics as one strategy's: counts added up (key blocks and
     distinct payloads may count twice where tiles share them)."""
     if not parts:
@@ -175,7 +179,8 @@ def _key_blocks(packed: np.ndarray) -> int:
     return int(np.count_nonzero(np.bincount(packed >> KEY_BITS))) if packed.size else 0
 
 
-def space_stats(s: Strategy, pairs, out_shape, in_shapes, expanded: dict | None = None) -> dict:
+def space_stats(s: Strategy, pairs: Pairs, out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]],
+                expanded: dict[int, dict[str, int]] | None = None) -> dict:
     """Sizes of what one stored strategy holds, per key side ("b", "f0", ...): pairs,
     key cells and the key blocks they fall in, value cells, record cells, distinct
     payloads.  The query cost model prices lookups and scans from these; they are
@@ -189,6 +194,7 @@ def space_stats(s: Strategy, pairs, out_shape, in_shapes, expanded: dict | None 
              "key_blocks": _key_blocks(pairs.out), "key_size": int(np.prod(out_shape)),
              "value_cells": vals, "record_cells": rec}
         if s.payload:
+            assert pairs.pay_ids is not None        # a payload strategy holds payload pairs
             d["payloads"] = int(np.unique(pairs.pay_ids).size) if pairs.n else 0
             d["covered"] = int(pairs.out.size)
         return {"b": d}

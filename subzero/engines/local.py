@@ -36,14 +36,15 @@ from subzero.capture.tiles import Tile, concat_pairs, input_slices, task_tile, t
 from subzero.engines.base import Engine, StepResult
 from subzero.engines.progress import Progress
 from subzero.errors import OperatorError, SubZeroError
+from subzero.model.operator import Operator
 from subzero.model.statistic import over_blocks
 from subzero.model.strategy import Strategy
 from subzero.model.workflow import Step, Workflow
 from subzero.storage.arrays import ArrayStore
-from subzero.storage.inputs import is_region_source
+from subzero.storage.inputs import RegionReadable, is_region_source
 
 
-def _tile_parallel(op) -> bool:
+def _tile_parallel(op: Operator) -> bool:
     return op.tiling.kind.tile_local
 
 
@@ -68,7 +69,7 @@ class LocalEngine(Engine):
         self.profiling = profiling
         self.stream = stream and not profiling
         #: the arrays held in memory now (every other array is read from the store)
-        self.values: dict[str, Any] = {}
+        self.values: dict[str, np.ndarray | xr.DataArray] = {}
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.dtypes: dict[str, np.dtype] = {}
         self._xarray: set[str] = set()           # arrays the operators see as DataArrays
@@ -113,7 +114,7 @@ class LocalEngine(Engine):
             if self._wanted(name):
                 self.values[name] = self.arrays.read_value(name)
 
-    def _copy_source(self, name: str, source) -> None:
+    def _copy_source(self, name: str, source: RegionReadable) -> None:
         """An input read region by region (a file, a lazily built array) goes into the
         store a tile at a time and is not held: operators read it back like any
         stored array, so memory follows the tile, not the input."""
@@ -135,7 +136,7 @@ class LocalEngine(Engine):
         small = all(n <= self.arrays.tile for n in self.shapes[name])
         return self._whole[name] > 0 or small or name in self._inputs or name in self._xarray
 
-    def _hold(self, name: str, value) -> None:
+    def _hold(self, name: str, value: np.ndarray | xr.DataArray) -> None:
         self.shapes[name] = shape_of(value)
         self.dtypes[name] = _native(np.dtype(value.dtype))
         if isinstance(value, xr.DataArray):
@@ -152,7 +153,7 @@ class LocalEngine(Engine):
             if not self._wanted(a):
                 self.values.pop(a, None)
 
-    def _value(self, name: str):
+    def _value(self, name: str) -> np.ndarray | xr.DataArray:
         """The whole array, as the operator first saw it: held, else read back chunk by
         chunk into one array (a DataArray, with its dims and attrs, through xarray)."""
         if name in self.values:
@@ -164,7 +165,7 @@ class LocalEngine(Engine):
             out[t.core_slices()] = self.arrays.read_region(name, t.core_slices())
         return out
 
-    def _store(self, name: str, value) -> None:
+    def _store(self, name: str, value: np.ndarray | xr.DataArray) -> None:
         """Write a whole output.  A numeric numpy array goes chunk by chunk into an array
         made with :meth:`ArrayStore.create`, as streamed outputs do (xarray's writer
         holds several copies of the array at once)."""

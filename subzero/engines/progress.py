@@ -99,7 +99,7 @@ def progress_for(setting: bool | Progress | None) -> Progress:
     return Bars() if setting else Progress()
 
 
-def _is_terminal(f) -> bool:
+def _is_terminal(f: IO[str]) -> bool:
     try:
         return bool(f.isatty())
     except (AttributeError, ValueError):

@@ -27,6 +27,7 @@ import os
 import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from subzero.engines.stats import RunStats
@@ -187,7 +188,8 @@ class RunTransaction:
     def __enter__(self) -> RunTransaction:
         return self
 
-    def __exit__(self, et, ev, tb) -> None:
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if self.status == "running":
             try:
                 self.fail(ev if ev is not None else "the run ended before it was committed")

@@ -33,17 +33,17 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xarray as xr
 
 from subzero.capture.components import TileComponents, merge_tiles
 from subzero.capture.runner import array_context, normalise_output, run_operator, shape_of
-from subzero.capture.tiles import Tile, concat_pairs, input_slices, task_tile, tile_plan, tiles_for
+from subzero.capture.tiles import Shape, Tile, concat_pairs, input_slices, task_tile, tile_plan, tiles_for
 from subzero.engines.base import Engine, StepResult
 from subzero.engines.progress import Progress
 from subzero.engines.spark.failures import TaskFailure
@@ -73,6 +73,10 @@ from subzero.storage.arrays import ArrayStore
 from subzero.storage.inputs import is_region_source
 from subzero.tuning import PROBE_CELLS, SPARK_CONCURRENT_JOBS, STAT_BLOCK_TILES
 
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
 
 def _aggregates(op: Operator, in_shapes: list[tuple[int, ...]], strategies: tuple[Strategy, ...]) -> bool:
     """Run as a Spark aggregation: declared so, one input, all-to-all, and only
@@ -95,11 +99,13 @@ def _labels(op: Operator, in_shapes: list[tuple[int, ...]]) -> bool:
             and isinstance(op, Labelling))
 
 
-def _aggregate(sc, name, op, inputs, in_shapes, strategies, arrays: ArrayStore, capture: bool,
+def _aggregate(sc: SparkContext, name: str, op: Operator, inputs: Sequence[str], in_shapes: list[Shape],
+               strategies: tuple[Strategy, ...], arrays: ArrayStore, capture: bool,
                on_tasks: TaskCallback | None = None) -> list[TaskResult]:
     """A whole-array reduction as a Spark aggregation: partials per tile, merged
     on the executors in a tree, finished on the driver.  Its lineage is one
     all-to-all pair, written by the runtime."""
+    assert isinstance(op, Aggregating)      # run_step asked _aggregates
     tiles = tiles_for(in_shapes[0], arrays.tile, 0)
     fn = partial(partial_task, str(arrays.dir.parent), arrays.tile, name, op, list(inputs))
     rdd = sc.parallelize(tiles, len(tiles)).map(fn)
@@ -129,7 +135,7 @@ class SparkEngine(Engine):
     #: keep a cluster busy together (:data:`subzero.tuning.SPARK_CONCURRENT_JOBS`)
     concurrent_jobs = SPARK_CONCURRENT_JOBS
 
-    def __init__(self, spark, arrays: ArrayStore, log: Callable[[str], None] | None = None,
+    def __init__(self, spark: SparkSession, arrays: ArrayStore, log: Callable[[str], None] | None = None,
                  lineage_dir: str | os.PathLike | None = None):
         self.sc = spark.sparkContext
         self.arrays = arrays
@@ -241,11 +247,13 @@ class SparkEngine(Engine):
                           concat_pairs([r.pay for r in results], len(in_shapes)), wall,
                           sum(r.lwrite_s for r in results), tiles=tasks, **_shards_of(results))
 
-    def _components(self, name: str, op, source: str, shape, strategies, capture: bool,
+    def _components(self, name: str, op: Operator, source: str, shape: Sequence[int],
+                    strategies: tuple[Strategy, ...], capture: bool,
                     on_tasks: TaskCallback | None) -> list[TaskResult]:
         """Connected components over tiles, in up to three jobs: the statistic's
         partials merged in a tree (when the operator has one), per-tile labels
         merged on the driver, per-tile relabelling with lineage."""
+        assert isinstance(op, Labelling)        # run_step asked _labels
         arrays, sc = self.arrays, self.sc
         root, shape = str(arrays.dir.parent), tuple(shape)
         tiles = tiles_for(shape, arrays.tile)
@@ -284,7 +292,8 @@ class SparkEngine(Engine):
             return None
         return dtype if dtype.kind in "biufc" else None
 
-    def _statistic(self, name: str, op, source: str, shape, on_tasks: TaskCallback | None) -> Any:
+    def _statistic(self, name: str, op: Operator, source: str, shape: Sequence[int],
+                   on_tasks: TaskCallback | None) -> Any:
         """The operator's declared statistic of its first input, over the tiles: one
         job per round, the tiles' partials merged in a tree (None without one)."""
         stat: Statistic | None = op.statistic
@@ -471,8 +480,8 @@ def _fusable(op: Operator, in_shapes: list[tuple[int, ...]]) -> int | None:
     return None if op.statistic is not None else tile_plan(op, in_shapes)
 
 
-def _probe_dtype(name, op, arrays: ArrayStore, inputs, in_shapes, tile: Tile, out_shape,
-                 stat) -> np.dtype:
+def _probe_dtype(name: str, op: Operator, arrays: ArrayStore, inputs: Sequence[str], in_shapes: Sequence[Shape],
+                 tile: Tile, out_shape: Shape, stat: Any) -> np.dtype:
     """The output dtype, from running the operator on a small corner (``tile``) in the
     driver: tasks write into an array that must exist with its dtype before they
     start, and a whole tile of a heavy operator would cost the driver its memory."""

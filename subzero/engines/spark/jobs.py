@@ -14,12 +14,16 @@ import signal
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Any, NoReturn
+from types import FrameType
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from subzero.engines.spark.failures import TaskFailure, python_error
 from subzero.engines.spark.session import jvm_log_hint
 from subzero.errors import OperatorError, SparkError
 from subzero.tuning import PROGRESS_POLL_S
+
+if TYPE_CHECKING:
+    from pyspark import RDD, SparkContext
 
 
 def raise_from_spark(e: Exception, name: str) -> NoReturn:
@@ -48,14 +52,14 @@ def raise_from_spark(e: Exception, name: str) -> NoReturn:
 TaskCallback = Callable[[int, int], None]
 
 
-def collect(rdd, name: str, on_tasks: TaskCallback | None = None) -> list:
+def collect(rdd: RDD, name: str, on_tasks: TaskCallback | None = None) -> list:
     """Run a job and return its results; an operator failure in a task becomes one
     clear line naming ``name`` (the operator).  ``on_tasks`` is told the job's
     finished tasks while it runs."""
     return run_job(rdd.context, name, rdd.collect, on_tasks)
 
 
-def run_job(sc, name: str, action: Callable[[], Any], on_tasks: TaskCallback | None = None) -> Any:
+def run_job(sc: SparkContext, name: str, action: Callable[[], Any], on_tasks: TaskCallback | None = None) -> Any:
     """``action()`` (a Spark action: collect, treeReduce) with :func:`collect`'s errors."""
     with _CtrlC(sc) as ctrl_c:
         try:
@@ -81,7 +85,7 @@ class _CtrlC:
     tracebacks.  A second Ctrl-C interrupts at once.  Only the main thread can
     handle signals; elsewhere this does nothing."""
 
-    def __init__(self, sc):
+    def __init__(self, sc: SparkContext):
         self.sc = sc
         self.hit = False
         self._installed = False
@@ -93,7 +97,7 @@ class _CtrlC:
             self._installed = True
         return self
 
-    def _on_sigint(self, signum, frame) -> None:
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
         if self.hit:
             raise KeyboardInterrupt
         self.hit = True
@@ -105,7 +109,7 @@ class _CtrlC:
         except Exception:
             pass            # the JVM is going away anyway
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._installed:
             signal.signal(signal.SIGINT, self._prev if self._prev is not None else signal.SIG_DFL)
 
@@ -115,7 +119,7 @@ class _TaskWatch:
     that polls Spark's status tracker, and tells ``on_tasks``; a failure to poll only
     ends the watching."""
 
-    def __init__(self, sc, on_tasks: TaskCallback, every: float = PROGRESS_POLL_S):
+    def __init__(self, sc: SparkContext, on_tasks: TaskCallback, every: float = PROGRESS_POLL_S):
         self.sc, self.on_tasks, self.every = sc, on_tasks, every
         self.group = f"subzero-{uuid.uuid4().hex[:12]}"
         self.stop = threading.Event()
@@ -146,7 +150,7 @@ class _TaskWatch:
         if total:
             self.on_tasks(min(done, total), total)
 
-    def __exit__(self, et, *exc) -> None:
+    def __exit__(self, et: type[BaseException] | None, *exc: object) -> None:
         self.stop.set()
         self.thread.join()
         try:
@@ -154,7 +158,8 @@ class _TaskWatch:
                 self._report()
         finally:
             for key in ("spark.jobGroup.id", "spark.job.description"):
-                self.sc.setLocalProperty(key, None)
+                # pyspark annotates the value str, but documents None as removing the property
+                self.sc.setLocalProperty(key, None)  # type: ignore[arg-type]
 
 
 def _reason(text: str, e: Exception) -> str:

@@ -16,11 +16,21 @@ import subprocess
 import sys
 import tempfile
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar
 
 from subzero.errors import SparkError
 from subzero.tuning import KEEP_JVM_LOGS, MASTER_PROBE_S
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from subzero.model.workflow import Workflow
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 JAVA_HINT = ("install Java 17+ (e.g. 'apt-get install openjdk-17-jre-headless') or set JAVA_HOME, "
              "or run with `engine='local'`")
@@ -130,7 +140,7 @@ def _not_spark(reply: bytes) -> str:
     return f"it answered {text!r}, not Spark's protocol"
 
 
-def session(master: str | None = None, conf: Mapping[str, str] | None = None):
+def session(master: str | None = None, conf: Mapping[str, str] | None = None) -> SparkSession:
     """A SparkSession (an existing active one is reused)."""
     check_java()
     master = master or "local[*]"
@@ -188,7 +198,7 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None):
     return spark
 
 
-def _installed(mod) -> bool:
+def _installed(mod: ModuleType) -> bool:
     """True for modules Spark workers can import themselves: installed packages,
     SubZero's own, and the standard library."""
     name = getattr(mod, "__name__", "")
@@ -301,7 +311,7 @@ class _stderr_to:
     def __init__(self, path: str):
         self.path = path
 
-    def __enter__(self):
+    def __enter__(self) -> _stderr_to:
         try:
             sys.stderr.flush()
             self.saved: int | None = os.dup(2)
@@ -311,7 +321,7 @@ class _stderr_to:
             self.saved = None
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         if self.saved is not None:
             os.dup2(self.saved, 2)
             os.close(self.saved)
@@ -319,7 +329,7 @@ class _stderr_to:
         return False
 
 
-def ship_workflow_modules(wf=None, extra=()) -> None:
+def ship_workflow_modules(wf: Workflow | None = None, extra: Iterable[object] = ()) -> None:
     """Send the code of the workflow's operators to Spark workers by value when
     workers could not import it themselves: workflow files loaded by path
     (made-up module names) and modules that are only on the driver's path
@@ -341,7 +351,7 @@ def ship_workflow_modules(wf=None, extra=()) -> None:
             pass
 
 
-def _probe_worker(store: str, _):
+def _probe_worker(store: str, _: int) -> tuple[str, str, str | None, str, bool, bool]:
     """Run on an executor: who it is and what it sees.  Imports SubZero itself (its
     version module runs the package's ``__init__`` first), so a worker whose Python
     lacks it answers with the import error, not a crash."""
@@ -357,7 +367,7 @@ def _probe_worker(store: str, _):
             _os.access(store, _os.W_OK))
 
 
-def check_workers(spark, store: str | os.PathLike) -> None:
+def check_workers(spark: SparkSession, store: str | os.PathLike) -> None:
     """Before the first job on a cluster: every executor must run SubZero (this
     version) and see the store folder, writable.  One small job; a wrong worker is one
     line naming the host and what to do.  Local mode needs no check (the executors
@@ -393,7 +403,7 @@ WORKER_HINT = ("every worker needs SubZero installed in the Python its executors
                "virtualenv path on every machine, or PYSPARK_PYTHON pointing at one that has it)")
 
 
-def _by_value(fn):
+def _by_value(fn: Callable[P, T]) -> Callable[P, T]:
     """``fn`` rebuilt outside SubZero's modules, so cloudpickle ships its code by value:
     a worker without SubZero can still run it (and say so)."""
     import types

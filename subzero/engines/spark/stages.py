@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from subzero.model.operator import Operator
+from subzero.model.strategy import Strategy
 from subzero.model.workflow import Workflow
 
 #: a region of an array: ``[start, stop)`` per axis
@@ -41,9 +42,9 @@ class Member:
     name: str
     op: Operator
     inputs: tuple[str, ...]
-    strategies: tuple
+    strategies: tuple[Strategy, ...]
     radius: int          # its stencil radius (0: elementwise)
-    in_shapes: tuple = ()    # its inputs' shapes (a one-cell input is read whole)
+    in_shapes: tuple[tuple[int, ...], ...] = ()    # its inputs' shapes (a one-cell input is read whole)
 
 
 def next_stage(wf: Workflow, pending: Sequence[str], shapes: Mapping[str, tuple[int, ...]],
@@ -72,7 +73,7 @@ def next_stage(wf: Workflow, pending: Sequence[str], shapes: Mapping[str, tuple[
 
 
 def tiled_shape(wf: Workflow, name: str, shapes: Mapping[str, tuple[int, ...]],
-                halo_of) -> tuple[int, ...] | None:
+                halo_of: Callable[[Operator, list[tuple[int, ...]]], int | None]) -> tuple[int, ...] | None:
     """The shape the operator tiles over, or None when it does not run per tile."""
     step = wf.steps[name]
     if not step.inputs or any(a not in shapes for a in step.inputs):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,14 +30,16 @@ import xarray as xr
 from subzero.capture.buffer import Pairs
 from subzero.capture.components import TileComponents, TileLabels, region_cells, tile_components
 from subzero.capture.runner import array_context, run_operator, run_tile, shape_of
-from subzero.capture.tiles import Tile, input_slices
+from subzero.capture.tiles import Shape, Tile, input_slices
 from subzero.engines.lineage import TileShard, write_tile_shards
 from subzero.engines.spark.failures import failed
 from subzero.engines.spark.stages import Box, Member, last_readers, plan_boxes, within
 from subzero.model.modes import Mode
+from subzero.model.operator import Aggregating, Gathering, Labelling, Operator, OperatorContext
 from subzero.model.statistic import Statistic, block_around
-from subzero.model.strategy import modes_needed
+from subzero.model.strategy import Strategy, modes_needed
 from subzero.storage.arrays import ArrayStore
+from subzero.storage.inputs import RegionReadable
 
 
 @dataclass
@@ -60,8 +62,9 @@ class TaskResult:
     pairs: int = 0
 
 
-def _lineage(lineage_dir: str | None, tile_index, name: str, op, strategies, full: Pairs | None,
-             pay: Pairs | None, out_shape, in_shapes) -> dict[str, Any]:
+def _lineage(lineage_dir: str | None, tile_index: tuple[int, ...], name: str, op: Operator,
+             strategies: tuple[Strategy, ...], full: Pairs | None, pay: Pairs | None, out_shape: Shape,
+             in_shapes: Sequence[Shape]) -> dict[str, Any]:
     """The lineage part of a task's result: with the run's lineage folder, the task
     encodes its pairs into shards there itself (committed by the driver for the
     attempt whose result it receives) and returns only what it wrote; without one,
@@ -85,8 +88,9 @@ def peak_rss() -> int:
     return int(kb) * (1 if sys.platform == "darwin" else 1024)
 
 
-def tile_task(run_dir: str, tile_size, lineage_dir: str | None, name: str, op, inputs: list[str],
-               strategies, capture: bool, out_shape, in_shapes, stat, tile: Tile) -> TaskResult:
+def tile_task(run_dir: str, tile_size: int, lineage_dir: str | None, name: str, op: Operator,
+               inputs: list[str], strategies: tuple[Strategy, ...], capture: bool, out_shape: Shape,
+               in_shapes: list[Shape], stat: Any, tile: Tile) -> TaskResult:
     """One tile of a tile-parallel operator, on a Spark executor (``stat``: the
     operator's statistic, computed over all tiles beforehand)."""
     arrays = ArrayStore(run_dir, tile=tile_size)
@@ -104,14 +108,14 @@ def tile_task(run_dir: str, tile_size, lineage_dir: str | None, name: str, op, i
                       run_s=done.run_s, lwrite_s=done.lwrite_s, rss=peak_rss(), **lin)
 
 
-def stage_task(run_dir: str, tile_size, lineage_dir: str | None, members: list[Member],
-                capture: bool, shape, tile: Tile) -> list[TaskResult]:
+def stage_task(run_dir: str, tile_size: int, lineage_dir: str | None, members: list[Member],
+                capture: bool, shape: Shape, tile: Tile) -> list[TaskResult]:
     """One tile of a fused stage (:mod:`subzero.engines.stages`), on an executor."""
     return run_members(ArrayStore(run_dir, tile=tile_size), members, capture, shape, tile, True,
                        lineage_dir)
 
 
-def run_members(arrays: ArrayStore, members: list[Member], capture: bool, shape, tile: Tile,
+def run_members(arrays: ArrayStore, members: list[Member], capture: bool, shape: Shape, tile: Tile,
                 write: bool, lineage_dir: str | None = None) -> list[TaskResult]:
     """A stage's operators on one tile, in workflow order; an intermediate stays in
     memory while operators of the stage still read it; with ``write`` every core
@@ -155,7 +159,7 @@ def _native(dtype: np.dtype) -> np.dtype:
     return dtype if dtype.byteorder in ("=", "|") else dtype.newbyteorder("=")
 
 
-def copy_task(run_dir: str, tile_size, jobs) -> int:
+def copy_task(run_dir: str, tile_size: int, jobs: list[tuple[str, RegionReadable, Tile]]) -> int:
     """Copy one tile of each of several inputs from their sources into the run's store."""
     arrays = ArrayStore(run_dir, tile=tile_size)
     for name, source, tile in jobs:
@@ -166,8 +170,8 @@ def copy_task(run_dir: str, tile_size, jobs) -> int:
     return len(jobs)
 
 
-def global_task(run_dir: str, tile_size, lineage_dir: str | None, name: str, op,
-                 inputs: list[str], strategies, capture: bool, _index) -> TaskResult:
+def global_task(run_dir: str, tile_size: int, lineage_dir: str | None, name: str, op: Operator,
+                 inputs: list[str], strategies: tuple[Strategy, ...], capture: bool, _index: int) -> TaskResult:
     """A global operator: one task on the whole arrays."""
     arrays = ArrayStore(run_dir, tile=tile_size)
     try:
@@ -186,8 +190,8 @@ def global_task(run_dir: str, tile_size, lineage_dir: str | None, name: str, op,
                       lwrite_s=ctx.lwrite_seconds, rss=peak_rss(), attempt=attempt, **lin)
 
 
-def globals_task(run_dir: str, tile_size, lineage_dir: str | None, capture: bool,
-                  job) -> TaskResult:
+def globals_task(run_dir: str, tile_size: int, lineage_dir: str | None, capture: bool,
+                  job: tuple[str, Operator, list[str], tuple[Strategy, ...]]) -> TaskResult:
     """One of several independent global operators run as one job: ``job`` is
     (name, operator, inputs, strategies)."""
     name, op, inputs, strategies = job
@@ -204,7 +208,8 @@ def attempt_id() -> int:
         return 0
 
 
-def partial_task(run_dir: str, tile_size, name: str, op, inputs: list[str], tile: Tile):
+def partial_task(run_dir: str, tile_size: int, name: str, op: Aggregating, inputs: list[str], tile: Tile,
+                 ) -> Any:
     """One tile's partial result of an aggregating operator (e.g. a whole-array sum)."""
     arrays = ArrayStore(run_dir, tile=tile_size)
     try:
@@ -213,10 +218,12 @@ def partial_task(run_dir: str, tile_size, name: str, op, inputs: list[str], tile
         raise failed(name, f"tile {tile.describe()}", e) from None
 
 
-def gather_task(run_dir: str, tile_size, lineage_dir: str | None, name: str, op, source: str,
-                 strategies, capture: bool, out_shape, in_shape, tile: Tile) -> TaskResult:
+def gather_task(run_dir: str, tile_size: int, lineage_dir: str | None, name: str, op: Operator, source: str,
+                 strategies: tuple[Strategy, ...], capture: bool, out_shape: Sequence[int],
+                 in_shape: Sequence[int], tile: Tile) -> TaskResult:
     """One output tile of a gather operator: it reads the input box its cells come
     from, writes its chunk, and returns the lineage of its cells."""
+    assert isinstance(op, Gathering)        # run_step sends only Gathering operators here
     arrays = ArrayStore(run_dir, tile=tile_size)
     out_shape, in_shape = tuple(out_shape), tuple(in_shape)
     try:
@@ -236,8 +243,8 @@ def gather_task(run_dir: str, tile_size, lineage_dir: str | None, name: str, op,
                       lwrite_s=lwrite_s, rss=peak_rss(), **lin)
 
 
-def _emitted(name: str, op, modes, in_shapes, out_shape,
-             emit: Callable[[Any], None]) -> tuple[Pairs | None, Pairs | None, float]:
+def _emitted(name: str, op: Operator, modes: frozenset[Mode], in_shapes: list[Shape], out_shape: Shape,
+             emit: Callable[[OperatorContext], None]) -> tuple[Pairs | None, Pairs | None, float]:
     """Lineage a task writes itself in array coordinates (``emit(ctx)``, for operators
     whose task is not a plain ``run``): (full pairs, payload pairs, seconds in lwrite),
     nothing when no ``modes`` are asked for."""
@@ -249,8 +256,8 @@ def _emitted(name: str, op, modes, in_shapes, out_shape,
     return full, pay, ctx.lwrite_seconds
 
 
-def stat_task(run_dir: str, tile_size, name: str, stat: Statistic, source: str, shape, prior,
-               tile: Tile):
+def stat_task(run_dir: str, tile_size: int, name: str, stat: Statistic, source: str, shape: Sequence[int],
+              prior: Any, tile: Tile) -> Any:
     """One tile's partial of an operator's whole-array statistic (one round)."""
     arrays = ArrayStore(run_dir, tile=tile_size)
     try:
@@ -261,8 +268,8 @@ def stat_task(run_dir: str, tile_size, name: str, stat: Statistic, source: str, 
         raise failed(name, f"tile {tile.describe()}", e) from None
 
 
-def label_task(run_dir: str, tile_size, name: str, op, source: str, shape, stat,
-                tile: Tile) -> TileComponents:
+def label_task(run_dir: str, tile_size: int, name: str, op: Labelling, source: str, shape: Sequence[int],
+               stat: Any, tile: Tile) -> TileComponents:
     """One tile's regions, labelled on its core alone, summarised for the merge."""
     arrays = ArrayStore(run_dir, tile=tile_size)
     try:
@@ -272,11 +279,13 @@ def label_task(run_dir: str, tile_size, name: str, op, source: str, shape, stat,
         raise failed(name, f"tile {tile.describe()}", e) from None
 
 
-def relabel_task(run_dir: str, tile_size, lineage_dir: str | None, name: str, op, source: str,
-                  shape, stat, strategies, capture: bool, job: tuple[Tile, TileLabels]) -> TaskResult:
+def relabel_task(run_dir: str, tile_size: int, lineage_dir: str | None, name: str, op: Operator, source: str,
+                 shape: Sequence[int], stat: Any, strategies: tuple[Strategy, ...], capture: bool,
+                 job: tuple[Tile, TileLabels]) -> TaskResult:
     """One tile's final labels, written to its chunk, and the lineage of its cells:
     the regions inside its core, the regions spanning tiles that it owns (gathered
     from their bounding boxes) and, unless composite, its background cells."""
+    assert isinstance(op, Labelling)        # _components sends only Labelling operators here
     tile, answer = job
     arrays = ArrayStore(run_dir, tile=tile_size)
     shape = tuple(shape)
@@ -288,7 +297,7 @@ def relabel_task(run_dir: str, tile_size, lineage_dir: str | None, name: str, op
         arrays.write_region(name, tile.core_slices(), out)
         run_s = time.perf_counter() - t0
 
-        def emit(ctx) -> None:
+        def emit(ctx: OperatorContext) -> None:
             origin = np.asarray(tile.origin, np.int64)
             inside = (out > 0) & ~np.isin(out, answer.spanning)
             cells, ids = [np.argwhere(inside) + origin], [out[inside]]
