@@ -67,6 +67,17 @@ def test_lwrite_errors():
         ctx2.lwrite((0, 0), [(0, 0)], [(0,)])
     with pytest.raises(LineageError, match="got 2 payloads for 1 output cells"):
         ctx2.lwrite([(0, 0)], payload=[b"a", b"b"], each=True)
+    # a payload that is not bytes is the operator's lineage error in every form (it was a
+    # bare TypeError, reported as the operator failing, with each=True and in groups)
+    for call in (lambda: ctx2.lwrite([(0, 0)], payload="text"),
+                 lambda: ctx2.lwrite([(0, 0)], payload=["text"], each=True),
+                 lambda: ctx2.lwrite([(0, 0)], payload=7, each=True),
+                 lambda: ctx2.lwrite_groups([(0, 0)], [3], payload=["text"]),
+                 lambda: ctx2.lwrite_groups([(0, 0)], [3], payload={3: 1.5})):
+        with pytest.raises(LineageError, match="operator 'op'"):
+            call()
+    with pytest.raises(LineageError, match="no payload for group 3"):
+        ctx2.lwrite_groups([(0, 0)], [3], payload={4: b"x"})
 
 
 def test_unrequested_modes_are_dropped():

@@ -13,7 +13,7 @@ or that many cells of a 1-D output) is kept as a copy and replayed then.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -186,13 +186,13 @@ class Context:
             buf = self.buffer
             if each:
                 if isinstance(payload, (bytes, bytearray, memoryview)):
-                    pay_ids = np.full(n, buf.payload_id(payload), np.int64)
+                    pay_ids = np.full(n, self._pid(payload), np.int64)
                 else:
-                    seq = list(payload)
+                    seq = self._payloads(payload)
                     if len(seq) != n:
                         raise LineageError(f"operator {self.name!r}: lwrite got {len(seq)} payloads "
                                            f"for {n} output cells")
-                    pay_ids = np.fromiter((buf.payload_id(p) for p in seq), np.int64, count=n)
+                    pay_ids = np.fromiter((self._pid(p) for p in seq), np.int64, count=n)
                 buf.add_pay(out, np.ones(n, np.int64), pay_ids)
             else:
                 buf.add_pay(out, np.array([n], np.int64), np.array([self._pid(payload)], np.int64))
@@ -257,15 +257,19 @@ class Context:
         if payload is not None:
             buf = self.buffer
             if isinstance(payload, (bytes, bytearray, memoryview)):
-                pay_ids = np.full(len(groups), buf.payload_id(payload), np.int64)
-            elif isinstance(payload, dict):
-                pay_ids = np.array([buf.payload_id(payload[int(k)]) for k in groups], np.int64)
+                pay_ids = np.full(len(groups), self._pid(payload), np.int64)
+            elif isinstance(payload, Mapping):
+                missing = [int(k) for k in groups if int(k) not in payload]
+                if missing:
+                    raise LineageError(f"operator {self.name!r}: lwrite_groups has no payload for "
+                                       f"group {missing[0]}")
+                pay_ids = np.array([self._pid(payload[int(k)]) for k in groups], np.int64)
             else:
-                seq = list(payload)
+                seq = self._payloads(payload)
                 if len(seq) != len(groups):
                     raise LineageError(f"operator {self.name!r}: lwrite_groups got {len(seq)} payloads "
                                        f"for {len(groups)} groups")
-                pay_ids = np.array([buf.payload_id(p) for p in seq], np.int64)
+                pay_ids = np.array([self._pid(p) for p in seq], np.int64)
             buf.add_pay(out, counts, pay_ids)
             return
         if len(ins) != self.n_inputs:
@@ -293,6 +297,14 @@ class Context:
         self.buffer.add_full(out, counts.astype(np.int64), in_cells, in_lens)
 
     # -- helpers -------------------------------------------------------------------
+    def _payloads(self, payload: object) -> list[object]:
+        """A sequence of payloads as a list, or a LineageError naming the operator."""
+        try:
+            return list(payload)        # type: ignore[call-overload]  # checked here
+        except TypeError as e:
+            raise LineageError(f"operator {self.name!r}: a payload must be bytes, or a sequence "
+                               f"of bytes with each=True, not {type(payload).__name__}") from e
+
     def _pid(self, payload: object) -> int:
         assert self.buffer is not None, "payload ids are asked for only while capturing"
         try:
