@@ -36,6 +36,7 @@ from subzero.runs.many import InstanceResult
 from subzero.runs.options import RunOptions
 from subzero.storage.catalog import Catalog, RunRow
 from subzero.storage.pickles import load_workflow_pickle
+from subzero.storage.place import STORE_FILE, new_uid, read_store_uid, write_store_uid
 from subzero.storage.trust import (
     TRUSTED,
     Verdict,
@@ -66,12 +67,34 @@ class Store:
             _mkdir(self.path, "cannot create the store")
         elif not self.path.is_dir():
             raise StoreError(f"store path {self.path} is not a directory")
+        _check_catalog_present(self.path)
         self.catalog = Catalog(self.path / "catalog.sqlite")
         if not self.catalog.readonly:
             _mkdir(self.path / "runs", "cannot create the store's runs folder")
+        #: the store's random identity (None: a read-only store made before stores had one)
+        self.uid = self._identity()
         self._noted_readonly = False
         self._workflows: dict[int, Workflow] = {}
         self._open_runs: weakref.WeakSet[Run] = weakref.WeakSet()
+
+    def _identity(self) -> str | None:
+        """The store's uid, from ``store.json`` and the catalog, which must agree (a catalog
+        taken from another store would steer traces of runs it does not describe);
+        made, and written to both, the first time a writable store is opened."""
+        in_file = read_store_uid(self.path)
+        in_catalog = self.catalog.meta("store_uid")
+        if in_file and in_catalog and in_file != in_catalog:
+            raise StoreError(f"the catalog {self.catalog.path} belongs to another store (its store "
+                             f"uid is {in_catalog}, {self.path / STORE_FILE} says {in_file}); "
+                             f"put the store's own catalog back, or rebuild it with `subzero fsck`")
+        if self.catalog.readonly:
+            return in_file or in_catalog
+        uid = in_file or in_catalog or new_uid()
+        if in_catalog is None:
+            self.catalog.set_meta("store_uid", uid)
+        if in_file is None:
+            write_store_uid(self.path, uid)
+        return uid
 
     def close(self) -> None:
         for run in list(self._open_runs):
@@ -300,3 +323,15 @@ def _mkdir(path: Path, what: str) -> None:
                             else "")) from e
 
 
+def _check_catalog_present(root: Path) -> None:
+    """A store whose catalog is gone but which holds runs (or its identity file) must not
+    be taken for a new, empty store: a new catalog would list no runs, and ``clean``
+    would then see every run as unknown."""
+    if (root / "catalog.sqlite").exists():
+        return
+    runs = root / "runs"
+    held = runs.is_dir() and any(p.name.split(".", 1)[0].isdigit() for p in runs.iterdir())
+    if held or (root / STORE_FILE).exists():
+        raise StoreError(f"the catalog of store {root} (catalog.sqlite) is missing, but the store "
+                         f"holds runs; rebuild it from the runs' signed records with `subzero "
+                         f"fsck --store {root}`, or restore it from a backup")

@@ -37,6 +37,7 @@ from subzero.storage.catalog import Catalog
 from subzero.storage.lineage import sweep_shard_attempts
 from subzero.storage.liveness import Heartbeat, heartbeat_path
 from subzero.storage.pickles import save_workflow
+from subzero.storage.place import new_uid
 from subzero.storage.trust import sign_run
 
 
@@ -65,6 +66,8 @@ class RunTransaction:
         self.catalog = catalog
         self.runs_dir = Path(runs_dir)
         self.run_id = run_id
+        #: the run's random identity (its catalog row's ``uid``)
+        self.uid: str | None = catalog.get_run(run_id).uid
         self.status = "running"
         self._moved = False
         # a shared heartbeat (an instance-parallel run's) is closed by its owner
@@ -78,8 +81,20 @@ class RunTransaction:
               heartbeat: Heartbeat | None = None) -> RunTransaction:
         """Record a new run ``running`` (``inputs`` describes its inputs for the catalog)
         and, with ``folder``, make its partial folder."""
-        run_id = catalog.begin_run(wf.name, wf.source, wf.params, dict(inputs), engine)
+        uid = new_uid()
+        run_id = catalog.begin_run(wf.name, wf.source, wf.params, dict(inputs), engine, uid)
         tx = cls(catalog, Path(runs_dir), run_id, heartbeat)
+        taken = tx._taken()
+        if taken is not None:
+            # the catalog gave an id whose folder exists: it is older than the runs folder
+            # (restored from a backup).  Nothing of that folder may be touched.
+            tx.status = "failed"
+            catalog.finish_run(run_id, "failed", f"its id is taken by {taken}")
+            tx._stop_heart()
+            raise StoreError(f"the catalog {catalog.path} is older than the store's runs folder: "
+                             f"it gave the new run id {run_id}, whose folder {taken} already "
+                             f"exists; add the runs it does not know with `subzero fsck --store "
+                             f"{Path(runs_dir).parent}`, then run again")
         if folder:
             try:
                 tx.folder.mkdir(parents=True)
@@ -99,6 +114,13 @@ class RunTransaction:
             raise StoreError(f"run {row.id} cannot be resumed: its folder {tx.folder} is gone "
                              f"(an instance run, or removed); remove the run with `subzero clean`")
         return tx
+
+    def _taken(self) -> Path | None:
+        """A folder of this run's id that exists already, if any."""
+        for p in (self.final, self.folder):
+            if os.path.lexists(p):
+                return p
+        return next(iter(self.runs_dir.glob(f"{self.run_id}.partial-a*")), None)
 
     def _stop_heart(self) -> None:
         self._heart.discard(heartbeat_path(self.runs_dir, self.run_id))

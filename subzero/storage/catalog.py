@@ -41,6 +41,9 @@ class RunRow:
     error: str | None
     inputs: dict
     engine: str
+    #: the run's random identity, which its stored bytes are bound to (None: a run made
+    #: before runs had one, read as unbound)
+    uid: str | None = None
 
 
 class Catalog:
@@ -128,14 +131,27 @@ class Catalog:
 
     # -- runs -----------------------------------------------------------------------
     def begin_run(self, workflow: str, source: str | None, params: dict, inputs: dict,
-                  engine: str) -> int:
+                  engine: str, uid: str | None = None) -> int:
         cur = self.db.execute(
-            "INSERT INTO runs (workflow, source, params, status, started, inputs, pid, host, engine)"
-            " VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?)",
+            "INSERT INTO runs (workflow, source, params, status, started, inputs, pid, host, engine,"
+            " uid) VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
             (workflow, source, json.dumps(params, default=str), time.time(),
-             json.dumps(inputs, default=str), os.getpid(), os.uname().nodename, engine))
+             json.dumps(inputs, default=str), os.getpid(), os.uname().nodename, engine, uid))
         assert cur.lastrowid is not None
         return cur.lastrowid
+
+    # -- the store's identity --------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        r = self.db.execute("SELECT value FROM store_meta WHERE key=?", (key,)).fetchone()
+        return None if r is None else str(r[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO store_meta VALUES (?, ?)", (key, value))
+
+    def max_run_id(self) -> int:
+        """The highest run id this catalog has given (0 for none)."""
+        r = self.db.execute("SELECT MAX(id) FROM runs").fetchone()
+        return int(r[0] or 0)
 
     def finish_run(self, run_id: int, status: str, error: str | None = None) -> None:
         self.db.execute("UPDATE runs SET status=?, ended=?, error=? WHERE id=?",
@@ -158,7 +174,7 @@ class Catalog:
 
     def runs(self) -> list[RunRow]:
         rows = self.db.execute("SELECT id, workflow, source, params, status, started, ended, error,"
-                               " inputs, pid, host, engine FROM runs ORDER BY id").fetchall()
+                               " inputs, pid, host, engine, uid FROM runs ORDER BY id").fetchall()
         return [self._row(r) for r in rows]
 
     def _row(self, r: Sequence[Any]) -> RunRow:
@@ -166,12 +182,12 @@ class Catalog:
         if status == "running" and not alive(r[9], r[10], heartbeat_path(self.runs_dir, r[0])):
             status = "interrupted"
         return RunRow(r[0], r[1], r[2], self._loads(r[3] or "{}"), status, r[5], r[6], r[7],
-                      self._loads(r[8] or "{}"), r[11])
+                      self._loads(r[8] or "{}"), r[11], r[12])
 
     def get_run(self, ref: str | int) -> RunRow:
         if isinstance(ref, str) and ref.strip().lower() == "latest":
             r = self.db.execute("SELECT id, workflow, source, params, status, started, ended, error,"
-                                " inputs, pid, host, engine FROM runs WHERE status='complete'"
+                                " inputs, pid, host, engine, uid FROM runs WHERE status='complete'"
                                 " ORDER BY id DESC LIMIT 1").fetchone()
             if r is None:
                 raise QueryError("there is no complete run in this store yet; run `subzero run` first")
@@ -181,7 +197,7 @@ class Catalog:
         except (TypeError, ValueError) as err:
             raise QueryError(f"unknown run {ref!r}; give a run id (see `subzero runs`) or 'latest'") from err
         r = self.db.execute("SELECT id, workflow, source, params, status, started, ended, error,"
-                            " inputs, pid, host, engine FROM runs WHERE id=?", (rid,)).fetchone()
+                            " inputs, pid, host, engine, uid FROM runs WHERE id=?", (rid,)).fetchone()
         if r is None:
             raise QueryError(f"unknown run {ref!r}; see `subzero runs` for the runs in this store")
         return self._row(r)

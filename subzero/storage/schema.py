@@ -72,6 +72,13 @@ def _add_blocks_in(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE trace_steps ADD COLUMN blocks_in INTEGER DEFAULT 0")
 
 
+def _add_identity(db: sqlite3.Connection) -> None:
+    # a run's random uid (what its stored bytes are bound to) and the store's own
+    if "uid" not in _columns(db, "runs"):
+        db.execute("ALTER TABLE runs ADD COLUMN uid TEXT")
+    db.execute("CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT)")
+
+
 def _add_runs_in(db: sqlite3.Connection) -> None:
     # idempotent like every step: a catalog whose version was rolled back may have it
     if "runs_in" not in _columns(db, "trace_steps"):
@@ -95,6 +102,9 @@ MIGRATIONS: tuple[Migration, ...] = (
               _add_blocks_in),
     Migration(3, "trace_steps.runs_in: runs of consecutive cells a step's query held (R-tree "
                  "probes, query-time planner)", _add_runs_in),
+    Migration(4, "runs.uid and store_meta: the random identities a run's stored bytes and the "
+                 "store's runs are bound to (older runs have none: they read as unbound)",
+              _add_identity),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].to
 assert [m.to for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))
