@@ -549,6 +549,16 @@ def cmd_show(a) -> int:
             print("  trusted: its code (operators) may be loaded" if verdict.trusted else
                   f"  NOT trusted: {verdict.why}; traces answer only from stored lineage "
                   f"(trust it with `subzero trust {store.path} --run {row.id}`)")
+            bound = store.binding(row)
+            if bound.get("damaged"):
+                print(f"  DAMAGED: {bound['damaged']}")
+            elif not bound["bound"]:
+                print("  unbound: made before runs were bound to their place (a piece moved in "
+                      "from another run is caught only where its checksum differs)")
+            if bound["catalog_differs"]:
+                print(f"  the catalog differs from the run's signed record "
+                      f"({', '.join(bound['catalog_differs'][:4])}); traces follow the record; "
+                      f"`subzero fsck --store {store.path}` repairs the catalog")
         if row.status == "interrupted":
             print(f"  its driver is gone: finish it with `subzero run --resume {row.id}`, or "
                   f"remove it with `subzero clean`")
@@ -685,6 +695,7 @@ def _run_json(store, run_id: int) -> dict:
     row = store.catalog.get_run(run_id)
     return {"run_id": row.id, "workflow": row.workflow, "run": row.__dict__,
             "trust": store.verdict(row).state if row.status == "complete" else None,
+            "binding": store.binding(row) if row.status == "complete" else None,
             "ops": store.catalog.ops(row.id), "arrays": store.catalog.arrays(row.id),
             "strategies": store.catalog.strategy_stats(row.id),
             "downgrades": store.catalog.downgrades(row.id),

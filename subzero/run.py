@@ -18,6 +18,7 @@ from subzero.model.strategy import parse
 from subzero.model.workflow import Workflow
 from subzero.query.executor import Executor, RunView, TraceResult
 from subzero.query.planner import Planner, StepStat
+from subzero.runs.record import Steering
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.catalog import Catalog, RunRow
 from subzero.storage.trust import untrusted_message
@@ -45,6 +46,8 @@ class RunStore(Protocol):
 
     def workflow_of(self, row: RunRow) -> Workflow: ...
 
+    def steering(self, row: RunRow) -> Steering: ...
+
     def log_trace(self, run_id: int, start: str, cells: Any, to: str | None,
                   path: list[tuple[str, int]] | None, shortcut: bool, res: TraceResult) -> None: ...
 
@@ -59,6 +62,7 @@ class Run:
         self._arrays = ArrayStore(self.dir)
         self._executor: Executor | None = None
         self._grids: Callable[[str], Grid | None] | None = None
+        self._steer: Steering | None = None
         self.planner: Planner | None = None      # query-time planner used by trace() (optimizer.planner_for)
 
     def __repr__(self) -> str:
@@ -69,6 +73,14 @@ class Run:
         if self._executor is not None:
             self._executor.close()
             self._executor = None
+        self._steer = None                 # verified again on next use (trust may change it)
+
+    def steering(self) -> Steering:
+        """What steers this run's traces: its signed record when that verifies, else its
+        catalog rows (see :meth:`subzero.store.Store.steering`); checked once per open."""
+        if self._steer is None:
+            self._steer = self.store.steering(self.row)
+        return self._steer
 
     def __enter__(self) -> Run:
         return self
@@ -87,13 +99,13 @@ class Run:
         return self.store.verdict(self.row).trusted
 
     def ops(self) -> list[dict]:
-        return self.store.catalog.ops(self.id)
+        return self.steering().ops
 
     def strategy_stats(self) -> list[dict]:
         return self.store.catalog.strategy_stats(self.id)
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {k: v["shape"] for k, v in self.store.catalog.arrays(self.id).items()}
+        return {k: v["shape"] for k, v in self.steering().arrays.items()}
 
     def array_names(self) -> list[str]:
         return list(self.shapes())

@@ -16,6 +16,7 @@ earlier runs are untouched.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import weakref
 from collections.abc import Mapping
@@ -30,14 +31,16 @@ from subzero.model.workflow import Workflow, load_workflow
 from subzero.query.trace import TraceResult
 from subzero.query.tracelog import record_trace
 from subzero.run import Run
-from subzero.runs import launch
+from subzero.runs import launch, record
 from subzero.runs.clean import clean
 from subzero.runs.many import InstanceResult
 from subzero.runs.options import RunOptions
+from subzero.runs.record import Steering
 from subzero.storage.catalog import Catalog, RunRow
 from subzero.storage.pickles import load_workflow_pickle
 from subzero.storage.place import STORE_FILE, new_uid, read_store_uid, write_store_uid
 from subzero.storage.trust import (
+    MODIFIED,
     TRUSTED,
     Verdict,
     code_report,
@@ -261,9 +264,10 @@ class Store:
                 wf = load_workflow_pickle(verdict.payload)
             except Exception as e:
                 err = f"{type(e).__name__}: {e}"
-        if wf is None and row.source:
+        steer = self.steering(row)
+        if wf is None and steer.source:
             try:
-                wf = load_workflow(row.source, row.params)
+                wf = load_workflow(steer.source, steer.params)
             except SubZeroError as e:
                 err = str(e)
         if wf is None:
@@ -278,9 +282,56 @@ class Store:
         """Whether a run's code may be loaded: its signature checked against this user's
         key (``.state`` is "trusted", "unsigned", "other key" or "modified")."""
         row = run if isinstance(run, RunRow) else self.catalog.get_run(run)
+        folder = self.run_dir(row.id)
+        try:
+            rec = record.read_bytes(folder)
+        except StoreError as e:              # not a regular file, too big: damaged
+            return Verdict(MODIFIED, None, detail=f"its record is damaged ({e})")
         if row.id in self._workflows:          # written by this process: its own code
-            return Verdict(TRUSTED, read_payload(self.run_dir(row.id)))
-        return verify_run(self.catalog, row, self.run_dir(row.id))
+            return Verdict(TRUSTED, read_payload(folder), record=rec)
+        return verify_run(self.catalog, row, folder, rec)
+
+    def steering(self, row: RunRow) -> Steering:
+        """What steers a run's traces and code loads -- its operators (inputs,
+        strategies, shapes), arrays (shapes, dtypes), workflow source and parameters:
+        from its signed record when that verifies (catalog rows edited since are then
+        ignored), else from the catalog.  A run whose record no longer verifies with
+        this user's key, or whose unverified record and catalog rows disagree, is
+        refused: nothing of it can be trusted to steer a trace."""
+        verdict = self.verdict(row)
+        data = verdict.record
+        if data is not None:
+            rec = record.parse(data, self.run_dir(row.id))
+            ops, arrays = record.steering(rec)
+            return Steering(ops, arrays, rec["run"]["source"], dict(rec["run"]["params"]), rec)
+        if verdict.state == MODIFIED and verdict.detail:
+            raise StoreError(f"run {row.id} cannot be traced: {verdict.why}, so nothing of it "
+                             f"verifies; restore it from a backup, or look at it and trust it "
+                             f"again (`subzero trust {self.path} --run {row.id}`)")
+        unverified = record.read(self.run_dir(row.id))
+        if unverified is not None:
+            differ = record.differences(unverified, self.catalog, row.id)
+            if differ:
+                raise StoreError(f"run {row.id} cannot be traced: its catalog rows and its record "
+                                 f"disagree ({', '.join(differ[:3])}) and neither is signed with "
+                                 f"your key; restore the store, or `subzero fsck` it")
+        return Steering(self.catalog.ops(row.id), self.catalog.arrays(row.id), row.source,
+                        dict(row.params), unverified)
+
+    def binding(self, run: str | int | RunRow = "latest") -> dict[str, Any]:
+        """How a run's stored bytes are bound to it, for ``show``: ``bound`` (it has a
+        uid and a record: its pieces prove where they belong), and where the catalog's
+        rows differ from its record (``catalog_differs``; traces then follow the record,
+        and ``subzero fsck`` repairs the catalog)."""
+        row = run if isinstance(run, RunRow) else self.catalog.get_run(run)
+        try:
+            rec = record.read(self.run_dir(row.id))
+        except StoreError as e:
+            return {"bound": False, "record": False, "catalog_differs": [], "damaged": str(e)}
+        if rec is None:
+            return {"bound": False, "record": False, "catalog_differs": []}
+        return {"bound": row.uid is not None, "record": True,
+                "catalog_differs": record.differences(rec, self.catalog, row.id)}
 
     def code_of(self, run: str | int | RunRow = "latest") -> dict[str, Any]:
         """What code a run would load, read without loading it: its operators (names and
@@ -306,7 +357,21 @@ class Store:
                                  f"complete run has code to trust")
         else:
             rows = [r for r in self.runs() if r.status == "complete" and not self.verdict(r).trusted]
-        signed = sign_runs(self.catalog, self.runs_dir, rows, payloads)
+        records = {}
+        for row in rows:                     # a record names the pickle that is signed with it
+            rec = record.read(self.run_dir(row.id))
+            if rec is not None:
+                payload = read_payload(self.run_dir(row.id))
+                digest = hashlib.sha256(payload).hexdigest() if payload is not None else None
+                if payloads is not None and payloads.get(row.id, digest) != digest:
+                    raise StoreError(f"the workflow.pkl of run {row.id} changed after it was shown; "
+                                     f"nothing was trusted for it: look again and trust it again")
+                if rec.get("payload_sha256") != digest:
+                    rec["payload_sha256"] = digest
+                    records[row.id] = record.write(self.run_dir(row.id), rec)
+                else:
+                    records[row.id] = record.encode(rec)
+        signed = sign_runs(self.catalog, self.runs_dir, rows, payloads, records)
         for open_run in list(self._open_runs):   # their next trace checks the signature again
             if open_run.id in signed:
                 open_run.close()

@@ -46,6 +46,12 @@ STAT_BLOCK_TILES = 4
 #: Output cells per batch when a built-in operator emits Full pairs (bounds memory).
 EMIT_BATCH_CELLS = 1 << 21
 
+#: The largest run record (``run.json``) a store may hold: a read of a file a store names
+#: is bounded, so a planted link to /dev/zero cannot take the memory.  A record is the
+#: catalog's rows of one run: the 26-operator LSST run's is about 40 KB (chosen with a
+#: wide margin, not measured further).
+RECORD_BYTES = 64 << 20
+
 # -- engines -------------------------------------------------------------------------------
 #: How often a Spark run's progress bar asks Spark's status tracker for tiles done (s).
 PROGRESS_POLL_S = 0.25

@@ -97,10 +97,29 @@ def test_every_run_is_signed_at_commit(tmp_path):
         assert st.verdict(1).state == TRUSTED and st.get(1).trusted
 
 
-def test_the_signature_covers_the_pickle_and_the_catalog_row(tmp_path):
-    path, _ = make_store(tmp_path / "s")
-    pkl = path / "runs" / "1" / "workflow.pkl"
-    data = pkl.read_bytes()
+EDITS = [("runs", "source", "/elsewhere/evil.py"), ("runs", "params", '{"threshold": 1}'),
+         ("ops", "strategies", '["blackbox"]'), ("ops", "cls", "Evil"), ("ops", "inputs", '["raw"]'),
+         ("arrays", "shape", "[2, 2]"), ("runs", "uid", "00" * 16)]
+
+
+def _edit(db, table, column, value):
+    """Set one catalog field of run 1; returns how to put it back."""
+    old = db.execute(f"SELECT rowid, {column} FROM {table} WHERE run_id=1" if table != "runs"
+                     else f"SELECT rowid, {column} FROM runs WHERE id=1").fetchone()
+    with db:
+        db.execute(f"UPDATE {table} SET {column}=? WHERE rowid=?", (value, old[0]))
+
+    def undo():
+        with db:
+            db.execute(f"UPDATE {table} SET {column}=? WHERE rowid=?", (old[1], old[0]))
+    return undo
+
+
+def test_the_signature_covers_the_pickle_and_the_record(tmp_path):
+    path, answers = make_store(tmp_path / "s")
+    run_dir = path / "runs" / "1"
+    pkl, rec = run_dir / "workflow.pkl", run_dir / "run.json"
+    data, record = pkl.read_bytes(), rec.read_bytes()
 
     def state():
         with subzero.open_store(path) as st:
@@ -110,26 +129,57 @@ def test_the_signature_covers_the_pickle_and_the_catalog_row(tmp_path):
     assert state() == MODIFIED
     pkl.write_bytes(data)
     assert state() == TRUSTED
-    db = sqlite3.connect(path / "catalog.sqlite")
-    for table, column, value in [("runs", "source", "/elsewhere/evil.py"),
-                                 ("runs", "params", '{"threshold": 1}'),
-                                 ("ops", "strategies", '["blackbox"]'),
-                                 ("ops", "cls", "Evil"),
-                                 ("arrays", "shape", "[2, 2]")]:
-        old = db.execute(f"SELECT rowid, {column} FROM {table} WHERE run_id=1" if table != "runs"
-                         else f"SELECT rowid, {column} FROM runs WHERE id=1").fetchone()
-        with db:
-            db.execute(f"UPDATE {table} SET {column}=? WHERE rowid=?", (value, old[0]))
-        assert state() == MODIFIED, (table, column)
-        with db:
-            db.execute(f"UPDATE {table} SET {column}=? WHERE rowid=?", (old[1], old[0]))
-        assert state() == TRUSTED
-    db.close()
+    rec.write_bytes(record.replace(b'"shape":[64,96]', b'"shape":[2,2]', 1))   # the record
+    assert state() == MODIFIED
+    with subzero.open_store(path) as st, pytest.raises(StoreError, match="record.*changed"):
+        st.get(1).trace("stars", [(40, 70)], to="calib")
+    rec.write_bytes(record)
+    assert state() == TRUSTED
     pkl.unlink()                                  # no pickle is not the signed pickle either
     assert state() == MODIFIED
     pkl.write_bytes(data)
-    (path / "runs" / "1" / SIGNATURE_FILE).unlink()   # as a store of an older SubZero
+    (run_dir / SIGNATURE_FILE).unlink()           # as a store of an older SubZero
     assert state() == UNSIGNED
+
+
+def test_edited_catalog_rows_steer_nothing(tmp_path, cli):
+    """The campaign's case: an edited arrays.shape or ops.inputs row made `runs` say
+    modified, yet traces used the edit (25 cells instead of 49).  A signed run's traces
+    and code loads take what steers them from its record; the catalog's difference is
+    shown, and `fsck` repairs it."""
+    path, answers = make_store(tmp_path / "s")
+    db = sqlite3.connect(path / "catalog.sqlite")
+    for table, column, value in EDITS:
+        undo = _edit(db, table, column, value)
+        with subzero.open_store(path) as st:
+            run = st.get(1)
+            assert st.verdict(1).state == TRUSTED, (table, column)
+            assert run.trace("stars", [(40, 70)], to="calib").cells.tolist() == answers["stars->calib"]
+            assert run.trace("stars", [(40, 70)], to="raw").cells.tolist() == answers["stars->raw"]
+            assert run.workflow.source != "/elsewhere/evil.py"
+        code, out, err = cli("show", "1", "--store", path)
+        assert code == 0 and "the catalog differs from the run's signed record" in out, out
+        undo()
+    db.close()
+
+
+def test_catalog_rows_of_an_old_run_are_covered_by_its_signature(tmp_path):
+    """A run signed before records existed (format 1, over its catalog rows)."""
+    from subzero.storage.trust import sign_run
+    path, answers = make_store(tmp_path / "s")
+    with subzero.open_store(path) as st:
+        (st.run_dir(1) / "run.json").unlink()
+        sign_run(st.catalog, 1, st.run_dir(1))
+        assert st.verdict(1).state == TRUSTED
+    db = sqlite3.connect(path / "catalog.sqlite")
+    for table, column, value in EDITS[:-1]:
+        undo = _edit(db, table, column, value)
+        with subzero.open_store(path) as st:
+            assert st.verdict(1).state == MODIFIED, (table, column)
+        undo()
+        with subzero.open_store(path) as st:
+            assert st.verdict(1).state == TRUSTED
+    db.close()
 
 
 def test_a_run_signed_with_another_key_is_not_trusted(tmp_path, other_user):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -33,12 +34,14 @@ from typing import Any
 from subzero.engines.stats import RunStats
 from subzero.errors import StoreError, SubZeroError, warn
 from subzero.model.workflow import Workflow
+from subzero.runs import record
+from subzero.storage.arrays import ArrayStore
 from subzero.storage.catalog import Catalog
 from subzero.storage.lineage import sweep_shard_attempts
 from subzero.storage.liveness import Heartbeat, heartbeat_path
 from subzero.storage.pickles import save_workflow
 from subzero.storage.place import new_uid
-from subzero.storage.trust import sign_run
+from subzero.storage.trust import read_payload, sign_record
 
 
 def failure_message(error: BaseException | str) -> str:
@@ -139,53 +142,58 @@ class RunTransaction:
     def commit(self, wf: Workflow, stats: RunStats, downgrades: Iterable[Mapping] = (),
                folder: str | os.PathLike | None = None) -> None:
         """Make the run complete: ``folder`` (default: :attr:`folder`) becomes the run's
-        folder.  Should any of it fail, the run is failed and the error raised."""
+        folder.
+
+        In an order where a crash at any instant leaves either the unfinished run
+        (resumed or cleaned as before) or the committed one, never neither: the
+        workflow pickle, then the run's record (:mod:`subzero.runs.record`) and its
+        signature, all fsynced, then the rename into place (fsynced), and only then
+        the catalog's rows, inserted from the record in one transaction with the
+        status.  A crash after the rename leaves a committed folder the catalog still
+        calls running; :func:`recover` records it (``--resume``, ``subzero clean``,
+        ``subzero fsck``).  A failure before the rename fails the run; after it,
+        nothing deletes the run."""
         src = Path(folder) if folder is not None else self.folder
         downgrades = list(downgrades)
         try:
             sweep_shard_attempts(src / "lineage")     # stragglers of tasks already committed
             save_workflow(wf, src)
-            self._record(stats, downgrades)
-            self._sign(src)
+            rec = record.build(self.catalog.get_run(self.run_id), self.catalog.meta("store_uid"),
+                               stats, downgrades, read_payload(src),
+                               ArrayStore(src).sidecar_digests(), time.time())
+            data = record.write(src, rec)
+            self._sign(src, data)
+            _fsync_dir(src)
             os.replace(src, self.final)
+            _fsync_dir(self.runs_dir)
             self._moved = True
-            self.catalog.finish_run(self.run_id, "complete")
         except BaseException as e:
             self.fail(e)
             raise
+        try:
+            with self.catalog.tx():
+                record.insert_rows(self.catalog, rec)
+        except BaseException as e:
+            self.status = "committed"         # on disk, not in the catalog: recover() records it
+            self._stop_heart()
+            raise StoreError(f"run {self.run_id} is written to {self.final} but the catalog could not "
+                             f"record it ({e}); `subzero fsck --store {self.runs_dir.parent}` "
+                             f"records it") from e
         self.status = "complete"
         self._stop_heart()
         self._remove_attempts()
         for d in downgrades:
             warn(f"{d['reason']} (run {self.run_id} keeps what fits; see `subzero show {self.run_id}`)")
 
-    def _sign(self, folder: Path) -> None:
-        """Sign the run with this user's key (``storage.trust``), so that its code loads
-        later without asking.  Without a usable key the run still completes, unsigned:
-        it is then data until ``subzero trust`` accepts it."""
+    def _sign(self, folder: Path, data: bytes) -> None:
+        """Sign the run's record with this user's key (``storage.trust``), so that its code
+        loads later without asking.  Without a usable key the run still completes,
+        unsigned: it is then data until ``subzero trust`` accepts it."""
         try:
-            sign_run(self.catalog, self.run_id, folder)
+            sign_record(folder, data, self.run_id)
         except StoreError as e:
             warn(f"run {self.run_id} is not signed ({e}); trust it later with "
                  f"`subzero trust {self.runs_dir.parent} --run {self.run_id}`")
-
-    def _record(self, stats: RunStats, downgrades: list[Mapping]) -> None:
-        cat, rid = self.catalog, self.run_id
-        with cat.tx():
-            for a in stats.inputs:
-                cat.add_array(rid, a.name, "input", a.shape, a.dtype, a.nbytes)
-            for seq, st in enumerate(stats.ops):
-                cat.add_array(rid, st.name, "output", st.shape, st.dtype, st.nbytes)
-                cat.add_op(rid, seq, st.name, st.cls, st.inputs, st.strategies, st.shape,
-                           st.run_s, st.lwrite_s, st.lineage_s, st.pairs, st.lineage_bytes)
-                for ps in st.per_strategy:
-                    cat.add_strategy_stat(rid, st.name, ps["strategy"], ps["bytes"],
-                                          ps["write_s"], ps["pairs"])
-                    if "spaces" in ps:
-                        cat.add_strategy_space(rid, st.name, ps["strategy"], ps["spaces"])
-            for d in downgrades:
-                cat.add_downgrade(rid, d["op"], d["strategy"], d["predicted_bytes"],
-                                  d["needed_bytes"], d["reason"])
 
     def fail(self, error: BaseException | str) -> None:
         """Mark the run failed with ``error`` and remove its folders (a no-op once the
@@ -198,8 +206,6 @@ class RunTransaction:
         finally:
             self._stop_heart()
             shutil.rmtree(self.folder, ignore_errors=True)
-            if self._moved:
-                shutil.rmtree(self.final, ignore_errors=True)
             self._remove_attempts()
 
     def _remove_attempts(self) -> None:
@@ -219,3 +225,35 @@ class RunTransaction:
                 if ev is None:
                     raise
                 # the run's own error matters more; its row stays 'running', shown 'interrupted'
+
+
+def recover(catalog: Catalog, runs_dir: Path, run_id: int) -> bool:
+    """Record a run whose folder was committed (renamed into place, with its record) while
+    its catalog row still says it is running: a crash between the rename and the catalog
+    transaction.  True when it was recovered; False when the folder does not prove it
+    is this run of this store (its record names another run or store, or is missing)."""
+    final = Path(runs_dir) / str(run_id)
+    if not final.is_dir() or final.is_symlink():
+        return False
+    rec = record.read(final)
+    row = catalog.get_run(run_id)
+    if rec is None or row.uid is None or rec["run"].get("uid") != row.uid \
+            or rec.get("store") != catalog.meta("store_uid"):
+        return False
+    with catalog.tx():
+        record.insert_rows(catalog, rec)
+    return True
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a folder's entries durable (a rename into it, files made in it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass            # not every file system syncs folders
+    finally:
+        os.close(fd)

@@ -10,13 +10,16 @@ run, or one written before signing existed does not verify; such a run stays
 readable as data (runs, arrays, traces answered from stored lineage) and
 ``subzero trust`` re-signs it once its user has looked at what it runs.
 
-What is signed is one canonical record: the sha256 of ``workflow.pkl`` (or
-that there is none) and every catalog field that steers a trace or a code
-load — run id, workflow name, source module, parameters, inputs, engine,
-status, operators (name, class, inputs, strategies, shape) and arrays (name,
-kind, shape, dtype).  Timings and statistics are left out: they change no
-answer.  The signature lives in ``runs/<id>/signature`` beside what it
-covers; without the key it cannot be forged.
+What is signed is the run's record, ``runs/<id>/run.json``
+(:mod:`subzero.runs.record`): its identity (run and store uids), every field
+that steers a trace or a code load, each array's chunk-manifest digest and
+the sha256 of ``workflow.pkl``.  The signature (format 2) is an HMAC over the
+record's bytes; a verified record is then what traces take their shapes, edges
+and strategies from, so an edited catalog row cannot steer them.  Runs made
+before records existed were signed over one canonical record made from their
+catalog rows (format 1: the pickle's sha256 and the same steering fields);
+they verify as before.  The signature lives in ``runs/<id>/signature``
+beside what it covers; without the key it cannot be forged.
 
 The key is 32 random bytes, hex, in ``$SUBZERO_CONFIG_DIR/key``, else
 ``$XDG_CONFIG_HOME/subzero/key``, else ``~/.config/subzero/key``; it is
@@ -48,6 +51,8 @@ KEY_FILE = "key"
 #: The signature's file name inside a run's folder.
 SIGNATURE_FILE = "signature"
 _FORMAT = 1
+#: a signature over the bytes of the run's record (run.json)
+_RECORD_FORMAT = 2
 _ALGORITHM = "hmac-sha256"
 
 
@@ -174,23 +179,42 @@ def write_signature(folder: Path, key: bytes, record: dict[str, Any]) -> None:
     signature or the new one)."""
     doc = {"format": _FORMAT, "algorithm": _ALGORITHM, "key_id": key_id(key),
            "signature": signature_of(key, record)}
+    _write_doc(folder, doc, record["run"]["id"])
+
+
+def _write_doc(folder: Path, doc: dict[str, Any], run_id: int, durable: bool = False) -> None:
     path = Path(folder) / SIGNATURE_FILE
     tmp = path.with_name(f".{SIGNATURE_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
     try:
-        tmp.write_text(json.dumps(doc) + "\n")
+        with open(tmp, "x") as f:
+            f.write(json.dumps(doc) + "\n")
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as e:
         tmp.unlink(missing_ok=True)
-        raise StoreError(f"cannot write the signature of run {record['run']['id']} to {path}: "
+        raise StoreError(f"cannot write the signature of run {run_id} to {path}: "
                          f"{e.strerror or e}") from e
 
 
 def sign_run(catalog: Catalog, run_id: int, folder: Path, status: str = "complete") -> None:
-    """Sign a run as it is committed (``folder`` holds its workflow pickle, if any);
-    creates this user's key on first use."""
+    """Sign a run made before records by its catalog rows (format 1); creates this
+    user's key on first use."""
     key = load_key(create=True)
     assert key is not None
     write_signature(folder, key, run_record(catalog, run_id, read_payload(folder), status))
+
+
+def sign_record(folder: Path, record: bytes, run_id: int, key: bytes | None = None) -> None:
+    """Sign a run's record (its ``run.json`` bytes) into ``folder/signature``, atomically
+    and durably; creates this user's key on first use."""
+    if key is None:
+        key = load_key(create=True)
+        assert key is not None
+    doc = {"format": _RECORD_FORMAT, "algorithm": _ALGORITHM, "key_id": key_id(key),
+           "covers": "run.json", "signature": hmac.new(key, record, hashlib.sha256).hexdigest()}
+    _write_doc(folder, doc, run_id, durable=True)
 
 
 # -- verifying -------------------------------------------------------------------------------
@@ -202,6 +226,9 @@ _WHY = {
     OTHER_KEY: "it was signed with another user's key (a store from elsewhere)",
     MODIFIED: "its operators or catalog entry changed since it was signed",
 }
+#: what changed, for a run with a record (format 2)
+PICKLE_CHANGED = "its workflow.pkl changed since it was signed"
+RECORD_CHANGED = "its record (run.json) changed since it was signed"
 
 
 @dataclass(frozen=True)
@@ -211,6 +238,11 @@ class Verdict:
 
     state: str
     payload: bytes | None = field(default=None, repr=False)
+    #: the record's bytes when its signature verified with this user's key (what traces
+    #: then take their shapes, edges and strategies from); None otherwise
+    record: bytes | None = field(default=None, repr=False)
+    #: what changed, when it is known more precisely than the state says
+    detail: str = ""
 
     @property
     def trusted(self) -> bool:
@@ -219,11 +251,12 @@ class Verdict:
     @property
     def why(self) -> str:
         """Why the run is not trusted, in a user's words ("" when it is)."""
-        return _WHY.get(self.state, "")
+        return self.detail or _WHY.get(self.state, "")
 
 
-def verify_run(catalog: Catalog, row: RunRow, folder: Path) -> Verdict:
-    """Check a run's signature against this user's key (never creates the key)."""
+def verify_run(catalog: Catalog, row: RunRow, folder: Path, record: bytes | None = None) -> Verdict:
+    """Check a run's signature against this user's key (never creates the key).
+    ``record``: the bytes of the run's record (``run.json``) when it has one."""
     payload = read_payload(folder)
     try:
         doc = json.loads((Path(folder) / SIGNATURE_FILE).read_text())
@@ -235,8 +268,26 @@ def verify_run(catalog: Catalog, row: RunRow, folder: Path) -> Verdict:
     key = load_key(create=False)
     if key is None or not hmac.compare_digest(kid, key_id(key)):
         return Verdict(OTHER_KEY, payload)
+    if doc.get("format") == _RECORD_FORMAT:
+        if record is None:
+            return Verdict(MODIFIED, payload, detail="its record (run.json) is missing")
+        want = hmac.new(key, record, hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(sig, want):
+            return Verdict(MODIFIED, payload, detail=RECORD_CHANGED)
+        digest = hashlib.sha256(payload).hexdigest() if payload is not None else None
+        if _payload_digest(record) != digest:
+            return Verdict(MODIFIED, payload, record=record, detail=PICKLE_CHANGED)
+        return Verdict(TRUSTED, payload, record=record)
     want = signature_of(key, run_record(catalog, row.id, payload, row.status))
     return Verdict(TRUSTED if hmac.compare_digest(sig, want) else MODIFIED, payload)
+
+
+def _payload_digest(record: bytes) -> str | None:
+    try:
+        got = json.loads(record).get("payload_sha256")
+    except (ValueError, AttributeError):
+        return "(unreadable)"
+    return None if got is None else str(got)
 
 
 def untrusted_message(store: Path, run_id: int, verdict: Verdict) -> str:
@@ -265,10 +316,13 @@ def code_report(catalog: Catalog, row: RunRow, verdict: Verdict) -> dict[str, An
 
 
 def sign_runs(catalog: Catalog, runs_dir: Path, rows: list[RunRow],
-              payloads: Mapping[int, str | None] | None = None) -> list[int]:
+              payloads: Mapping[int, str | None] | None = None,
+              records: Mapping[int, bytes] | None = None) -> list[int]:
     """Sign each run of ``rows`` with this user's key (made when there is none); returns
     the ids signed.  ``payloads`` (run id -> ``payload_sha256`` of what the user was
-    shown) makes sure the pickles signed are the ones looked at."""
+    shown) makes sure the pickles signed are the ones looked at.  ``records`` (run id
+    -> the bytes of its ``run.json``, naming that pickle) are signed for runs that have
+    one; the others are signed by their catalog rows (format 1)."""
     key = load_key(create=True)
     assert key is not None
     signed = []
@@ -281,6 +335,10 @@ def sign_runs(catalog: Catalog, runs_dir: Path, rows: list[RunRow],
         if payloads is not None and payloads.get(row.id, digest) != digest:
             raise StoreError(f"the workflow.pkl of run {row.id} changed after it was shown; "
                              f"nothing was trusted for it: look again and trust it again")
-        write_signature(folder, key, run_record(catalog, row.id, payload, row.status))
+        rec = (records or {}).get(row.id)
+        if rec is not None:
+            sign_record(folder, rec, row.id, key)
+        else:
+            write_signature(folder, key, run_record(catalog, row.id, payload, row.status))
         signed.append(row.id)
     return signed
