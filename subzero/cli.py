@@ -202,22 +202,34 @@ def _resume(a) -> int:
     return 0
 
 
+_CLEAN_VERBS = {"remove": ("would remove", "removed"), "recover": ("would recover", "recovered"),
+                "adopt": ("would adopt", "adopted"),
+                "quarantine": ("would quarantine", "quarantined (moved to quarantine/)")}
+
+
 def cmd_clean(a) -> int:
     from subzero.api import open_store
     store = open_store(a.store, create=False)
     try:
-        removed = store.clean(dry_run=a.dry_run)
+        items = store.clean(dry_run=a.dry_run)
     finally:
         store.close()
     if a.json:
-        print(json.dumps({"dry_run": a.dry_run, "removed": removed}))
+        # "removed" lists every entry acted on (its "action" says how), as before
+        print(json.dumps({"dry_run": a.dry_run, "removed": items}))
         return 0
-    verb = "would remove" if a.dry_run else "removed"
-    for item in removed:
+    for item in items:
+        verb = _CLEAN_VERBS[item["action"]][0 if a.dry_run else 1]
         print(f"  {verb} {item['path']}  {_fmt_bytes(item['bytes'])}  ({item['why']})")
-    total = sum(i["bytes"] for i in removed)
-    print(f"nothing to clean in {a.store}" if not removed else
-          f"{verb} {len(removed)} item(s), {_fmt_bytes(total)}")
+    gone = [i for i in items if i["action"] == "remove"]
+    if not items:
+        print(f"nothing to clean in {a.store}")
+    else:
+        print(("would remove" if a.dry_run else "removed")
+              + f" {len(gone)} item(s), {_fmt_bytes(sum(i['bytes'] for i in gone))}"
+              + "".join(f"; {n} {_CLEAN_VERBS[k][0 if a.dry_run else 1].split(' (')[0]}"
+                        for k in ("recover", "adopt", "quarantine")
+                        if (n := sum(1 for i in items if i["action"] == k))))
     return 0
 
 

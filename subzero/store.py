@@ -36,6 +36,7 @@ from subzero.runs.clean import clean
 from subzero.runs.many import InstanceResult
 from subzero.runs.options import RunOptions
 from subzero.runs.record import Steering
+from subzero.runs.transaction import recover
 from subzero.storage.catalog import Catalog, RunRow
 from subzero.storage.pickles import load_workflow_pickle
 from subzero.storage.place import STORE_FILE, new_uid, read_store_uid, write_store_uid
@@ -183,6 +184,12 @@ class Store:
         driver alive, on any host) are refused."""
         opts = RunOptions.of(options, **{"engine": None, **given})
         self.require_writable("resuming a run")
+        row = self.catalog.get_run(run)
+        if row.status == "interrupted" and recover(self.catalog, self.runs_dir, row.id):
+            if opts.announce is not None:    # committed before its driver was lost
+                opts.announce(f"run {row.id} was committed before its driver was lost; it is "
+                              f"recorded complete")
+            return self.get(row.id)
         run_id, wf = launch.resume(self.catalog, self.runs_dir, run, workflow, opts)
         self._workflows[run_id] = wf
         return self.get(run_id)
@@ -225,12 +232,14 @@ class Store:
         return self.catalog.runs()
 
     def clean(self, dry_run: bool = False) -> list[dict[str, Any]]:
-        """Remove what abandoned runs left in ``runs/``: the folders of interrupted runs
-        (their driver is gone, on any host; they are then recorded failed, so they
-        can no longer be resumed), task attempts' folders, heartbeat files and folders
-        no catalog row owns.  Complete runs and runs still running are never
-        touched.  Returns what was (with ``dry_run``: would be) removed: one dict per
-        path with ``path``, ``run``, ``bytes`` and ``why``."""
+        """Tidy ``runs/`` without ever losing a run (:mod:`subzero.runs.clean`): remove
+        the folders of interrupted runs (their driver is gone, on any host; they are then
+        recorded failed, so they can no longer be resumed), what failed runs left, task
+        attempts' folders and heartbeat files; record committed runs the catalog does not
+        know yet (``recover``, ``adopt``); move anything else it cannot account for to
+        the store's ``quarantine/`` folder.  Complete runs and runs still running are
+        never touched.  Returns what was (with ``dry_run``: would be) done: one dict per
+        path with ``path``, ``run``, ``bytes``, ``why`` and ``action``."""
         self.require_writable("cleaning")
         return clean(self.catalog, self.runs_dir, dry_run=dry_run)
 

@@ -219,13 +219,16 @@ def test_clean_removes_abandoned_runs_only(wfdir, cli):
     (runs / "77.partial").mkdir()                           # a folder no run owns
     (runs / f"{done}.partial-a3").mkdir()                   # an instance attempt's leftover
     code, out, err = cli("clean", "--dry-run", "--store", wfdir / "s")
-    assert code == 0 and "would remove 4 item(s)" in out, out
+    assert code == 0 and "would remove 3 item(s)" in out and "1 would quarantine" in out, out
     assert (runs / f"{lost}.partial").is_dir()
     code, out, err = cli("clean", "--json", "--store", wfdir / "s")
-    removed = json.loads(out)["removed"]
-    assert sorted(Path(r["path"]).name for r in removed) == sorted(
-        ["77.partial", f"{done}.partial-a3", f"{lost}.partial", f"{lost}.heartbeat"])
+    acted = json.loads(out)["removed"]
+    assert sorted((Path(r["path"]).name, r["action"]) for r in acted) == sorted(
+        [("77.partial", "quarantine"), (f"{done}.partial-a3", "remove"),
+         (f"{lost}.partial", "remove"), (f"{lost}.heartbeat", "remove")])
     assert sorted(p.name for p in runs.iterdir()) == [str(done)]
+    # what no run accounts for is moved aside, never deleted
+    assert [p.name.split(".")[:2] for p in (wfdir / "s" / "quarantine").iterdir()] == [["77", "partial"]]
     row = st.catalog.get_run(lost)
     assert row.status == "failed" and "subzero clean" in row.error
     with pytest.raises(StoreError, match="cannot be resumed: it failed"):

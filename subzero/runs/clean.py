@@ -1,51 +1,145 @@
-"""Removing what abandoned runs left in a store's ``runs/`` folder."""
+"""Tidying a store's ``runs/`` folder without ever losing a run.
+
+``clean`` removes only what it can prove is unfinished: the partial folder of
+an interrupted run (the run is then recorded failed and can no longer be
+resumed), what failed runs left, task attempts' scratch folders and heartbeat
+files of runs that are over.  Everything else that the catalog does not account
+for is *recovered* when it proves itself — a committed folder whose record
+names this run (a crash between the rename and the catalog), or this store (a
+catalog restored from an older copy) — and *quarantined* otherwise: moved to
+the store's ``quarantine/`` folder, never deleted.  Complete runs and runs still
+running are never touched.  :mod:`subzero.runs.fsck` checks and repairs the
+rest.
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from subzero.storage.catalog import Catalog
+from subzero.errors import StoreError
+from subzero.runs import record
+from subzero.runs.transaction import recover
+from subzero.storage.catalog import Catalog, RunRow
+
+#: the store's folder (beside ``runs/``) that holds what could not be accounted for
+QUARANTINE = "quarantine"
+
+
+@dataclass(frozen=True)
+class Item:
+    """One entry of ``runs/`` and what becomes of it."""
+
+    path: Path
+    run: int | None
+    action: str            # "remove", "recover", "adopt", "quarantine"
+    why: str
+
+    def as_dict(self, nbytes: int) -> dict[str, Any]:
+        return {"path": str(self.path), "run": self.run, "bytes": nbytes, "why": self.why,
+                "action": self.action}
+
+
+def plan(catalog: Catalog, runs_dir: Path) -> list[Item]:
+    """What cleaning would do with each entry of ``runs/`` (nothing is changed)."""
+    rows = {r.id: r for r in catalog.runs()}
+    store_uid = catalog.meta("store_uid")
+    items: list[Item] = []
+    for p in sorted(runs_dir.iterdir()):
+        head, _, tail = p.name.partition(".")
+        rid = int(head) if head.isdigit() else None
+        row = rows.get(rid) if rid is not None else None
+        if row is not None and row.status == "running":
+            continue                                # alive: never touched
+        if rid is None:
+            items.append(Item(p, None, "quarantine", "not a run's file or folder"))
+        elif tail == "" and p.is_dir() and not p.is_symlink():
+            item = _final(p, rid, row, store_uid)
+            if item is not None:
+                items.append(item)
+        elif tail == "heartbeat" and row is not None:
+            items.append(Item(p, rid, "remove", f"heartbeat of a {row.status} run"))
+        elif tail == "partial" and row is not None:
+            why = ("an interrupted run (its driver is gone)" if row.status == "interrupted"
+                   else f"left by a {row.status} run")
+            items.append(Item(p, rid, "remove", why))
+        elif tail.startswith("partial-a") and row is not None:
+            items.append(Item(p, rid, "remove", f"a task attempt of a {row.status} run"))
+        elif row is None:
+            items.append(Item(p, rid, "quarantine", "left by a run the catalog does not know"))
+        else:
+            items.append(Item(p, rid, "quarantine", f"not a file of a {row.status} run"))
+    return items
+
+
+def _final(p: Path, rid: int, row: RunRow | None, store_uid: str | None) -> Item | None:
+    """A run's final folder: kept when complete, else recovered or quarantined."""
+    if row is not None and row.status == "complete":
+        return None
+    try:
+        rec = record.read(p)
+    except StoreError:
+        rec = None
+    if rec is None:
+        why = "a run folder without a readable record"
+        return Item(p, rid, "quarantine", why + (" the catalog does not know" if row is None
+                                                  else f" ({row.status} in the catalog)"))
+    ours = rec.get("store") is not None and rec.get("store") == store_uid and rec["run"]["id"] == rid
+    if row is None:
+        return Item(p, rid, "adopt", "a complete run of this store the catalog does not know")\
+            if ours else Item(p, rid, "quarantine", "a run of another store")
+    if ours and rec["run"].get("uid") == row.uid and row.uid is not None:
+        return Item(p, rid, "recover", f"committed, but the catalog still calls it {row.status}")
+    return Item(p, rid, "quarantine", f"a run folder whose record is not of run {rid} of this store")
 
 
 def clean(catalog: Catalog, runs_dir: Path, dry_run: bool = False) -> list[dict[str, Any]]:
-    """Remove the folders of interrupted runs (their driver is gone, on any host; they
-    are then recorded failed, so they can no longer be resumed), task attempts'
-    folders, heartbeat files and folders no catalog row owns.  Complete runs and runs
-    still running are never touched.  Returns what was (with ``dry_run``: would be)
-    removed: one dict per path with ``path``, ``run``, ``bytes`` and ``why``."""
+    """Tidy ``runs/`` (see the module's docstring).  Returns one dict per entry acted on
+    (with ``dry_run``: that would be) with ``path``, ``run``, ``bytes``, ``why`` and
+    ``action``: ``remove``, ``recover``, ``adopt`` or ``quarantine``."""
     rows = {r.id: r for r in catalog.runs()}
-    removed: list[dict[str, Any]] = []
-    for p in sorted(runs_dir.iterdir()):
-        head = p.name.split(".", 1)[0]
-        rid = int(head) if head.isdigit() else None
-        row = rows.get(rid) if rid is not None else None
-        if row is not None and (row.status == "running" or p.name == str(rid)):
-            continue        # alive, or a run's final folder
-        if row is None and p.name.isdigit():
-            why = "a run folder the catalog does not know"
-        elif row is None:
-            why = "left by a run the catalog does not know"
-        elif row.status == "interrupted":
-            why = "an interrupted run (its driver is gone)"
-        else:
-            why = f"left by a {row.status} run"
-        removed.append({"path": str(p), "run": rid, "bytes": tree_bytes(p), "why": why})
+    items = plan(catalog, runs_dir)
+    out = [i.as_dict(tree_bytes(i.path)) for i in items]
     if dry_run:
-        return removed
-    for item in removed:
-        p = Path(item["path"])
-        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-    for rid in {i["run"] for i in removed}:
-        row = rows.get(rid)
+        return out
+    quarantine = runs_dir.parent / QUARANTINE
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for item in items:
+        if item.action == "remove":
+            _remove(item.path)
+        elif item.action == "recover":
+            assert item.run is not None
+            recover(catalog, runs_dir, item.run)
+        elif item.action == "adopt":
+            rec = record.read(item.path)
+            assert rec is not None
+            with catalog.tx():
+                record.insert_rows(catalog, rec)
+        else:
+            quarantine.mkdir(exist_ok=True)
+            os.replace(item.path, quarantine / f"{item.path.name}.{stamp}")
+    # an interrupted run whose unfinished folder was removed can no longer be resumed
+    for rid in {i.run for i in items if i.action == "remove" and i.path.name.endswith(".partial")}:
+        row = rows.get(rid) if rid is not None else None
         if row is not None and row.status == "interrupted":
             catalog.finish_run(row.id, "failed", "interrupted; removed by subzero clean")
-    return removed
+    return out
+
+
+def _remove(p: Path) -> None:
+    """Remove a file or a folder, never through a link (a link itself is removed)."""
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
 
 
 def tree_bytes(p: Path) -> int:
-    """The bytes of a file, or of every file under a folder."""
-    if p.is_file():
-        return p.stat().st_size
-    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+    """The bytes of a file, or of every file under a folder (links not followed)."""
+    if p.is_symlink() or p.is_file():
+        return p.lstat().st_size
+    return sum(f.lstat().st_size for f in p.rglob("*") if f.is_file() and not f.is_symlink())

@@ -242,6 +242,7 @@ def recover(catalog: Catalog, runs_dir: Path, run_id: int) -> bool:
         return False
     with catalog.tx():
         record.insert_rows(catalog, rec)
+    heartbeat_path(runs_dir, run_id).unlink(missing_ok=True)   # its lost driver's
     return True
 
 
