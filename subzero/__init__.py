@@ -1,6 +1,6 @@
 """SubZero: fine-grained region lineage for array workflows."""
 
-from subzero.api import Run, RunOptions, Store, open_store
+from subzero.api import Run, RunOptions, Store, fsck, open_store
 from subzero.errors import (
     CodeError,
     LineageError,
@@ -26,7 +26,7 @@ from subzero.version import __version__
 __all__ = ["Operator", "Statistic", "ExactMedian", "ExactMAD", "Workflow", "Mode", "Node", "Tiling", "ELEMENTWISE",
            "AGGREGATE", "COMPONENTS", "GATHER",
            "GLOBAL", "stencil",
-           "Store", "Run", "RunOptions", "open_store", "load_workflow", "TraceResult", "Strategy", "Direction",
+           "Store", "Run", "RunOptions", "open_store", "fsck", "load_workflow", "TraceResult", "Strategy", "Direction",
            "Encoding", "window", "SubZeroWarning",
            "SubZeroError", "WorkflowError", "OperatorError", "LineageError", "StrategyError",
            "QueryError", "StoreError", "UsageError", "CodeError", "SetupError", "__version__"]

@@ -14,7 +14,8 @@ The names live in :mod:`subzero.store` (:class:`Store`, :func:`open_store`),
 
 from subzero.query.tracelog import trace_signature
 from subzero.run import Run
+from subzero.runs.fsck import fsck
 from subzero.runs.options import RunOptions
 from subzero.store import DEFAULT_STORE, Store, open_store
 
-__all__ = ["DEFAULT_STORE", "Run", "RunOptions", "Store", "open_store", "trace_signature"]
+__all__ = ["DEFAULT_STORE", "Run", "RunOptions", "Store", "fsck", "open_store", "trace_signature"]

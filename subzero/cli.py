@@ -233,6 +233,27 @@ def cmd_clean(a) -> int:
     return 0
 
 
+def cmd_fsck(a) -> int:
+    """Check the whole store, repair what can be proven; exit 2 when a problem is left."""
+    from subzero.runs.fsck import fsck
+    findings = fsck(a.store, deep=a.deep, dry_run=a.dry_run)
+    left = [f for f in findings if f.unresolved]
+    if a.json:
+        print(json.dumps({"store": str(a.store), "dry_run": a.dry_run, "deep": a.deep,
+                          "findings": [f.as_dict() for f in findings], "unresolved": len(left)}))
+        return EXIT_USER if left else 0
+    for f in findings:
+        what = f"run {f.run}: " if f.run is not None else ""
+        act = {"": "NOT REPAIRED", "noted": "left as it is"}.get(f.action, f.action)
+        if a.dry_run and f.action not in ("", "noted"):
+            act = f"would be {f.action}"
+        print(f"  {what}{cli_terms(f.problem)} [{act}]")
+    print(f"store {a.store}: " + ("sound" if not findings else
+                                  f"{len(findings)} finding(s), {len(left)} not repaired"
+                                  + (" (dry run: nothing changed)" if a.dry_run else "")))
+    return EXIT_USER if left else 0
+
+
 def _run_plan(store, a) -> str | None:
     """``run --plan NAME``, or ``run --max-disk/--max-runtime``: optimize first (the plan
     is printed and saved), then run with it."""
@@ -851,6 +872,20 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     common(c)
     c.set_defaults(fn=cmd_clean, command_parser=c)
+
+    fk = sub.add_parser("fsck", help="check the whole store and repair what can be proven",
+                        description="Checks the store's identity, its catalog and every run folder. "
+                                    "Repairs what can be proven from the runs' signed records: "
+                                    "rebuilds a missing catalog, records committed runs the "
+                                    "catalog does not know, rewrites catalog rows that differ "
+                                    "from a signed record, moves folders that prove nothing to "
+                                    "quarantine/ (never deletes). Reports the rest; exit 2 when "
+                                    "something is left unrepaired.")
+    fk.add_argument("--deep", action="store_true",
+                    help="also read and check every array chunk and stored lineage block")
+    fk.add_argument("--dry-run", action="store_true", help="report only, change nothing")
+    common(fk)
+    fk.set_defaults(fn=cmd_fsck, command_parser=fk)
 
     s = sub.add_parser("show", help="show a run's operators, strategies and statistics")
     s.add_argument("run", nargs="?", default="latest", help="run id or 'latest'")

@@ -94,6 +94,9 @@ def _final(p: Path, rid: int, row: RunRow | None, store_uid: str | None) -> Item
             if ours else Item(p, rid, "quarantine", "a run of another store")
     if ours and rec["run"].get("uid") == row.uid and row.uid is not None:
         return Item(p, rid, "recover", f"committed, but the catalog still calls it {row.status}")
+    if ours and row.status == "failed":      # a stale row of an older catalog: the folder is the run
+        return Item(p, rid, "adopt", "a complete run of this store; the catalog's row of its id "
+                                     "is a failed run's")
     return Item(p, rid, "quarantine", f"a run folder whose record is not of run {rid} of this store")
 
 

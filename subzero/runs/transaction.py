@@ -92,7 +92,7 @@ class RunTransaction:
             # the catalog gave an id whose folder exists: it is older than the runs folder
             # (restored from a backup).  Nothing of that folder may be touched.
             tx.status = "failed"
-            catalog.finish_run(run_id, "failed", f"its id is taken by {taken}")
+            catalog.forget_run(run_id)          # nothing of it exists: no row left behind
             tx._stop_heart()
             raise StoreError(f"the catalog {catalog.path} is older than the store's runs folder: "
                              f"it gave the new run id {run_id}, whose folder {taken} already "

@@ -157,6 +157,10 @@ class Catalog:
         self.db.execute("UPDATE runs SET status=?, ended=?, error=? WHERE id=?",
                         (status, time.time(), error, run_id))
 
+    def forget_run(self, run_id: int) -> None:
+        """Delete the row of a run that never wrote anything (its id was refused)."""
+        self.db.execute("DELETE FROM runs WHERE id=?", (run_id,))
+
     def claim_run(self, run_id: int) -> RunRow:
         """Take over an interrupted run for this process (``--resume``): in one
         transaction, check its driver is gone and make this process its driver, so
