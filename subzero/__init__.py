@@ -26,7 +26,8 @@ from subzero.version import __version__
 __all__ = ["Operator", "Statistic", "ExactMedian", "ExactMAD", "Workflow", "Mode", "Node", "Tiling", "ELEMENTWISE",
            "AGGREGATE", "COMPONENTS", "GATHER",
            "GLOBAL", "stencil",
-           "Store", "Run", "RunOptions", "open_store", "fsck", "load_workflow", "TraceResult", "Strategy", "Direction",
+           "Store", "Run", "RunOptions", "open_store", "fsck", "load_workflow", "TraceResult", "Strategy",
+           "Direction",
            "Encoding", "window", "SubZeroWarning",
            "SubZeroError", "WorkflowError", "OperatorError", "LineageError", "StrategyError",
            "QueryError", "StoreError", "UsageError", "CodeError", "SetupError", "__version__"]
