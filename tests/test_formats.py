@@ -9,7 +9,7 @@ import sqlite3
 
 import numpy as np
 import pytest
-from conftest import EXAMPLE
+from conftest import EXAMPLE, unbound_runs
 
 import subzero
 import subzero.storage.lineage as ls
@@ -149,6 +149,7 @@ def test_lineage_store_in_the_old_format_answers_exactly(store, monkeypatch, str
     a = np.arange(150 * 150, dtype=float).reshape(150, 150)
     monkeypatch.setattr(ls, "KEY_BITS", LEGACY_KEY_BITS)
     monkeypatch.setattr(metadata, "WRITE_FORMAT", 2)
+    unbound_runs(monkeypatch)                 # a run made before runs had uids
     old = store.run(_fan_workflow(), inputs={"a": a}, strategies={"fan": strategy})
     monkeypatch.undo()
     _rewrite_meta(old.dir / "lineage", "fan", strategy, _as_legacy)
