@@ -214,6 +214,31 @@ def test_a_value_under_another_key_fails_its_checksum(store):
     _exact_with_warning(store, run, strategy, EVERY_CELL, r"record block \d .* fails its checksum")
 
 
+@pytest.mark.parametrize("strategy", ["full:fullone:backward", "full:fullmany:backward"])
+def test_a_value_copied_from_another_run_fails_its_checksum(store, strategy):
+    """Two runs of one workflow on the same data store the same bodies; each value's
+    checksum is seeded with its run's uid (format 5), so a value copied from the other
+    run at the same key is caught -- and the other run's metadata record names its run."""
+    run, other = _run(store, strategy), _run(store, strategy)
+    mine, theirs = _values(run, strategy), _values(other, strategy)
+    blocks = sorted(k for k in mine if b"\x00R" in k or b"\x00K" in k)
+    assert blocks and all(mine[k] != theirs[k] and mine[k][:-4] == theirs[k][:-4] for k in blocks)
+    lin = ls.LineageStore(run.dir / "lineage")
+    name = lin.db_name("fan", parse_one(strategy))
+    with lin.env.begin(write=True, db=lin.database(name, create=False)) as txn:
+        txn.put(blocks[0], theirs[blocks[0]])
+    lin.close()
+    _exact_with_warning(store, run, strategy, EVERY_CELL, r"(record|key-index) block \d+ .* fails "
+                                                          r"its checksum")
+    lin = ls.LineageStore(run.dir / "lineage")
+    with lin.env.begin(write=True, db=lin.database(name, create=False)) as txn:
+        txn.put(blocks[0], mine[blocks[0]])
+        txn.put(META, theirs[META])
+    lin.close()
+    _exact_with_warning(store, run, strategy, FEW, f"belongs to another run: its record names "
+                                                   f"run uid {other.row.uid}")
+
+
 def _rtree_files(run, space="b"):
     files = sorted((run.dir / "lineage" / "rtree").glob(f"*.{space}.*"))
     assert [f.suffix for f in files] == [".dat", ".idx"]
