@@ -294,9 +294,10 @@ def _read_sums(root: Path, label: str, run_uid: str | None, array: str | None) -
             raise CorruptArray(f"{label} is not bound to this run (uid {run_uid}): its checksum "
                                f"file {sums_path} names no run (copied from a run made before "
                                f"runs had uids?)")
-        mine = f"uid {run_uid}" if run_uid is not None else "no uid (a run made before uids)"
+        mine = f"not this run's ({run_uid})" if run_uid is not None else \
+            "and this run has no uid (made before runs had uids)"
         raise CorruptArray(f"{label} belongs to another run: its checksum file {sums_path} "
-                           f"names run uid {run}, and this run has {mine}")
+                           f"names run uid {run}, {mine}")
     if run is not None and array is not None and body.get("array") != array:
         raise CorruptArray(f"{label} is not the array its place names: its checksum file "
                            f"{sums_path} is of array {body.get('array')!r}")

@@ -32,8 +32,8 @@ encode their tiles' lineage into shard files, and the record in the run's LMDB
 environment lists the committed shards — each one's file, size and CRC-32, and
 per key space its pair count and the bounding box of its key cells — so that a
 reader opens only the shards a query's cells fall in.  Each shard holds an
-ordinary format-3 sub-database.  Unsharded strategies are still written in
-format 3, which older SubZero versions read.
+ordinary format-3 sub-database.  Unsharded strategies of unbound runs (below)
+are still written in format 3, which older SubZero versions read.
 
 Format 5 is *bound to its run* (:mod:`subzero.storage.place`): a checksum
 proves that bytes are intact, and in format 5 also that they belong to this
@@ -363,9 +363,10 @@ class StrategyMeta:
         another way."""
         if self.run is not None:
             if self.run != run_uid:
-                mine = f"run uid {run_uid}" if run_uid is not None else "no run uid (an unbound run)"
+                mine = f"not this run's ({run_uid})" if run_uid is not None else \
+                    "and this run has no uid (made before runs had uids)"
                 raise CorruptLineage(f"{where} belongs to another run: its record names run uid "
-                                     f"{self.run}, this run has {mine}")
+                                     f"{self.run}, {mine}")
         elif run_uid is not None:
             raise CorruptLineage(f"{where} is not bound to this run: format {self.version} "
                                  f"names no run, and run uid {run_uid} reads only lineage bound "
