@@ -59,7 +59,8 @@ class Run:
         self.store, self.row = store, row
         self.id = row.id
         self.dir = store.run_dir(row.id)
-        self._arrays = ArrayStore(self.dir)
+        # the run's uid, from its catalog row: what its arrays and lineage must be bound to
+        self._arrays = ArrayStore(self.dir, run_uid=row.uid)
         self._executor: Executor | None = None
         self._grids: Callable[[str], Grid | None] | None = None
         self._steer: Steering | None = None
@@ -190,7 +191,7 @@ class Run:
                 run_id=self.id, workflow=lambda: self.workflow,
                 strategies={o["name"]: parse("+".join(o["strategies"])) for o in ops},
                 shapes=self.shapes(), inputs_of={o["name"]: o["inputs"] for o in ops},
-                arrays=self._arrays, lineage_path=self.dir / "lineage",
+                arrays=self._arrays, lineage_path=self.dir / "lineage", run_uid=self.row.uid,
                 untrusted=None if verdict.trusted else
                 untrusted_message(self.store.path, self.id, verdict))
             self._executor = Executor(view)

@@ -27,7 +27,7 @@ def space_edges(reader, space: str, payload: bool) -> set:
 
 def stored_relation(run) -> dict:
     """Per (operator, strategy) stored by ``run``: its spaces' edges and covered cells."""
-    lin = LineageStore(run.dir / "lineage", readonly=True)
+    lin = LineageStore(run.dir / "lineage", readonly=True, run_uid=run.row.uid)
     try:
         out = {}
         for op in run.ops():

@@ -221,8 +221,8 @@ def test_spark_region_written_array_is_checksummed(spark, store):
     assert "crc32c" in [c["name"] for c in meta["codecs"]] and sums_file(p).exists()
     assert len([f for f in grid_files(p / "data") if f.startswith("c")]) == 2 * 3
     want = run.array("smooth").values
-    np.testing.assert_array_equal(ArrayStore(run.dir).read_region("smooth", (slice(0, 64), slice(0, 96))),
-                                  want)
+    mine = ArrayStore(run.dir, run_uid=run.row.uid)
+    np.testing.assert_array_equal(mine.read_region("smooth", (slice(0, 64), slice(0, 96))), want)
     (p / "data" / "c" / "1" / "0").unlink()
     with pytest.raises(CorruptArray, match=r"array 'smooth' of run \d+ is damaged: chunk file "
                                            r".*smooth\.zarr/data/c/1/0 is missing"):

@@ -151,7 +151,7 @@ def _shifted_reader(store, n=50):
     wf = Workflow("shifted")
     wf.add("op", Shifted(), wf.input("x"))
     run = store.run(wf, inputs={"x": np.arange(float(n))}, strategies={"op": "pay:payone:backward"})
-    lineage = LineageStore(run.dir / "lineage", readonly=True)
+    lineage = LineageStore(run.dir / "lineage", readonly=True, run_uid=run.row.uid)
     return run, lineage, lineage.reader("op", parse_one("pay:payone:backward"))
 
 

@@ -9,7 +9,7 @@ import sqlite3
 
 import numpy as np
 import pytest
-from conftest import EXAMPLE
+from conftest import EXAMPLE, unbound_runs
 
 import subzero
 import subzero.storage.lineage as ls
@@ -149,6 +149,7 @@ def test_lineage_store_in_the_old_format_answers_exactly(store, monkeypatch, str
     a = np.arange(150 * 150, dtype=float).reshape(150, 150)
     monkeypatch.setattr(ls, "KEY_BITS", LEGACY_KEY_BITS)
     monkeypatch.setattr(metadata, "WRITE_FORMAT", 2)
+    unbound_runs(monkeypatch)                 # a run made before runs had uids
     old = store.run(_fan_workflow(), inputs={"a": a}, strategies={"fan": strategy})
     monkeypatch.undo()
     _rewrite_meta(old.dir / "lineage", "fan", strategy, _as_legacy)
@@ -249,6 +250,54 @@ def test_sharded_record_says_so_and_one_written_before_the_key_still_reads(tmp_p
     assert "sharded" not in plain and StrategyMeta.from_json(plain).sharded is False
     with pytest.raises(CorruptLineage, match="malformed metadata .sharded True in format 3"):
         StrategyMeta.from_json({**plain, "sharded": True, "shards": []})
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_each_run_reads_its_own_formats_only(tmp_path, sharded):
+    """A run with a uid writes format 5 (sharded or not, its shards too) and reads only
+    lineage bound to it; a run without one (made before uids) writes and reads formats
+    3 and 4 as before, and refuses bound lineage as another run's."""
+    from subzero.storage.lineage import commit_shard_files, write_shard
+    s = parse_one("full:fullone:backward")
+    shape = (8, 6)
+    q = CellSet.of_ids(np.array([3, 30, 47]), shape)
+    uid, other = "0123456789abcdef" * 2, "fedcba9876543210" * 2
+    for run_uid, version in ((None, metadata.SHARDED_FORMAT if sharded else WRITE_FORMAT),
+                             (uid, metadata.BOUND_FORMAT)):
+        folder = tmp_path / f"lineage-{run_uid}"
+        lin = ls.LineageStore(folder, run_uid=run_uid)
+        parts = [_pairs(np.arange(24 * k, 24 * k + 24), np.arange(24 * k, 24 * k + 24), 1)
+                 for k in range(2)]
+        if sharded:
+            written = [write_shard(lin.path, f"t{k}", 1, "op", s, p, shape, [shape], run_uid=run_uid)
+                       for k, p in enumerate(parts)]
+            committed = commit_shard_files(lin.path, "op", s, [w.meta for w in written])
+            lin.commit_shards("op", s, shape, [shape], committed)
+        else:
+            for p in parts:
+                lin.write("op", s, p, shape, [shape])
+        r = lin.reader("op", s)
+        assert r.meta.version == version and r.meta.sharded == sharded and r.meta.run == run_uid
+        want = r.records("b", r.lookup("b", q), ["v0"])["v0"][0]
+        assert sorted(want.tolist()) == [3, 30, 47]
+        lin.close()
+        for reader_uid in {None, uid, other} - {run_uid}:
+            lin = ls.LineageStore(folder, readonly=True, run_uid=reader_uid)
+            with pytest.raises(CorruptLineage, match="belongs to another run" if run_uid
+                               else "is not bound to this run"):
+                lin.reader("op", s)
+            lin.close()
+        if sharded and run_uid is not None:
+            # a shard holds its tile's place: two tiles' shards swapped are caught
+            one, two = (folder / m.file for m in committed)
+            a, b = one.read_bytes(), two.read_bytes()
+            one.write_bytes(b)
+            two.write_bytes(a)
+            lin = ls.LineageStore(folder, readonly=True, run_uid=run_uid)
+            with pytest.raises(CorruptLineage, match=r"shard .*t0\.szs: .*bytes|checksum mismatch"):
+                r = lin.reader("op", s)
+                r.records("b", r.lookup("b", q), ["v0"])
+            lin.close()
 
 
 def test_newer_lineage_format_falls_back_to_reexecution_with_a_warning(store):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import unbound_runs
 
 import subzero
 import subzero.storage.lineage as ls
@@ -213,6 +214,31 @@ def test_a_value_under_another_key_fails_its_checksum(store):
     _exact_with_warning(store, run, strategy, EVERY_CELL, r"record block \d .* fails its checksum")
 
 
+@pytest.mark.parametrize("strategy", ["full:fullone:backward", "full:fullmany:backward"])
+def test_a_value_copied_from_another_run_fails_its_checksum(store, strategy):
+    """Two runs of one workflow on the same data store the same bodies; each value's
+    checksum is seeded with its run's uid (format 5), so a value copied from the other
+    run at the same key is caught -- and the other run's metadata record names its run."""
+    run, other = _run(store, strategy), _run(store, strategy)
+    mine, theirs = _values(run, strategy), _values(other, strategy)
+    blocks = sorted(k for k in mine if b"\x00R" in k or b"\x00K" in k)
+    assert blocks and all(mine[k] != theirs[k] and mine[k][:-4] == theirs[k][:-4] for k in blocks)
+    lin = ls.LineageStore(run.dir / "lineage")
+    name = lin.db_name("fan", parse_one(strategy))
+    with lin.env.begin(write=True, db=lin.database(name, create=False)) as txn:
+        txn.put(blocks[0], theirs[blocks[0]])
+    lin.close()
+    _exact_with_warning(store, run, strategy, EVERY_CELL, r"(record|key-index) block \d+ .* fails "
+                                                          r"its checksum")
+    lin = ls.LineageStore(run.dir / "lineage")
+    with lin.env.begin(write=True, db=lin.database(name, create=False)) as txn:
+        txn.put(blocks[0], mine[blocks[0]])
+        txn.put(META, theirs[META])
+    lin.close()
+    _exact_with_warning(store, run, strategy, FEW, f"belongs to another run: its record names "
+                                                   f"run uid {other.row.uid}")
+
+
 def _rtree_files(run, space="b"):
     files = sorted((run.dir / "lineage" / "rtree").glob(f"*.{space}.*"))
     assert [f.suffix for f in files] == [".dat", ".idx"]
@@ -254,7 +280,7 @@ def test_damaged_rtree_files_are_caught_before_the_native_library_opens_them(sto
 
 
 def test_metadata_without_its_seal_is_damage_not_an_older_format(store):
-    """A checksummed (format 3) record that reads as plain JSON — its seal damaged
+    """A checksummed (format 3 on) record that reads as plain JSON — its seal damaged
     into something parseable — must not switch the checks off."""
     strategy = "full:fullone:backward"
     run = _run(store, strategy)
@@ -265,7 +291,8 @@ def test_metadata_without_its_seal_is_damage_not_an_older_format(store):
         import json
         txn.put(META, json.dumps(d).encode())
     lin.close()
-    _exact_with_warning(store, run, strategy, FEW, r"format 3 without its checksum")
+    _exact_with_warning(store, run, strategy, FEW,
+                        f"format {metadata.BOUND_FORMAT} without its checksum")
     with pytest.raises(CorruptLineage, match="damaged metadata"):
         StrategyMeta.from_bytes(b"SZ\x03\x00" + b"{}" + b"\x00" * 4)
 
@@ -313,8 +340,10 @@ def test_fallback_order_keeps_each_group_in_its_order():
 @pytest.mark.parametrize("strategy", ["full:fullone:backward", "full:fullmany:backward",
                                       "comp:payone:backward", "pay:paymany:forward"])
 def test_a_store_written_before_checksums_still_traces(store, monkeypatch, strategy):
-    """Format 2 (no checksums) is read unchecked, exactly as before."""
+    """Format 2 (no checksums) is read unchecked, exactly as before (in a run made before
+    runs had uids: a run with one reads only lineage bound to it)."""
     monkeypatch.setattr(metadata, "WRITE_FORMAT", 2)
+    unbound_runs(monkeypatch)
     run = _run(store, strategy)
     monkeypatch.undo()
     lin = ls.LineageStore(run.dir / "lineage", readonly=True)
@@ -330,15 +359,20 @@ def test_a_store_written_before_checksums_still_traces(store, monkeypatch, strat
 
 
 def test_new_stores_are_checksummed(store):
+    """... and bound to their run: format 5, the R-tree files' checksums seeded with the
+    run's uid."""
     run = _run(store, "full:fullmany:backward")
-    lin = ls.LineageStore(run.dir / "lineage", readonly=True)
-    meta = lin.reader("fan", parse_one("full:fullmany:backward")).meta
+    lin = ls.LineageStore(run.dir / "lineage", readonly=True, run_uid=run.row.uid)
+    s = parse_one("full:fullmany:backward")
+    meta = lin.reader("fan", s).meta
     lin.close()
-    assert meta.checksummed and meta.version == 3
+    assert meta.checksummed and meta.version == metadata.BOUND_FORMAT and meta.run == run.row.uid
     (sp,) = meta.spaces
     dat, idx = _rtree_files(run)
+    name = ls.db_name("fan", s)
     assert dict((e, (n, c)) for e, n, c in sp.files) == {
-        "dat": integrity.file_digest(dat), "idx": integrity.file_digest(idx)}
+        "dat": integrity.file_digest(dat, metadata.rtree_seed(name, run.row.uid, "b", "dat")),
+        "idx": integrity.file_digest(idx, metadata.rtree_seed(name, run.row.uid, "b", "idx"))}
 
 
 def test_seal_round_trip_and_location():

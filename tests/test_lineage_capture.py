@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import EXAMPLE
+from conftest import EXAMPLE, unbound_runs
 
 import subzero
 from subzero import LineageError, Mode, Operator, Workflow
@@ -240,6 +240,7 @@ def test_key_block_size_of_an_older_store_is_kept(store, monkeypatch):
     for strategy in ("full:fullone:backward", "full:fullone:forward"):
         monkeypatch.setattr(ls, "KEY_BITS", 14)
         monkeypatch.setattr(metadata, "WRITE_FORMAT", 2)        # before checksums (format 3)
+        unbound_runs(monkeypatch)                               # ... and before run uids
         old = store.run(_fan_workflow(), inputs={"a": a}, strategies={"fan": strategy})
         monkeypatch.undo()
         lin = ls.LineageStore(old.dir / "lineage")

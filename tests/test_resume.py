@@ -74,6 +74,8 @@ def assert_same_run(run, ref) -> None:
     assert run.row.status == "complete"
     for name in ARRAYS:
         np.testing.assert_array_equal(run.array(name).values, ref.array(name).values, err_msg=name)
+        side = json.loads((run.dir / "arrays" / f"{name}.sums.json").read_text())
+        assert side["run"] == run.row.uid and side["chunks"], name      # bound, before or after
     cells = [(0, 0), (17, 5), (39, 35)]
     for name in ARRAYS[1:]:
         back, rback = run.trace(name, cells, to="a"), ref.trace(name, cells, to="a")

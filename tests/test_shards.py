@@ -146,7 +146,7 @@ def test_spark_tasks_write_shards_and_a_failed_attempt_leaves_none(spark, store)
     lo = store.run(wf, inputs={"x": x}, strategies=strat)
     assert "stage of 2 operators (twice, plus)" in (sp.dir / "run.log").read_text()
     assert [o["pairs"] for o in sp.ops()] == [x.size, x.size]
-    lin = LineageStore(sp.dir / "lineage", readonly=True)
+    lin = LineageStore(sp.dir / "lineage", readonly=True, run_uid=sp.row.uid)
     for name, s in strat.items():
         files = sorted(f.name for f in lin.shard_folder(name, parse_one(s)).iterdir())
         assert files == sorted(f"t{i}-{j}.szs" for i in range(3) for j in range(2)), files

@@ -187,6 +187,8 @@ def test_manifest_instances(spark, store, tmp_path, cli):
                        strategies={"stars": "full"})
         same_runs(run, lo, QUERIES[:2])
         assert [(o["name"], o["pairs"]) for o in run.ops()] == [(o["name"], o["pairs"]) for o in lo.ops()]
+        side = (run.dir / "arrays" / "stars.sums.json").read_text()     # bound to its own run
+        assert run.row.uid and f'"run": "{run.row.uid}"' in side and '"chunks": {' in side
     code, out, err = cli("run", EXAMPLE, "--store", store.path, "--engine", "spark",
                          "--inputs-from", manifest)
     assert code == 2 and "3 of 4 instances complete" in out

@@ -56,7 +56,8 @@ class Engine(Protocol):
     * :meth:`group`: which operators run as one job (a fused stage);
       :meth:`run_group` runs them;
     * :meth:`waits_for`: whether a group had better wait for a running job;
-    * :meth:`cancel`: stop the jobs still running (another one failed).
+    * :meth:`cancel`: stop the jobs still running (another one failed);
+    * :meth:`bind`: bind stored arrays to their place once they are final.
 
     An engine subclasses this protocol to take the defaults (as the local engine
     does); the defaults are what an engine without the ability does.
@@ -106,4 +107,12 @@ class Engine(Protocol):
     def cancel(self) -> None:
         """Stop every job still running: another job of the run failed.  Default:
         nothing runs on its own, so nothing to stop."""
+        return None
+
+    def bind(self, names: list[str]) -> None:
+        """The arrays ``names`` are final (the run's inputs once stored, an operator's
+        output once its step is over): bind their chunks to their place in the run's
+        array store (:meth:`subzero.storage.arrays.ArrayStore.bind`).  The driver loop
+        calls it before the journal says they are done.  Default: the engine stores no
+        arrays, so nothing to bind."""
         return None

@@ -146,7 +146,9 @@ def make_engine(name: str, arrays: ArrayStore, *, spark: Any = None,
     """The engine called ``name`` over one run's array store: the in-process engine
     (``profiling``: every operator whole, its values handed to the profiler), or the
     Spark engine on the session ``spark``, its tasks writing lineage shards into
-    ``lineage_dir`` and telling ``log`` what its jobs do."""
+    ``lineage_dir`` and telling ``log`` what its jobs do.  The run's uid travels with
+    ``arrays`` (:attr:`ArrayStore.run_uid`): both engines bind what they write to it,
+    the Spark engine's tasks get it as an argument."""
     if name == "spark":
         from subzero.engines.spark.engine import SparkEngine
         return SparkEngine(spark, arrays, log=log, lineage_dir=lineage_dir)

@@ -1,6 +1,7 @@
 """The driver loop every engine shares: operators in topological order; per
-operator the engine's step, its statistics, its lineage written under the run's
-disk budget, its timing, the optimizer's profiling hook, and progress.
+operator the engine's step, its output array bound to its place (its chunk
+manifest, :meth:`Engine.bind`), its statistics, its lineage written under the
+run's disk budget, its timing, the optimizer's profiling hook, and progress.
 
 A local run, a Spark run and each instance of an instance-parallel run all go
 through :func:`run_workflow`; what differs between them is the :class:`Engine`.
@@ -65,11 +66,13 @@ def run_workflow(engine: Engine, wf: Workflow, inputs: Mapping[str, Any],
             progress.finished(name)
     else:
         engine.load_inputs(wf, inputs)
+        engine.bind(list(inputs))      # final: bound before the journal says they are stored
         stats = RunStats(inputs=[ArrayInfo.of(name, v) for name, v in inputs.items()])
         if journal is not None:
             journal.inputs(stats.inputs)
 
     def commit(name: str, res: StepResult) -> None:
+        engine.bind([name])            # its chunks are final once its step is over
         _finish_step(name, wf, res, strategies[name], capture, lineage, budget, stats,
                      profiler, engine)
         if journal is not None:

@@ -118,9 +118,11 @@ class TileShard:
 
 def write_tile_shards(lineage_dir: str, stem: str, attempt: int, name: str, op: Operator,
                       strategies: tuple[Strategy, ...], full: Pairs | None, pay: Pairs | None,
-                      out_shape: tuple[int, ...], in_shapes: Sequence[tuple[int, ...]]) -> list[TileShard]:
+                      out_shape: tuple[int, ...], in_shapes: Sequence[tuple[int, ...]],
+                      run_uid: str | None = None) -> list[TileShard]:
     """On an executor: encode one task's captured pairs of each stored strategy into
-    its own shard (:func:`subzero.storage.lineage.write_shard`)."""
+    its own shard (:func:`subzero.storage.lineage.write_shard`), bound to the run
+    ``run_uid`` when it has one."""
     out = []
     out_shape, in_shapes = tuple(out_shape), [tuple(s) for s in in_shapes]
     for s in strategies:
@@ -130,7 +132,8 @@ def write_tile_shards(lineage_dir: str, stem: str, attempt: int, name: str, op: 
         if pairs is None or pairs.n == 0:
             continue
         counted, expanded = _map_p_counting(name, op, in_shapes, out_shape)
-        w = write_shard(lineage_dir, stem, attempt, name, s, pairs, out_shape, in_shapes, counted)
+        w = write_shard(lineage_dir, stem, attempt, name, s, pairs, out_shape, in_shapes, counted,
+                        run_uid)
         if w is not None:
             out.append(TileShard(str(s), w, space_stats(s, pairs, out_shape, in_shapes, expanded)))
     return out

@@ -279,5 +279,9 @@ class LocalEngine(Engine):
                           list(in_shapes), concat_pairs(fulls, len(in_shapes)),
                           concat_pairs(pays, len(in_shapes)), run_s, lwrite_s, tiles=len(tiles))
 
+    def bind(self, names: list[str]) -> None:
+        for name in names:
+            self.arrays.bind(name)
+
     def close(self) -> None:
         self.values.clear()

@@ -72,6 +72,9 @@ class RunView:
     inputs_of: dict[str, list[str]]
     arrays: ArrayStore
     lineage_path: Path
+    #: The run's uid (its catalog row's; None for a run made before runs had uids): its
+    #: stored lineage must be bound to it (``arrays`` carries it too)
+    run_uid: str | None = None
     #: Why the run's code must not be loaded (its signature does not verify), or None:
     #: then only steps its stored lineage answers without the operator work.
     untrusted: str | None = None
@@ -330,7 +333,8 @@ class Executor:
         if r is None:
             if self._lineage is None:
                 try:
-                    self._lineage = LineageStore(self.v.lineage_path, readonly=True)
+                    self._lineage = LineageStore(self.v.lineage_path, readonly=True,
+                                                 run_uid=self.v.run_uid)
                 except CorruptLineage as err:   # the whole file: name what this step wanted
                     raise CorruptLineage(f"stored lineage of operator {name!r} ({s}) is "
                                          f"unreadable: {err}") from err

@@ -114,7 +114,7 @@ def resume(catalog: Catalog, runs_dir: Path, run: int | str,
             values, _ = bind_inputs(wf, dict(row.inputs))
             done = None
         else:
-            discard_unfinished(tx.folder, wf, strat, state)
+            discard_unfinished(tx.folder, wf, strat, state, tx.uid)
             journal, values = Journal(tx.folder), {}
             done = RunStats(inputs=list(state.inputs), ops=list(state.ops))
         execute(tx, wf, values, strat, state.disk_budget(), choice, spark, opts, journal, done,
@@ -129,11 +129,13 @@ def execute(tx: RunTransaction, wf: Workflow, values: Mapping[str, Any],
     """Drive the run's operators on the chosen engine into ``tx``'s folder, and commit."""
     reporter = progress_for(opts.progress)
     capture = opts.capture
-    arrays = ArrayStore(tx.folder, tile=opts.tile_size)
+    # the run's uid (None: a run begun before runs had uids, resumed) binds every array
+    # and all lineage it writes to it; the engines and their tasks get it with ``arrays``
+    arrays = ArrayStore(tx.folder, tile=opts.tile_size, run_uid=tx.uid)
     engine = make_engine(choice.engine, arrays, spark=spark, log=opts.log,
                          lineage_dir=tx.folder / "lineage" if capture else None,
                          profiling=opts.profiler is not None)
-    lineage = LineageStore(tx.folder / "lineage") if capture else None
+    lineage = LineageStore(tx.folder / "lineage", run_uid=tx.uid) if capture else None
     what = "resuming run" if resuming else "run"
     reporter.begin(len(wf.steps), f"{what} {tx.run_id} ({wf.name}, {choice.engine})")
     try:
@@ -231,11 +233,13 @@ def bind_inputs(wf: Workflow, given: Mapping[str, Any]) -> tuple[dict[str, Any],
 
 
 def discard_unfinished(folder: Path, wf: Workflow, strategies: Mapping[str, tuple[Strategy, ...]],
-                       state: Resumable) -> None:
-    """Remove what the operators without a journal entry may have left half-written."""
-    arrays = ArrayStore(folder)
+                       state: Resumable, run_uid: str | None = None) -> None:
+    """Remove what the operators without a journal entry may have left half-written
+    (of the run ``run_uid``)."""
+    arrays = ArrayStore(folder, run_uid=run_uid)
     done = set(state.done)
-    lineage = LineageStore(folder / "lineage") if (folder / "lineage").is_dir() else None
+    lineage = LineageStore(folder / "lineage", run_uid=run_uid) if (folder / "lineage").is_dir() \
+        else None
     try:
         for name in wf.steps:
             if name in done:

@@ -81,7 +81,7 @@ def run_many(catalog: Catalog, runs_dir: Path, wf: Workflow, strategies: dict[st
             reported = max(reported, done)
 
         results = run_instances(spark, runs_dir, wf, strategies,
-                                [(tx.run_id, r) for tx, r in zip(txs, rows)], defaults,
+                                [(tx.run_id, tx.uid, r) for tx, r in zip(txs, rows)], defaults,
                                 capture=capture, tile=tile,
                                 on_tasks=on_tasks if progress.wants_tasks else None)
         for tx, res in zip(txs, results):

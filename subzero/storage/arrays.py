@@ -5,7 +5,10 @@ xarray, so dims, coords and attrs survive and any array of any run opens
 with ``xarray.open_zarr``.  Arrays are chunked in tiles (the Spark engine's
 partitions).  A run's folder is only renamed into place once every array is
 written, which is what makes runs atomic.  Every chunk carries a checksum and
-every read verifies what it touches (``chunks.py``).
+every read verifies what it touches (``chunks.py``).  In a run with a uid every
+array is bound to its place: its sidecar names the run and the array and, once
+:meth:`ArrayStore.bind` ran, holds the manifest of its chunks, so a chunk or a
+whole array taken from elsewhere is refused like damage.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from numpy.typing import ArrayLike, DTypeLike
 
 from subzero.errors import CorruptArray, StoreError
 from subzero.storage.chunks import (
+    SUMS,
     ArrayNode,
     bad_chunk,
+    bind,
     check_present,
     checksum_codecs,
     open_nodes,
@@ -68,11 +73,19 @@ class ArrayStore:
     Reads verify what they read: the metadata digests on open, the presence of
     every chunk file the read touches, each chunk's crc32c as zarr decodes it.
     Damage is a :class:`CorruptArray` naming the array, the run and the file.
+
+    ``run_uid`` is the run's uid (its catalog row's; None for a run made before
+    runs had uids).  With one, every array written is bound to the run and its
+    name, :meth:`bind` adds its chunk manifest once its chunks are final, and a
+    read refuses an array whose sidecar names another run or array, and a chunk
+    that is not the one its manifest records (swapped, copied, a link, a FIFO).
     """
 
-    def __init__(self, run_dir: str | Path, tile: int = DEFAULT_TILE):
+    def __init__(self, run_dir: str | Path, tile: int = DEFAULT_TILE, run_uid: str | None = None):
         self.dir = Path(run_dir) / "arrays"
         self.tile = tile
+        #: the uid of the run these arrays belong to (None: an unbound run)
+        self.run_uid = run_uid
 
     def path(self, name: str) -> Path:
         return self.dir / f"{name}.zarr"
@@ -128,7 +141,7 @@ class ArrayStore:
             warnings.simplefilter("ignore")
             ds.to_zarr(p, mode="w-", encoding=enc, zarr_format=3, consolidated=False,
                        write_empty_chunks=True)
-        seal(p)
+        seal(p, name, self.run_uid)
         return da
 
     def _attempt_path(self, name: str, attempt: int) -> Path:
@@ -193,14 +206,34 @@ class ArrayStore:
             ds.to_zarr(p, mode="w-", compute=False,
                        encoding={"data": {"chunks": chunks, "compressors": checksum_codecs()}},
                        zarr_format=3, consolidated=False)
-        seal(p)
+        seal(p, name, self.run_uid)
+
+    def bind(self, name: str) -> None:
+        """Bind a stored array's chunks to their place, once they are final: record each
+        chunk file's crc32c trailer in the array's sidecar (:func:`.chunks.bind`).  The
+        driver loop calls it after each operator's step and after the inputs are stored;
+        a no-op in an unbound run."""
+        if self.run_uid is not None:
+            bind(self.path(name), name, self.run_uid, self.label(name))
+
+    def sidecar_digests(self) -> dict[str, str]:
+        """Per stored array, the SHA-256 (hex) of its sidecar file: what a run's signed
+        record lists, so that the signature covers every array's metadata digests and
+        chunk manifest (call it once every array is bound, as the run commits).  Task
+        attempts' folders that were never committed are not arrays of the run."""
+        out = {}
+        if self.dir.is_dir():
+            for f in sorted(self.dir.iterdir()):
+                if f.name.endswith(SUMS) and not f.name.startswith("."):
+                    out[f.name[:-len(SUMS)]] = hashlib.sha256(f.read_bytes()).hexdigest()
+        return out
 
     def _open(self, name: str) -> tuple[Path, dict[str, ArrayNode] | None]:
         """The array's folder and its verified nodes (None: written before checksums)."""
         p = self.path(name)
         if not p.exists():
             raise StoreError(f"array {name!r} is missing from the run's array store ({p})")
-        return p, open_nodes(p, self.label(name))
+        return p, open_nodes(p, self.label(name), self.run_uid, name)
 
     def _zarr(self, name: str, mode: str) -> tuple[Path, dict[str, ArrayNode] | None, Any]:
         """The array's folder, verified nodes and zarr array (zarr's own type: ``zarr.Array``)."""

@@ -14,17 +14,44 @@ Arrays written before checksums existed (no sidecar, no ``crc32c`` codec) still
 read; only their undecodable chunks are reported, since a missing chunk of such
 an array cannot be told from an all-fill-value one.
 
+**Bound to their place** (sidecar format 2).  A checksum proves that a chunk is
+intact, not that it is the chunk its place names: a chunk swapped with another
+of the same array, or copied from another run, passes zarr's check.  So in a
+run with a uid the sidecar also names the run (its uid) and the array, and,
+once the array's chunks are final (:func:`bind`, which the driver loop calls
+after each operator's step and after the inputs are stored, before the
+journal says so), holds a *manifest*: per array node, the 4-byte crc32c
+trailer of every chunk file, in the C order of the chunk grid.  A read then
+opens each chunk it touches without following links or blocking
+(``O_NOFOLLOW | O_NONBLOCK``), requires a regular file, and compares its last
+4 bytes (one ``pread``) with the manifest's; zarr checks the body against that
+trailer as it decodes.  A swapped, foreign, linked or FIFO chunk is therefore
+a :class:`CorruptArray` naming the chunk ("is not the chunk its place names"),
+and an array folder taken from another run fails on its sidecar ("belongs to
+another run").  The sidecar's ``digest`` covers the metadata digests as in
+format 1 (so an older SubZero still reads the array), its ``seal`` covers all
+of it; the run's signed record lists each sidecar's SHA-256
+(:meth:`~subzero.storage.arrays.ArrayStore.sidecar_digests`), so the signature
+covers every manifest.  Arrays without a manifest (runs made before runs had
+uids, whose sidecars are format 1, and an array read during its own run before
+it is bound) keep the checks above; a run with a uid reads only sidecars that
+name it, and an unbound run none that name a run.
+
 The checks cost what the read costs: a region read checks the chunk files the
-region touches (one ``stat`` each) and the few small metadata files; the
-checksum of a chunk is verified by zarr as it decodes it.
+region touches (an open, a ``pread`` of 4 bytes and a close each; one ``lstat``
+without a manifest) and the few small metadata files; the checksum of a chunk
+is verified by zarr as it decodes it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import hashlib
 import itertools
 import json
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +60,15 @@ from subzero.errors import CorruptArray
 
 #: suffix of the sidecar file beside an array's ``.zarr`` folder: its metadata digests
 SUMS = ".sums.json"
-SUMS_FORMAT = 1
+#: 1: metadata digests; 2: also the run's uid, the array's name and the chunk manifest
+SUMS_FORMAT = 2
+#: the sidecar format of an unbound run (a run made before runs had uids)
+UNBOUND_SUMS_FORMAT = 1
 _CRC = "crc32c"
+#: bytes of a chunk file's crc32c trailer (zarr's codec appends it)
+TRAILER = 4
+#: how a chunk file is opened to check it: never through a link, never waiting on a FIFO
+_OPEN_CHUNK = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
 def checksum_codecs() -> list:
@@ -53,15 +87,19 @@ class ArrayNode:
     chunks: tuple[int, ...]
     separator: str
     checksummed: bool             # crc32c codec and a regular default-keyed chunk grid
+    #: the manifest: each chunk file's crc32c trailer, in C order of the grid (None: unbound)
+    trailers: bytes | None = None
 
     def grid(self) -> tuple[int, ...]:
         if any(n == 0 for n in self.shape):
             return tuple(0 for _ in self.shape)
         return tuple(-(-n // c) for n, c in zip(self.shape, self.chunks))
 
+    def chunk_key(self, idx: tuple[int, ...]) -> str:
+        return "c" + "".join(f"{self.separator}{k}" for k in idx)
+
     def chunk_file(self, root: Path, idx: tuple[int, ...]) -> Path:
-        key = "c" + "".join(f"{self.separator}{k}" for k in idx)
-        return root / self.path / key
+        return root / self.path / self.chunk_key(idx)
 
     def touched(self, region: tuple[slice, ...] | None) -> Iterator[tuple[int, ...]]:
         """Chunk indices a region (slices, as for numpy; None = everything) reads."""
@@ -95,17 +133,86 @@ def _metadata_files(root: Path) -> list[str]:
     return out
 
 
-def seal(root: Path) -> None:
-    """Record the digests of the array's metadata files; called once its metadata is final
-    (after :meth:`ArrayStore.write`, and after :meth:`ArrayStore.create`: region writes
-    add chunks but never rewrite metadata)."""
-    meta = {rel: _digest((root / rel).read_bytes()) for rel in _metadata_files(root)}
-    body = {"format": SUMS_FORMAT, "metadata": meta}
-    body["digest"] = _digest(json.dumps(meta, sort_keys=True).encode())
+def _sealed(body: dict) -> str:
+    """The digest of a format-2 sidecar: everything in it but the digest itself."""
+    return _digest(json.dumps({k: v for k, v in body.items() if k != "seal"},
+                              sort_keys=True).encode())
+
+
+def _write_sums(root: Path, body: dict) -> None:
     dest = sums_file(root)
     tmp = dest.with_name(dest.name + ".tmp")
     tmp.write_text(json.dumps(body, indent=1, sort_keys=True))
     os.replace(tmp, dest)
+
+
+def seal(root: Path, array: str | None = None, run_uid: str | None = None) -> None:
+    """Record the digests of the array's metadata files; called once its metadata is final
+    (after :meth:`ArrayStore.write`, and after :meth:`ArrayStore.create`: region writes
+    add chunks but never rewrite metadata).  In a run with a uid (``run_uid``) the
+    sidecar also names the run and the array (format 2); :func:`bind` adds the chunk
+    manifest once the chunks are final."""
+    meta = {rel: _digest((root / rel).read_bytes()) for rel in _metadata_files(root)}
+    body: dict = {"format": UNBOUND_SUMS_FORMAT, "metadata": meta,
+                  "digest": _digest(json.dumps(meta, sort_keys=True).encode())}
+    if run_uid is not None:
+        body.update({"format": SUMS_FORMAT, "run": run_uid, "array": array, "chunks": None})
+        body["seal"] = _sealed(body)
+    _write_sums(root, body)
+
+
+def bind(root: Path, array: str, run_uid: str, label: str) -> None:
+    """Bind the array's chunks to their place: record every chunk file's crc32c trailer
+    in the sidecar (the manifest), once its chunks are final.  Every chunk of the grid
+    must be there, a regular file (a missing one is damage: the array is incomplete)."""
+    body = _read_sums(root, label, run_uid, array)
+    if body is None:
+        raise CorruptArray(f"{label} cannot be bound: its checksum file {sums_file(root)} "
+                           f"is missing")
+    chunks = {}
+    for path, node in _nodes(root, body, label).items():
+        if node.checksummed:
+            chunks[path] = _manifest(root, node, label).hex()
+    body["chunks"] = chunks
+    body["seal"] = _sealed(body)
+    _write_sums(root, body)
+
+
+def _manifest(root: Path, node: ArrayNode, label: str) -> bytes:
+    """The crc32c trailers of every chunk file of ``node``, in C order of its grid."""
+    base = f"{root / node.path}{os.sep}"
+    out = []
+    for idx in itertools.product(*(range(n) for n in node.grid())):
+        got = _read_trailer(base + node.chunk_key(idx))
+        if isinstance(got, str):
+            raise CorruptArray(f"{label} cannot be bound: chunk file "
+                               f"{node.chunk_file(root, idx)} {got}")
+        out.append(got)
+    return b"".join(out)
+
+
+def _read_trailer(path: str) -> bytes | str:
+    """The last :data:`TRAILER` bytes of a chunk file, or what is wrong with it: opened
+    without following a link or waiting on a FIFO, and only when a regular file."""
+    try:
+        fd = os.open(path, _OPEN_CHUNK)
+    except FileNotFoundError:
+        return "is missing"
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "is a link, not the chunk its place names"
+        return f"cannot be read ({e.strerror or e})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "is not a regular file, not the chunk its place names"
+        if st.st_size < TRAILER:
+            return "fails its checksum (too short to hold one)"
+        return os.pread(fd, TRAILER, st.st_size - TRAILER)
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    finally:
+        os.close(fd)
 
 
 def _node(rel: str, meta: dict) -> ArrayNode:
@@ -121,30 +228,86 @@ def _node(rel: str, meta: dict) -> ArrayNode:
     return ArrayNode(path, shape, chunks if ok else shape, sep, ok)
 
 
-def open_nodes(root: Path, label: str) -> dict[str, ArrayNode] | None:
-    """Verify the metadata of the array stored at ``root`` against its digests and return
-    its array nodes by path; None for an array written before checksums (nothing to
+def open_nodes(root: Path, label: str, run_uid: str | None = None,
+               array: str | None = None) -> dict[str, ArrayNode] | None:
+    """Verify the metadata of the array stored at ``root`` against its digests, and its
+    sidecar's place (the run ``run_uid`` and the array ``array``; see the module's
+    docstring), and return its array nodes by path, each with its chunk manifest when
+    the array is bound; None for an array written before checksums (nothing to
     verify).  ``label`` names the array and run in errors ("array 'x' of run 3")."""
+    body = _read_sums(root, label, run_uid, array)
+    if body is None:
+        if run_uid is not None:
+            raise CorruptArray(f"{label} is damaged: its checksum file {sums_file(root)} is "
+                               f"missing")
+        _legacy_or_lost(root, label)
+        return None
+    nodes = _nodes(root, body, label)
+    chunks = body.get("chunks")
+    if chunks:
+        for path, node in list(nodes.items()):
+            if not node.checksummed:
+                continue
+            try:
+                trailers = bytes.fromhex(chunks[path])
+            except (KeyError, TypeError, ValueError):
+                trailers = b""
+            cells = 1
+            for n in node.grid():
+                cells *= n
+            if len(trailers) != TRAILER * cells:
+                raise CorruptArray(f"{label} is damaged: its checksum file {sums_file(root)} "
+                                   f"has no manifest of the chunks of {path!r}")
+            nodes[path] = dataclasses.replace(node, trailers=trailers)
+    return nodes
+
+
+def _read_sums(root: Path, label: str, run_uid: str | None, array: str | None) -> dict | None:
+    """The array's sidecar, verified (its own digests) and checked to be of this run and
+    array; None when there is none."""
     sums_path = sums_file(root)
     try:
         raw = sums_path.read_bytes()
     except FileNotFoundError:
-        _legacy_or_lost(root, label)
         return None
     except OSError as e:
         raise CorruptArray(f"{label} cannot be read: {sums_path}: {e.strerror or e}") from e
     try:
         body = json.loads(raw)
         meta = body["metadata"]
-        ok = isinstance(meta, dict) and body.get("digest") == _digest(
+        version = body.get("format", UNBOUND_SUMS_FORMAT)
+        ok = isinstance(meta, dict) and isinstance(version, int) and body.get("digest") == _digest(
             json.dumps(meta, sort_keys=True).encode())
-    except (ValueError, KeyError, TypeError):
+        if ok and version > UNBOUND_SUMS_FORMAT:
+            ok = version > SUMS_FORMAT or body.get("seal") == _sealed(body)
+    except (ValueError, KeyError, TypeError, AttributeError):
         ok = False
     if not ok:
         raise CorruptArray(f"{label} is damaged: its checksum file {sums_path} is unreadable "
                            f"or fails its own digest")
+    if version > SUMS_FORMAT:
+        raise CorruptArray(f"{label} was written by a newer SubZero (checksum format {version}; "
+                           f"this one reads up to {SUMS_FORMAT}): upgrade SubZero to read it")
+    run = body.get("run") if version > UNBOUND_SUMS_FORMAT else None
+    if run != run_uid:
+        if run is None:
+            raise CorruptArray(f"{label} is not bound to this run (uid {run_uid}): its checksum "
+                               f"file {sums_path} names no run (copied from a run made before "
+                               f"runs had uids?)")
+        mine = f"not this run's ({run_uid})" if run_uid is not None else \
+            "and this run has no uid (made before runs had uids)"
+        raise CorruptArray(f"{label} belongs to another run: its checksum file {sums_path} "
+                           f"names run uid {run}, {mine}")
+    if run is not None and array is not None and body.get("array") != array:
+        raise CorruptArray(f"{label} is not the array its place names: its checksum file "
+                           f"{sums_path} is of array {body.get('array')!r}")
+    return dict(body)
+
+
+def _nodes(root: Path, body: dict, label: str) -> dict[str, ArrayNode]:
+    """The array's nodes, from its metadata files checked against the sidecar's digests."""
     nodes = {}
-    for rel, want in sorted(meta.items()):
+    for rel, want in sorted(body["metadata"].items()):
         f = root / rel
         try:
             data = f.read_bytes()
@@ -158,7 +321,8 @@ def open_nodes(root: Path, label: str) -> dict[str, ArrayNode] | None:
             node = _node(rel, json.loads(data))
             nodes[node.path] = node
     if "data" not in nodes:
-        raise CorruptArray(f"{label} is damaged: its checksum file {sums_path} lists no data array")
+        raise CorruptArray(f"{label} is damaged: its checksum file {sums_file(root)} lists no "
+                           f"data array")
     return nodes
 
 
@@ -178,16 +342,62 @@ def _legacy_or_lost(root: Path, label: str) -> None:
 
 def check_present(root: Path, node: ArrayNode, region: tuple[slice, ...] | None,
                   label: str) -> None:
-    """Every chunk file the region reads exists (a checksummed array writes them all)."""
+    """Every chunk file the region reads is there as a regular file (a checksummed array
+    writes them all) and, in a bound array, is the chunk its place names: its crc32c
+    trailer is the manifest's (zarr then checks the body against the trailer)."""
     if not node.checksummed:
         return
     base = f"{root / node.path}{os.sep}c"
     sep = node.separator
-    isfile = os.path.isfile
-    for idx in node.touched(region):            # one stat per chunk, no Path objects
-        if not isfile(base + "".join(f"{sep}{k}" for k in idx)):
-            raise CorruptArray(f"{label} is damaged: chunk file {node.chunk_file(root, idx)} "
-                               f"is missing")
+    if node.trailers is None:
+        lstat, isreg = os.lstat, stat.S_ISREG
+        for idx in node.touched(region):            # one lstat per chunk, no Path objects
+            try:
+                mode = lstat(base + "".join(f"{sep}{k}" for k in idx)).st_mode
+            except FileNotFoundError:
+                mode = 0
+            except OSError as e:
+                raise CorruptArray(f"{label} cannot be read: chunk file "
+                                   f"{node.chunk_file(root, idx)}: {e.strerror or e}") from e
+            if not isreg(mode):
+                what = "is missing" if mode == 0 else "is not a regular file"
+                raise CorruptArray(f"{label} is damaged: chunk file {node.chunk_file(root, idx)} "
+                                   f"{what}")
+        return
+    trailers, grid = node.trailers, node.grid()
+    for idx in node.touched(region):
+        got = _read_trailer(base + "".join(f"{sep}{k}" for k in idx))
+        k = 0
+        for i, n in zip(idx, grid):
+            k = k * n + i
+        if got == trailers[TRAILER * k:TRAILER * (k + 1)]:
+            continue
+        f = node.chunk_file(root, idx)
+        if isinstance(got, str):
+            misplaced = got.endswith("not the chunk its place names")
+            raise CorruptArray(f"{label}{': ' if misplaced else ' is damaged: '}chunk file {f} "
+                               f"{got}")
+        if _self_consistent(f):
+            raise CorruptArray(f"{label}: chunk file {f} is not the chunk its place names (its "
+                               f"checksum is not the one the array's manifest records for it)")
+        raise CorruptArray(f"{label} is damaged: chunk file {f} fails its checksum")
+
+
+def _self_consistent(f: Path) -> bool:
+    """Whether a chunk file's body matches its own crc32c trailer (after its trailer did not
+    match the manifest's: a misplaced chunk, not a damaged one)."""
+    import google_crc32c
+    try:
+        fd = os.open(f, _OPEN_CHUNK)
+        try:
+            size = os.fstat(fd).st_size
+            data = os.pread(fd, size, 0)
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+    return len(data) >= TRAILER and google_crc32c.value(data[:-TRAILER]) == int.from_bytes(
+        data[-TRAILER:], "little")
 
 
 def bad_chunk(root: Path, node: ArrayNode, region: tuple[slice, ...] | None) -> str | None:
@@ -200,7 +410,14 @@ def bad_chunk(root: Path, node: ArrayNode, region: tuple[slice, ...] | None) -> 
     for idx in node.touched(region):
         f = node.chunk_file(root, idx)
         try:
-            data = f.read_bytes()
+            fd = os.open(f, _OPEN_CHUNK)
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    return f"chunk file {f} is not a regular file"
+                data = os.pread(fd, st.st_size, 0)
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             return f"chunk file {f} is missing"
         except OSError as e:

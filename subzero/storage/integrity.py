@@ -13,6 +13,10 @@ model's concern, not this one.
   leaf — therefore fails its check like a damaged body does.
 * A file (an R-tree's ``.dat`` / ``.idx``) is recorded as (size, CRC-32) and
   checked before anything opens it.
+* In a run with a uid (lineage format 5) every seed starts with the run's uid as
+  well, so a value or file copied from another run fails its check like damage
+  (:mod:`subzero.storage.metadata`); a file's CRC-32 then starts from a seed too
+  (``start``).
 
 Everything raises :class:`ChecksumMismatch` (a plain ``ValueError``): callers
 know which operator and file it belongs to and turn it into the error the user
@@ -67,9 +71,9 @@ def crc(data: bytes | memoryview) -> int:
     return zlib.crc32(data)
 
 
-def file_digest(path: str | os.PathLike) -> tuple[int, int]:
-    """(size in bytes, CRC-32) of a file."""
-    c, n = 0, 0
+def file_digest(path: str | os.PathLike, start: int = 0) -> tuple[int, int]:
+    """(size in bytes, CRC-32 seeded with ``start``) of a file."""
+    c, n = start, 0
     with open(path, "rb") as f:
         while True:
             chunk = f.read(CHECKSUM_READ_BYTES)
@@ -80,9 +84,10 @@ def file_digest(path: str | os.PathLike) -> tuple[int, int]:
     return n, c
 
 
-def read_verified(path: str | os.PathLike, size: int, digest: int) -> bytes:
-    """The bytes of a file, checked against its recorded (size, CRC-32).  Callers use
-    these bytes (not the file again), so what was checked is what is used."""
+def read_verified(path: str | os.PathLike, size: int, digest: int, start: int = 0) -> bytes:
+    """The bytes of a file, checked against its recorded (size, CRC-32 seeded with
+    ``start``).  Callers use these bytes (not the file again), so what was checked is
+    what is used."""
     p = Path(path)
     try:
         with open(p, "rb") as f:
@@ -91,16 +96,16 @@ def read_verified(path: str | os.PathLike, size: int, digest: int) -> bytes:
         raise ChecksumMismatch("missing") from err
     except OSError as e:
         raise ChecksumMismatch(f"unreadable ({e.strerror or e})") from e
-    return verified(data, size, digest, longer="more than ")
+    return verified(data, size, digest, longer="more than ", start=start)
 
 
-def verified(data: bytes, size: int, digest: int, longer: str = "") -> bytes:
-    """``data``, checked against its recorded (size, CRC-32) (``longer``: what to say
-    before a size read past the recorded one)."""
+def verified(data: bytes, size: int, digest: int, longer: str = "", start: int = 0) -> bytes:
+    """``data``, checked against its recorded (size, CRC-32 seeded with ``start``)
+    (``longer``: what to say before a size read past the recorded one)."""
     if len(data) != size:
         raise ChecksumMismatch(f"{longer if len(data) > size else ''}{len(data)} bytes, "
                                f"{size} were written")
-    if zlib.crc32(data) != digest:
+    if zlib.crc32(data, start) != digest:
         raise ChecksumMismatch("checksum mismatch")
     return data
 

@@ -12,6 +12,11 @@ reading it is :class:`~subzero.storage.reader.StrategyReader` (over any
 written sealed with its checksum and every R-tree file's size and checksum go
 into the metadata record, in the same transaction
 (:mod:`subzero.storage.integrity`).
+
+A store is opened for one run (``run_uid``, its catalog row's uid): a run with a
+uid writes its lineage bound to it (format 5, :mod:`subzero.storage.metadata`)
+and reads only lineage bound to it; a run without one (made before runs had
+uids) writes and reads unbound lineage as before.
 """
 
 from __future__ import annotations
@@ -63,6 +68,9 @@ from subzero.storage.metadata import (
     db_name,
     key_index_key,
     record_key,
+    rtree_seed,
+    seed_name,
+    shard_seed,
     stored_encoding,
 )
 from subzero.storage.reader import StrategyReader
@@ -141,10 +149,14 @@ def _close_env(path: Path) -> None:
 
 
 class LineageStore:
-    """All stored lineage of one run."""
+    """All stored lineage of one run (``run_uid``: the run's uid, None for a run made
+    before runs had one; see the module's docstring)."""
 
-    def __init__(self, path: str | os.PathLike[str], readonly: bool = False):
+    def __init__(self, path: str | os.PathLike[str], readonly: bool = False,
+                 run_uid: str | None = None):
         self.path = Path(path)
+        #: the uid of the run whose lineage this is (None: an unbound run)
+        self.run_uid = run_uid
         if readonly and not (self.path / "data.mdb").exists():
             raise CorruptLineage(f"lineage store {self.path} is missing")
         if not readonly:
@@ -212,7 +224,7 @@ class LineageStore:
         with self.env.begin(write=True, db=db) as txn:
             encode_strategy(txn, name, strategy, pairs, out_shape, in_shapes, map_p_pairs,
                             lambda space: self.rtree_path(op, strategy, space),
-                            f"stored lineage of {op!r} ({strategy})")
+                            f"stored lineage of {op!r} ({strategy})", self.run_uid)
         return WriteStats(self.bytes_of(op, strategy), time.perf_counter() - t0, pairs.n)
 
     def commit_shards(self, op: str, strategy: Strategy, out_shape: Sequence[int],
@@ -222,7 +234,7 @@ class LineageStore:
         it holds."""
         name = self.db_name(op, strategy)
         db = self.database(name, create=True)
-        meta = StrategyMeta.sharded_index(strategy, out_shape, in_shapes, shards)
+        meta = StrategyMeta.sharded_index(strategy, out_shape, in_shapes, shards, self.run_uid)
         with self.env.begin(write=True, db=db) as txn:
             if txn.get(META) is not None:
                 raise CorruptLineage(f"stored lineage of {op!r} ({strategy}) is already written")
@@ -234,7 +246,8 @@ class LineageStore:
         return shard_folder(self.path, op, strategy)
 
     def meta(self, op: str, strategy: Strategy) -> StrategyMeta | None:
-        """The metadata record of (op, strategy), or None when nothing is stored."""
+        """The metadata record of (op, strategy), or None when nothing is stored; one
+        that is not this run's (:meth:`StrategyMeta.check_bound`) is CorruptLineage."""
         name = self.db_name(op, strategy)
         db = self.database(name, create=False)
         if db is None:
@@ -245,12 +258,18 @@ class LineageStore:
                 raw = txn.get(META)
         except lmdb.Error as e:
             raise CorruptLineage(f"{where} is unreadable: {e}") from e
-        return None if raw is None else StrategyMeta.from_bytes(raw, where, name)
+        if raw is None:
+            return None
+        meta = StrategyMeta.from_bytes(raw, where, name)
+        meta.check_bound(self.run_uid, f"stored lineage of operator {op!r} ({strategy}) in "
+                                       f"{self.file}")
+        return meta
 
     def rtree_file(self, op: str, strategy: Strategy, space: str, ext: str, size: int,
-                   digest: int) -> bytes:
-        """One R-tree file's bytes, checked against its recorded size and CRC-32."""
-        return read_verified(f"{self.rtree_path(op, strategy, space)}.{ext}", size, digest)
+                   digest: int, start: int = 0) -> bytes:
+        """One R-tree file's bytes, checked against its recorded size and CRC-32
+        (seeded with ``start``)."""
+        return read_verified(f"{self.rtree_path(op, strategy, space)}.{ext}", size, digest, start)
 
     @property
     def file(self) -> Path:
@@ -329,30 +348,37 @@ class WriteTxn(Protocol):
 def encode_strategy(txn: WriteTxn, name: bytes, strategy: Strategy, pairs: Pairs,
                     out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]],
                     map_p_pairs: MapPPairs | None, rtree_base: Callable[[str], Path],
-                    where: str) -> list[Space]:
+                    where: str, run_uid: str | None = None) -> list[Space]:
     """Encode ``pairs`` of one strategy into a sub-database (``txn``: an LMDB write
     transaction opened on it, or anything with ``get``/``put``/``cursor().putmulti``),
     after what it already holds; ``rtree_base(space)`` is the base path of a space's
-    R-tree files.  New sub-databases are written in :data:`metadata.WRITE_FORMAT
+    R-tree files.  New sub-databases of a run with a uid (``run_uid``) are written
+    bound to it (format 5), of an unbound run in :data:`metadata.WRITE_FORMAT
     <subzero.storage.metadata.WRITE_FORMAT>`.  Returns the spaces written (their key cells)."""
     enc = stored_encoding(strategy)
     spaces = spaces_for(strategy, pairs, out_shape, in_shapes, map_p_pairs)
     raw = txn.get(META)
     if raw:
         meta = StrategyMeta.from_bytes(raw, where, name)
+        meta.check_bound(run_uid, where)        # never append to another run's lineage
         if meta.sharded:
             raise CorruptLineage(f"{where} is sharded; it cannot be appended to")
         # an old store stays unchecked (its blocks have no checksums); format 1
         # becomes 2, which only makes its key-block size explicit
         meta = meta.in_format(max(meta.version, 2))
     else:
-        # read at each write: the one switch tests turn to write an older format
-        meta = StrategyMeta.new(strategy, out_shape, in_shapes).in_format(metadata.WRITE_FORMAT)
-    put: _Sealer | _Plain = _Sealer(name) if meta.checksummed else _plain
+        meta = StrategyMeta.new(strategy, out_shape, in_shapes)
+        # WRITE_FORMAT read at each write: the one switch tests turn to write an older format
+        meta = meta.in_format(metadata.WRITE_FORMAT) if run_uid is None else meta.bound(run_uid)
+    put: _Sealer | _Plain = _Sealer(seed_name(name, meta.run), name) if meta.checksummed else _plain
+    run = meta.run
+
+    def rtree_start(space: str, ext: str) -> int:
+        return rtree_seed(name, run, space, ext)
     for sp in spaces:
         info = meta.space(sp.name) or SpaceMeta.new(
             sp.name, sp.key_shape, record_fields(sp, enc), sp.value_shapes, KEY_BITS)
-        meta = meta.with_space(_write_space(txn, strategy, sp, info, put, rtree_base))
+        meta = meta.with_space(_write_space(txn, strategy, sp, info, put, rtree_base, rtree_start))
     if strategy.mode is Mode.COMP:
         cov = np.unique(pairs.out)
         for a in range(0, len(cov), COVERED_CHUNK):
@@ -364,9 +390,11 @@ def encode_strategy(txn: WriteTxn, name: bytes, strategy: Strategy, pairs: Pairs
 
 
 def _write_space(txn: WriteTxn, strategy: Strategy, sp: Space, info: SpaceMeta,
-                 put: _Sealer | _Plain, rtree_base: Callable[[str], Path]) -> SpaceMeta:
+                 put: _Sealer | _Plain, rtree_base: Callable[[str], Path],
+                 rtree_start: Callable[[str, str], int]) -> SpaceMeta:
     """Append one space's pairs after those already stored; returns its new metadata.
-    ``put(key, body)`` gives the value to store (sealed, or as is in old formats)."""
+    ``put(key, body)`` gives the value to store (sealed, or as is in old formats);
+    ``rtree_start(space, ext)`` the CRC-32 seed of an R-tree file."""
     if sp.n == 0:
         return info
     first = -(-info.pairs // REC_PAIRS) * REC_PAIRS
@@ -390,15 +418,17 @@ def _write_space(txn: WriteTxn, strategy: Strategy, sp: Space, info: SpaceMeta,
         cur.putmulti(puts)
     info = info.appended(first, sp.n, blocks, kblocks if put.checked else ())
     if not enc.one:
-        files = _write_rtree(rtree_base(sp.name), sp, first)
+        files = _write_rtree(rtree_base(sp.name), sp, first,
+                             lambda ext: rtree_start(sp.name, ext))
         if put.checked:
             info = info.with_files(files)
     return info
 
 
-def _write_rtree(path: Path, sp: Space, first: int) -> list[tuple[str, int, int]]:
+def _write_rtree(path: Path, sp: Space, first: int, start: Callable[[str], int],
+                 ) -> list[tuple[str, int, int]]:
     """Build (or extend) the space's R-tree at ``path``; returns its files' (suffix,
-    size, CRC-32)."""
+    size, CRC-32 seeded with ``start(suffix)``)."""
     coords = unpack(sp.key, sp.key_shape)
     starts = sp.key_off[:-1]
     mins = np.minimum.reduceat(coords, starts, axis=0).astype(np.float64)
@@ -417,16 +447,17 @@ def _write_rtree(path: Path, sp: Space, first: int) -> list[tuple[str, int, int]
     else:
         idx = rindex.Index(str(path), (ids, mins, maxs), properties=props)
     idx.close()
-    return [(ext, *file_digest(str(path) + "." + ext)) for ext in RTREE_FILES]
+    return [(ext, *file_digest(str(path) + "." + ext, start(ext))) for ext in RTREE_FILES]
 
 
 class _Sealer:
-    """Seals values of one sub-database (format 3 on)."""
+    """Seals values of one sub-database (format 3 on; ``db``: what the checksums are
+    seeded with, :func:`~subzero.storage.metadata.seed_name`; ``name``: its name)."""
 
     checked = True
 
-    def __init__(self, db: bytes):
-        self.db = db
+    def __init__(self, db: bytes, name: bytes):
+        self.db, self.name = db, name
 
     def __call__(self, key: bytes, body: bytes) -> bytes:
         return seal(body, seed(self.db, key))
@@ -437,7 +468,7 @@ class _Sealer:
         try:
             return bytes(unseal(value, seed(self.db, key)))
         except ChecksumMismatch as err:
-            raise CorruptLineage(f"stored lineage {self.db.decode()!r} has a damaged key-index "
+            raise CorruptLineage(f"stored lineage {self.name.decode()!r} has a damaged key-index "
                                  f"block; it cannot be appended to") from err
 
 
@@ -508,10 +539,11 @@ def shard_folder(lineage_dir: str | os.PathLike[str], op: str, strategy: Strateg
 def write_shard(lineage_dir: str | os.PathLike[str], stem: str, attempt: int, op: str,
                 strategy: Strategy, pairs: Pairs, out_shape: Sequence[int],
                 in_shapes: Sequence[Sequence[int]], map_p_pairs: MapPPairs | None = None,
-                ) -> ShardWrite | None:
+                run_uid: str | None = None) -> ShardWrite | None:
     """Encode one task's ``pairs`` of (op, strategy) into a shard file named for the
     tile (``stem``) and the task ``attempt``, written whole then renamed into place;
-    None when there is nothing to store."""
+    None when there is nothing to store.  A run with a uid (``run_uid``) writes it
+    bound to the run and the tile (format 5)."""
     if pairs.n == 0:
         return None
     t0 = time.perf_counter()
@@ -519,7 +551,8 @@ def write_shard(lineage_dir: str | os.PathLike[str], stem: str, attempt: int, op
     txn = _MemoryTxn()
     with tempfile.TemporaryDirectory(prefix="subzero-shard-") as tmp:
         spaces = encode_strategy(txn, name, strategy, pairs, out_shape, in_shapes, map_p_pairs,
-                                 lambda space: Path(tmp) / space, f"a shard of {op!r} ({strategy})")
+                                 lambda space: Path(tmp) / space, f"a shard of {op!r} ({strategy})",
+                                 run_uid)
         if not stored_encoding(strategy).one:
             for sp in spaces:
                 for ext in RTREE_FILES if sp.n else ():
@@ -534,7 +567,8 @@ def write_shard(lineage_dir: str | os.PathLike[str], stem: str, attempt: int, op
     tmp_file.write_bytes(body)
     os.replace(tmp_file, final)
     rel = final.relative_to(Path(lineage_dir)).as_posix()
-    return ShardWrite(ShardMeta(rel, len(body), zlib.crc32(body), boxes, covered),
+    crc = zlib.crc32(body, shard_seed(name, run_uid, stem))
+    return ShardWrite(ShardMeta(rel, len(body), crc, boxes, covered),
                       time.perf_counter() - t0, pairs.n)
 
 

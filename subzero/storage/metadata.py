@@ -32,14 +32,32 @@ encode their tiles' lineage into shard files, and the record in the run's LMDB
 environment lists the committed shards — each one's file, size and CRC-32, and
 per key space its pair count and the bounding box of its key cells — so that a
 reader opens only the shards a query's cells fall in.  Each shard holds an
-ordinary format-3 sub-database.  Unsharded strategies are still written in
-format 3, which older SubZero versions read.
+ordinary format-3 sub-database.  Unsharded strategies of unbound runs (below)
+are still written in format 3, which older SubZero versions read.
+
+Format 5 is *bound to its run* (:mod:`subzero.storage.place`): a checksum
+proves that bytes are intact, and in format 5 also that they belong to this
+run.  Every sealed value's CRC-32 is seeded with the run's uid before the
+sub-database's name and the key (:func:`seed_name`: ``seed(tag + db, key)``,
+``tag`` the uid's 16 bytes), and so is the CRC-32 of each R-tree file and each
+shard file (a shard's also with its tile's name).  The metadata record is
+sealed as in format 3 (so an older SubZero reads it, sees a newer format and
+says so, rather than calling it damage) and names the run in its JSON
+(``run``: the uid), which every reader checks against the run it reads for.
+Lineage taken from another run — a ``lineage/`` folder, a ``data.mdb``, a
+shard file — therefore fails like damage and says that it belongs to another
+run.  Format 5 is written for every new sub-database of a run with a uid, its
+shards' included, sharded or not (``sharded`` says which); runs made before
+runs had uids (their catalog row has none) are *unbound*: they keep reading
+and writing formats 2-4, and format 5 in them is foreign, while a run with a
+uid reads only format 5 (:meth:`StrategyMeta.check_bound`).
 
 The JSON of each record has a typed shape (:class:`StrategyRecord`,
 :class:`SpaceRecord`, :class:`ShardRecord`).  Whether a record is sharded is
 its ``sharded`` key; records written before that key existed (formats 1-3, and
 format 4 as first written) say it by their format number, which
-:meth:`StrategyMeta.from_json` reads in its place.
+:meth:`StrategyMeta.from_json` reads in its place (format 4 is sharded, others
+are not).
 """
 
 from __future__ import annotations
@@ -59,17 +77,21 @@ from subzero.errors import ChecksumMismatch, CorruptLineage, NewerLineageFormat,
 from subzero.model.strategy import Encoding, Strategy, parse_one
 from subzero.storage.encodings import LEGACY_KEY_BITS
 from subzero.storage.integrity import seal, seed, unseal
+from subzero.storage.place import Place
 
-#: The newest format this SubZero reads (and writes, for sharded strategies).
-FORMAT_VERSION = 4
-#: Format of the unsharded strategies this SubZero writes (and of every shard's own).
-#: The writer (:func:`subzero.storage.lineage.encode_strategy`) reads it at each
-#: write, so a test writes a store as SubZero did before checksums by setting it to
-#: 2 (``monkeypatch.setattr(subzero.storage.metadata, "WRITE_FORMAT", 2)``); appends
-#: keep a store's own format.
+#: The newest format this SubZero reads (and writes, for every run with a uid).
+FORMAT_VERSION = 5
+#: Format of the unsharded strategies this SubZero writes for an *unbound* run (one
+#: made before runs had uids, resumed; and of every shard's own there).  The writer
+#: (:func:`subzero.storage.lineage.encode_strategy`) reads it at each write, so a
+#: test writes a store as SubZero did before checksums by setting it to 2
+#: (``monkeypatch.setattr(subzero.storage.metadata, "WRITE_FORMAT", 2)``) for an
+#: unbound run; appends keep a store's own format.
 WRITE_FORMAT = 3
 #: First format whose record may list shards instead of holding blocks.
 SHARDED_FORMAT = 4
+#: First format whose values, files and record are bound to their run's uid.
+BOUND_FORMAT = 5
 #: Format of metadata written without a ``format`` number.
 LEGACY_FORMAT = 1
 #: First format whose values carry checksums.
@@ -92,6 +114,25 @@ def db_name(op: str, strategy: Strategy) -> bytes:
     """The name of an (operator, strategy) sub-database, in a run's LMDB environment
     and in each shard; the checksums of its values are seeded with it."""
     return f"{op}|{strategy}".encode()
+
+
+def seed_name(db: bytes, run_uid: str | None) -> bytes:
+    """What the checksums of sub-database ``db``'s values are seeded with: its name,
+    behind its run's uid in a bound run (format 5: ``seed(seed_name(db, uid), key)``),
+    alone in an unbound one."""
+    return db if run_uid is None else Place(run_uid).tag + db
+
+
+def shard_seed(db: bytes, run_uid: str | None, stem: str) -> int:
+    """The CRC-32 seed of a shard file of sub-database ``db`` for tile ``stem`` (its
+    file name without suffix): bound to the run and the tile in format 5, 0 before."""
+    return 0 if run_uid is None else seed(seed_name(db, run_uid), stem.encode())
+
+
+def rtree_seed(db: bytes, run_uid: str | None, space: str, ext: str) -> int:
+    """The CRC-32 seed of one R-tree file of ``space``: bound to the run, the
+    sub-database and the space in format 5, 0 before."""
+    return 0 if run_uid is None else seed(seed_name(db, run_uid), f"rtree|{space}|{ext}".encode())
 
 
 def block_key(space: str, kind: bytes, n: int) -> bytes:
@@ -162,6 +203,8 @@ class StrategyRecord(TypedDict):
     sharded: NotRequired[bool]
     #: sharded records only
     shards: NotRequired[list[ShardRecord]]
+    #: format 5 on: the uid of the run the lineage belongs to
+    run: NotRequired[str]
 
 
 # -- metadata records ------------------------------------------------------------------
@@ -278,7 +321,8 @@ class ShardMeta:
 @dataclass(frozen=True)
 class StrategyMeta:
     """What one (operator, strategy) sub-database holds: blocks described by
-    ``spaces`` (formats 1-3), or, ``sharded`` (format 4), the ``shards`` holding them."""
+    ``spaces`` (formats 1-3), or, ``sharded`` (format 4), the ``shards`` holding them;
+    format 5 either of them, bound to the run ``run`` (its uid)."""
 
     strategy: Strategy
     out_shape: Shape
@@ -289,6 +333,8 @@ class StrategyMeta:
     shards: tuple[ShardMeta, ...] = ()
     #: whether the record lists shards instead of holding blocks
     sharded: bool = False
+    #: the uid of the run it belongs to (format 5 on; None before)
+    run: str | None = None
 
     @staticmethod
     def new(strategy: Strategy, out_shape: Sequence[int],
@@ -297,10 +343,35 @@ class StrategyMeta:
 
     @staticmethod
     def sharded_index(strategy: Strategy, out_shape: Sequence[int],
-                      in_shapes: Sequence[Sequence[int]], shards: Sequence[ShardMeta]) -> StrategyMeta:
-        """The record of a sharded strategy: the shards, no blocks of its own."""
-        return StrategyMeta(strategy, _shape(out_shape), tuple(_shape(s) for s in in_shapes),
+                      in_shapes: Sequence[Sequence[int]], shards: Sequence[ShardMeta],
+                      run_uid: str | None = None) -> StrategyMeta:
+        """The record of a sharded strategy: the shards, no blocks of its own (format 5,
+        bound to run ``run_uid``, when the run has one)."""
+        meta = StrategyMeta(strategy, _shape(out_shape), tuple(_shape(s) for s in in_shapes),
                             version=SHARDED_FORMAT, shards=tuple(shards), sharded=True)
+        return meta if run_uid is None else meta.bound(run_uid)
+
+    def bound(self, run_uid: str) -> StrategyMeta:
+        """This metadata as written bound to run ``run_uid`` (format 5)."""
+        return dataclasses.replace(self, version=BOUND_FORMAT, run=run_uid)
+
+    def check_bound(self, run_uid: str | None, where: str) -> None:
+        """Refuse lineage that is not this run's: a bound record naming another run, a
+        bound record in an unbound run (``run_uid`` None), or an unbound record in a
+        run with a uid (lineage of a run made before uids, or written unbound, cannot
+        prove it is this run's).  Raises :class:`CorruptLineage`, which a trace answers
+        another way."""
+        if self.run is not None:
+            if self.run != run_uid:
+                mine = f"not this run's ({run_uid})" if run_uid is not None else \
+                    "and this run has no uid (made before runs had uids)"
+                raise CorruptLineage(f"{where} belongs to another run: its record names run uid "
+                                     f"{self.run}, {mine}")
+        elif run_uid is not None:
+            raise CorruptLineage(f"{where} is not bound to this run: format {self.version} "
+                                 f"names no run, and run uid {run_uid} reads only lineage bound "
+                                 f"to it (format {BOUND_FORMAT}); it was written elsewhere or "
+                                 f"copied from another run")
 
     def space(self, name: str) -> SpaceMeta | None:
         for sp in self.spaces:
@@ -342,6 +413,8 @@ class StrategyMeta:
         if self.sharded:
             d["sharded"] = True
             d["shards"] = [sh.to_json() for sh in self.shards]
+        if self.run is not None:
+            d["run"] = self.run
         return d
 
     def to_bytes(self, db: bytes = b"") -> bytes:
@@ -364,10 +437,14 @@ class StrategyMeta:
                 f"{where} was written by a newer SubZero (lineage format {version}; this one "
                 f"reads up to {FORMAT_VERSION}); upgrade SubZero to use it")
         # records from before the key: sharded exactly when of the sharded format
-        sharded = rec.get("sharded", version >= SHARDED_FORMAT)
+        sharded = rec.get("sharded", version == SHARDED_FORMAT)
         if not isinstance(sharded, bool) or (sharded and version < SHARDED_FORMAT):
             raise CorruptLineage(f"{where} has malformed metadata (sharded {sharded!r} in "
                                  f"format {version})")
+        run = rec.get("run")
+        if (version >= BOUND_FORMAT) != (run is not None) or not (run is None or _is_uid(run)):
+            raise CorruptLineage(f"{where} has malformed metadata (run {run!r} in format "
+                                 f"{version})")
         try:
             return StrategyMeta(
                 parse_one(rec["strategy"]), _shape(rec["out_shape"]),
@@ -375,7 +452,7 @@ class StrategyMeta:
                 tuple(SpaceMeta.from_json(str(k), v, version) for k, v in rec["spaces"].items()),
                 int(rec.get("covered_chunks", 0)), version,
                 tuple(ShardMeta.from_json(sh) for sh in rec["shards"]) if sharded else (),
-                sharded)
+                sharded, run)
         except (KeyError, TypeError, ValueError, AttributeError, StrategyError) as e:
             raise CorruptLineage(f"{where} has malformed metadata: {type(e).__name__}: {e}") from e
 
@@ -431,6 +508,11 @@ def decode_block_set(text: str, n: int) -> np.ndarray:
     if out is None:
         raise ValueError("key-index block set shorter than the key array")
     return out
+
+
+def _is_uid(text: object) -> bool:
+    """A run uid as records name it: 32 lower-case hex digits."""
+    return isinstance(text, str) and len(text) == 32 and all(c in "0123456789abcdef" for c in text)
 
 
 def _shape(s: Iterable[int]) -> Shape:

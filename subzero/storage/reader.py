@@ -8,7 +8,10 @@ In a checksummed store (format 3) every value is verified before it is
 decoded, a key-index block the metadata lists but LMDB does not return is
 damage (not "no such cells"), and each R-tree file is checked against its
 recorded size and CRC-32 before libspatialindex opens it — once per reader, so
-a warm reader pays nothing.  Older stores are read unchecked.
+a warm reader pays nothing.  Older stores are read unchecked.  A reader reads
+for one run (its source's ``run_uid``): in a run with a uid only lineage bound
+to it (format 5, its checksums seeded with the uid), in a run without one only
+unbound lineage; anything else is damage that names the other run.
 
 A reader reads from anything shaped like a :class:`LineageSource`: a run's
 :class:`~subzero.storage.lineage.LineageStore`, or one shard file
@@ -64,6 +67,8 @@ from subzero.storage.metadata import (
     decode_block_set,
     key_index_key,
     record_key,
+    rtree_seed,
+    seed_name,
     stored_encoding,
 )
 
@@ -132,6 +137,11 @@ class LineageSource(Protocol):
         """Where read transactions are begun."""
         ...
 
+    @property
+    def run_uid(self) -> str | None:
+        """The uid of the run read for (None: a run made before runs had uids)."""
+        ...
+
     def database(self, name: bytes, create: bool = False) -> Any:
         """The handle of sub-database ``name`` for :meth:`ReadEnv.begin` (None when
         absent); a read-only source never creates one."""
@@ -142,9 +152,10 @@ class LineageSource(Protocol):
         ...
 
     def rtree_file(self, op: str, strategy: Strategy, space: str, ext: str, size: int,
-                   digest: int) -> bytes:
-        """One R-tree file's bytes, checked against its recorded size and CRC-32
-        (:class:`~subzero.storage.integrity.ChecksumMismatch` when they differ)."""
+                   digest: int, start: int = 0) -> bytes:
+        """One R-tree file's bytes, checked against its recorded size and CRC-32 seeded
+        with ``start`` (:class:`~subzero.storage.integrity.ChecksumMismatch` when they
+        differ)."""
         ...
 
 
@@ -166,7 +177,6 @@ class StrategyReader:
         #: The LMDB file the values live in (named in errors).
         self.file = store.file
         self._name = db_name(op, strategy)
-        self._seed = seed(self._name, b"")
         where = f"stored lineage of {op!r} ({strategy}) in {self.file}"
         try:
             self.db = store.database(self._name)
@@ -182,6 +192,10 @@ class StrategyReader:
         self.meta: StrategyMeta = StrategyMeta.from_bytes(raw, where, self._name)
         if self.meta.strategy != strategy:
             raise CorruptLineage(f"{where} holds lineage of another strategy ({self.meta.strategy})")
+        self.meta.check_bound(store.run_uid, f"stored lineage of operator {op!r} ({strategy}) "
+                                             f"in {self.file}")
+        # the seed of every value's checksum: bound to the run in format 5
+        self._seed = seed(seed_name(self._name, self.meta.run), b"")
         self._spaces = {sp.name: sp for sp in self.meta.spaces}
         self._checked = self.meta.checksummed
 
@@ -324,7 +338,8 @@ class StrategyReader:
             if ext not in files:
                 raise self._damaged(f"its metadata records no checksum of R-tree file {f.name}", f)
             try:
-                out[ext] = self.store.rtree_file(self.op, self.strategy, space, ext, *files[ext])
+                out[ext] = self.store.rtree_file(self.op, self.strategy, space, ext, *files[ext],
+                                                 rtree_seed(self._name, self.meta.run, space, ext))
             except ChecksumMismatch as e:
                 raise self._damaged(f"R-tree file {f.name}: {e}", f) from e
         return out

@@ -11,6 +11,12 @@ file, size, CRC-32, and the bounding box of the key cells of each space).
 Retried and speculative attempts therefore neither duplicate nor lose
 lineage, and the driver never holds a tile's pairs.
 
+In a run with a uid, shards are bound to it like the run's own sub-databases
+(lineage format 5): the sub-database inside is bound (its record names the
+run, its checksums are seeded with the uid), and the shard file's CRC-32 in
+the record is seeded with the uid and the tile's name, so a shard taken from
+another run, or from another tile, fails its check like damage.
+
 A trace reads through :class:`ShardedReader`, the same pair-source interface
 as :class:`~subzero.storage.reader.StrategyReader`: it opens only the shards
 whose key box meets the query's cells (each checked whole against its size
@@ -24,6 +30,8 @@ each value's length (u64), the keys, then the values; keys sorted.
 from __future__ import annotations
 
 import bisect
+import os
+import stat
 import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -37,7 +45,7 @@ from subzero.model.cells import csr_take, lengths_to_offsets, unpack
 from subzero.model.cellset import CellSet
 from subzero.storage.encodings import Records, concat_records
 from subzero.storage.integrity import read_verified, verified
-from subzero.storage.metadata import ShardMeta, StrategyMeta, db_name
+from subzero.storage.metadata import ShardMeta, StrategyMeta, db_name, shard_seed
 from subzero.storage.reader import LineageSource, StrategyReader, row_runs
 
 if TYPE_CHECKING:
@@ -136,12 +144,15 @@ class _Cursor:
 
 
 class ShardStore:
-    """One opened shard, as the store a :class:`StrategyReader` reads from."""
+    """One opened shard, as the store a :class:`StrategyReader` reads from (for the
+    run ``run_uid``)."""
 
-    def __init__(self, file: Path, data: bytes, name: bytes, where: str):
+    def __init__(self, file: Path, data: bytes, name: bytes, where: str,
+                 run_uid: str | None = None):
         self.file = file
         self.path = file.parent
         self.env = ShardEnv(data, where)
+        self.run_uid = run_uid
         self._name = name
 
     def database(self, name: bytes, create: bool = False) -> ShardEnv | None:
@@ -153,11 +164,11 @@ class ShardStore:
         return Path(f"{self.file}#rtree-{space}")
 
     def rtree_file(self, op: str, strategy: Strategy, space: str, ext: str, size: int,
-                   digest: int) -> bytes:
+                   digest: int, start: int = 0) -> bytes:
         data = self.env.get(rtree_key(space, ext))
         if data is None:
             raise ChecksumMismatch("missing")
-        return verified(data, size, digest)
+        return verified(data, size, digest, start=start)
 
 
 # -- reading ---------------------------------------------------------------------------
@@ -188,11 +199,18 @@ class ShardedReader:
             sh = self.shards[k]
             path = self.store.path / sh.file
             what = f"stored lineage of operator {self.op!r} ({self.strategy}) is damaged"
+            name = db_name(self.op, self.strategy)
+            start = shard_seed(name, self.meta.run, Path(sh.file).name.removesuffix(SUFFIX))
             try:
-                data = read_verified(path, sh.size, sh.crc)
+                data = read_verified(path, sh.size, sh.crc, start)
             except ChecksumMismatch as e:
+                other = _named_run(path, sh.size, name)
+                if other is not None and other != self.store.run_uid:
+                    raise CorruptLineage(f"stored lineage of operator {self.op!r} ({self.strategy}): "
+                                         f"shard {sh.file} belongs to another run: its record "
+                                         f"names run uid {other} ({path})") from e
                 raise CorruptLineage(f"{what}: shard {sh.file}: {e} ({path})") from e
-            r = StrategyReader(ShardStore(path, data, db_name(self.op, self.strategy), f"shard {path}"),
+            r = StrategyReader(ShardStore(path, data, name, f"shard {path}", self.store.run_uid),
                                self.op, self.strategy)
             self._open[k] = r
         return r
@@ -306,6 +324,24 @@ class ShardedReader:
             touched = self._meeting(boxes, ids, self.meta.out_shape)
         parts = [self._reader(k).covered() for k in touched]
         return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+
+
+def _named_run(path: Path, size: int, name: bytes) -> str | None:
+    """After a shard failed its check: the run its own record names, if it is a
+    readable shard of a bound run (to say "another run" rather than "damaged")."""
+    from subzero.storage.metadata import META
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            data = os.pread(fd, 2 * size + (1 << 20), 0)
+        finally:
+            os.close(fd)
+        raw = ShardEnv(data, str(path)).get(META)
+        return None if raw is None else StrategyMeta.from_bytes(raw, str(path), name).run
+    except (OSError, CorruptLineage):
+        return None
 
 
 def box_of(ids: np.ndarray, shape: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -107,7 +107,7 @@ def _aggregate(sc: SparkContext, name: str, op: Operator, inputs: Sequence[str],
     all-to-all pair, written by the runtime."""
     assert isinstance(op, Aggregating)      # run_step asked _aggregates
     tiles = tiles_for(in_shapes[0], arrays.tile, 0)
-    fn = partial(partial_task, str(arrays.dir.parent), arrays.tile, name, op, list(inputs))
+    fn = partial(partial_task, str(arrays.dir.parent), arrays.tile, arrays.run_uid, name, op, list(inputs))
     rdd = sc.parallelize(tiles, len(tiles)).map(fn)
     state = run_job(sc, name, lambda: rdd.treeReduce(op.merge), on_tasks)
     t0 = time.perf_counter()
@@ -174,7 +174,7 @@ class SparkEngine(Engine):
             tasks = list(by_tile.values())
             self.note(f"inputs {', '.join(dict.fromkeys(n for n, _, _ in jobs))}: {len(jobs)} "
                       f"tile(s) in {len(tasks)} task(s), read from their sources on the executors")
-            fn = partial(copy_task, str(self.arrays.dir.parent), self.arrays.tile)
+            fn = partial(copy_task, str(self.arrays.dir.parent), self.arrays.tile, self.arrays.run_uid)
             t0 = time.perf_counter()
             collect(self.sc.parallelize(tasks, len(tasks)).map(fn), "(loading inputs)")
             self.note(f"  inputs done in {time.perf_counter() - t0:.2f} s")
@@ -210,14 +210,14 @@ class SparkEngine(Engine):
             arrays.create(name, out_shape, in_dtype)
             self.note(f"{name}: gather, {len(tiles)} tile task(s) reading only the input boxes "
                       f"their cells come from")
-            fn = partial(gather_task, str(arrays.dir.parent), arrays.tile, self._shards(capture),
+            fn = partial(gather_task, str(arrays.dir.parent), arrays.tile, arrays.run_uid, self._shards(capture),
                          name, op, step.inputs[0], strategies, capture, out_shape, in_shapes[0])
             results = collect(self.sc.parallelize(tiles, len(tiles)).map(fn), name, on_tasks)
             tasks = len(tiles)
         elif halo is None:
             tasks = 1
             self.note(f"{name}: {op.tiling.kind} operator, one task on the whole array")
-            fn = partial(global_task, str(arrays.dir.parent), arrays.tile, self._shards(capture),
+            fn = partial(global_task, str(arrays.dir.parent), arrays.tile, arrays.run_uid, self._shards(capture),
                          name, op, list(step.inputs), strategies, capture)
             results = collect(self.sc.parallelize([0], 1).map(fn), name, on_tasks)
             assert results[0].attempt is not None
@@ -233,8 +233,9 @@ class SparkEngine(Engine):
             arrays.create(name, out_shape, dtype)
             self.note(f"{name}: {len(tiles)} tile task(s) of up to {size} cells per axis"
                       + (f", halo {halo}" if halo else ""))
-            fn = partial(tile_task, str(arrays.dir.parent), arrays.tile, self._shards(capture), name,
-                         op, list(step.inputs), strategies, capture, out_shape, in_shapes, stat)
+            fn = partial(tile_task, str(arrays.dir.parent), arrays.tile, arrays.run_uid,
+                         self._shards(capture), name, op, list(step.inputs), strategies, capture,
+                         out_shape, in_shapes, stat)
             results = collect(self.sc.parallelize(tiles, len(tiles)).map(fn), name, on_tasks)
             tasks = len(tiles)
         wall = time.perf_counter() - t0
@@ -258,7 +259,7 @@ class SparkEngine(Engine):
         root, shape = str(arrays.dir.parent), tuple(shape)
         tiles = tiles_for(shape, arrays.tile)
         stat = self._statistic(name, op, source, shape, on_tasks)
-        label_fn = partial(label_task, root, arrays.tile, name, op, source, shape, stat)
+        label_fn = partial(label_task, root, arrays.tile, arrays.run_uid, name, op, source, shape, stat)
         summaries: list[TileComponents] = collect(sc.parallelize(tiles, len(tiles)).map(label_fn),
                                                   name, on_tasks)
         answers, n = merge_tiles(summaries, shape, op.connectivity, int(getattr(op, "min_size", 1)))
@@ -267,10 +268,15 @@ class SparkEngine(Engine):
         self.note(f"{name}: connected components over {len(tiles)} tile(s)"
                   + (", statistic merged in a tree" if op.statistic is not None else "")
                   + f"; {n} region(s), {spanning} across tile borders")
-        fn = partial(relabel_task, root, arrays.tile, self._shards(capture), name, op, source, shape,
-                     stat, strategies, capture)
+        fn = partial(relabel_task, root, arrays.tile, arrays.run_uid, self._shards(capture), name, op,
+                     source, shape, stat, strategies, capture)
         jobs = list(zip(tiles, answers))
         return collect(sc.parallelize(jobs, len(jobs)).map(fn), name, on_tasks)
+
+    def bind(self, names: list[str]) -> None:
+        """Bind arrays the tasks wrote to their place, on the driver, after their job."""
+        for name in names:
+            self.arrays.bind(name)
 
     def cancel(self) -> None:
         """Stop every job still running (another job of the run failed)."""
@@ -304,7 +310,7 @@ class SparkEngine(Engine):
         t0 = time.perf_counter()
         prior = None
         for _ in range(stat.rounds):
-            fn = partial(stat_task, str(self.arrays.dir.parent), self.arrays.tile, name, stat,
+            fn = partial(stat_task, str(self.arrays.dir.parent), self.arrays.tile, self.arrays.run_uid, name, stat,
                          source, shape, prior)
             rdd = sc.parallelize(tiles, len(tiles)).map(fn)
             prior = stat.finish(run_job(sc, name, partial(rdd.treeReduce, stat.merge), on_tasks), prior)
@@ -374,7 +380,7 @@ class SparkEngine(Engine):
                   f"each on the whole arrays, in one job")
         on_tasks = progress.tiles if progress.wants_tasks else None
         t0 = time.perf_counter()
-        fn = partial(globals_task, str(arrays.dir.parent), arrays.tile, self._shards(capture),
+        fn = partial(globals_task, str(arrays.dir.parent), arrays.tile, arrays.run_uid, self._shards(capture),
                      capture)
         results: list[TaskResult] = collect(self.sc.parallelize(jobs, len(jobs)).map(fn),
                                             f"{names[0]}..{names[-1]}", on_tasks)
@@ -427,8 +433,8 @@ class SparkEngine(Engine):
                   + (f", halos accumulated up to {_accumulated(members)}" if widest else ""))
         on_tasks = progress.tiles if progress.wants_tasks else None
         t0 = time.perf_counter()
-        fn = partial(stage_task, str(arrays.dir.parent), arrays.tile, self._shards(capture), members,
-                     capture, shape)
+        fn = partial(stage_task, str(arrays.dir.parent), arrays.tile, arrays.run_uid,
+                     self._shards(capture), members, capture, shape)
         per_tile: list[list[TaskResult]] = collect(self.sc.parallelize(tiles, len(tiles)).map(fn),
                                                    f"stage {names[0]}..{names[-1]}", on_tasks)
         wall = time.perf_counter() - t0

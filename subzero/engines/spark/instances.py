@@ -51,11 +51,12 @@ class InstanceResult:
 
 
 def instance_task(runs_dir: str, tile: int, wf: Workflow, strategies: dict[str, tuple[Strategy, ...]],
-                  capture: bool, defaults: dict[str, Any], item: tuple[int, dict[str, str]]
-                  ) -> InstanceResult:
-    """One workflow instance on an executor (``item`` = (run id, {input: path})): the
-    shared driver loop on the local engine, in this attempt's own folder."""
-    run_id, paths = item
+                  capture: bool, defaults: dict[str, Any],
+                  item: tuple[int, str | None, dict[str, str]]) -> InstanceResult:
+    """One workflow instance on an executor (``item`` = (run id, run uid, {input: path})):
+    the shared driver loop on the local engine, in this attempt's own folder, its arrays
+    and lineage bound to the run's uid."""
+    run_id, run_uid, paths = item
     try:
         from pyspark import TaskContext
         ctx = TaskContext.get()
@@ -70,8 +71,8 @@ def instance_task(runs_dir: str, tile: int, wf: Workflow, strategies: dict[str, 
         for name, path in paths.items():
             values[name] = load_path(path, name)
         folder.mkdir(parents=True)
-        lineage = LineageStore(folder / "lineage") if capture else None
-        engine = LocalEngine(ArrayStore(folder, tile=tile))
+        lineage = LineageStore(folder / "lineage", run_uid=run_uid) if capture else None
+        engine = LocalEngine(ArrayStore(folder, tile=tile, run_uid=run_uid))
         try:
             stats = run_workflow(engine, wf, values, strategies, lineage, capture=capture)
         finally:
@@ -85,10 +86,11 @@ def instance_task(runs_dir: str, tile: int, wf: Workflow, strategies: dict[str, 
 
 
 def run_instances(spark: Any, runs_dir: str | Path, wf: Workflow,
-                  strategies: dict[str, tuple[Strategy, ...]], items: list[tuple[int, dict[str, str]]],
+                  strategies: dict[str, tuple[Strategy, ...]],
+                  items: list[tuple[int, str | None, dict[str, str]]],
                   defaults: Mapping[str, Any], capture: bool = True, tile: int = 512,
                   on_tasks: TaskCallback | None = None) -> list[InstanceResult]:
-    """Run one instance per ``(run id, {input: path})`` item as one Spark job, one task
+    """Run one instance per ``(run id, run uid, {input: path})`` item as one Spark job, one task
     each; one result per item, in order.  ``on_tasks`` is told the finished tasks."""
     ship_workflow_modules(wf)
     fn = partial(instance_task, str(runs_dir), tile, wf, strategies, capture, dict(defaults))

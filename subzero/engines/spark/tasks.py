@@ -11,9 +11,10 @@ that Spark may retry the attempt and the driver can raise the error the
 in-process engine would; it is raised ``from None`` because the record
 already carries the original traceback (the driver makes it the cause).
 
-Everything here is plain functions of plain data (paths, tile boxes,
-operators): they are pickled into the tasks; nothing reaches back to the
-driver's objects.
+Everything here is plain functions of plain data (paths, the run's uid, tile
+boxes, operators): they are pickled into the tasks; nothing reaches back to the
+driver's objects.  The run's uid (``run_uid``) binds what a task writes to the
+run (its lineage shards) and checks what it reads (the arrays' sidecars).
 """
 
 from __future__ import annotations
@@ -64,17 +65,17 @@ class TaskResult:
 
 def _lineage(lineage_dir: str | None, tile_index: tuple[int, ...], name: str, op: Operator,
              strategies: tuple[Strategy, ...], full: Pairs | None, pay: Pairs | None, out_shape: Shape,
-             in_shapes: Sequence[Shape]) -> dict[str, Any]:
+             in_shapes: Sequence[Shape], run_uid: str | None) -> dict[str, Any]:
     """The lineage part of a task's result: with the run's lineage folder, the task
     encodes its pairs into shards there itself (committed by the driver for the
-    attempt whose result it receives) and returns only what it wrote; without one,
-    the pairs themselves."""
+    attempt whose result it receives; bound to the run ``run_uid`` when it has one)
+    and returns only what it wrote; without one, the pairs themselves."""
     n = (full.n if full is not None else 0) + (pay.n if pay is not None else 0)
     if lineage_dir is None:
         return {"full": full, "pay": pay, "pairs": n}
     stem = "t" + "-".join(str(int(i)) for i in tile_index)
     shards = write_tile_shards(lineage_dir, stem, attempt_id(), name, op, strategies, full, pay,
-                               out_shape, in_shapes)
+                               out_shape, in_shapes, run_uid)
     return {"full": None, "pay": None, "shards": shards, "pairs": n}
 
 
@@ -88,12 +89,12 @@ def peak_rss() -> int:
     return int(kb) * (1 if sys.platform == "darwin" else 1024)
 
 
-def tile_task(run_dir: str, tile_size: int, lineage_dir: str | None, name: str, op: Operator,
+def tile_task(run_dir: str, tile_size: int, run_uid: str | None, lineage_dir: str | None, name: str, op: Operator,
                inputs: list[str], strategies: tuple[Strategy, ...], capture: bool, out_shape: Shape,
                in_shapes: list[Shape], stat: Any, tile: Tile) -> TaskResult:
     """One tile of a tile-parallel operator, on a Spark executor (``stat``: the
     operator's statistic, computed over all tiles beforehand)."""
-    arrays = ArrayStore(run_dir, tile=tile_size)
+    arrays = ArrayStore(run_dir, tile=tile_size, run_uid=run_uid)
     where = f"tile {tile.describe()}"
     try:
         ins = [arrays.read_region(a, input_slices(tile, s)) for a, s in zip(inputs, in_shapes)]
@@ -101,17 +102,17 @@ def tile_task(run_dir: str, tile_size: int, lineage_dir: str | None, name: str, 
                         statistic=stat)
         arrays.write_region(name, tile.core_slices(), done.core)
         lin = _lineage(lineage_dir, tile.index, name, op, strategies, done.full, done.pay,
-                       out_shape, in_shapes)
+                       out_shape, in_shapes, run_uid)
     except Exception as e:
         raise failed(name, where, e) from None
     return TaskResult(tile.index, out_shape=tuple(out_shape), dtype=str(done.core.dtype),
                       run_s=done.run_s, lwrite_s=done.lwrite_s, rss=peak_rss(), **lin)
 
 
-def stage_task(run_dir: str, tile_size: int, lineage_dir: str | None, members: list[Member],
+def stage_task(run_dir: str, tile_size: int, run_uid: str | None, lineage_dir: str | None, members: list[Member],
                 capture: bool, shape: Shape, tile: Tile) -> list[TaskResult]:
     """One tile of a fused stage (:mod:`subzero.engines.stages`), on an executor."""
-    return run_members(ArrayStore(run_dir, tile=tile_size), members, capture, shape, tile, True,
+    return run_members(ArrayStore(run_dir, tile=tile_size, run_uid=run_uid), members, capture, shape, tile, True,
                        lineage_dir)
 
 
@@ -140,7 +141,7 @@ def run_members(arrays: ArrayStore, members: list[Member], capture: bool, shape:
             if write:
                 arrays.write_region(m.name, tile.core_slices(), done.core)
             lin = _lineage(lineage_dir if write else None, tile.index, m.name, m.op, m.strategies,
-                           done.full, done.pay, shape, m.in_shapes)
+                           done.full, done.pay, shape, m.in_shapes, arrays.run_uid)
         except Exception as e:
             raise failed(m.name, f"tile {tile.describe()}", e) from None
         if last[m.name] > k:
@@ -159,9 +160,10 @@ def _native(dtype: np.dtype) -> np.dtype:
     return dtype if dtype.byteorder in ("=", "|") else dtype.newbyteorder("=")
 
 
-def copy_task(run_dir: str, tile_size: int, jobs: list[tuple[str, RegionReadable, Tile]]) -> int:
+def copy_task(run_dir: str, tile_size: int, run_uid: str | None,
+              jobs: list[tuple[str, RegionReadable, Tile]]) -> int:
     """Copy one tile of each of several inputs from their sources into the run's store."""
-    arrays = ArrayStore(run_dir, tile=tile_size)
+    arrays = ArrayStore(run_dir, tile=tile_size, run_uid=run_uid)
     for name, source, tile in jobs:
         try:
             arrays.write_region(name, tile.core_slices(), source.read_region(tile.core_slices()))
@@ -170,10 +172,11 @@ def copy_task(run_dir: str, tile_size: int, jobs: list[tuple[str, RegionReadable
     return len(jobs)
 
 
-def global_task(run_dir: str, tile_size: int, lineage_dir: str | None, name: str, op: Operator,
-                 inputs: list[str], strategies: tuple[Strategy, ...], capture: bool, _index: int) -> TaskResult:
+def global_task(run_dir: str, tile_size: int, run_uid: str | None, lineage_dir: str | None, name: str,
+                op: Operator, inputs: list[str], strategies: tuple[Strategy, ...], capture: bool,
+                _index: int) -> TaskResult:
     """A global operator: one task on the whole arrays."""
-    arrays = ArrayStore(run_dir, tile=tile_size)
+    arrays = ArrayStore(run_dir, tile=tile_size, run_uid=run_uid)
     try:
         ins = [arrays.read_value(a) for a in inputs]
         t0 = time.perf_counter()
@@ -183,19 +186,19 @@ def global_task(run_dir: str, tile_size: int, lineage_dir: str | None, name: str
         arrays.write(name, out, attempt=attempt)     # moved into place by the driver
         arr = out.data if isinstance(out, xr.DataArray) else out
         lin = _lineage(lineage_dir, (0,), name, op, strategies, full, pay, shape_of(out),
-                       [shape_of(v) for v in ins])
+                       [shape_of(v) for v in ins], run_uid)
     except Exception as e:
         raise failed(name, "the whole array", e) from None
     return TaskResult((0,), out_shape=shape_of(out), dtype=str(arr.dtype), run_s=run_s,
                       lwrite_s=ctx.lwrite_seconds, rss=peak_rss(), attempt=attempt, **lin)
 
 
-def globals_task(run_dir: str, tile_size: int, lineage_dir: str | None, capture: bool,
+def globals_task(run_dir: str, tile_size: int, run_uid: str | None, lineage_dir: str | None, capture: bool,
                   job: tuple[str, Operator, list[str], tuple[Strategy, ...]]) -> TaskResult:
     """One of several independent global operators run as one job: ``job`` is
     (name, operator, inputs, strategies)."""
     name, op, inputs, strategies = job
-    return global_task(run_dir, tile_size, lineage_dir, name, op, inputs, strategies, capture, 0)
+    return global_task(run_dir, tile_size, run_uid, lineage_dir, name, op, inputs, strategies, capture, 0)
 
 
 def attempt_id() -> int:
@@ -208,23 +211,23 @@ def attempt_id() -> int:
         return 0
 
 
-def partial_task(run_dir: str, tile_size: int, name: str, op: Aggregating, inputs: list[str], tile: Tile,
-                 ) -> Any:
+def partial_task(run_dir: str, tile_size: int, run_uid: str | None, name: str, op: Aggregating,
+                 inputs: list[str], tile: Tile) -> Any:
     """One tile's partial result of an aggregating operator (e.g. a whole-array sum)."""
-    arrays = ArrayStore(run_dir, tile=tile_size)
+    arrays = ArrayStore(run_dir, tile=tile_size, run_uid=run_uid)
     try:
         return op.partial(*[arrays.read_region(a, tile.read_slices()) for a in inputs])
     except Exception as e:
         raise failed(name, f"tile {tile.describe()}", e) from None
 
 
-def gather_task(run_dir: str, tile_size: int, lineage_dir: str | None, name: str, op: Operator, source: str,
-                 strategies: tuple[Strategy, ...], capture: bool, out_shape: Sequence[int],
-                 in_shape: Sequence[int], tile: Tile) -> TaskResult:
+def gather_task(run_dir: str, tile_size: int, run_uid: str | None, lineage_dir: str | None, name: str,
+                op: Operator, source: str, strategies: tuple[Strategy, ...], capture: bool,
+                out_shape: Sequence[int], in_shape: Sequence[int], tile: Tile) -> TaskResult:
     """One output tile of a gather operator: it reads the input box its cells come
     from, writes its chunk, and returns the lineage of its cells."""
     assert isinstance(op, Gathering)        # run_step sends only Gathering operators here
-    arrays = ArrayStore(run_dir, tile=tile_size)
+    arrays = ArrayStore(run_dir, tile=tile_size, run_uid=run_uid)
     out_shape, in_shape = tuple(out_shape), tuple(in_shape)
     try:
         t0 = time.perf_counter()
@@ -236,7 +239,8 @@ def gather_task(run_dir: str, tile_size: int, lineage_dir: str | None, name: str
         modes = modes_needed(strategies) if capture else frozenset()
         full, pay, lwrite_s = _emitted(name, op, modes if Mode.FULL in modes else frozenset(),
                                        [in_shape], out_shape, lambda ctx: op.emit_tile(ctx, tile.core))
-        lin = _lineage(lineage_dir, tile.index, name, op, strategies, full, pay, out_shape, [in_shape])
+        lin = _lineage(lineage_dir, tile.index, name, op, strategies, full, pay, out_shape, [in_shape],
+                       run_uid)
     except Exception as e:
         raise failed(name, f"tile {tile.describe()}", e) from None
     return TaskResult(tile.index, out_shape=out_shape, dtype=str(out.dtype), run_s=run_s,
@@ -256,10 +260,10 @@ def _emitted(name: str, op: Operator, modes: frozenset[Mode], in_shapes: list[Sh
     return full, pay, ctx.lwrite_seconds
 
 
-def stat_task(run_dir: str, tile_size: int, name: str, stat: Statistic, source: str, shape: Sequence[int],
-              prior: Any, tile: Tile) -> Any:
+def stat_task(run_dir: str, tile_size: int, run_uid: str | None, name: str, stat: Statistic, source: str,
+              shape: Sequence[int], prior: Any, tile: Tile) -> Any:
     """One tile's partial of an operator's whole-array statistic (one round)."""
-    arrays = ArrayStore(run_dir, tile=tile_size)
+    arrays = ArrayStore(run_dir, tile=tile_size, run_uid=run_uid)
     try:
         box, core = block_around(tile.core, int(stat.halo), shape)
         block = arrays.read_region(source, tuple(slice(a, b) for a, b in box))
@@ -268,10 +272,10 @@ def stat_task(run_dir: str, tile_size: int, name: str, stat: Statistic, source: 
         raise failed(name, f"tile {tile.describe()}", e) from None
 
 
-def label_task(run_dir: str, tile_size: int, name: str, op: Labelling, source: str, shape: Sequence[int],
-               stat: Any, tile: Tile) -> TileComponents:
+def label_task(run_dir: str, tile_size: int, run_uid: str | None, name: str, op: Labelling, source: str,
+               shape: Sequence[int], stat: Any, tile: Tile) -> TileComponents:
     """One tile's regions, labelled on its core alone, summarised for the merge."""
-    arrays = ArrayStore(run_dir, tile=tile_size)
+    arrays = ArrayStore(run_dir, tile=tile_size, run_uid=run_uid)
     try:
         mask = op.foreground(arrays.read_region(source, tile.core_slices()), stat)
         return tile_components(mask, tile.core, shape, op.connectivity, tile.index)[1]
@@ -279,15 +283,16 @@ def label_task(run_dir: str, tile_size: int, name: str, op: Labelling, source: s
         raise failed(name, f"tile {tile.describe()}", e) from None
 
 
-def relabel_task(run_dir: str, tile_size: int, lineage_dir: str | None, name: str, op: Operator, source: str,
-                 shape: Sequence[int], stat: Any, strategies: tuple[Strategy, ...], capture: bool,
+def relabel_task(run_dir: str, tile_size: int, run_uid: str | None, lineage_dir: str | None, name: str,
+                 op: Operator, source: str, shape: Sequence[int], stat: Any,
+                 strategies: tuple[Strategy, ...], capture: bool,
                  job: tuple[Tile, TileLabels]) -> TaskResult:
     """One tile's final labels, written to its chunk, and the lineage of its cells:
     the regions inside its core, the regions spanning tiles that it owns (gathered
     from their bounding boxes) and, unless composite, its background cells."""
     assert isinstance(op, Labelling)        # _components sends only Labelling operators here
     tile, answer = job
-    arrays = ArrayStore(run_dir, tile=tile_size)
+    arrays = ArrayStore(run_dir, tile=tile_size, run_uid=run_uid)
     shape = tuple(shape)
     try:
         t0 = time.perf_counter()
@@ -312,7 +317,7 @@ def relabel_task(run_dir: str, tile_size: int, lineage_dir: str | None, name: st
 
         full, pay, lwrite_s = _emitted(name, op, modes_needed(strategies) if capture else frozenset(),
                                        [shape], shape, emit)
-        lin = _lineage(lineage_dir, tile.index, name, op, strategies, full, pay, shape, [shape])
+        lin = _lineage(lineage_dir, tile.index, name, op, strategies, full, pay, shape, [shape], run_uid)
     except Exception as e:
         raise failed(name, f"tile {tile.describe()}", e) from None
     return TaskResult(tile.index, out_shape=shape, dtype=str(out.dtype), run_s=run_s,
