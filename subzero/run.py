@@ -59,8 +59,7 @@ class Run:
         self.store, self.row = store, row
         self.id = row.id
         self.dir = store.run_dir(row.id)
-        # the run's uid, from its catalog row: what its arrays and lineage must be bound to
-        self._arrays = ArrayStore(self.dir, run_uid=row.uid)
+        self._store_of_arrays: ArrayStore | None = None
         self._executor: Executor | None = None
         self._grids: Callable[[str], Grid | None] | None = None
         self._steer: Steering | None = None
@@ -75,6 +74,23 @@ class Run:
             self._executor.close()
             self._executor = None
         self._steer = None                 # verified again on next use (trust may change it)
+        self._store_of_arrays = None
+
+    @property
+    def uid(self) -> str | None:
+        """The run's uid, what its arrays and lineage must be bound to: from its signed
+        record when that verifies (an edited catalog row must not unbind it), else its
+        catalog row's."""
+        steer = self.steering()
+        if steer.record is not None and steer.verified:
+            return steer.record["run"].get("uid")
+        return self.row.uid
+
+    @property
+    def _arrays(self) -> ArrayStore:
+        if self._store_of_arrays is None:
+            self._store_of_arrays = ArrayStore(self.dir, run_uid=self.uid)
+        return self._store_of_arrays
 
     def steering(self) -> Steering:
         """What steers this run's traces: its signed record when that verifies, else its
@@ -191,7 +207,7 @@ class Run:
                 run_id=self.id, workflow=lambda: self.workflow,
                 strategies={o["name"]: parse("+".join(o["strategies"])) for o in ops},
                 shapes=self.shapes(), inputs_of={o["name"]: o["inputs"] for o in ops},
-                arrays=self._arrays, lineage_path=self.dir / "lineage", run_uid=self.row.uid,
+                arrays=self._arrays, lineage_path=self.dir / "lineage", run_uid=self.uid,
                 untrusted=None if verdict.trusted else
                 untrusted_message(self.store.path, self.id, verdict))
             self._executor = Executor(view)

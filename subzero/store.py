@@ -312,7 +312,8 @@ class Store:
         if data is not None:
             rec = record.parse(data, self.run_dir(row.id))
             ops, arrays = record.steering(rec)
-            return Steering(ops, arrays, rec["run"]["source"], dict(rec["run"]["params"]), rec)
+            return Steering(ops, arrays, rec["run"]["source"], dict(rec["run"]["params"]), rec,
+                            verified=True)
         if verdict.state == MODIFIED and verdict.detail:
             raise StoreError(f"run {row.id} cannot be traced: {verdict.why}, so nothing of it "
                              f"verifies; restore it from a backup, or look at it and trust it "

@@ -219,7 +219,7 @@ def _deep(row: RunRow, folder: Path, rec: record.Record | None, catalog: Catalog
         ops, arrays = record.steering(rec)
     else:
         ops, arrays = catalog.ops(row.id), catalog.arrays(row.id)
-    store = ArrayStore(folder)
+    store = ArrayStore(folder, run_uid=row.uid)
     for name, a in arrays.items():
         try:
             for t in tiles_for(tuple(a["shape"]), store.tile):
@@ -229,7 +229,7 @@ def _deep(row: RunRow, folder: Path, rec: record.Record | None, catalog: Catalog
     lineage_dir = folder / "lineage"
     if not lineage_dir.is_dir():
         return out
-    lin = LineageStore(lineage_dir, readonly=True)
+    lin = LineageStore(lineage_dir, readonly=True, run_uid=row.uid)
     try:
         for o in ops:
             for s in parse("+".join(o["strategies"])):

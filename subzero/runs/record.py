@@ -171,6 +171,8 @@ class Steering:
     source: str | None
     params: dict[str, Any]
     record: Record | None
+    #: the record's signature verified with this user's key (it then steers, not the catalog)
+    verified: bool = False
 
 
 def steering(rec: Record) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:

@@ -96,18 +96,6 @@ class ArrayStore:
         run = run[:-len(".partial")] if run.endswith(".partial") else run
         return f"array {name!r} of run {run}"
 
-    def sidecar_digests(self) -> dict[str, str]:
-        """Per stored array, the sha256 of its checksum sidecar (its metadata digests, and
-        its chunk manifest): the run's signed record lists them, so the signature covers
-        every array's metadata."""
-        out = {}
-        if self.dir.is_dir():
-            for root in sorted(self.dir.glob("*.zarr")):
-                f = sums_file(root)
-                if f.is_file() and not f.is_symlink():
-                    out[root.name.removesuffix(".zarr")] = hashlib.sha256(f.read_bytes()).hexdigest()
-        return out
-
     def checksummed(self, name: str) -> bool:
         """Whether the array records checksums (False for one written before they existed,
         whose deleted chunks cannot be told from fill values)."""
