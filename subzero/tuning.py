@@ -46,6 +46,31 @@ STAT_BLOCK_TILES = 4
 #: Output cells per batch when a built-in operator emits Full pairs (bounds memory).
 EMIT_BATCH_CELLS = 1 << 21
 
+# -- bounds on what is read from a store (subzero.storage.files) -----------------------
+# A store's small files are read whole, so each kind has a bound: a file over it is damage
+# (a planted link to /dev/zero or a huge file), refused before it is read.  Each bound is
+# far above what SubZero writes there, so it never refuses a real file; none changes an
+# answer.  Sizes measured on the shipped workflows (astronomy and genomics runs, local).
+#: A run's signature file: about 200 bytes (one JSON object); room for a record that grows.
+SIGNATURE_BYTES = 1 << 20
+#: The signing key file: 65 bytes (32 bytes in hex and a newline).
+KEY_BYTES = 4096
+#: A run's ``workflow.pkl``: 12.4 MB for astronomy (its operators hold calibration
+#: arrays), 34 KB for genomics.  An operator may hold a larger array; 1 GiB bounds what
+#: ``subzero runs`` (which checks every run's signature over it) may have to read.
+PICKLE_BYTES = 1 << 30
+#: An array's ``zarr.json`` and ``.sums.json`` files: at most 11.9 KB (astronomy's raw
+#: frames, whose FITS headers travel as attributes).
+METADATA_BYTES = 16 << 20
+#: An interrupted run's journal: one line of a few hundred bytes per operator (plus the
+#: begin line, which holds the strategies of every operator).
+JOURNAL_BYTES = 64 << 20
+#: Cells a ``--cells`` SPEC may name, counted box by box once repeated boxes and boxes
+#: inside another are dropped.  The cells are built as an (N, ndim) int64 array (16 bytes
+#: a cell in 2-D): 2**27 cells hold 2 GiB, and every shipped workflow's largest array
+#: (64 Mpix, the astronomy benchmark's) is selected whole (``:,:``) well within it.
+MAX_SPEC_CELLS = 1 << 27
+
 # -- engines -------------------------------------------------------------------------------
 #: How often a Spark run's progress bar asks Spark's status tracker for tiles done (s).
 PROGRESS_POLL_S = 0.25

@@ -29,7 +29,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from subzero.errors import CorruptArray
+from subzero.errors import CorruptArray, UnsafeFile
+from subzero.storage.files import read_regular
+from subzero.tuning import METADATA_BYTES
 
 #: suffix of the sidecar file beside an array's ``.zarr`` folder: its metadata digests
 SUMS = ".sums.json"
@@ -82,6 +84,13 @@ def sums_file(root: Path) -> Path:
     return root.with_name(root.name.removesuffix(".zarr") + SUMS)
 
 
+def read_metadata(path: Path) -> bytes:
+    """A metadata or digest file's bytes: a regular file (not a link, a FIFO, a
+    device), at most :data:`~subzero.tuning.METADATA_BYTES`; else
+    :class:`~subzero.errors.UnsafeFile`."""
+    return read_regular(path, METADATA_BYTES, "metadata file", limit_name="METADATA_BYTES")
+
+
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -127,10 +136,12 @@ def open_nodes(root: Path, label: str) -> dict[str, ArrayNode] | None:
     verify).  ``label`` names the array and run in errors ("array 'x' of run 3")."""
     sums_path = sums_file(root)
     try:
-        raw = sums_path.read_bytes()
+        raw = read_metadata(sums_path)
     except FileNotFoundError:
         _legacy_or_lost(root, label)
         return None
+    except UnsafeFile as e:
+        raise CorruptArray(f"{label} is damaged: {e}") from e
     except OSError as e:
         raise CorruptArray(f"{label} cannot be read: {sums_path}: {e.strerror or e}") from e
     try:
@@ -147,9 +158,11 @@ def open_nodes(root: Path, label: str) -> dict[str, ArrayNode] | None:
     for rel, want in sorted(meta.items()):
         f = root / rel
         try:
-            data = f.read_bytes()
+            data = read_metadata(f)
         except FileNotFoundError as err:
             raise CorruptArray(f"{label} is damaged: its metadata file {f} is missing") from err
+        except UnsafeFile as e:
+            raise CorruptArray(f"{label} is damaged: {e}") from e
         except OSError as e:
             raise CorruptArray(f"{label} cannot be read: {f}: {e.strerror or e}") from e
         if _digest(data) != want:
@@ -167,9 +180,11 @@ def _legacy_or_lost(root: Path, label: str) -> None:
     data array declares the checksum codec (its digest file was lost)."""
     meta = root / "data" / "zarr.json"
     try:
-        codecs = json.loads(meta.read_bytes()).get("codecs", ())
+        codecs = json.loads(read_metadata(meta)).get("codecs", ())
     except FileNotFoundError as err:
         raise CorruptArray(f"{label} is damaged: its metadata file {meta} is missing") from err
+    except UnsafeFile as e:
+        raise CorruptArray(f"{label} is damaged: {e}") from e
     except (OSError, ValueError, AttributeError) as err:
         raise CorruptArray(f"{label} is damaged: its metadata file {meta} is unreadable") from err
     if any(isinstance(c, dict) and c.get("name") == _CRC for c in codecs):

@@ -37,10 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from subzero.errors import StoreError, warn
+from subzero.errors import StoreError, UnsafeFile, warn
 from subzero.storage.catalog import Catalog, RunRow
+from subzero.storage.files import read_regular
 from subzero.storage.pickles import FILE as PICKLE_FILE
 from subzero.storage.pickles import PickleCode, pickle_code
+from subzero.tuning import KEY_BYTES, PICKLE_BYTES, SIGNATURE_BYTES
 
 #: Environment variable naming the folder that holds the key (tests, CI, shared setups).
 CONFIG_ENV = "SUBZERO_CONFIG_DIR"
@@ -72,7 +74,7 @@ def load_key(create: bool = False) -> bytes | None:
     when it cannot be read or made."""
     path = key_path()
     try:
-        text = path.read_text()
+        text = _read_key(path)
     except FileNotFoundError:
         if not create:
             return None
@@ -80,6 +82,17 @@ def load_key(create: bool = False) -> bytes | None:
     except OSError as e:
         raise StoreError(f"cannot read the SubZero signing key {path}: {e.strerror or e}") from e
     return _parse_key(path, text)
+
+
+def _read_key(path: Path) -> str:
+    """The key file's text: a regular file of a few bytes (a link the user made in
+    their own config folder is followed), read without blocking."""
+    try:
+        return read_regular(path, KEY_BYTES, "the SubZero signing key", follow=True,
+                            limit_name="KEY_BYTES").decode("ascii", "replace")
+    except UnsafeFile as e:
+        raise StoreError(f"{e}; delete it to make a new one (runs signed with it then need "
+                         f"`subzero trust` again)") from e
 
 
 def _parse_key(path: Path, text: str) -> bytes:
@@ -121,7 +134,7 @@ def _create_key(path: Path) -> bytes:
                     os.rename(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
-        return _parse_key(path, path.read_text())
+        return _parse_key(path, _read_key(path))
     except OSError as e:
         raise StoreError(f"cannot create the SubZero signing key {path}: {e.strerror or e} "
                          f"(set {CONFIG_ENV} to a private folder SubZero may write)") from e
@@ -162,9 +175,12 @@ def signature_of(key: bytes, record: dict[str, Any]) -> str:
 
 
 def read_payload(folder: Path) -> bytes | None:
-    """The run's workflow pickle, None when it has none."""
+    """The run's workflow pickle, None when it has none.  Raises
+    :class:`~subzero.errors.UnsafeFile` when it is a link, not a regular file or
+    larger than :data:`~subzero.tuning.PICKLE_BYTES`."""
     try:
-        return (Path(folder) / PICKLE_FILE).read_bytes()
+        return read_regular(Path(folder) / PICKLE_FILE, PICKLE_BYTES, "the workflow pickle",
+                            limit_name="PICKLE_BYTES")
     except FileNotFoundError:
         return None
 
@@ -195,12 +211,15 @@ def sign_run(catalog: Catalog, run_id: int, folder: Path, status: str = "complet
 
 # -- verifying -------------------------------------------------------------------------------
 TRUSTED, UNSIGNED, OTHER_KEY, MODIFIED = "trusted", "unsigned", "other key", "modified"
+#: its signature or workflow.pkl is not a file that can be read (a link, a FIFO, too big)
+DAMAGED = "damaged"
 
 _WHY = {
     UNSIGNED: "it carries no signature (written elsewhere, or by a SubZero before runs were "
               "signed)",
     OTHER_KEY: "it was signed with another user's key (a store from elsewhere)",
     MODIFIED: "its operators or catalog entry changed since it was signed",
+    DAMAGED: "its signature or workflow.pkl cannot be read (damaged or replaced)",
 }
 
 
@@ -211,6 +230,8 @@ class Verdict:
 
     state: str
     payload: bytes | None = field(default=None, repr=False)
+    #: what exactly is wrong, when the state alone does not say (a damaged file)
+    detail: str = ""
 
     @property
     def trusted(self) -> bool:
@@ -219,18 +240,30 @@ class Verdict:
     @property
     def why(self) -> str:
         """Why the run is not trusted, in a user's words ("" when it is)."""
-        return _WHY.get(self.state, "")
+        return self.detail or _WHY.get(self.state, "")
 
 
 def verify_run(catalog: Catalog, row: RunRow, folder: Path) -> Verdict:
-    """Check a run's signature against this user's key (never creates the key)."""
-    payload = read_payload(folder)
+    """Check a run's signature against this user's key (never creates the key).  A
+    signature or pickle that is a link, not a regular file or too big is
+    :data:`DAMAGED` (nothing more of it is read)."""
     try:
-        doc = json.loads((Path(folder) / SIGNATURE_FILE).read_text())
+        payload = read_payload(folder)
+    except UnsafeFile as e:
+        return Verdict(DAMAGED, None, f"{e} (damaged or replaced)")
+    try:
+        raw = read_regular(Path(folder) / SIGNATURE_FILE, SIGNATURE_BYTES, "the signature file",
+                           limit_name="SIGNATURE_BYTES")
+    except UnsafeFile as e:
+        return Verdict(DAMAGED, payload, f"{e} (damaged or replaced)")
+    except OSError:
+        return Verdict(UNSIGNED, payload)
+    try:
+        doc = json.loads(raw)
         sig, kid = str(doc["signature"]), str(doc["key_id"])
         if doc.get("algorithm") != _ALGORITHM:
             return Verdict(UNSIGNED, payload)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return Verdict(UNSIGNED, payload)
     key = load_key(create=False)
     if key is None or not hmac.compare_digest(kid, key_id(key)):
