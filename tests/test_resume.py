@@ -337,3 +337,25 @@ def test_resume_refuses_a_catalog_or_journal_changed_since_the_run_began(wfdir, 
     assert not marker.exists()
     st = subzero.open_store(wfdir / "s", create=False)
     assert_same_run(st.resume(rid), reference(wfdir))         # the genuine journal resumes
+
+
+@pytest.mark.parametrize("fault", ["fifo", "link", "huge"])
+def test_a_journal_that_is_no_file_is_refused_without_waiting(wfdir, fault):
+    """A FIFO (a reader blocks on it forever), a link to /dev/zero (endless) or a file
+    far larger than any journal in place of the journal: one line naming it."""
+    rid = start_killed_run(wfdir)
+    journal = wfdir / "s" / "runs" / f"{rid}.partial" / "journal.jsonl"
+    journal.unlink()
+    if fault == "fifo":
+        os.mkfifo(journal)
+    elif fault == "link":
+        journal.symlink_to("/dev/zero")
+    else:
+        with open(journal, "wb") as f:
+            f.truncate(1 << 30)
+    p = resume_as(wfdir, rid, Path(os.environ["SUBZERO_CONFIG_DIR"]))
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    why = {"fifo": "is a FIFO (named pipe), not a regular file",
+           "link": "is a symbolic link, not a regular file",
+           "huge": f"holds {1 << 30} bytes, more than SubZero ever writes there"}[fault]
+    assert f"run {rid} cannot be resumed: its journal {journal} {why}" in p.stderr
