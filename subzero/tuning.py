@@ -173,6 +173,13 @@ HEARTBEAT_S = 5.0
 #: a driver busy in native code or a slow shared file system is not taken for dead.
 HEARTBEAT_STALE_S = 60.0
 
+#: When a command is done, threads that user code started and left running (not daemon
+#: threads, which Python would wait for forever) get this long to end before the command
+#: names them and exits without them (seconds).  Chosen, not measured: the thread pools of
+#: libraries end within milliseconds of the interpreter's exit, and a command's user waits
+#: this long at most once.
+EXIT_GRACE_S = 1.0
+
 #: Spark jobs of independent branches (the two exposures' operators) a run submits at
 #: once, each from a driver thread: a job that cannot fill the cluster (a statistic's
 #: few blocks, a reduction's tree, a job's last tasks) leaves cores to the other

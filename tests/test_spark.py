@@ -531,6 +531,64 @@ def test_a_spark_session_writes_and_prunes_only_its_own_log_folder(tmp_path):
     assert log.parent == tmp_path / "cache" / "subzero" / "spark-logs" and log.is_file()
 
 
+class Quits(Operator):
+    """An operator whose run() tries to end the process, as the fault campaign's did."""
+    tiling = subzero.ELEMENTWISE
+
+    def __init__(self, how):
+        self.how = how
+
+    def run(self, ctx, x):
+        if self.how == "exit":
+            import sys as _sys
+            _sys.exit(3)
+        raise KeyboardInterrupt
+
+
+QUITS = """
+import sys
+import subzero
+
+class Quits(subzero.Operator):
+    tiling = subzero.ELEMENTWISE
+
+    def run(self, ctx, x):
+        {body}
+
+def workflow():
+    wf = subzero.Workflow("quits")
+    wf.add("quit", Quits(), wf.input("x", default="x.npy"))
+    return wf
+"""
+
+
+@pytest.mark.parametrize("how,said", [("exit", r"called sys.exit\(3\)"),
+                                      ("interrupt", "raised KeyboardInterrupt")])
+def test_an_operator_that_ends_the_process_is_an_operator_error(spark, store, tmp_path, how, said):
+    """sys.exit(3) in run() made `subzero run` exit 3 saying nothing, a KeyboardInterrupt
+    it raised said "interrupted": now an OperatorError naming the operator, on both
+    engines, from Python and from the command line (a real Ctrl-C stays "interrupted":
+    test_engines, test_cli)."""
+    wf = Workflow("quits")
+    wf.add("quit", Quits(how), wf.input("x"))
+    x = np.arange(40.0).reshape(8, 5)
+    for engine in ("local", "spark"):
+        with pytest.raises(OperatorError, match=rf"operator 'quit' \(Quits\) {said} in run\(\)"):
+            store.run(wf, inputs={"x": x}, engine=engine, spark=spark if engine == "spark" else None,
+                      tile=4, progress=False)
+        row = store.runs()[-1]
+        assert row.status == "failed" and "'quit'" in row.error
+    np.save(tmp_path / "x.npy", x)
+    body = "sys.exit(3)" if how == "exit" else "raise KeyboardInterrupt"
+    (tmp_path / "quits.py").write_text(QUITS.format(body=body))
+    from conftest import subzero_exe
+    p = subprocess.run([subzero_exe(), "run", "quits.py", "--engine", "local", "--store", "s"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    assert re.fullmatch(rf"subzero: error: operator 'quit' \(Quits\) {said} in run\(\); an "
+                        rf"operator returns its output or raises an exception", p.stderr.strip())
+
+
 class Rendezvous(Operator):
     """Marks that its task started, then waits for the other branch's task to start:
     it can finish only if both branches' jobs run at the same time."""
