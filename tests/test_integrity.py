@@ -394,8 +394,9 @@ def test_an_unopenable_lineage_file_names_the_operator_and_the_file(store, damag
         data = bytearray(mdb.read_bytes())
         data[:8192] = bytes(8192)
         mdb.write_bytes(bytes(data))
-    match = r"lineage file .*data.mdb is damaged: truncated" if damage == "truncated" \
-        else r"lineage store .*lineage"
+    match = {"truncated": r"lineage file .*data.mdb is damaged: truncated",
+             "meta pages zeroed": r"lineage file .*data.mdb is damaged: MDB_INVALID"}.get(
+        damage, r"lineage store .*lineage")
     _exact_with_warning(store, run, strategy, FEW, match)
 
 

@@ -201,8 +201,8 @@ def open_mapped(data: Path, **options: Any) -> GuardedEnv:
         env = lmdb.open(file.open_path, map_size=max(1 << 20, file.size), subdir=False,
                         readonly=True, lock=False, readahead=False, **options)
     except lmdb.Error as e:
-        file.close()
         said = str(e).replace(f"{file.open_path}: ", "")
+        file.close()
         raise CorruptLineage(f"lineage file {data} is damaged: {said}") from e
     except BaseException:
         file.close()
