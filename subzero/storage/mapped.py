@@ -99,32 +99,42 @@ class MappedFile:
     def hold(self) -> Iterator[None]:
         """Around one read transaction: the file is leased (when it can be) and checked
         to be whole; see the module docstring."""
+        self.enter()
+        try:
+            yield
+        finally:
+            self.leave()
+
+    def enter(self) -> None:
+        """:meth:`hold`'s start (transactions call it directly: it is on every read)."""
         with self._lock:
             if self._depth == 0:
-                self._leased = self._take_lease()
+                self._leased = self._can_lease and self._take_lease()
             self._depth += 1
         try:
             self._check(os.fstat(self.fd).st_size)
-            yield
-        finally:
-            with self._lock:
-                self._depth -= 1
-                if self._depth == 0 and self._leased:
-                    self._leased = False
-                    try:
-                        fcntl.fcntl(self.fd, _LEASE, fcntl.F_UNLCK)
-                    except OSError:
-                        pass
+        except BaseException:
+            self.leave()
+            raise
+
+    def leave(self) -> None:
+        """:meth:`hold`'s end: the last transaction out gives the lease back."""
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0 and self._leased:
+                self._leased = False
+                try:
+                    fcntl.fcntl(self.fd, _LEASE, fcntl.F_UNLCK)
+                except OSError:
+                    pass
 
     def _take_lease(self) -> bool:
-        if not self._can_lease:
-            return False
         try:
             fcntl.fcntl(self.fd, _LEASE, fcntl.F_RDLCK)
         except OSError as e:
-            if e.errno in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-                self._can_lease = False      # the file system has no leases: never again
-            return False                     # EAGAIN (open for writing), EACCES (not ours)
+            if e.errno != errno.EAGAIN:      # not ours (EACCES), no leases here (EINVAL...):
+                self._can_lease = False      # that does not change; open for writing might
+            return False
         return True
 
     def close(self) -> None:
@@ -136,19 +146,19 @@ class MappedFile:
 class GuardedTxn:
     """An LMDB read transaction begun and ended inside :meth:`MappedFile.hold`."""
 
-    def __init__(self, file: MappedFile, begin: Any):
-        self._file, self._begin = file, begin
-        self._hold: Any = None
+    __slots__ = ("_env", "_file", "_args", "_kwargs", "_txn")
+
+    def __init__(self, env: Any, file: MappedFile, args: tuple[Any, ...], kwargs: dict[str, Any]):
+        self._env, self._file, self._args, self._kwargs = env, file, args, kwargs
         self._txn: Any = None
 
     def __enter__(self) -> Any:
-        self._hold = self._file.hold()
-        self._hold.__enter__()
+        self._file.enter()
         try:
-            self._txn = self._begin()
+            self._txn = self._env.begin(*self._args, **self._kwargs)
             return self._txn.__enter__()
         except BaseException:
-            self._hold.__exit__(None, None, None)
+            self._file.leave()
             raise
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
@@ -156,7 +166,7 @@ class GuardedTxn:
         try:
             return bool(self._txn.__exit__(kind, value, tb))
         finally:
-            self._hold.__exit__(None, None, None)
+            self._file.leave()
 
 
 class GuardedEnv:
@@ -168,7 +178,7 @@ class GuardedEnv:
         self._env, self.file = env, file
 
     def begin(self, *args: Any, **kwargs: Any) -> GuardedTxn:
-        return GuardedTxn(self.file, lambda: self._env.begin(*args, **kwargs))
+        return GuardedTxn(self._env, self.file, args, kwargs)
 
     def open_db(self, *args: Any, **kwargs: Any) -> Any:
         with self.file.hold():
