@@ -27,9 +27,10 @@ transaction is running.  :class:`MappedFile` makes sure of that, in layers:
    wide as that transaction (a key lookup or a batch of record blocks:
    microseconds to milliseconds).
 
-The lease-break signal is redirected (``F_SETSIG``) to ``SIGURG``, whose default
-action is to ignore it: by default the kernel would send ``SIGIO``, which
-terminates a process that has no handler.
+The lease-break signal is redirected (``F_SETSIG``, before every lease: giving a
+lease back resets it) to ``SIGURG``, whose default action is to ignore it: by
+default the kernel would send ``SIGIO``, which terminates a process that has no
+handler.
 """
 
 from __future__ import annotations
@@ -76,12 +77,7 @@ class MappedFile:
         self._lock = threading.Lock()
         self._depth = 0
         self._leased = False
-        self._can_lease = bool(_LEASE and _SETSIG)
-        if self._can_lease:
-            try:
-                fcntl.fcntl(self.fd, _SETSIG, _BREAK_SIGNAL)
-            except OSError:
-                self._can_lease = False
+        self._can_lease = bool(_LEASE and _SETSIG and _BREAK_SIGNAL)
 
     @property
     def open_path(self) -> str:
@@ -130,6 +126,8 @@ class MappedFile:
 
     def _take_lease(self) -> bool:
         try:
+            # before every lease: giving a lease back forgets the signal (Linux 6.18)
+            fcntl.fcntl(self.fd, _SETSIG, _BREAK_SIGNAL)
             fcntl.fcntl(self.fd, _LEASE, fcntl.F_RDLCK)
         except OSError as e:
             if e.errno != errno.EAGAIN:      # not ours (EACCES), no leases here (EINVAL...):
