@@ -65,11 +65,6 @@ METADATA_BYTES = 16 << 20
 #: An interrupted run's journal: one line of a few hundred bytes per operator (plus the
 #: begin line, which holds the strategies of every operator).
 JOURNAL_BYTES = 64 << 20
-#: Cells a ``--cells`` SPEC may name, counted box by box once repeated boxes and boxes
-#: inside another are dropped.  The cells are built as an (N, ndim) int64 array (16 bytes
-#: a cell in 2-D): 2**27 cells hold 2 GiB, and every shipped workflow's largest array
-#: (64 Mpix, the astronomy benchmark's) is selected whole (``:,:``) well within it.
-MAX_SPEC_CELLS = 1 << 27
 
 # -- engines -------------------------------------------------------------------------------
 #: How often a Spark run's progress bar asks Spark's status tracker for tiles done (s).
@@ -93,6 +88,11 @@ KEEP_JVM_LOGS = 5
 MASTER_PROBE_S = 5.0
 
 # -- queries ----------------------------------------------------------------------------
+#: Cells a ``--cells`` SPEC may name, counted box by box once repeated boxes and boxes
+#: inside another are dropped.  The cells are built as an (N, ndim) int64 array (16 bytes
+#: a cell in 2-D): 2**27 cells hold 2 GiB, and every shipped workflow's largest array
+#: (64 Mpix, the astronomy benchmark's) is selected whole (``:,:``) well within it.
+MAX_SPEC_CELLS = 1 << 27
 #: Query cells per lookup once a matched lookup stops growing its chunks.
 LOOKUP_CHUNK = 1 << 16
 #: First chunk of a matched lookup: a step whose target fills from its first few

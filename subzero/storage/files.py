@@ -22,7 +22,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from pathlib import Path
 
 from subzero.errors import UnsafeFile
 
@@ -103,18 +102,3 @@ def read_regular(path: str | os.PathLike[str], limit: int, what: str, follow: bo
         raise UnsafeFile(f"{what} {os.fspath(path)} holds {max(size, len(data))} bytes, more "
                          f"than SubZero ever writes there (at most {limit}{bound})")
     return data
-
-
-def read_regular_text(path: str | os.PathLike[str], limit: int, what: str, follow: bool = False,
-                      limit_name: str = "") -> str:
-    """:func:`read_regular` decoded as UTF-8 (undecodable bytes raise ValueError, as
-    the JSON every such file holds would)."""
-    return read_regular(path, limit, what, follow, limit_name).decode("utf-8")
-
-
-def is_regular(path: Path) -> bool:
-    """Whether ``path`` itself (not what a link points to) is a regular file."""
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
