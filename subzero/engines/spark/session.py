@@ -271,7 +271,10 @@ def scratch_dir() -> str:
 def jvm_log_hint() -> str:
     """`` (JVM log: PATH)`` when this process started a JVM, else empty: error
     messages point at the log so the JVM's own account is one look away."""
-    path = jvm_log_path()
+    try:
+        path = jvm_log_path()
+    except SparkError:        # no folder of this user's for logs: then there is no log either
+        return ""
     return f" (JVM log: {path})" if os.path.exists(path) else ""
 
 
