@@ -89,11 +89,25 @@ def test_failed_operator_leaves_no_partial_folder_and_names_the_operator(store):
     assert store.catalog.ops(row.id) == [] and store.catalog.arrays(row.id) == {}
 
 
-def test_keyboard_interrupt_mid_run_is_failed_not_complete(store):
+def _raising_handler(signum, frame):
+    """A SIGINT handler in Python that raises KeyboardInterrupt itself, as PySpark's
+    (installed by every SparkContext) does."""
+    raise KeyboardInterrupt()
+
+
+@pytest.mark.parametrize("handler", ["python's", "pyspark's"])
+def test_keyboard_interrupt_mid_run_is_failed_not_complete(store, handler):
+    """A real Ctrl-C (SIGINT) while an operator runs stays a Ctrl-C -- whichever handler
+    turns it into KeyboardInterrupt -- and is not taken for the operator's error."""
     x = np.zeros((3, 4))
     good = store.run(chain(Ident()), inputs={"a": x})
-    with pytest.raises(KeyboardInterrupt):
-        store.run(chain(Interrupt()), inputs={"a": x}, strategies={"last": "full"})
+    prev = signal.signal(signal.SIGINT, _raising_handler) if handler == "pyspark's" else None
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            store.run(chain(Interrupt()), inputs={"a": x}, strategies={"last": "full"})
+    finally:
+        if prev is not None:
+            signal.signal(signal.SIGINT, prev)
     row = store.runs()[-1]
     assert (row.status, row.error) == ("failed", "interrupted")
     assert leftovers(store) == [str(good.id)]
