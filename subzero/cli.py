@@ -12,6 +12,7 @@ import os
 import re
 import sqlite3
 import sys
+import threading
 import time
 import warnings
 from typing import TYPE_CHECKING
@@ -20,6 +21,7 @@ import numpy as np
 
 from subzero.engines.choice import REQUESTS
 from subzero.errors import QueryError, SubZeroError, SubZeroWarning, warn
+from subzero.tuning import EXIT_GRACE_S
 
 if TYPE_CHECKING:
     from subzero.engines.choice import EngineRequest
@@ -917,16 +919,48 @@ _python_show_warning = warnings.showwarning
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line (``argv``: its arguments; None: this process's own, which also
+    means the process ends when this returns: see :func:`_not_waiting_for_threads`)."""
     parser = build_parser()
     saved, warnings.showwarning = warnings.showwarning, _show_warning
     try:
         code = _dispatch(parser, argv)
         sys.stdout.flush()      # here, not at exit, so that a closed pipe is caught below
-        return code
     except BrokenPipeError:
-        return _closed_pipe()
+        code = _closed_pipe()
     finally:
         warnings.showwarning = saved
+    if argv is None:
+        _not_waiting_for_threads(code)
+    return code
+
+
+def _not_waiting_for_threads(code: int) -> None:
+    """Python waits at exit for every thread not marked daemon, so a thread that a
+    workflow module or an operator started and never ended would keep the command
+    alive forever.  A watcher (itself a daemon thread) gives the threads still running
+    when the command is done :data:`~subzero.tuning.EXIT_GRACE_S` -- thread pools of
+    libraries end within it, at exit -- then names those left in one warning line and
+    ends the process with the command's status."""
+    left = [t for t in threading.enumerate()
+            if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if not left:
+        return
+
+    def watch() -> None:
+        time.sleep(EXIT_GRACE_S)
+        still = [t for t in left if t.is_alive()]
+        if not still:
+            return
+        try:
+            sys.stdout.flush()
+            print(f"subzero: warning: code run by this command left thread(s) running: "
+                  f"{', '.join(repr(t.name) for t in still)}; exiting without waiting for them",
+                  file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
+        os._exit(code)
+    threading.Thread(target=watch, name="subzero-exit", daemon=True).start()
 
 
 #: exit status on a closed output pipe (`subzero trace ... | head`): what a process

@@ -115,6 +115,13 @@ class ChecksumMismatch(StoreError):
     """Bytes read back do not match the checksum stored with them."""
 
 
+class UnsafeFile(StoreError):
+    """A file of the store is not what a read of it needs: a symbolic link, not a
+    regular file (a FIFO, a device, a folder), or larger than any file SubZero writes
+    there.  Damage of what the file holds: the caller reports it as its own error
+    (:class:`CorruptArray`, :class:`CorruptLineage`, an untrusted run...)."""
+
+
 class UntrustedRun(StoreError):
     """A run's code (its operators) may not be loaded: its signature does not verify
     with this user's key (see ``subzero trust``)."""

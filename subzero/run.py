@@ -12,6 +12,7 @@ from numpy.typing import ArrayLike
 from subzero.coords import cells_at as sky_cells
 from subzero.coords import cells_for, derive_grids, stored_grid, with_grid
 from subzero.errors import QueryError
+from subzero.model.cells import parse_spec
 from subzero.model.cellset import CellSet
 from subzero.model.grid import Grid
 from subzero.model.strategy import parse
@@ -162,8 +163,17 @@ class Run:
         equal to ``trace(start, cells, to=array)``.  Not recorded in the trace log."""
         if direction not in ("backward", "forward"):
             raise QueryError(f"direction must be 'backward' or 'forward', not {direction!r}")
-        return self.executor().trace_reach(start, cells, direction == "backward", shortcut,
-                                           self.planner)
+        return self.executor().trace_reach(start, self._spec(start, cells),
+                                           direction == "backward", shortcut, self.planner)
+
+    def _spec(self, start: str, cells: Any) -> Any:
+        """Cells given in the ``--cells`` syntax (a string) as an array: boxes are
+        deduplicated as they are expanded, within a limit
+        (:func:`~subzero.model.cells.parse_spec`); other cells as given."""
+        if not isinstance(cells, str):
+            return cells
+        self._known(start)
+        return parse_spec(cells, self.shapes()[start], start)
 
     def read_region(self, name: str, region: tuple[slice, ...]) -> np.ndarray:
         """A region of an array's cells (checksummed), without reading the rest."""
@@ -222,6 +232,8 @@ class Run:
         """Trace ``cells`` of array ``start`` to array ``to`` (every DAG path,
         results united) or along ``path`` = [(operator, input index), ...].
 
+        ``cells`` is an ``(N, ndim)`` array of cells (or one tuple), or a string in the
+        ``--cells`` syntax (``"10:20,30:40;12,40"``: boxes and cells, each counted once).
         Instead of cells, name them by ``sky``/``radius`` or ``sel`` as in
         :meth:`cells_at`; the result's :meth:`~TraceResult.sky_region` and
         :meth:`~TraceResult.label_region` say where the answer lies in those terms.
@@ -237,6 +249,7 @@ class Run:
             cells = self.cells_at(start, sky=sky, radius=radius, sel=sel)
         elif cells is None:
             raise QueryError(f"trace from {start!r} needs cells (or sky=... / sel=...)")
+        cells = self._spec(start, cells)
         res = self.executor().trace(start, cells, to=to, path=path, prefer=prefer, shortcut=shortcut,
                                     grids=self.grid,
                                     planner=planner if planner is not None else self.planner)

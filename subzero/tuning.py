@@ -46,10 +46,27 @@ STAT_BLOCK_TILES = 4
 #: Output cells per batch when a built-in operator emits Full pairs (bounds memory).
 EMIT_BATCH_CELLS = 1 << 21
 
-#: The largest run record (``run.json``) a store may hold: a read of a file a store names
-#: is bounded, so a planted link to /dev/zero cannot take the memory.  A record is the
-#: catalog's rows of one run: the 26-operator LSST run's is about 40 KB (chosen with a
-#: wide margin, not measured further).
+# -- bounds on what is read from a store (subzero.storage.files) -----------------------
+# A store's small files are read whole, so each kind has a bound: a file over it is damage
+# (a planted link to /dev/zero or a huge file), refused before it is read.  Each bound is
+# far above what SubZero writes there, so it never refuses a real file; none changes an
+# answer.  Sizes measured on the shipped workflows (astronomy and genomics runs, local).
+#: A run's signature file: about 200 bytes (one JSON object); room for a record that grows.
+SIGNATURE_BYTES = 1 << 20
+#: The signing key file: 65 bytes (32 bytes in hex and a newline).
+KEY_BYTES = 4096
+#: A run's ``workflow.pkl``: 12.4 MB for astronomy (its operators hold calibration
+#: arrays), 34 KB for genomics.  An operator may hold a larger array; 1 GiB bounds what
+#: ``subzero runs`` (which checks every run's signature over it) may have to read.
+PICKLE_BYTES = 1 << 30
+#: An array's ``zarr.json`` and ``.sums.json`` files: at most 11.9 KB (astronomy's raw
+#: frames, whose FITS headers travel as attributes).
+METADATA_BYTES = 16 << 20
+#: An interrupted run's journal: one line of a few hundred bytes per operator (plus the
+#: begin line, which holds the strategies of every operator).
+JOURNAL_BYTES = 64 << 20
+#: A run's record (``run.json``): the catalog's rows of one run, about 40 KB for the
+#: 26-operator LSST run (chosen with a wide margin, not measured further).
 RECORD_BYTES = 64 << 20
 
 # -- engines -------------------------------------------------------------------------------
@@ -74,6 +91,11 @@ KEEP_JVM_LOGS = 5
 MASTER_PROBE_S = 5.0
 
 # -- queries ----------------------------------------------------------------------------
+#: Cells a ``--cells`` SPEC may name, counted box by box once repeated boxes and boxes
+#: inside another are dropped.  The cells are built as an (N, ndim) int64 array (16 bytes
+#: a cell in 2-D): 2**27 cells hold 2 GiB, and every shipped workflow's largest array
+#: (64 Mpix, the astronomy benchmark's) is selected whole (``:,:``) well within it.
+MAX_SPEC_CELLS = 1 << 27
 #: Query cells per lookup once a matched lookup stops growing its chunks.
 LOOKUP_CHUNK = 1 << 16
 #: First chunk of a matched lookup: a step whose target fills from its first few
@@ -153,6 +175,13 @@ HEARTBEAT_S = 5.0
 #: interrupted, and `subzero run --resume` may take it over.  Twelve missed beats:
 #: a driver busy in native code or a slow shared file system is not taken for dead.
 HEARTBEAT_STALE_S = 60.0
+
+#: When a command is done, threads that user code started and left running (not daemon
+#: threads, which Python would wait for forever) get this long to end before the command
+#: names them and exits without them (seconds).  Chosen, not measured: the thread pools of
+#: libraries end within milliseconds of the interpreter's exit, and a command's user waits
+#: this long at most once.
+EXIT_GRACE_S = 1.0
 
 #: Spark jobs of independent branches (the two exposures' operators) a run submits at
 #: once, each from a driver thread: a job that cannot fill the cluster (a statistic's

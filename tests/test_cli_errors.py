@@ -325,3 +325,45 @@ def test_object_array_npy(cli, tmp_path):
                        "--input", f"raw={obj}")
     line = one_line(err)
     assert code == 2 and str(obj) in line and "object" in line
+
+
+# -- cell selections deduplicated as they are expanded (issue 28) --------------------------------
+def test_a_cells_spec_that_repeats_the_array_costs_what_the_array_costs(tmp_path):
+    """30,000 repeats of `:,:` were expanded one by one before duplicates were removed
+    (16 bytes a cell per repeat: ~3 GB for the example's 64x96 arrays, more with the
+    expansion's temporaries).  Under a 2 GB address-space limit the trace now answers
+    exactly what one `:,:` answers, from the CLI and from Python."""
+    import json as _json
+    import resource
+    with subzero.open_store(tmp_path / "s") as st:
+        run = st.run(EXAMPLE, strategies={"clean": "full", "stars": "full"}, progress=False)
+        want = run.trace("stars", ":,:", to="calib", record=False).cells.tolist()
+        assert run.trace("stars", ";".join([":,:"] * 30000), to="calib",
+                         record=False).cells.tolist() == want
+        assert run.trace("stars", "40,70;40,70;40:41,70", to="calib",
+                         record=False).query.ids().tolist() == [40 * 96 + 70]
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    p = subprocess.run([subzero_exe(), "trace", "--store", tmp_path / "s", "--from", "stars",
+                        "--cells", ";".join([":,:"] * 30000), "--to", "calib", "--json"],
+                       capture_output=True, text=True, timeout=300, preexec_fn=limited)
+    assert p.returncode == 0, p.stderr
+    got = _json.loads(p.stdout)
+    assert got["cells_in"] == 64 * 96 and got["cells"] == want
+
+
+def test_a_cells_spec_over_the_limit_is_one_line():
+    from subzero.errors import QueryError
+    from subzero.model.cells import parse_spec, union_of_boxes
+    from subzero.tuning import MAX_SPEC_CELLS
+    spec = ";".join(f"{i}:{i + 20000},:" for i in range(0, 80000, 40))    # distinct, overlapping
+    with pytest.raises(QueryError, match=rf"number \d+ box by box, more than the limit of "
+                                         rf"{MAX_SPEC_CELLS} \(MAX_SPEC_CELLS in subzero.tuning\)"):
+        parse_spec(spec, (100000, 100000), "raw")
+    # boxes inside another and repeats are not counted: this is the one big box
+    cells = union_of_boxes([((0, 0), (4, 4)), ((1, 1), (3, 3)), ((0, 0), (4, 4)), ((2, 2), (3, 3))],
+                           (5, 5), limit=16)
+    assert cells.tolist() == [[r, c] for r in range(4) for c in range(4)]
+    with pytest.raises(QueryError, match="limit of 15"):
+        union_of_boxes([((0, 0), (4, 4))], (5, 5), limit=15)

@@ -3,6 +3,7 @@ through the public API (and the reporter a caller hands in)."""
 
 import io
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -50,7 +51,8 @@ class Interrupt(Operator):
 
     def run(self, ctx, x):
         ctx.lwrite([(0, 0)], [(0, 0)])
-        raise KeyboardInterrupt
+        signal.raise_signal(signal.SIGINT)     # a real Ctrl-C (an operator's own `raise
+        time.sleep(5)                          # KeyboardInterrupt` is its error: test_spark)
 
 
 class Copy(Operator):
@@ -87,11 +89,25 @@ def test_failed_operator_leaves_no_partial_folder_and_names_the_operator(store):
     assert store.catalog.ops(row.id) == [] and store.catalog.arrays(row.id) == {}
 
 
-def test_keyboard_interrupt_mid_run_is_failed_not_complete(store):
+def _raising_handler(signum, frame):
+    """A SIGINT handler in Python that raises KeyboardInterrupt itself, as PySpark's
+    (installed by every SparkContext) does."""
+    raise KeyboardInterrupt()
+
+
+@pytest.mark.parametrize("handler", ["python's", "pyspark's"])
+def test_keyboard_interrupt_mid_run_is_failed_not_complete(store, handler):
+    """A real Ctrl-C (SIGINT) while an operator runs stays a Ctrl-C -- whichever handler
+    turns it into KeyboardInterrupt -- and is not taken for the operator's error."""
     x = np.zeros((3, 4))
     good = store.run(chain(Ident()), inputs={"a": x})
-    with pytest.raises(KeyboardInterrupt):
-        store.run(chain(Interrupt()), inputs={"a": x}, strategies={"last": "full"})
+    prev = signal.signal(signal.SIGINT, _raising_handler) if handler == "pyspark's" else None
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            store.run(chain(Interrupt()), inputs={"a": x}, strategies={"last": "full"})
+    finally:
+        if prev is not None:
+            signal.signal(signal.SIGINT, prev)
     row = store.runs()[-1]
     assert (row.status, row.error) == ("failed", "interrupted")
     assert leftovers(store) == [str(good.id)]

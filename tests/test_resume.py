@@ -273,3 +273,94 @@ def test_run_needs_a_workflow_or_resume(cli, tmp_path):
                                          "or module name), or --resume RUN")
     code, out, err = cli("clean", "--store", tmp_path / "nowhere")
     assert code == 2 and "no SubZero store at" in err
+
+
+# -- nothing runs before trust (issue 28) -------------------------------------------------
+PLANTED = """import pathlib
+pathlib.Path({marker!r}).write_text("imported")
+def workflow(gate=""):
+    raise SystemExit("the planted module ran")
+"""
+
+
+def resume_as(wfdir: Path, rid: int, config: Path) -> subprocess.CompletedProcess:
+    """`subzero run --resume` by a user whose key lives in ``config``."""
+    env = {**os.environ, "SUBZERO_CONFIG_DIR": str(config)}
+    return subprocess.run([subzero_exe(), "run", "--resume", str(rid), "--store", "s"], cwd=wfdir,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_resume_loads_no_code_of_a_run_another_user_began(wfdir, tmp_path_factory):
+    """A store from elsewhere: its interrupted run names a workflow module that is now a
+    planted one (it writes a marker when imported).  Resuming with this user's key must
+    refuse before importing anything, in one line naming the run and why."""
+    rid = start_killed_run(wfdir)
+    marker = wfdir / "imported"
+    (wfdir / "gatewf.py").write_text(PLANTED.format(marker=str(marker)))
+    p = resume_as(wfdir, rid, tmp_path_factory.mktemp("another-user"))
+    assert p.returncode == 2 and not marker.exists(), (p.stdout, p.stderr)
+    line = p.stderr.strip()
+    assert len(line.splitlines()) == 1
+    assert line.startswith(f"subzero: error: run {rid} cannot be resumed: SubZero will not load "
+                           f"the workflow it names ({wfdir / 'gatewf.py'}) because it was begun "
+                           f"with another user's key")
+    assert "`subzero trust` does not apply to an unfinished run" in line
+    st = subzero.open_store(wfdir / "s", create=False)
+    assert st.catalog.get_run(rid).status == "interrupted"          # refused, not failed
+    assert (wfdir / "s" / "runs" / f"{rid}.partial").is_dir()       # nothing deleted
+
+
+def test_resume_refuses_a_catalog_or_journal_changed_since_the_run_began(wfdir, cli):
+    """This user's own run, but its catalog row now names a planted module, or its journal
+    was edited, or is another run's: refused before any import, the run left as it was."""
+    rid = start_killed_run(wfdir)
+    marker = wfdir / "imported"
+    planted = wfdir / "planted.py"
+    planted.write_text(PLANTED.format(marker=str(marker)))
+    db = sqlite3.connect(wfdir / "s" / "catalog.sqlite")
+    db.execute("UPDATE runs SET source=? WHERE id=?", (str(planted), rid))
+    db.commit()
+    code, out, err = cli("run", "--resume", rid, "--store", wfdir / "s")
+    assert code == 2 and not marker.exists()
+    assert (f"run {rid} cannot be resumed: SubZero will not load the workflow it names "
+            f"({planted}) because its catalog entry changed since the run began (its source "
+            f"is not what the run's signed journal says)") in err
+    db.execute("UPDATE runs SET source=? WHERE id=?", (str(wfdir / "gatewf.py"), rid))
+    db.commit()
+    db.close()
+    journal = wfdir / "s" / "runs" / f"{rid}.partial" / "journal.jsonl"
+    good = journal.read_text()
+    begin = json.loads(good.splitlines()[0])
+    journal.write_text(good.replace(json.dumps(begin["source"]), json.dumps(str(planted)), 1))
+    code, out, err = cli("run", "--resume", rid, "--store", wfdir / "s")
+    assert code == 2 and "its journal" in err and "changed since the run began" in err
+    unsigned = {k: v for k, v in begin.items() if k not in ("signature", "key_id")}
+    journal.write_text("\n".join([json.dumps(unsigned), *good.splitlines()[1:]]) + "\n")
+    code, out, err = cli("run", "--resume", rid, "--store", wfdir / "s")
+    assert code == 2 and "is not signed" in err
+    journal.write_text(good)
+    assert not marker.exists()
+    st = subzero.open_store(wfdir / "s", create=False)
+    assert_same_run(st.resume(rid), reference(wfdir))         # the genuine journal resumes
+
+
+@pytest.mark.parametrize("fault", ["fifo", "link", "huge"])
+def test_a_journal_that_is_no_file_is_refused_without_waiting(wfdir, fault):
+    """A FIFO (a reader blocks on it forever), a link to /dev/zero (endless) or a file
+    far larger than any journal in place of the journal: one line naming it."""
+    rid = start_killed_run(wfdir)
+    journal = wfdir / "s" / "runs" / f"{rid}.partial" / "journal.jsonl"
+    journal.unlink()
+    if fault == "fifo":
+        os.mkfifo(journal)
+    elif fault == "link":
+        journal.symlink_to("/dev/zero")
+    else:
+        with open(journal, "wb") as f:
+            f.truncate(1 << 30)
+    p = resume_as(wfdir, rid, Path(os.environ["SUBZERO_CONFIG_DIR"]))
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    why = {"fifo": "is a FIFO (named pipe), not a regular file",
+           "link": "is a symbolic link, not a regular file",
+           "huge": f"holds {1 << 30} bytes, more than SubZero ever writes there"}[fault]
+    assert f"run {rid} cannot be resumed: its journal {journal} {why}" in p.stderr

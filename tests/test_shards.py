@@ -3,6 +3,8 @@ driver commits the attempts that succeeded, and readers open only the shards a
 query touches.  The same relation as one store, for every strategy; faults in
 shards answered exactly (by re-execution) or refused, never wrong."""
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -181,11 +183,12 @@ def _damage(path, at: int = -10) -> None:
 
 
 @pytest.mark.parametrize("strategy", ["full:fullone:backward", "full:fullmany:forward"])
-@pytest.mark.parametrize("fault", ["flip", "truncate", "delete", "swap"])
+@pytest.mark.parametrize("fault", ["flip", "truncate", "delete", "swap", "fifo", "link"])
 def test_a_damaged_shard_is_answered_exactly(spark, store, fault, strategy):
-    """A shard damaged, cut short, missing or replaced by another tile's: the trace
-    still returns exactly the right cells (re-execution), with a warning naming the
-    damage; the shards a query does not touch are not read."""
+    """A shard damaged, cut short, missing or replaced by another tile's, or a FIFO or a
+    link to /dev/zero in its place (which a read blocked on, or read without end): the
+    trace still returns exactly the right cells (re-execution), with a warning naming
+    the damage; the shards a query does not touch are not read."""
     run = wide_run(spark, store, strategy)
     lin = LineageStore(run.dir / "lineage", readonly=True)
     folder = lin.shard_folder("twice", parse_one(strategy))
@@ -197,12 +200,19 @@ def test_a_damaged_shard_is_answered_exactly(spark, store, fault, strategy):
         victim.write_bytes(victim.read_bytes()[:-7])
     elif fault == "delete":
         victim.unlink()
+    elif fault == "fifo":
+        victim.unlink()
+        os.mkfifo(victim)
+    elif fault == "link":
+        victim.unlink()
+        victim.symlink_to("/dev/zero")
     else:
         victim.write_bytes(other.read_bytes())
     run.close()
     start, to = ("twice", "x") if strategy.endswith("backward") else ("x", "twice")
     assert run.trace(start, [(17, 17)], to=to, shortcut=False).cells.tolist() == [[17, 17]]
-    with pytest.warns(SubZeroWarning, match="damaged|missing"):
+    match = {"fifo": "is a FIFO", "link": "is a symbolic link"}.get(fault, "damaged|missing")
+    with pytest.warns(SubZeroWarning, match=match):
         res = run.trace(start, [(1, 2), (3, 4)], to=to, shortcut=False)
     assert res.cells.tolist() == [[1, 2], [3, 4]]
 

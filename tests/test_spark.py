@@ -471,6 +471,126 @@ def test_spark_scratch_files_stay_in_subzeros_folder(spark, store):
     assert any(p.name.startswith(("spark-", "blockmgr-")) for p in Path(scratch_dir()).iterdir())
 
 
+def _planted_log_folder(tmp_path):
+    """A shared temp folder where someone planted ``subzero-spark-logs-<uid>`` as a link
+    to a folder of decoys: old-looking Spark logs and a scratch folder of a dead process
+    (what pruning removes from SubZero's own folder)."""
+    tmp, victim = tmp_path / "tmp", tmp_path / "victim"
+    tmp.mkdir()
+    (victim / "scratch-999999999" / "keep").mkdir(parents=True)
+    for k in range(9):
+        (victim / f"spark-{999999900 + k}.log").write_text("decoy")
+    (tmp / f"subzero-spark-logs-{os.getuid()}").symlink_to(victim)
+    return tmp, victim
+
+
+def _decoys(victim):
+    return sorted(str(p.relative_to(victim)) for p in victim.rglob("*"))
+
+
+def test_a_planted_jvm_log_folder_link_is_never_followed(tmp_path, monkeypatch):
+    """The fault campaign's case without Spark: the log folder in the shared temp folder
+    is a link planted by someone else.  SubZero uses the user's cache folder instead,
+    and pruning the planted name deletes nothing where it points."""
+    import tempfile
+
+    from subzero.engines.spark.session import jvm_log_dir, prune_jvm_logs, scratch_dir
+    tmp, victim = _planted_log_folder(tmp_path)
+    before = _decoys(victim)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    mine = tmp_path / "cache" / "subzero" / "spark-logs"
+    assert prune_jvm_logs(tmp / f"subzero-spark-logs-{os.getuid()}") == []
+    assert _decoys(victim) == before
+    assert jvm_log_dir() == mine and scratch_dir().startswith(str(mine))
+    assert (os.stat(mine).st_mode & 0o777) == 0o700
+    (mine / "spark-999999999.log").symlink_to(victim / "spark-999999900.log")
+    (mine / "scratch-999999998").symlink_to(victim / "scratch-999999999")
+    prune_jvm_logs(mine, keep=0)                     # links inside are not followed either
+    assert _decoys(victim) == before
+    if os.getuid() == 0:                             # a real folder of another user's
+        (tmp / f"subzero-spark-logs-{os.getuid()}").unlink()
+        theirs = tmp / f"subzero-spark-logs-{os.getuid()}"
+        theirs.mkdir(mode=0o777)
+        os.chown(theirs, 65534, 65534)
+        assert jvm_log_dir() == mine
+
+
+@pytest.mark.skipif(java_version() is None or java_version() < 17, reason="Spark needs Java 17+")
+def test_a_spark_session_writes_and_prunes_only_its_own_log_folder(tmp_path):
+    """End to end: a Spark session started where the log folder is a planted link leaves
+    the decoys where the link points alone, and keeps its log in the user's cache."""
+    tmp, victim = _planted_log_folder(tmp_path)
+    before = _decoys(victim)
+    env = {**os.environ, "TMPDIR": str(tmp), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    code = ("from subzero.engines.spark.session import session, jvm_log_path\n"
+            "s = session('local[1]'); print(jvm_log_path()); s.stop()")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert _decoys(victim) == before                 # before: 4 logs and the folder deleted
+    log = Path(p.stdout.strip().splitlines()[-1])
+    assert log.parent == tmp_path / "cache" / "subzero" / "spark-logs" and log.is_file()
+
+
+class Quits(Operator):
+    """An operator whose run() tries to end the process, as the fault campaign's did."""
+    tiling = subzero.ELEMENTWISE
+
+    def __init__(self, how):
+        self.how = how
+
+    def run(self, ctx, x):
+        if self.how == "exit":
+            import sys as _sys
+            _sys.exit(3)
+        raise KeyboardInterrupt
+
+
+QUITS = """
+import sys
+import subzero
+
+class Quits(subzero.Operator):
+    tiling = subzero.ELEMENTWISE
+
+    def run(self, ctx, x):
+        {body}
+
+def workflow():
+    wf = subzero.Workflow("quits")
+    wf.add("quit", Quits(), wf.input("x", default="x.npy"))
+    return wf
+"""
+
+
+@pytest.mark.parametrize("how,said", [("exit", r"called sys.exit\(3\)"),
+                                      ("interrupt", "raised KeyboardInterrupt")])
+def test_an_operator_that_ends_the_process_is_an_operator_error(spark, store, tmp_path, how, said):
+    """sys.exit(3) in run() made `subzero run` exit 3 saying nothing, a KeyboardInterrupt
+    it raised said "interrupted": now an OperatorError naming the operator, on both
+    engines, from Python and from the command line (a real Ctrl-C stays "interrupted":
+    test_engines, test_cli)."""
+    wf = Workflow("quits")
+    wf.add("quit", Quits(how), wf.input("x"))
+    x = np.arange(40.0).reshape(8, 5)
+    for engine in ("local", "spark"):
+        with pytest.raises(OperatorError, match=rf"operator 'quit' \(Quits\) {said} in run\(\)"):
+            store.run(wf, inputs={"x": x}, engine=engine, spark=spark if engine == "spark" else None,
+                      tile=4, progress=False)
+        row = store.runs()[-1]
+        assert row.status == "failed" and "'quit'" in row.error
+    np.save(tmp_path / "x.npy", x)
+    body = "sys.exit(3)" if how == "exit" else "raise KeyboardInterrupt"
+    (tmp_path / "quits.py").write_text(QUITS.format(body=body))
+    from conftest import subzero_exe
+    p = subprocess.run([subzero_exe(), "run", "quits.py", "--engine", "local", "--store", "s"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    assert re.fullmatch(rf"subzero: error: operator 'quit' \(Quits\) {said} in run\(\); an "
+                        rf"operator returns its output or raises an exception", p.stderr.strip())
+
+
 class Rendezvous(Operator):
     """Marks that its task started, then waits for the other branch's task to start:
     it can finish only if both branches' jobs run at the same time."""

@@ -12,10 +12,13 @@ import os
 import pickle
 import sqlite3
 import stat
+import subprocess
+import urllib.error
+import urllib.request
 
 import numpy as np
 import pytest
-from conftest import EXAMPLE
+from conftest import EXAMPLE, subzero_exe
 
 import subzero
 from subzero.errors import StoreError, SubZeroWarning, UntrustedRun
@@ -363,3 +366,53 @@ def test_instance_runs_are_signed_by_the_driver(spark, tmp_path):
     with subzero.open_store(tmp_path / "s") as st:
         assert [st.verdict(r.run_id).state for r in results] == [TRUSTED, TRUSTED]
         assert len(st.get(results[0].run_id).trace("stars", [(40, 70)], to="raw")) > 0
+
+
+# -- nothing a store names runs before trust (issue 28) -------------------------------------------
+PLANTED = "import pathlib\npathlib.Path({marker!r}).write_text('imported')\n"
+
+
+def test_no_command_loads_code_a_store_from_elsewhere_names(tmp_path, cli, other_user, calibration):
+    """Another user's store whose run names a workflow module that is now a planted one
+    (importing it writes a marker) and whose workflow.pkl runs a command when unpickled.
+    Every command that reads the store -- runs, show, trace (stored and code-needing), a
+    workload, export, optimize on the store, the explorer -- loads neither."""
+    flow = tmp_path / "flow.py"
+    flow.write_text(open(EXAMPLE).read())
+    path = tmp_path / "s"
+    with subzero.open_store(path) as st:
+        run = st.run(str(flow), strategies=STRATEGIES, progress=False)
+        run.trace("stars", [(40, 70)], to="raw")          # the trace log: optimize's workload
+        st.catalog.add_calibration(os.uname().nodename, calibration["seconds"], calibration)
+    imported, unpickled = tmp_path / "imported", tmp_path / "unpickled"
+    flow.write_text(PLANTED.format(marker=str(imported)))
+    (path / "runs" / "1" / "workflow.pkl").write_bytes(pickle.dumps(Command(unpickled)))
+    workload = tmp_path / "w.json"
+    workload.write_text(json.dumps({"queries": [{"from": "stars", "cells": [[40, 70]], "to": "raw"}]}))
+    other_user()
+    trace = ("trace", "--from", "stars", "--cells", "40,70")
+    for args in [("runs",), ("runs", "--json"), ("show", "1"), ("show", "1", "--json"),
+                 (*trace, "--to", "calib"), (*trace, "--to", "raw"), ("trace", "--workload", workload),
+                 ("export", "--prov", tmp_path / "p.json", "--openlineage", tmp_path / "o.json"),
+                 ("optimize", EXAMPLE, "--max-disk", "1MB", "--json"), ("trust", path)]:
+        code, out, err = cli(*args, "--store", path)
+        assert code in (0, 2) and len(err.strip().splitlines()) <= 1, (args, err)
+        assert not imported.exists() and not unpickled.exists(), args
+    explorer = subprocess.Popen([subzero_exe(), "explore", "--store", str(path), "--port", "0",
+                                 "--no-browser", "--json"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        url = json.loads(explorer.stdout.readline())["url"]
+        for direction in ("backward", "forward"):
+            body = json.dumps({"array": "stars" if direction == "backward" else "raw",
+                               "box": [[40, 41], [70, 71]], "direction": direction, "views": {}})
+            req = urllib.request.Request(url.rstrip("/") + "/api/trace", body.encode(),
+                                         {"Content-Type": "application/json"})
+            try:
+                urllib.request.urlopen(req, timeout=60).read()
+            except urllib.error.HTTPError as e:        # a step that needs the code: refused
+                assert e.code in (400, 403, 409), e
+    finally:
+        explorer.terminate()
+        explorer.wait(30)
+    assert not imported.exists() and not unpickled.exists()

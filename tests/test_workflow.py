@@ -111,3 +111,66 @@ def test_pure_blackbox_operator_is_all_to_all():
     assert Add().is_all_to_all(0) and Add().is_all_to_all(1)
     assert not Ident().is_all_to_all(0)
     assert subzero.Mode.MAP in Ident().supported_modes()
+
+
+# -- workflow code that ends the process or leaves threads behind (issue 28) -----------------
+HOSTILE = {
+    "exit at import": ("import sys\nsys.exit(0)\n", r"called sys.exit\(0\) while it was imported"),
+    "interrupt at import": ("raise KeyboardInterrupt('no')\n",
+                            r"raised KeyboardInterrupt: no while it was imported"),
+    "exit in workflow()": ("import sys\ndef workflow():\n    sys.exit('bye')\n",
+                           r"workflow\(\) of .* called sys.exit\('bye'\); it must return a Workflow"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_workflow_module_that_ends_the_process_is_a_workflow_error(tmp_path, monkeypatch, case):
+    text, msg = HOSTILE[case]
+    name = "hostile_" + case.replace(" ", "_").replace("()", "")
+    (tmp_path / f"{name}.py").write_text(text)
+    with pytest.raises(WorkflowError, match=msg):
+        load_workflow(str(tmp_path / f"{name}.py"))
+    monkeypatch.syspath_prepend(str(tmp_path))          # by module name, too
+    with pytest.raises(WorkflowError, match=msg):
+        load_workflow(name)
+
+
+def test_sys_exit_at_import_is_one_line_and_no_run(tmp_path, shell):
+    """`subzero run --json` of such a module exited 0 with no output and no run."""
+    (tmp_path / "quits.py").write_text("import sys\nsys.exit(0)\n")
+    code, out, err = shell("run", "quits.py", "--json", "--store", "s", cwd=tmp_path)
+    assert code == 2 and out == ""
+    assert err.strip() == (f"subzero: error: workflow file {tmp_path / 'quits.py'} called "
+                           f"sys.exit(0) while it was imported; a workflow module defines "
+                           f"workflow() and must not end the process")
+    assert subzero.open_store(tmp_path / "s").runs() == []
+
+
+SPIN = """
+import threading, time
+import subzero
+from subzero.operators import MeanFilter
+
+threading.Thread(target=time.sleep, args=(3600,), name="spin").start()   # never joined
+
+def workflow():
+    wf = subzero.Workflow("spins")
+    wf.add("smooth", MeanFilter(3), wf.input("x", default="x.npy"))
+    return wf
+"""
+
+
+def test_a_thread_left_running_by_workflow_code_does_not_keep_the_cli_alive(tmp_path):
+    """Before, `subzero run` never ended: Python waits for every non-daemon thread."""
+    import subprocess
+
+    from conftest import subzero_exe
+    np.save(tmp_path / "x.npy", np.arange(20.0).reshape(4, 5))
+    (tmp_path / "spins.py").write_text(SPIN)
+    p = subprocess.run([subzero_exe(), "run", "spins.py", "--json", "--store", "s"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert subzero.open_store(tmp_path / "s").runs()[-1].status == "complete"
+    assert '"run_id": 1' in p.stdout
+    assert p.stderr.strip() == ("subzero: warning: code run by this command left thread(s) "
+                                "running: 'spin'; exiting without waiting for them")

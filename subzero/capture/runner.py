@@ -16,6 +16,7 @@ from subzero.capture.buffer import LineageBuffer, Pairs
 from subzero.capture.context import Context
 from subzero.capture.tiles import Shape, Tile, globalize
 from subzero.errors import OperatorError, SubZeroError
+from subzero.model.exits import described, ends_process
 from subzero.model.modes import Mode
 from subzero.model.operator import Operator
 from subzero.model.statistic import whole
@@ -123,6 +124,11 @@ def run_operator(name: str, op: Operator, inputs: Sequence[np.ndarray | xr.DataA
     except Exception as e:
         raise OperatorError(f"operator {name!r} ({type(op).__name__}) failed: "
                             f"{type(e).__name__}: {e}") from e
+    except (SystemExit, KeyboardInterrupt) as e:
+        if not ends_process(e):
+            raise                                  # a real Ctrl-C: the run is interrupted
+        raise OperatorError(f"operator {name!r} ({type(op).__name__}) {described(e)} in run(); "
+                            f"an operator returns its output or raises an exception") from e
     out = normalise_output(name, op, out)
     full, pay = ctx.finish(shape_of(out))
     return out, full, pay, ctx

@@ -15,6 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from subzero.errors import QueryError
+from subzero.tuning import MAX_SPEC_CELLS
 
 Shape = tuple[int, ...]
 
@@ -137,14 +138,18 @@ def box(lo: Sequence[int], hi: Sequence[int]) -> np.ndarray:
 def parse_spec(spec: str, shape: Shape, array: str = "array") -> np.ndarray:
     """Parse a CLI cell SPEC: ``12,40``; ``12,40;13,41``; boxes ``10:20,30:40``.
 
-    Boxes are half-open like Python slices; ``:`` alone means the whole axis.
-    Raises QueryError naming the array and its shape for malformed or
-    out-of-range cells.
+    Boxes are half-open like Python slices; ``:`` alone means the whole axis.  The
+    cells come back once each, in C order, however often the SPEC names them: boxes
+    are deduplicated before they are expanded (:func:`union_of_boxes`), so a SPEC
+    that repeats the whole array thousands of times costs what the array costs.
+    Raises QueryError naming the array and its shape for malformed or out-of-range
+    cells, and for a SPEC naming more than
+    :data:`~subzero.tuning.MAX_SPEC_CELLS` cells.
     """
     parts = [p.strip() for p in spec.split(";") if p.strip()]
     if not parts:
         raise QueryError(f"empty cell SPEC {spec!r}; write e.g. 12,40 or 10:20,30:40")
-    chunks = []
+    boxes: dict[tuple[tuple[int, ...], tuple[int, ...]], None] = {}
     for part in parts:
         coords = [c.strip() for c in part.split(",")]
         if len(coords) != len(shape):
@@ -170,12 +175,60 @@ def parse_spec(spec: str, shape: Shape, array: str = "array") -> np.ndarray:
         except ValueError as err:
             raise QueryError(
                 f"malformed cell SPEC {part!r}; write e.g. 12,40 or 12,40;13,41 or 10:20,30:40") from err
-        chunks.append(box(lo, hi))
-    cells = np.concatenate(chunks)
-    bad = first_out_of_bounds(cells, shape)
-    if bad is not None:
-        raise QueryError(f"cell {fmt_cell(cells[bad])} is outside {array} (shape {tuple(shape)})")
-    return cells
+        if any(a < 0 or a >= n for a, n in zip(lo, shape)):     # a single coordinate outside
+            raise QueryError(f"cell {fmt_cell(lo)} is outside {array} (shape {tuple(shape)})")
+        boxes[(tuple(lo), tuple(hi))] = None
+    return union_of_boxes(list(boxes), shape, array)
+
+
+def union_of_boxes(boxes: Sequence[tuple[Sequence[int], Sequence[int]]], shape: Shape,
+                   array: str = "array", limit: int | None = None) -> np.ndarray:
+    """The cells of the union of half-open boxes ``(lo, hi)`` inside ``shape``, once
+    each, in C order, as an ``(N, ndim)`` array.
+
+    Nothing is expanded twice: repeated boxes and boxes inside another are dropped
+    first, and the cells that remain are counted before any is built; more than
+    ``limit`` (default :data:`~subzero.tuning.MAX_SPEC_CELLS`) is a QueryError naming
+    the limit.  What is built then is at most that many cell ids, deduplicated."""
+    limit = MAX_SPEC_CELLS if limit is None else limit
+    ndim = len(shape)
+    if not boxes:
+        return np.zeros((0, ndim), np.int64)
+    uniq = list(dict.fromkeys((tuple(int(x) for x in lo), tuple(int(x) for x in hi))
+                              for lo, hi in boxes))
+    lo = np.array([b[0] for b in uniq], np.int64).reshape(-1, ndim)
+    hi = np.array([b[1] for b in uniq], np.int64).reshape(-1, ndim)
+    sizes = np.prod(hi - lo, axis=1)
+    keep = np.ones(len(uniq), bool)
+    big = np.flatnonzero(sizes > 1)      # only a box of many cells holds another
+    if len(big) and len(uniq) > 1:        # drop boxes inside another, a chunk at a time
+        blo, bhi = lo[big], hi[big]
+        step = max(1, (1 << 22) // (len(big) * max(ndim, 1)))
+        for a in range(0, len(uniq), step):
+            rows = np.arange(a, min(a + step, len(uniq)))
+            inside = (np.all(blo[None, :, :] <= lo[rows, None, :], axis=2)
+                      & np.all(hi[rows, None, :] <= bhi[None, :, :], axis=2))
+            inside &= rows[:, None] != big[None, :]           # not inside itself
+            keep[rows] &= ~inside.any(axis=1)
+    total = int(sizes[keep].sum())
+    if total > limit:
+        raise QueryError(f"the cells asked of {array} (shape {tuple(shape)}) number {total} box "
+                         f"by box, more than the limit of {limit} (MAX_SPEC_CELLS in "
+                         f"subzero.tuning); ask fewer or smaller boxes")
+    idx = np.flatnonzero(keep)
+    if len(idx) == 1:
+        return box(lo[idx[0]], hi[idx[0]])
+    strides = np.asarray(_strides(shape), np.int64)
+    ids = np.concatenate([_box_ids(lo[k], hi[k], strides) for k in idx])
+    return unpack(unique(ids), shape)
+
+
+def _box_ids(lo: np.ndarray, hi: np.ndarray, strides: np.ndarray) -> np.ndarray:
+    """Packed ids of the cells of box [lo, hi), without building its coordinates."""
+    ids = np.zeros(1, np.int64)
+    for a, b, s in zip(lo.tolist(), hi.tolist(), strides.tolist()):
+        ids = (ids[:, None] + np.arange(a, b, dtype=np.int64)[None, :] * s).ravel()
+    return ids
 
 
 # --- ragged (CSR) helpers -------------------------------------------------

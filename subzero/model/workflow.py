@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from subzero.errors import StrategyError, WorkflowError
+from subzero.model.exits import described, ends_process
 from subzero.model.modes import Mode
 from subzero.model.operator import Operator, rerun_mode
 from subzero.model.strategy import Strategy
@@ -207,6 +208,13 @@ def _module_from_path(path: Path) -> ModuleType:
     except Exception as e:
         sys.modules.pop(name, None)
         raise WorkflowError(f"workflow file {path} failed to import: {type(e).__name__}: {e}") from e
+    except (SystemExit, KeyboardInterrupt) as e:
+        sys.modules.pop(name, None)
+        if not ends_process(e):
+            raise                                  # a real Ctrl-C
+        raise WorkflowError(f"workflow file {path} {described(e)} while it was imported; a "
+                            f"workflow module defines workflow() and must not end the "
+                            f"process") from e
     return mod
 
 
@@ -239,6 +247,12 @@ def load_workflow(ref: str | os.PathLike | Workflow, params: dict[str, Any] | No
         except Exception as e:
             raise WorkflowError(f"workflow module {ref_s!r} failed to import: "
                                 f"{type(e).__name__}: {e}") from e
+        except (SystemExit, KeyboardInterrupt) as e:
+            if not ends_process(e):
+                raise
+            raise WorkflowError(f"workflow module {ref_s!r} {described(e)} while it was imported; "
+                                f"a workflow module defines workflow() and must not end the "
+                                f"process") from e
         source = ref_s
     fn = getattr(mod, "workflow", None)
     if not callable(fn):
@@ -251,6 +265,11 @@ def load_workflow(ref: str | os.PathLike | Workflow, params: dict[str, Any] | No
         raise
     except Exception as e:
         raise WorkflowError(f"workflow() of {ref_s!r} raised {type(e).__name__}: {e}") from e
+    except (SystemExit, KeyboardInterrupt) as e:
+        if not ends_process(e):
+            raise
+        raise WorkflowError(f"workflow() of {ref_s!r} {described(e)}; it must return a "
+                            f"Workflow") from e
     if not isinstance(wf, Workflow):
         raise WorkflowError(f"workflow() of {ref_s!r} returned {type(wf).__name__}, not a Workflow")
     file: str | None = getattr(mod, "__file__", None)     # a namespace package has none

@@ -36,7 +36,7 @@ import numpy as np
 import xarray as xr
 
 from subzero.errors import QueryError, WorkloadError
-from subzero.model.cells import box
+from subzero.model.cells import union_of_boxes
 from subzero.query.trace import TraceResult
 
 _OPS = {"==": _op.eq, "!=": _op.ne, ">=": _op.ge, "<=": _op.le, ">": _op.gt, "<": _op.lt}
@@ -152,8 +152,14 @@ def select_cells(run: RunArrays, q: Query) -> np.ndarray:
     if "cells" in sel:
         return np.asarray(sel["cells"], dtype=np.int64).reshape(-1, len(shape))
     if "box" in sel:
-        lo, hi = sel["box"]
-        return box(lo, hi)
+        try:
+            lo, hi = ([int(x) for x in b] for b in sel["box"])
+            if len(lo) != len(shape) or len(hi) != len(shape):
+                raise ValueError("one bound per axis")
+        except (TypeError, ValueError) as err:
+            raise QueryError(f"query {q.name!r}: \"box\" must be [[lo, ...], [hi, ...]] with one "
+                             f"integer per axis of {q.start} (shape {tuple(shape)})") from err
+        return union_of_boxes([(lo, hi)], shape, q.start)
     if "sky" in sel:
         return run.cells_at(q.start, sky=sel["sky"], radius=sel.get("radius"))
     if "sel" in sel:

@@ -4,10 +4,12 @@ driver was lost can be resumed from the first unfinished operator.
 ``runs/<id>.partial/journal.jsonl`` holds one JSON line per event, each written
 and fsynced only once what it reports is on disk:
 
-* ``begin``: what the run needs to be continued the same way -- the workflow's
-  fingerprint (its pickled operators and the source of their modules), each
-  operator's strategies, whether lineage is captured, the tile size, the disk
-  budget;
+* ``begin``: what the run needs to be continued the same way -- the run's id,
+  its workflow's name, module (``source``) and parameters, its inputs and engine
+  as the catalog records them, the workflow's fingerprint (its pickled operators
+  and the source of their modules), each operator's strategies, whether lineage
+  is captured, the tile size, the disk budget -- signed with this user's key
+  (HMAC-SHA256, :mod:`subzero.storage.trust`);
 * ``inputs``: the run's inputs are in its array store (their catalog records);
 * ``op``: one operator's array and lineage are written (its statistics, the
   disk budget's state after it).
@@ -15,12 +17,20 @@ and fsynced only once what it reports is on disk:
 An operator with no ``op`` line is redone on resume: whatever it left (an array,
 a task attempt's folder, part of its lineage) is removed first.  A torn last
 line -- the driver died while writing it -- counts as not written.
+
+Nothing runs before trust: an unfinished run has no run signature yet (runs are
+signed as they commit), so resume proves with the ``begin`` line that this user
+began the run -- and that the catalog still names the workflow module,
+parameters, inputs and engine that were signed -- before it imports any code
+(:func:`check_begun`).  A run begun with another key, or whose journal or
+catalog entry changed, is refused; ``subzero trust`` does not apply to it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import inspect
 import json
 import os
@@ -33,13 +43,18 @@ from typing import Any
 import cloudpickle
 
 from subzero.engines.stats import ArrayInfo, OpStats
-from subzero.errors import StoreError
+from subzero.errors import StoreError, UnsafeFile, UntrustedRun, warn
 from subzero.model.strategy import Strategy
 from subzero.model.workflow import Workflow
 from subzero.storage.budget import DiskBudget
+from subzero.storage.catalog import RunRow
+from subzero.storage.files import read_regular
+from subzero.storage.trust import key_id, load_key, signature_of
+from subzero.tuning import JOURNAL_BYTES
 
 FILE = "journal.jsonl"
-VERSION = 1
+#: 2: the begin line names the run, its workflow, parameters, inputs and engine, signed
+VERSION = 2
 
 
 def fingerprint(wf: Workflow) -> str:
@@ -78,6 +93,8 @@ class Resumable:
     capture: bool
     tile: int
     budget: dict | None
+    #: the begin line as written (with its signature): what :func:`check_begun` proves
+    begun: dict = field(default_factory=dict, repr=False)
     inputs: list[ArrayInfo] | None = None
     ops: list[OpStats] = field(default_factory=list)
     used: int = 0
@@ -108,14 +125,30 @@ class Journal:
             f.flush()
             os.fsync(f.fileno())
 
-    def begin(self, wf: Workflow, strategies: Mapping[str, tuple[Strategy, ...]], capture: bool,
-              tile: int, budget: DiskBudget | None) -> None:
-        self._append({"event": "begin", "version": VERSION, "fingerprint": fingerprint(wf),
-                      "strategies": {n: [str(s) for s in ss] for n, ss in strategies.items()},
-                      "capture": capture, "tile": tile,
-                      "budget": None if budget is None else {
-                          "max_bytes": budget.max_bytes,
-                          "predicted": [[op, s, b] for (op, s), b in budget.predicted.items()]}})
+    def begin(self, run_id: int, wf: Workflow, inputs: Mapping[str, Any], engine: str,
+              strategies: Mapping[str, tuple[Strategy, ...]], capture: bool, tile: int,
+              budget: DiskBudget | None) -> None:
+        """The first line: what resume needs, signed with this user's key (made on first
+        use).  Without a usable key the run still runs; it cannot be resumed."""
+        event = _plain({
+            "event": "begin", "version": VERSION, "run": run_id, "workflow": wf.name,
+            "source": wf.source, "params": wf.params, "inputs": dict(inputs), "engine": engine,
+            "fingerprint": fingerprint(wf),
+            "strategies": {n: [str(s) for s in ss] for n, ss in strategies.items()},
+            "capture": capture, "tile": tile,
+            "budget": None if budget is None else {
+                "max_bytes": budget.max_bytes,
+                "predicted": [[op, s, b] for (op, s), b in budget.predicted.items()]}})
+        try:
+            key = load_key(create=True)
+        except StoreError as e:
+            warn(f"run {run_id} could not sign its journal ({e}); it runs, but cannot be resumed "
+                 f"should its driver be lost")
+            key = None
+        if key is not None:
+            event["key_id"] = key_id(key)
+            event["signature"] = signature_of(key, event)
+        self._append(event)
 
     def inputs(self, infos: list[ArrayInfo]) -> None:
         self._append({"event": "inputs", "inputs": [dataclasses.asdict(a) for a in infos]})
@@ -130,7 +163,11 @@ def read_journal(folder: Path, run_id: int) -> Resumable:
     """The journal of an interrupted run, or a StoreError saying why it cannot resume."""
     path = Path(folder) / FILE
     try:
-        lines = path.read_text().splitlines()
+        lines = read_regular(path, JOURNAL_BYTES, "its journal",
+                             limit_name="JOURNAL_BYTES").decode("utf-8", "replace").splitlines()
+    except UnsafeFile as e:
+        raise StoreError(f"run {run_id} cannot be resumed: {e} (damaged or replaced); remove it "
+                         f"with `subzero clean`") from e
     except FileNotFoundError as err:
         raise StoreError(f"run {run_id} cannot be resumed: it has no journal ({path}); it was "
                          f"started by an older SubZero or its folder is gone. Remove it with "
@@ -150,8 +187,12 @@ def read_journal(folder: Path, run_id: int) -> Resumable:
         raise StoreError(f"run {run_id} cannot be resumed: its journal {path} does not begin "
                          f"with a version-{VERSION} header")
     b = events[0]
-    state = Resumable(b["fingerprint"], b["strategies"], bool(b["capture"]), int(b["tile"]),
-                      b.get("budget"))
+    try:
+        state = Resumable(str(b["fingerprint"]), dict(b["strategies"]), bool(b["capture"]),
+                          int(b["tile"]), b.get("budget"), begun=b)
+    except (KeyError, TypeError, ValueError) as err:
+        raise StoreError(f"run {run_id} cannot be resumed: its journal {path} has a damaged "
+                         f"header") from err
     for ev in events[1:]:
         if ev["event"] == "inputs":
             state.inputs = [ArrayInfo(a["name"], tuple(a["shape"]), a["dtype"], int(a["nbytes"]))
@@ -163,3 +204,50 @@ def read_journal(folder: Path, run_id: int) -> Resumable:
             state.used = int(ev["used"])
             state.downgrades = list(ev["downgrades"])
     return state
+
+
+def _plain(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` as it reads back from its JSON line (what the signature covers is what
+    resume will read)."""
+    out: dict[str, Any] = json.loads(json.dumps(event, default=str))
+    return out
+
+
+#: what the catalog row of a run must still say, as its journal's begin line signed it
+_BOUND = (("workflow", "workflow"), ("source", "source"), ("params", "params"),
+          ("inputs", "inputs"), ("engine", "engine"))
+
+
+def check_begun(state: Resumable, row: RunRow, path: Path) -> None:
+    """Prove, before any code it names is loaded, that this user began run ``row``:
+    its journal's begin line (``path``) verifies with this user's key, names this run,
+    and the catalog still names the workflow module, parameters, inputs and engine it
+    signed.  Raises :class:`~subzero.errors.UntrustedRun` in one line saying why."""
+    b = state.begun
+    source = row.source or "a workflow made in Python"
+    refuse = (f"run {row.id} cannot be resumed: SubZero will not load the workflow it names "
+              f"({source}) because ")
+    after = ("; `subzero trust` does not apply to an unfinished run: start the workflow anew "
+             "(`subzero run`), and remove this run with `subzero clean`")
+    sig, kid = b.get("signature"), b.get("key_id")
+    if not isinstance(sig, str) or not isinstance(kid, str):
+        raise UntrustedRun(refuse + f"its journal {path} is not signed (written by an older "
+                                    f"SubZero, or elsewhere)" + after)
+    key = load_key(create=False)
+    if key is None or not hmac.compare_digest(kid, key_id(key)):
+        raise UntrustedRun(refuse + "it was begun with another user's key (a store from "
+                                    "elsewhere)" + after)
+    unsigned = {k: v for k, v in b.items() if k != "signature"}
+    if not hmac.compare_digest(sig, signature_of(key, unsigned)):
+        raise UntrustedRun(refuse + f"its journal {path} changed since the run began (its "
+                                    f"signature does not verify)" + after)
+    if b.get("run") != row.id:
+        raise UntrustedRun(refuse + f"its journal {path} is the journal of run {b.get('run')} "
+                                    f"(a folder copied or moved)" + after)
+    now = _plain({"workflow": row.workflow, "source": row.source, "params": row.params,
+                  "inputs": row.inputs, "engine": row.engine})
+    for field_, catalog_field in _BOUND:
+        if now[catalog_field] != b.get(field_):
+            raise UntrustedRun(refuse + f"its catalog entry changed since the run began (its "
+                                        f"{catalog_field} is not what the run's signed journal "
+                                        f"says)" + after)

@@ -31,7 +31,8 @@ from subzero.engines.stats import RunStats
 from subzero.errors import StoreError, StrategyError, WorkflowError, warn
 from subzero.model.strategy import Strategy, check_supported, default_for, parse
 from subzero.model.workflow import Workflow, check_reexecution, load_workflow
-from subzero.runs.journal import Journal, Resumable, fingerprint, read_journal
+from subzero.runs.journal import FILE as JOURNAL_FILE
+from subzero.runs.journal import Journal, Resumable, check_begun, fingerprint, read_journal
 from subzero.runs.options import RunOptions
 from subzero.runs.transaction import RunTransaction
 from subzero.storage.arrays import ArrayStore
@@ -66,7 +67,8 @@ def start(catalog: Catalog, runs_dir: Path, workflow: str | os.PathLike | Workfl
     spark = open_session(choice, request, runs_dir.parent)
     with RunTransaction.begin(catalog, runs_dir, wf, described, choice.engine) as tx:
         journal = Journal(tx.folder)
-        journal.begin(wf, strat, opts.capture, opts.tile_size, budget)
+        journal.begin(tx.run_id, wf, described, choice.engine, strat, opts.capture,
+                      opts.tile_size, budget)
         execute(tx, wf, values, strat, budget, choice, spark, opts, journal)
     return tx.run_id, wf
 
@@ -79,7 +81,9 @@ def resume(catalog: Catalog, runs_dir: Path, run: int | str,
     row = catalog.get_run(run)
     if row.status != "interrupted":
         catalog.claim_run(row.id)      # says why not
-    state = read_journal(runs_dir / f"{row.id}.partial", row.id)
+    folder = runs_dir / f"{row.id}.partial"
+    state = read_journal(folder, row.id)
+    check_begun(state, row, folder / JOURNAL_FILE)     # before any code the store names loads
     if workflow is None:
         if not row.source:
             raise WorkflowError(f"run {row.id} ran a workflow made in Python; pass it: "
@@ -106,7 +110,8 @@ def resume(catalog: Catalog, runs_dir: Path, run: int | str,
             for child in tx.folder.iterdir():
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
             journal = Journal(tx.folder)
-            journal.begin(wf, strat, state.capture, state.tile, state.disk_budget())
+            journal.begin(row.id, wf, row.inputs, row.engine, strat, state.capture, state.tile,
+                          state.disk_budget())
             lost = [k for k, v in row.inputs.items() if str(v).startswith("<")]
             if lost:
                 raise StoreError(f"run {row.id} was lost before its inputs were stored, and "

@@ -26,15 +26,15 @@ import hashlib
 import json
 import os
 import secrets
-import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from subzero.engines.stats import RunStats
-from subzero.errors import StoreError
+from subzero.errors import StoreError, UnsafeFile
 from subzero.storage.catalog import Catalog, RunRow
+from subzero.storage.files import read_regular
 from subzero.tuning import RECORD_BYTES
 
 #: the record's file name in a run's folder
@@ -118,26 +118,12 @@ def read_bytes(folder: Path) -> bytes | None:
     damage, one StoreError naming the file."""
     path = Path(folder) / FILE
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        return read_regular(path, RECORD_BYTES, "the record of a run", limit_name="RECORD_BYTES")
     except FileNotFoundError:
         return None
-    except OSError as e:
-        raise StoreError(f"the record of a run, {path}, cannot be read: {e.strerror or e} (a link, "
-                         f"or not a file: damaged)") from e
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > RECORD_BYTES:
-            raise StoreError(f"the record of a run, {path}, is damaged: not a regular file of at "
-                             f"most {RECORD_BYTES} bytes")
-        chunks = []
-        while True:
-            b = os.read(fd, 1 << 20)
-            if not b:
-                break
-            chunks.append(b)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+    except (UnsafeFile, OSError) as e:
+        raise StoreError(f"{e} (damaged)" if isinstance(e, UnsafeFile) else
+                         f"the record of a run, {path}, cannot be read: {e.strerror or e}") from e
 
 
 def parse(data: bytes, where: Path) -> Record:

@@ -26,7 +26,7 @@ import numpy as np
 import xarray as xr
 from numpy.typing import ArrayLike, DTypeLike
 
-from subzero.errors import CorruptArray, StoreError
+from subzero.errors import CorruptArray, StoreError, UnsafeFile
 from subzero.storage.chunks import (
     SUMS,
     ArrayNode,
@@ -35,6 +35,7 @@ from subzero.storage.chunks import (
     check_present,
     checksum_codecs,
     open_nodes,
+    read_metadata,
     seal,
     sums_file,
 )
@@ -152,11 +153,11 @@ class ArrayStore:
         DataArray), from its metadata (nothing is read)."""
         p, _ = self._open(name)
         try:
-            meta = json.loads((p / "zarr.json").read_text())
-            arr = json.loads((p / "data" / "zarr.json").read_text())
+            meta = json.loads(read_metadata(p / "zarr.json"))
+            arr = json.loads(read_metadata(p / "data" / "zarr.json"))
             shape = tuple(int(n) for n in arr["shape"])
             dtype = np.dtype(arr["data_type"])
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, UnsafeFile) as e:
             raise CorruptArray(f"{self.label(name)} is damaged: cannot read its metadata in "
                                f"{p}: {e}") from e
         return shape, dtype, bool(meta.get("attributes", {}).get("subzero_numpy", True))
@@ -293,8 +294,8 @@ class ArrayStore:
         (small, verified) coordinate arrays only."""
         p, nodes = self._open(name)
         try:
-            meta = json.loads((p / "data" / "zarr.json").read_text())
-        except (OSError, ValueError) as e:
+            meta = json.loads(read_metadata(p / "data" / "zarr.json"))
+        except (OSError, ValueError, UnsafeFile) as e:
             raise self._damage(name, p, None, None, e) from e
         dims = tuple(str(d) for d in (meta.get("dimension_names") or ()))
         coords: dict[str, np.ndarray] = {}

@@ -56,7 +56,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from subzero.errors import CorruptArray
+from subzero.errors import CorruptArray, UnsafeFile
+from subzero.storage.files import read_regular
+from subzero.tuning import METADATA_BYTES
 
 #: suffix of the sidecar file beside an array's ``.zarr`` folder: its metadata digests
 SUMS = ".sums.json"
@@ -118,6 +120,13 @@ class ArrayNode:
 def sums_file(root: Path) -> Path:
     """The digest file of the array stored at ``root`` (``x.zarr`` -> ``x.sums.json``)."""
     return root.with_name(root.name.removesuffix(".zarr") + SUMS)
+
+
+def read_metadata(path: Path) -> bytes:
+    """A metadata or digest file's bytes: a regular file (not a link, a FIFO, a
+    device), at most :data:`~subzero.tuning.METADATA_BYTES`; else
+    :class:`~subzero.errors.UnsafeFile`."""
+    return read_regular(path, METADATA_BYTES, "metadata file", limit_name="METADATA_BYTES")
 
 
 def _digest(data: bytes) -> str:
@@ -267,9 +276,11 @@ def _read_sums(root: Path, label: str, run_uid: str | None, array: str | None) -
     array; None when there is none."""
     sums_path = sums_file(root)
     try:
-        raw = sums_path.read_bytes()
+        raw = read_metadata(sums_path)
     except FileNotFoundError:
         return None
+    except UnsafeFile as e:
+        raise CorruptArray(f"{label} is damaged: {e}") from e
     except OSError as e:
         raise CorruptArray(f"{label} cannot be read: {sums_path}: {e.strerror or e}") from e
     try:
@@ -310,9 +321,11 @@ def _nodes(root: Path, body: dict, label: str) -> dict[str, ArrayNode]:
     for rel, want in sorted(body["metadata"].items()):
         f = root / rel
         try:
-            data = f.read_bytes()
+            data = read_metadata(f)
         except FileNotFoundError as err:
             raise CorruptArray(f"{label} is damaged: its metadata file {f} is missing") from err
+        except UnsafeFile as e:
+            raise CorruptArray(f"{label} is damaged: {e}") from e
         except OSError as e:
             raise CorruptArray(f"{label} cannot be read: {f}: {e.strerror or e}") from e
         if _digest(data) != want:
@@ -331,9 +344,11 @@ def _legacy_or_lost(root: Path, label: str) -> None:
     data array declares the checksum codec (its digest file was lost)."""
     meta = root / "data" / "zarr.json"
     try:
-        codecs = json.loads(meta.read_bytes()).get("codecs", ())
+        codecs = json.loads(read_metadata(meta)).get("codecs", ())
     except FileNotFoundError as err:
         raise CorruptArray(f"{label} is damaged: its metadata file {meta} is missing") from err
+    except UnsafeFile as e:
+        raise CorruptArray(f"{label} is damaged: {e}") from e
     except (OSError, ValueError, AttributeError) as err:
         raise CorruptArray(f"{label} is damaged: its metadata file {meta} is unreadable") from err
     if any(isinstance(c, dict) and c.get("name") == _CRC for c in codecs):

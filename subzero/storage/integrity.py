@@ -30,7 +30,8 @@ import struct
 import zlib
 from pathlib import Path
 
-from subzero.errors import ChecksumMismatch
+from subzero.errors import ChecksumMismatch, UnsafeFile
+from subzero.storage.files import open_regular, read_fd
 from subzero.tuning import CHECKSUM_READ_BYTES
 
 _CRC = struct.Struct("<I")
@@ -90,10 +91,15 @@ def read_verified(path: str | os.PathLike, size: int, digest: int, start: int = 
     what is used."""
     p = Path(path)
     try:
-        with open(p, "rb") as f:
-            data = f.read(size + 1)
+        fd = open_regular(p, "file")       # not a link, a FIFO or a device: never blocks
+        try:
+            data = read_fd(fd, size)       # at most one byte more than was written
+        finally:
+            os.close(fd)
     except FileNotFoundError as err:
         raise ChecksumMismatch("missing") from err
+    except UnsafeFile as e:
+        raise ChecksumMismatch(str(e).removeprefix(f"file {p} ")) from e
     except OSError as e:
         raise ChecksumMismatch(f"unreadable ({e.strerror or e})") from e
     return verified(data, size, digest, longer="more than ", start=start)
@@ -126,15 +132,23 @@ def lmdb_extent(data_file: Path) -> int | None:
     end and the process killed by SIGBUS.  Comparing the file's size with this extent
     first turns truncation into an error.  Both meta pages count (the larger extent),
     so a damaged meta page errs towards refusing."""
-    with open(data_file, "rb") as f:
-        head = f.read(16 + 152)
-        if len(head) < 152:
-            return None
-        psize = _META_PSIZE.unpack_from(head, 40)[0]
-        pages = [head]
-        if 152 <= psize <= 1 << 16:
-            f.seek(psize)
-            pages.append(f.read(152))
+    fd = open_regular(data_file, "lineage file")
+    try:
+        return lmdb_extent_of(fd)
+    finally:
+        os.close(fd)
+
+
+def lmdb_extent_of(fd: int) -> int | None:
+    """:func:`lmdb_extent` of an open data file (read with ``pread``: the file's
+    position is left alone)."""
+    head = os.pread(fd, 16 + 152, 0)
+    if len(head) < 152:
+        return None
+    psize = _META_PSIZE.unpack_from(head, 40)[0]
+    pages = [head]
+    if 152 <= psize <= 1 << 16:
+        pages.append(os.pread(fd, 152, psize))
     extent = None
     for pg in pages:
         if len(pg) < 152 or _META_PAGE.unpack_from(pg, 16)[0] != _LMDB_MAGIC:

@@ -57,7 +57,8 @@ from subzero.storage.encodings import (
     record_fields,
     spaces_for,
 )
-from subzero.storage.integrity import file_digest, lmdb_extent, read_verified, seal, seed, unseal
+from subzero.storage.integrity import file_digest, read_verified, seal, seed, unseal
+from subzero.storage.mapped import open_mapped
 from subzero.storage.metadata import (
     META,
     RTREE_FILES,
@@ -120,18 +121,14 @@ def _open_env(path: Path, readonly: bool) -> tuple[Any, dict[bytes, Any]]:
         entry.refs += 1
         return entry.env, entry.dbs
     # a reader maps only the file (a writer reserves address space to grow into):
-    # thousands of runs can then be open in one process
-    size = LMDB_MAP_SIZE
+    # thousands of runs can then be open in one process; its reads are guarded against
+    # the file being truncated under them (storage.mapped)
+    env: Any
     if readonly:
-        data = path / "data.mdb"
-        size = data.stat().st_size
-        extent = lmdb_extent(data)
-        if extent is not None and extent > size:
-            raise CorruptLineage(f"lineage file {data} is damaged: truncated to {size} bytes, "
-                                 f"its header says {extent}")
-        size = max(1 << 20, size)
-    env = lmdb.open(str(path), map_size=size, max_dbs=LMDB_MAX_DBS, subdir=True, readonly=readonly,
-                    lock=not readonly, sync=False, metasync=False, readahead=False)
+        env = open_mapped(path / "data.mdb", max_dbs=LMDB_MAX_DBS)
+    else:
+        env = lmdb.open(str(path), map_size=LMDB_MAP_SIZE, max_dbs=LMDB_MAX_DBS, subdir=True,
+                        lock=True, sync=False, metasync=False, readahead=False)
     dbs: dict[bytes, Any] = {}
     _ENVS[key] = _OpenEnv(env, 1, readonly, dbs)
     return env, dbs

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from subzero.errors import StoreError
+from subzero.storage.files import read_regular
 
 #: the store's identity file, at its root
 STORE_FILE = "store.json"
@@ -52,21 +53,11 @@ def read_store_uid(root: Path) -> str | None:
     a one-line StoreError naming it."""
     path = Path(root) / STORE_FILE
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        data = read_regular(path, _STORE_FILE_BYTES, "the store's identity file")
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise StoreError(f"the store's identity file {path} cannot be read: {e.strerror or e} "
-                         f"(a link or not a file?)") from e
-    try:
-        st = os.fstat(fd)
-        import stat
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _STORE_FILE_BYTES:
-            raise StoreError(f"the store's identity file {path} is damaged: not a small regular "
-                             f"file")
-        data = os.read(fd, _STORE_FILE_BYTES + 1)
-    finally:
-        os.close(fd)
+        raise StoreError(f"the store's identity file {path} cannot be read: {e.strerror or e}") from e
     try:
         uid = json.loads(data)["uid"]
         bytes.fromhex(uid)

@@ -40,10 +40,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from subzero.errors import StoreError, warn
+from subzero.errors import StoreError, UnsafeFile, warn
 from subzero.storage.catalog import Catalog, RunRow
+from subzero.storage.files import read_regular
 from subzero.storage.pickles import FILE as PICKLE_FILE
 from subzero.storage.pickles import PickleCode, pickle_code
+from subzero.tuning import KEY_BYTES, PICKLE_BYTES, SIGNATURE_BYTES
 
 #: Environment variable naming the folder that holds the key (tests, CI, shared setups).
 CONFIG_ENV = "SUBZERO_CONFIG_DIR"
@@ -77,7 +79,7 @@ def load_key(create: bool = False) -> bytes | None:
     when it cannot be read or made."""
     path = key_path()
     try:
-        text = path.read_text()
+        text = _read_key(path)
     except FileNotFoundError:
         if not create:
             return None
@@ -85,6 +87,17 @@ def load_key(create: bool = False) -> bytes | None:
     except OSError as e:
         raise StoreError(f"cannot read the SubZero signing key {path}: {e.strerror or e}") from e
     return _parse_key(path, text)
+
+
+def _read_key(path: Path) -> str:
+    """The key file's text: a regular file of a few bytes (a link the user made in
+    their own config folder is followed), read without blocking."""
+    try:
+        return read_regular(path, KEY_BYTES, "the SubZero signing key", follow=True,
+                            limit_name="KEY_BYTES").decode("ascii", "replace")
+    except UnsafeFile as e:
+        raise StoreError(f"{e}; delete it to make a new one (runs signed with it then need "
+                         f"`subzero trust` again)") from e
 
 
 def _parse_key(path: Path, text: str) -> bytes:
@@ -126,7 +139,7 @@ def _create_key(path: Path) -> bytes:
                     os.rename(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
-        return _parse_key(path, path.read_text())
+        return _parse_key(path, _read_key(path))
     except OSError as e:
         raise StoreError(f"cannot create the SubZero signing key {path}: {e.strerror or e} "
                          f"(set {CONFIG_ENV} to a private folder SubZero may write)") from e
@@ -167,9 +180,12 @@ def signature_of(key: bytes, record: dict[str, Any]) -> str:
 
 
 def read_payload(folder: Path) -> bytes | None:
-    """The run's workflow pickle, None when it has none."""
+    """The run's workflow pickle, None when it has none.  Raises
+    :class:`~subzero.errors.UnsafeFile` when it is a link, not a regular file or
+    larger than :data:`~subzero.tuning.PICKLE_BYTES`."""
     try:
-        return (Path(folder) / PICKLE_FILE).read_bytes()
+        return read_regular(Path(folder) / PICKLE_FILE, PICKLE_BYTES, "the workflow pickle",
+                            limit_name="PICKLE_BYTES")
     except FileNotFoundError:
         return None
 
@@ -219,12 +235,15 @@ def sign_record(folder: Path, record: bytes, run_id: int, key: bytes | None = No
 
 # -- verifying -------------------------------------------------------------------------------
 TRUSTED, UNSIGNED, OTHER_KEY, MODIFIED = "trusted", "unsigned", "other key", "modified"
+#: its signature or workflow.pkl is not a file that can be read (a link, a FIFO, too big)
+DAMAGED = "damaged"
 
 _WHY = {
     UNSIGNED: "it carries no signature (written elsewhere, or by a SubZero before runs were "
               "signed)",
     OTHER_KEY: "it was signed with another user's key (a store from elsewhere)",
     MODIFIED: "its operators or catalog entry changed since it was signed",
+    DAMAGED: "its signature or workflow.pkl cannot be read (damaged or replaced)",
 }
 #: what changed, for a run with a record (format 2)
 PICKLE_CHANGED = "its workflow.pkl changed since it was signed"
@@ -241,7 +260,7 @@ class Verdict:
     #: the record's bytes when its signature verified with this user's key (what traces
     #: then take their shapes, edges and strategies from); None otherwise
     record: bytes | None = field(default=None, repr=False)
-    #: what changed, when it is known more precisely than the state says
+    #: what exactly is wrong or changed, when the state alone does not say
     detail: str = ""
 
     @property
@@ -256,14 +275,26 @@ class Verdict:
 
 def verify_run(catalog: Catalog, row: RunRow, folder: Path, record: bytes | None = None) -> Verdict:
     """Check a run's signature against this user's key (never creates the key).
-    ``record``: the bytes of the run's record (``run.json``) when it has one."""
-    payload = read_payload(folder)
+    ``record``: the bytes of the run's record (``run.json``) when it has one.  A
+    signature or pickle that is a link, not a regular file or too big is
+    :data:`DAMAGED` (nothing more of it is read)."""
     try:
-        doc = json.loads((Path(folder) / SIGNATURE_FILE).read_text())
+        payload = read_payload(folder)
+    except UnsafeFile as e:
+        return Verdict(DAMAGED, None, detail=f"{e} (damaged or replaced)")
+    try:
+        raw = read_regular(Path(folder) / SIGNATURE_FILE, SIGNATURE_BYTES, "the signature file",
+                           limit_name="SIGNATURE_BYTES")
+    except UnsafeFile as e:
+        return Verdict(DAMAGED, payload, detail=f"{e} (damaged or replaced)")
+    except OSError:
+        return Verdict(UNSIGNED, payload)
+    try:
+        doc = json.loads(raw)
         sig, kid = str(doc["signature"]), str(doc["key_id"])
         if doc.get("algorithm") != _ALGORITHM:
             return Verdict(UNSIGNED, payload)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return Verdict(UNSIGNED, payload)
     key = load_key(create=False)
     if key is None or not hmac.compare_digest(kid, key_id(key)):

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -158,7 +159,9 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None) ->
     except ImportError as e:
         raise SparkError(f"PySpark is not installed ({e}); reinstall SubZero or use `engine='local'`") from e
     if master.startswith("local"):
-        os.makedirs(scratch_dir(), exist_ok=True)
+        if not own_folder(Path(scratch_dir()), create=True):
+            raise SparkError(f"cannot make Spark's scratch folder {scratch_dir()}: it exists and "
+                             f"is not a folder of this user's; remove it, or use `engine='local'`")
         java_opts += f" -Djava.io.tmpdir={scratch_dir()}"
     builder = (SparkSession.builder.appName("subzero").master(master)
                .config("spark.ui.enabled", "false")
@@ -179,7 +182,6 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None) ->
         builder = builder.config(k, v)
     log = jvm_log_path()
     try:
-        os.makedirs(os.path.dirname(log), exist_ok=True)
         prune_jvm_logs(Path(os.path.dirname(log)))
     except OSError:
         pass
@@ -210,9 +212,50 @@ def _installed(mod: ModuleType) -> bool:
 
 
 def jvm_log_dir() -> Path:
-    """The folder of SubZero's JVM logs (one per user, in the temp folder)."""
+    """The folder of SubZero's JVM logs and Spark's scratch folders: one per user,
+    ``subzero-spark-logs-<uid>`` in the temp folder, made 0700 -- unless what has that
+    name there is not a folder of this user's own (a link or a folder someone else
+    planted, which would make SubZero write, and prune, where they chose): then the
+    user's cache folder (``$XDG_CACHE_HOME/subzero``, else ``~/.cache/subzero``)."""
     uid = os.getuid() if hasattr(os, "getuid") else 0
-    return Path(tempfile.gettempdir()) / f"subzero-spark-logs-{uid}"
+    shared = Path(tempfile.gettempdir()) / f"subzero-spark-logs-{uid}"
+    if own_folder(shared, create=True):
+        return shared
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    mine = (Path(xdg) if xdg else Path.home() / ".cache") / "subzero" / "spark-logs"
+    if own_folder(mine, create=True):
+        return mine
+    raise SparkError(f"neither {shared} nor {mine} is a folder of this user's own (a link, or "
+                     f"another user's folder); remove what is there, or use `engine='local'`")
+
+
+def own_folder(path: Path, create: bool = False) -> bool:
+    """Whether ``path`` itself is a folder of this user's, private (0700) -- not a link,
+    not another user's folder; ``create`` makes it (and its missing parents) first.
+    A private folder that only its owner may change is safe to write into and to
+    prune, even in a shared temp folder (its sticky bit keeps others from swapping
+    it)."""
+    if create:
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            return False
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    uid = os.getuid() if hasattr(os, "getuid") else st.st_uid
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
+        return False
+    if create and stat.S_IMODE(st.st_mode) & 0o077:
+        try:
+            os.chmod(path, 0o700, follow_symlinks=False)      # made by an older SubZero
+        except OSError:
+            return False
+    return True
 
 
 def jvm_log_path() -> str:
@@ -228,7 +271,10 @@ def scratch_dir() -> str:
 def jvm_log_hint() -> str:
     """`` (JVM log: PATH)`` when this process started a JVM, else empty: error
     messages point at the log so the JVM's own account is one look away."""
-    path = jvm_log_path()
+    try:
+        path = jvm_log_path()
+    except SparkError:        # no folder of this user's for logs: then there is no log either
+        return ""
     return f" (JVM log: {path})" if os.path.exists(path) else ""
 
 
@@ -236,16 +282,24 @@ def prune_jvm_logs(folder: Path, keep: int = KEEP_JVM_LOGS) -> list[Path]:
     """Remove all but the newest ``keep`` logs of ``folder`` (and the logs that older
     versions left loose in the temp folder), and the Spark scratch folders of
     processes that are gone; nothing of a process still alive is removed.  Returns
-    what was removed."""
+    what was removed.
+
+    Nothing is removed through a link: ``folder`` must be a folder of this user's own
+    (not a link to one), and only this user's regular files and real folders in it
+    are removed (each checked with ``lstat``), so a link planted in the shared temp
+    folder cannot make SubZero delete where it points."""
+    if not own_folder(folder):
+        return []
     old = list(Path(tempfile.gettempdir()).glob("subzero-spark-*.log"))
-    logs = sorted(folder.glob("spark-*.log"), key=_mtime, reverse=True)
+    logs = sorted((p for p in folder.glob("spark-*.log") if _own(p, stat.S_ISREG)),
+                  key=_mtime, reverse=True)
     removed = []
     for d in folder.glob("scratch-*"):
         pid = re.search(r"-(\d+)$", d.name)
-        if d.is_dir() and pid is not None and not _alive(int(pid.group(1))):
-            shutil.rmtree(d, ignore_errors=True)
+        if _own(d, stat.S_ISDIR) and pid is not None and not _alive(int(pid.group(1))):
+            shutil.rmtree(d, ignore_errors=True)      # never follows links inside
             removed.append(d)
-    for p in old + logs[keep:]:
+    for p in [o for o in old if _own(o, stat.S_ISREG)] + logs[keep:]:
         pid = re.search(r"-(\d+)\.log$", p.name)
         if pid is not None and _alive(int(pid.group(1))):
             continue
@@ -255,6 +309,17 @@ def prune_jvm_logs(folder: Path, keep: int = KEEP_JVM_LOGS) -> list[Path]:
         except OSError:
             pass
     return removed
+
+
+def _own(path: Path, kind: Callable[[int], bool]) -> bool:
+    """``path`` itself (``lstat``: a link is never taken for what it points to) is of
+    ``kind`` (``stat.S_ISREG``, ``stat.S_ISDIR``) and this user's."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    uid = os.getuid() if hasattr(os, "getuid") else st.st_uid
+    return kind(st.st_mode) and st.st_uid == uid
 
 
 def _size(path: str) -> int:
