@@ -115,6 +115,11 @@ class ChecksumMismatch(StoreError):
     """Bytes read back do not match the checksum stored with them."""
 
 
+class DiskFull(StoreError):
+    """The disk (file system) holding the store has no space left for what was being
+    written: free some space, or give a store on another disk."""
+
+
 class UntrustedRun(StoreError):
     """A run's code (its operators) may not be loaded: its signature does not verify
     with this user's key (see ``subzero trust``)."""

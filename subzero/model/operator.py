@@ -10,14 +10,16 @@ output cell depends on every input cell.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from subzero.errors import OperatorError, SubZeroError
 from subzero.model.grid import Grid
 from subzero.model.modes import Mode
 from subzero.model.statistic import Box, Statistic
@@ -353,6 +355,23 @@ class Operator:
 
     def describe(self) -> str:
         return type(self).__name__
+
+
+@contextlib.contextmanager
+def own_code(name: str, op: Operator, fn: str) -> Iterator[None]:
+    """Calling one of operator ``name``'s own functions (``fn``: ``map_b``, ``map_f``,
+    ``map_p``...) for a trace or a capture: whatever it raises is one
+    :class:`~subzero.errors.OperatorError` naming the operator and the function (the
+    workflow's code is wrong, not SubZero); SubZero's own errors pass as they are."""
+    if fn == "map_p_pairs" and type(op).map_p_pairs is Operator.map_p_pairs:
+        fn = "map_p"            # the default map_p_pairs calls the operator's map_p
+    try:
+        yield
+    except SubZeroError:
+        raise
+    except Exception as e:
+        raise OperatorError(f"operator {name!r} ({type(op).__name__}): its {fn} raised "
+                            f"{type(e).__name__}: {e}") from e
 
 
 def rerun_mode(op: Operator) -> Mode | None:

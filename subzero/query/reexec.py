@@ -34,7 +34,7 @@ from subzero.model.cells import (
 )
 from subzero.model.cellset import CellSet
 from subzero.model.modes import Mode
-from subzero.model.operator import Operator
+from subzero.model.operator import Operator, own_code
 from subzero.model.operator import rerun_mode as capture_mode
 from subzero.storage.arrays import as_dataarray
 from subzero.storage.encodings import MapPPairs
@@ -179,7 +179,8 @@ def run_with_buffer(name: str, op: Operator, inputs: Sequence[Any], in_shapes: l
 
     def mpp(cells: np.ndarray, off: np.ndarray, payloads: Sequence[bytes], pay_ids: np.ndarray,
             k: int) -> tuple[np.ndarray, np.ndarray]:
-        return op.map_p_pairs(np.asarray(cells, np.int64), off, payloads, pay_ids, k, mctx)
+        with own_code(name, op, "map_p_pairs"):
+            return op.map_p_pairs(np.asarray(cells, np.int64), off, payloads, pay_ids, k, mctx)
 
     buf = QueryBuffer(name, len(inputs), out_shape, in_shapes, backward, i, hit, mpp,
                       keep_covered=(mode is Mode.COMP))

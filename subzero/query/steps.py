@@ -18,6 +18,7 @@ from subzero.capture.buffer import empty_pairs
 from subzero.errors import QueryError
 from subzero.model.cellset import CellSet
 from subzero.model.modes import Mode
+from subzero.model.operator import own_code
 from subzero.model.strategy import Direction, Strategy
 from subzero.query import relation
 from subzero.query.reexec import capture_mode, check_region, rerun, verify_output
@@ -46,8 +47,9 @@ def mapping(sc: StepContext, q: CellSet, i: int, backward: bool) -> np.ndarray |
     bits = q.dense_bitmap()
     if bits is not None:
         src_shape = sc.out_shape if backward else sc.in_shapes[i]
-        fast = (op.map_b_bitmap if backward else op.map_f_bitmap)(
-            bits.reshape(src_shape), i, sc.mapctx)
+        with own_code(sc.name, op, "map_b_bitmap" if backward else "map_f_bitmap"):
+            fast = (op.map_b_bitmap if backward else op.map_f_bitmap)(
+                bits.reshape(src_shape), i, sc.mapctx)
         if fast is not NotImplemented:
             tgt = target_shape(sc, i, backward)
             fast = np.asarray(fast, dtype=bool)
