@@ -218,8 +218,23 @@ class Operator:
                    black-box operator (no mapping functions, no lwrite modes),
                    otherwise False.
     tiling         :class:`Tiling` (elementwise, stencil(r), or global).
-    deterministic  re-running on the same inputs gives the same output and
-                   lineage; black-box re-execution requires it.
+    deterministic  re-running on the same inputs gives the same output; black-box
+                   re-execution requires it, and checks it: a re-run's output must
+                   equal the stored output where the trace uses it.
+    deterministic_lineage
+                   re-running on the same inputs writes the same lineage (the
+                   pairs of ``ctx.lwrite``) as well -- a separate promise, since
+                   an operator may compute its output exactly and still draw its
+                   lineage at random (a sampled window, an unseeded choice), and
+                   no stored output can show that.  ``None`` (the default: not
+                   declared): a black-box trace step re-runs the operator twice and
+                   compares the two relations on the query's cells; a difference
+                   stops the trace naming the operator.  ``True``: declared (for
+                   lineage computed from the inputs, the output or coordinates
+                   alone), so one re-run, its output checked, is trusted -- half the
+                   re-execution cost.  ``False``: its lineage cannot be recomputed,
+                   so it must be stored (``subzero run`` refuses strategies that
+                   leave it to re-execution, before anything runs).
     map_p_batched  ``map_p`` distributes over cells: map_p(A ∪ B) equals
                    map_p(A) ∪ map_p(B) for one payload, so the executor may
                    call it once for many pairs that share a payload.
@@ -234,6 +249,7 @@ class Operator:
     all_to_all: bool | Sequence[bool] | None = None
     tiling: Tiling = GLOBAL
     deterministic: bool = True
+    deterministic_lineage: bool | None = None
     map_p_batched: bool = False
     default_strategy: str | None = None
     statistic: Statistic | None = None
@@ -372,6 +388,19 @@ def own_code(name: str, op: Operator, fn: str) -> Iterator[None]:
     except Exception as e:
         raise OperatorError(f"operator {name!r} ({type(op).__name__}): its {fn} raised "
                             f"{type(e).__name__}: {e}") from e
+
+
+def reruns(op: Operator) -> int:
+    """How many times a black-box trace step re-runs ``op``: once when it declares its
+    lineage deterministic, else twice, to compare the two relations (see
+    ``Operator.deterministic_lineage``)."""
+    return 1 if op.deterministic_lineage else 2
+
+
+def lineage_reproducible(op: Operator) -> bool:
+    """Whether re-running ``op`` may recompute its lineage: its output is deterministic
+    and its lineage is not declared otherwise."""
+    return bool(op.deterministic) and op.deterministic_lineage is not False
 
 
 def rerun_mode(op: Operator) -> Mode | None:
