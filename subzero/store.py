@@ -191,7 +191,7 @@ class Store:
     def log_trace(self, run_id: int, start: str, cells: Any, to: str | None,
                   path: list[tuple[str, int]] | None, shortcut: bool, res: TraceResult) -> None:
         """Keep a traced query in the trace log (the optimizer's workload); a read-only
-        store says once that it cannot."""
+        store, or one whose disk is full, says once that it cannot (the answer stands)."""
         why = None
         if self.catalog.full is not None:
             why = f"the disk of store {self.path} is full"

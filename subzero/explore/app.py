@@ -20,8 +20,11 @@ Routes:
   for another window (after a zoom).
 
 Errors are JSON ``{"error": "..."}``: 404 for an unknown array or route, 400 for a
-request SubZero refuses, 500 (with the exception's text) for a bug.  Trace and
-image work runs in Starlette's thread pool, never on the event loop.
+request SubZero refuses, with the reason -- every number of a request is checked
+before use (:func:`whole`: no NaN, infinity, ``1e400``, text or bool, nothing beyond
+:data:`MAX_NUMBER`), a trace body is bounded in size and depth (:func:`_body`) -- and
+500 (with the exception's text) only for a bug.  Trace and image work runs in
+Starlette's thread pool, never on the event loop.
 """
 
 from __future__ import annotations

@@ -49,7 +49,9 @@ class Catalog:
     write the file or its folder, as in an archived store) opens it for reading
     only: listing, showing and tracing work, anything that would write raises a
     :class:`~subzero.errors.StoreError` naming the file.  Every SQLite failure
-    (damaged file, busy, read-only, disk full) is such a one-line StoreError."""
+    (damaged file, busy, read-only, disk full) is such a one-line StoreError; a full
+    disk is :class:`~subzero.errors.DiskFull`, and a catalog that cannot be opened for
+    writing because its disk is full is read as an archived one is (``full``)."""
 
     def __init__(self, path: str | os.PathLike, readonly: bool | None = None):
         self.path = Path(path)
