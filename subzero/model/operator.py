@@ -10,12 +10,12 @@ output cell depends on every input cell.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from types import TracebackType
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -373,21 +373,31 @@ class Operator:
         return type(self).__name__
 
 
-@contextlib.contextmanager
-def own_code(name: str, op: Operator, fn: str) -> Iterator[None]:
-    """Calling one of operator ``name``'s own functions (``fn``: ``map_b``, ``map_f``,
-    ``map_p``...) for a trace or a capture: whatever it raises is one
-    :class:`~subzero.errors.OperatorError` naming the operator and the function (the
-    workflow's code is wrong, not SubZero); SubZero's own errors pass as they are."""
-    if fn == "map_p_pairs" and type(op).map_p_pairs is Operator.map_p_pairs:
-        fn = "map_p"            # the default map_p_pairs calls the operator's map_p
-    try:
-        yield
-    except SubZeroError:
-        raise
-    except Exception as e:
-        raise OperatorError(f"operator {name!r} ({type(op).__name__}): its {fn} raised "
-                            f"{type(e).__name__}: {e}") from e
+class own_code:
+    """``with own_code(name, op, fn):`` around a call of one of operator ``name``'s own
+    functions (``fn``: ``map_b``, ``map_f``, ``map_p``...) for a trace or a capture:
+    whatever it raises is one :class:`~subzero.errors.OperatorError` naming the
+    operator and the function (the workflow's code is wrong, not SubZero); SubZero's
+    own errors pass as they are.  A class, not a generator: it sits on every mapping
+    step of a trace, and entering it costs well under a microsecond."""
+
+    __slots__ = ("name", "op", "fn")
+
+    def __init__(self, name: str, op: Operator, fn: str):
+        self.name, self.op, self.fn = name, op, fn
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
+        if ev is None or not isinstance(ev, Exception) or isinstance(ev, SubZeroError):
+            return False
+        fn = self.fn
+        if fn == "map_p_pairs" and type(self.op).map_p_pairs is Operator.map_p_pairs:
+            fn = "map_p"            # the default map_p_pairs calls the operator's map_p
+        raise OperatorError(f"operator {self.name!r} ({type(self.op).__name__}): its {fn} "
+                            f"raised {type(ev).__name__}: {ev}") from ev
 
 
 def reruns(op: Operator) -> int:

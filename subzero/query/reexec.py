@@ -212,7 +212,8 @@ def run_with_buffer(name: str, op: Operator, inputs: Sequence[Any], in_shapes: l
     def mpp(cells: np.ndarray, off: np.ndarray, payloads: Sequence[bytes], pay_ids: np.ndarray,
             k: int) -> tuple[np.ndarray, np.ndarray]:
         with own_code(name, op, "map_p_pairs"):
-            return op.map_p_pairs(np.asarray(cells, np.int64), off, payloads, pay_ids, k, mctx)
+            got = op.map_p_pairs(np.asarray(cells, np.int64), off, payloads, pay_ids, k, mctx)
+        return got
 
     buf = QueryBuffer(name, len(inputs), out_shape, in_shapes, backward, i, hit, mpp,
                       keep_covered=(mode is Mode.COMP))
