@@ -330,6 +330,20 @@ def test_a_full_disk_while_writing_a_run_says_so_naming_the_folder(cli, small_di
     assert {"lineage", "run", "complete"} <= kinds, kinds
 
 
+def test_a_full_disk_under_the_api_is_disk_full_whichever_library_hit_it(small_disk):
+    """The same through the API: DiskFull every time, its cause the library's own error
+    (the R-tree's "corrupted data file", LMDB's DiskError, an OSError from Zarr)."""
+    causes = set()
+    for size in ("200k", "600k", "800k", "1m"):
+        disk = small_disk(size)
+        with subzero.open_store(disk / "st") as st, pytest.raises(DiskFull) as e:
+            st.run(EXAMPLE, strategies={"stars": "full:fullmany:backward",
+                                        "clean": "full:fullmany:forward"}, progress=False)
+        assert str(e.value).startswith("the disk is full: ") and str(disk / "st") in str(e.value)
+        causes.add(type(e.value.__cause__).__name__)
+    assert causes & {"RTreeError", "DiskError"} and "OSError" in causes, causes
+
+
 def test_a_store_on_a_full_disk_is_read_and_refuses_runs_in_one_line(cli, small_disk):
     disk = small_disk("1500k")
     store = disk / "st"
