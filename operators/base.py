@@ -81,6 +81,7 @@ class MappedOperator(Operator):
     arity: int | None = 1
     tiling = GLOBAL
     deterministic = True
+    deterministic_lineage = True       # the relation is computed from coordinates alone
     all_to_all: bool | Sequence[bool] | None = False     # the declared type of Operator.all_to_all
 
     # -- running ----------------------------------------------------------------

@@ -45,6 +45,7 @@ class ConnectedComponents(Operator):
 
     tiling = COMPONENTS
     default_strategy = "comp:payone:backward"
+    deterministic_lineage = True       # a region's pair is its cells in the output's labels
     connectivity = "full"
     min_size = 1
 

@@ -291,9 +291,11 @@ class CostModel:
                 return ("map", _vec("map", const=1, io=n_in + n_out, arr=src + tgt)) \
                     if info.has_map else ("none", None)
             m = info.modes.get(mode, {"run_s": info.run_s, "cells": 0})
-            # a tile-limited re-run runs, regenerates and reads that share of the whole
-            return "reexec", _vec("reexec", const=1, run=m["run_s"] * tiles,
-                                  pcells=m["cells"] * tiles, io=n_in + n_out,
+            # a tile-limited re-run runs, regenerates and reads that share of the whole;
+            # an operator whose lineage is not declared deterministic runs twice
+            k = tiles * info.reruns
+            return "reexec", _vec("reexec", const=1, run=m["run_s"] * k,
+                                  pcells=m["cells"] * k, io=n_in + n_out,
                                   load=0 if loaded else self.load_s(info) * tiles, arr=src + tgt)
         return "map", _vec("map", const=1, io=n_in + n_out, arr=src + tgt)
 

@@ -16,6 +16,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from subzero.errors import OptimizerError
+from subzero.model.operator import lineage_reproducible, reruns
 from subzero.model.strategy import Strategy, parse_one
 from subzero.query.reexec import capture_mode
 from subzero.tuning import BASE_RUNTIME_RUNS
@@ -45,11 +46,13 @@ class OpInfo:
     all_to_all: list[bool]
     map_p_batched: bool
     map_p_vectorized: bool
-    deterministic: bool
+    deterministic: bool                   # re-execution may recompute its lineage
     reexec_mode: str | None
     modes: dict[str, dict] = field(default_factory=dict)      # mode -> run_s, gen_s, pairs, cells
     strategies: dict[str, StrategyInfo] = field(default_factory=dict)
     profiled: bool = True
+    #: re-runs per black-box step: 2 unless its lineage is declared deterministic
+    reruns: int = 1
 
     @property
     def has_map(self) -> bool:
@@ -92,6 +95,7 @@ def _op_info(name: str, inputs: list[str], rec: dict) -> OpInfo:
         map_p_vectorized=bool(rec.get("map_p_vectorized", False)),
         deterministic=bool(rec["deterministic"]), reexec_mode=rec.get("reexec_mode"),
         modes=dict(rec.get("modes", {})), profiled=bool(rec.get("profiled", True)),
+        reruns=int(rec.get("reruns", 1)),
         strategies={s: StrategyInfo(float(v["bytes"]), float(v["write_s"]), v["spaces"],
                                     sample_frac=float(v.get("sample_frac", 1.0)))
                     for s, v in rec.get("strategies", {}).items()})
@@ -177,8 +181,8 @@ def for_run(store, run) -> WorkflowStats | None:
             supports=frozenset(m.value for m in op.supported_modes()), has_mapping=op.has_mapping(),
             all_to_all=[bool(op.is_all_to_all(i)) for i in range(len(o["inputs"]))],
             map_p_batched=bool(op.map_p_batched), map_p_vectorized=False,
-            deterministic=bool(op.deterministic), reexec_mode=mode.value if mode else None,
-            profiled=False)
+            deterministic=lineage_reproducible(op), reexec_mode=mode.value if mode else None,
+            profiled=False, reruns=reruns(op))
         if mode is not None:   # re-running costs at least the operator's own run
             info.modes[mode.value] = {"run_s": o["run_s"], "gen_s": o["lwrite_s"],
                                       "pairs": o["pairs"], "cells": 2 * o["pairs"]}

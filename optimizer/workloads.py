@@ -22,7 +22,13 @@ import numpy as np
 
 from subzero.errors import WorkloadError
 from subzero.query.tracelog import trace_signature
-from subzero.query.workload import Query, parse_workload, read_workload_json, select_cells
+from subzero.query.workload import (
+    Query,
+    parse_workload,
+    read_workload_json,
+    select_cells,
+    whole_number,
+)
 from subzero.tuning import WORKLOAD_TRACES
 
 
@@ -46,13 +52,8 @@ def read_file(path: str | Path) -> list[tuple[Query, int | None]]:
         for k, q in enumerate(items):
             size = None
             if isinstance(q, dict) and "size" in q and "cells" not in q:
-                try:
-                    size = int(q["size"])
-                except (TypeError, ValueError):
-                    size = -1
-                if size < 1:
-                    raise WorkloadError(f"{p}: query {q.get('name', k + 1)!r}: \"size\" must be a "
-                                        f"positive number of cells")
+                size = whole_number(q["size"], "\"size\" (cells to pick)",
+                                    f"{p}: query {q.get('name', k + 1)!r}", least=1)
                 q = {**q, "cells": {"cells": []}}
                 items[k] = q
             sizes.append(size)

@@ -7,6 +7,7 @@ as one line on stderr with exit status 2, and offers ``--json``.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import re
@@ -101,12 +102,15 @@ def _path(text: str) -> list[tuple[str, int]]:
 
 
 def _positive(text: str) -> int:
+    from subzero.runs.options import MAX_TILE
     try:
         n = int(text)
     except ValueError:
         n = 0
     if n < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    if n > MAX_TILE:
+        raise argparse.ArgumentTypeError(f"{text!r} is too large (at most {MAX_TILE})")
     return n
 
 
@@ -540,7 +544,7 @@ def cmd_runs(a) -> int:
     store = open_store(a.store, create=False)
     try:
         rows = store.runs()
-        trust = {r.id: store.verdict(r).state for r in rows if r.status == "complete"}
+        trust = {r.id: _trust_state(store, r) for r in rows if r.status == "complete"}
         if a.json:
             print(json.dumps([{**r.__dict__, "trust": trust.get(r.id)} for r in rows], default=str))
             return 0
@@ -565,6 +569,17 @@ def cmd_runs(a) -> int:
     finally:
         store.close()
     return 0
+
+
+def _trust_state(store, row) -> str:
+    """A complete run's trust state for the list; a run whose catalog rows cannot be
+    read is listed as "damaged" (with a warning saying why), so the others still are."""
+    from subzero.errors import StoreError
+    try:
+        return store.verdict(row).state
+    except StoreError as e:
+        warn(str(e))
+        return "damaged"
 
 
 def cmd_show(a) -> int:
@@ -980,8 +995,31 @@ def _closed_pipe() -> int:
     return EXIT_PIPE
 
 
+#: options whose value may begin with a minus sign (a negative coordinate or angle):
+#: argparse reads ``--cells -1,5`` as two options, so such a value is joined to its
+#: option first (``--cells=-1,5``), and the cell parser says what is wrong with it
+SIGNED_VALUES = ("--cells", "--sky")
+_SIGNED = re.compile(r"^-\.?\d")
+
+
+def join_signed(argv: list[str]) -> list[str]:
+    """``argv`` with ``--cells -1,5`` written ``--cells=-1,5`` (see SIGNED_VALUES)."""
+    out: list[str] = []
+    k = 0
+    while k < len(argv):
+        if argv[k] == "--":
+            return out + argv[k:]
+        if argv[k] in SIGNED_VALUES and k + 1 < len(argv) and _SIGNED.match(argv[k + 1]):
+            out.append(f"{argv[k]}={argv[k + 1]}")
+            k += 2
+        else:
+            out.append(argv[k])
+            k += 1
+    return out
+
+
 def _dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
-    a, extra = parser.parse_known_args(argv)
+    a, extra = parser.parse_known_args(join_signed(list(sys.argv[1:] if argv is None else argv)))
     if extra:   # argparse would blame the top-level parser: show the sub-command's usage
         (getattr(a, "command_parser", None) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(a, "fn", None):
@@ -1009,6 +1047,11 @@ def _dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     except OSError as e:   # the environment, not a bug: name the file and what the OS said
         if a.debug:
             raise
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            print(f"subzero: error: the disk is full: {e.filename or a.store} cannot be written "
+                  f"({e.strerror}); free some space there, or use a store on another disk",
+                  file=sys.stderr)
+            return EXIT_USER
         what = e.strerror or type(e).__name__
         where = f": {e.filename}" if e.filename else f" ({e})" if str(e) else ""
         print(f"subzero: error: {what}{where} (rerun with --debug for a traceback)",

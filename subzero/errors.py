@@ -122,6 +122,11 @@ class UnsafeFile(StoreError):
     (:class:`CorruptArray`, :class:`CorruptLineage`, an untrusted run...)."""
 
 
+class DiskFull(StoreError):
+    """The disk (file system) holding the store has no space left for what was being
+    written: free some space, or give a store on another disk."""
+
+
 class UntrustedRun(StoreError):
     """A run's code (its operators) may not be loaded: its signature does not verify
     with this user's key (see ``subzero trust``)."""

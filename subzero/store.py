@@ -26,7 +26,7 @@ from typing import Any
 
 from subzero.engines.choice import choose_engine, open_session
 from subzero.engines.progress import progress_for
-from subzero.errors import QueryError, StoreError, SubZeroError, UntrustedRun, warn
+from subzero.errors import DiskFull, QueryError, StoreError, SubZeroError, UntrustedRun, warn
 from subzero.model.workflow import Workflow, load_workflow
 from subzero.query.trace import TraceResult
 from subzero.query.tracelog import record_trace
@@ -40,6 +40,7 @@ from subzero.runs.transaction import recover
 from subzero.storage.catalog import Catalog, RunRow
 from subzero.storage.pickles import load_workflow_pickle
 from subzero.storage.place import STORE_FILE, new_uid, read_store_uid, write_store_uid
+from subzero.storage.space import disk_full, full_disk_named
 from subzero.storage.trust import (
     MODIFIED,
     TRUSTED,
@@ -119,6 +120,8 @@ class Store:
 
     def require_writable(self, what: str) -> None:
         """Raise a one-line StoreError when ``what`` cannot write to this store."""
+        if self.catalog.full is not None:
+            raise disk_full(self.path, what)
         if self.readonly:
             raise StoreError(f"store {self.path} is read-only (this process cannot write to "
                              f"it), and {what} needs to write there; give a writable store (`store`) "
@@ -163,7 +166,8 @@ class Store:
                             inputs=None if inputs is None else dict(inputs), max_disk=opts.max_disk,
                             max_runtime=opts.max_runtime, workload=opts.workload).as_dict()
             opts = RunOptions.of(opts, plan=plan)
-        run_id, wf = launch.start(self.catalog, self.runs_dir, workflow, inputs, opts)
+        with full_disk_named(self.path, "a run"):
+            run_id, wf = launch.start(self.catalog, self.runs_dir, workflow, inputs, opts)
         self._workflows[run_id] = wf
         return self.get(run_id)
 
@@ -190,7 +194,8 @@ class Store:
                 opts.announce(f"run {row.id} was committed before its driver was lost; it is "
                               f"recorded complete")
             return self.get(row.id)
-        run_id, wf = launch.resume(self.catalog, self.runs_dir, run, workflow, opts)
+        with full_disk_named(self.path, f"resumed run {run}"):
+            run_id, wf = launch.resume(self.catalog, self.runs_dir, run, workflow, opts)
         self._workflows[run_id] = wf
         return self.get(run_id)
 
@@ -219,13 +224,20 @@ class Store:
     def log_trace(self, run_id: int, start: str, cells: Any, to: str | None,
                   path: list[tuple[str, int]] | None, shortcut: bool, res: TraceResult) -> None:
         """Keep a traced query in the trace log (the optimizer's workload); a read-only
-        store says once that it cannot."""
-        if not self.catalog.readonly:
-            record_trace(self.catalog, run_id, start, cells, to, path, shortcut, res)
-        elif not self._noted_readonly:
+        store, or one whose disk is full, says once that it cannot (the answer stands)."""
+        why = None
+        if self.catalog.full is not None:
+            why = f"the disk of store {self.path} is full"
+        elif self.catalog.readonly:
+            why = f"store {self.path} is read-only"
+        else:
+            try:
+                record_trace(self.catalog, run_id, start, cells, to, path, shortcut, res)
+            except DiskFull:       # the answer stands; only its log entry is lost
+                why = f"the disk of store {self.path} is full"
+        if why is not None and not self._noted_readonly:
             self._noted_readonly = True
-            warn(f"store {self.path} is read-only: this trace is not added to its trace log "
-                 f"(the optimizer's workload)")
+            warn(f"{why}: this trace is not added to its trace log (the optimizer's workload)")
 
     # -- reading -----------------------------------------------------------------------------
     def runs(self) -> list[RunRow]:

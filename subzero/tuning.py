@@ -277,3 +277,12 @@ EXPLORE_POLL_S = 0.02
 #: one-off script): 1024 runs are 14-15 KB of JSON built in 4-12 ms on 1-64 Mpix arrays;
 #: 8001 runs 123 KB in 68 ms.  An export holds a summary per array (31 for astronomy).
 MAX_RUNS = 1024
+
+# -- the environment ------------------------------------------------------------------
+#: A write that failed without saying why (an R-tree's "corrupted data file", SQLite's
+#: "disk I/O error") is reported as a full disk when its file system has less than this
+#: free: a failed write leaves the disk at most a few blocks short of full (the writer
+#: fills what is left first), and no SubZero write of a run or the catalog needs less
+#: than this to succeed (chosen, not measured: 1 MiB is well above a file system's block
+#: and SQLite's 32 KiB shared-memory file, and far below any disk one works on).
+DISK_FULL_BYTES = 1 << 20

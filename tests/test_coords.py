@@ -241,6 +241,25 @@ def test_label_errors_name_the_problem(cube, store, cli):
     assert "labels: lat -5.0..5.0, lon 0.0..315.0" in out
 
 
+@pytest.mark.parametrize("sel", [{"lat": "nan"}, {"lat": "inf"}, {"lat": "1e400"},
+                                 {"lat": slice("-inf", "5")}, {"time": "NaT"}, {"time": "nan"}])
+def test_a_label_that_is_no_number_or_time_is_refused(cube, sel):
+    """NaN, infinity or NaT have no nearest label: they were answered with the first
+    label's cells (a silent wrong answer); now they are one clear error."""
+    _, run = cube
+    with pytest.raises(QueryError, match="is not a (float64|datetime64)"):
+        run.cells_at("kelvin", sel=sel)
+
+
+@pytest.mark.parametrize("sky", ["nan,-2.75", "357.3,inf", "1e400,5"])
+def test_a_sky_position_that_is_no_number_is_refused(astro, sky, cli):
+    st, run = astro
+    with pytest.raises(QueryError, match="RA and Dec must be finite numbers"):
+        run.cells_at("stars", sky=sky)
+    code, out, err = cli("trace", "--store", st.path, "--from", "stars", "--sky", sky, "--to", "raw_1")
+    assert code == 2 and err.count("\n") == 1 and "must be finite numbers" in err
+
+
 def test_grid_slicing_arithmetic_matches_astropy():
     g = Grid(("y", "x"), {}, {"CTYPE1": "RA---TAN", "CTYPE2": "DEC--TAN", "CRPIX1": 3.0, "CRPIX2": -7.5,
                               "CRVAL1": 10.0, "CRVAL2": -30.0, "CD1_1": 1e-4, "CD1_2": 0.0,

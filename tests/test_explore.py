@@ -398,3 +398,110 @@ def test_views_of_other_ranks():
     assert (sw.height, sw.width) == (1, 10)
     assert overlay_mask(CellSet.of_ids(np.array([0, 39]), (40,)), strip, sw).tolist() == \
         [[True] + [False] * 8 + [True]]
+
+
+# -- malformed requests: a reason and 400 (404 for an unknown array), never a 500 -----------------
+def _trace_body(**fields) -> str:
+    return json.dumps({"array": "rmcr", "box": [[1150, 1152], [110, 112]], **fields})
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+INF_VIEW = {"v": {"array": "raw_1", "region": [0, 5, 0, 5], "size": [float("inf"), 3]}}
+#: (method, path, body or None, status, a phrase of the reason)
+MALFORMED = [
+    ("POST", "/api/trace", '{"array": "rmcr", "box": [[0, Infinity], [0, 5]]}', 400, "Infinity"),
+    ("POST", "/api/trace", '{"array": "rmcr", "box": [[0, NaN], [0, 5]]}', 400, "NaN"),
+    ("POST", "/api/trace", '{"array": "rmcr", "box": [[0, 1e400], [0, 5]]}', 400, "1e400"),
+    ("POST", "/api/trace", '{"array": "rmcr", "box": [[0, 1e300], [0, 5]]}', 400, "out of range"),
+    ("POST", "/api/trace", _trace_body(box=[["a", "b"], [0, 5]]), 400, "bad box"),
+    ("POST", "/api/trace", _trace_body(box=[[0, True], [0, 5]]), 400, "bad box"),
+    ("POST", "/api/trace", _trace_body(box=[[-5, 3], [0, 5]]), 400, "not inside 'rmcr'"),
+    ("POST", "/api/trace", _trace_body(box=[[0, 10**30], [0, 5]]), 400, "out of range"),
+    ("POST", "/api/trace", _trace_body(box=[[0, 5000], [0, 5]]), 400, "not inside 'rmcr'"),
+    ("POST", "/api/trace", _trace_body(box=[[0, 1]]), 400, "give the box"),
+    ("POST", "/api/trace", _trace_body(box="0,1,0,1"), 400, "give the box"),
+    ("POST", "/api/trace", _trace_body(views="x"), 400, '"views" must be an object'),
+    ("POST", "/api/trace", _trace_body(views={"v": 3}), 400, "view \"v\""),
+    ("POST", "/api/trace", _trace_body(views={"v": {"array": "raw_1", "region": "zz"}}), 400,
+     "bad region"),
+    ("POST", "/api/trace", json.dumps({"array": "rmcr", "box": [[1, 2], [1, 2]],
+                                       "views": INF_VIEW}), 400, "Infinity"),
+    ("POST", "/api/trace", _trace_body(array=["x"]), 400, '"array" must be the name'),
+    ("POST", "/api/trace", _trace_body(array="nope"), 404, "unknown array 'nope'"),
+    ("POST", "/api/trace", json.dumps({"array": "rmcr", "locate": 5}), 400, '"locate" must be'),
+    ("POST", "/api/trace", json.dumps({"array": "rmcr", "locate": "1e400,5"}), 400, "finite"),
+    ("POST", "/api/trace", json.dumps({"array": "rmcr", "locate": "nan,-2.75"}), 400, "finite"),
+    ("POST", "/api/trace", json.dumps({"array": "rmcr", "locate": "357.34,-2.75 nanarcsec"}), 400,
+     "radius"),
+    ("POST", "/api/trace", _trace_body(direction=["b"]), 400, "direction"),
+    ("POST", "/api/trace", DEEP, 400, "nested too deeply"),
+    ("POST", "/api/trace", "not json", 400, "not JSON"),
+    ("POST", "/api/trace", b"\xff\xfe\x00", 400, "not JSON"),
+    ("POST", "/api/trace", "[1, 2]", 400, "JSON object"),
+    ("POST", "/api/trace", " " * (2 << 20), 400, "too large"),
+    ("GET", "/api/image/rmcr?region=0,inf,0,5", None, 400, "bad region"),
+    ("GET", "/api/image/rmcr?region=0,nan,0,5", None, 400, "bad region"),
+    ("GET", "/api/image/rmcr?region=0,1e400,0,5", None, 400, "bad region"),
+    ("GET", "/api/image/rmcr?region=0,99999999999999999999999,0,5", None, 400, "out of range"),
+    ("GET", "/api/image/rmcr?region=a,b,c,d", None, 400, "bad region"),
+    ("GET", "/api/image/rmcr?region=0,5,0", None, 400, "give 4 numbers"),
+    ("GET", "/api/image/rmcr?region=-9,-1,0,5", None, 400, "is empty"),
+    ("GET", "/api/image/rmcr?size=1e400,3", None, 400, "bad size"),
+    ("GET", "/api/image/rmcr?size=-1,3", None, 400, "bad size"),
+    ("GET", "/api/image/nope?size=3,3", None, 404, "unknown array 'nope'"),
+    ("GET", "/api/value/rmcr?cell=inf,3", None, 400, "bad cell"),
+    ("GET", "/api/value/rmcr?cell=nan,3", None, 400, "bad cell"),
+    ("GET", "/api/value/rmcr?cell=-1,3", None, 400, "outside 'rmcr'"),
+    ("GET", "/api/value/rmcr?cell=99999999999999999999999,3", None, 400, "out of range"),
+    ("GET", "/api/value/rmcr?cell=x", None, 400, "give 2 numbers"),
+    ("GET", "/api/value/rmcr", None, 400, "give the cell"),
+    ("GET", "/api/value/nope?cell=1,3", None, 404, "unknown array 'nope'"),
+    ("GET", "/api/overlay/99999999999999999999999/rmcr", None, 400, "no longer kept"),
+    ("GET", "/api/overlay/1/rmcr?region=0,inf,0,5", None, 400, "bad region"),
+]
+
+
+@pytest.fixture(scope="module")
+def client(astro):
+    """The explorer's application over the demo run, in-process (Starlette's TestClient
+    raises any error the application lets through, which a server would log)."""
+    from starlette.testclient import TestClient
+
+    from subzero.explore.app import build_app
+    from subzero.explore.server import session_of
+    session = session_of(astro)
+    with TestClient(build_app(session)) as c:
+        yield c
+    session.close()
+
+
+@pytest.mark.parametrize("method,path,body,status,reason", MALFORMED,
+                         ids=[f"{m[0]}-{m[1][:40]}-{str(m[2])[:30]}" for m in MALFORMED])
+def test_a_malformed_request_is_refused_with_its_reason(client, method, path, body, status, reason):
+    r = client.request(method, path, content=body)
+    assert r.status_code == status, r.text[:300]
+    assert reason in r.json()["error"], r.json()
+
+
+def test_malformed_requests_leave_no_traceback_in_the_server_log(server):
+    """The same requests to the real server (uvicorn): every answer a 400 or 404, and
+    nothing logged (a 500 would log the exception's traceback)."""
+    import logging
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+    keep = Keep(logging.WARNING)
+    log = logging.getLogger("uvicorn.error")
+    log.addHandler(keep)
+    try:
+        for method, path, body, status, _ in MALFORMED:
+            data = body.encode() if isinstance(body, str) else body
+            req = urllib.request.Request(server.url + path.lstrip("/"), data=data, method=method)
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(req, timeout=60)
+            assert e.value.code == status, (path, str(body)[:60], e.value.read()[:200])
+    finally:
+        log.removeHandler(keep)
+    assert not records, [r.getMessage() for r in records]

@@ -105,7 +105,8 @@ def test_bad_pins_are_clear_errors(gstore, pin, err, match):
     ("{not json", "not valid JSON: line 1"),
     ('{"queries": []}', "non-empty \"queries\" list"),
     ('{"queries": [{"to": "model", "cells": [[0, 1]]}]}', "needs \"from\" and \"cells\""),
-    ('{"queries": [{"from": "model", "to": "transpose", "size": -3}]}', "positive number"),
+    ('{"queries": [{"from": "model", "to": "transpose", "size": -3}]}',
+     "must be a whole number of 1 or more, not -3"),
     ('{"queries": [{"from": "model", "to": "transpose", "size": 2, "direction": "up"}]}',
      "backward or forward"),
 ])

@@ -21,7 +21,11 @@ def image(seed=3):
 
 
 class Recording(Operator):
-    """Remembers the input shapes every ``run`` got (the test's view of what re-ran)."""
+    """Remembers the input shapes every ``run`` got (the test's view of what re-ran).
+    Its lineage is computed from coordinates, and declared so: one re-run per step
+    (an undeclared operator is re-run twice; tests/test_lineage_determinism.py)."""
+
+    deterministic_lineage = True
 
     def __init__(self):
         self.seen: list[tuple[int, ...]] = []

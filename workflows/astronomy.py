@@ -279,6 +279,7 @@ class CosmicRays(WindowComposite):
     default_strategy = "comp:payone:backward"
     tiling = stencil(CR_HALO)
     radius = CR_RADIUS
+    deterministic_lineage = True       # the flagged pixels are the output mask itself
 
     def __init__(self, sky: float = 600.0, satlevel: float = 50000.0, sigclip: float = 5.0,
                  sigfrac: float = 0.5, objlim: float = 5.0, readnoise: float = 5.0,
@@ -368,6 +369,7 @@ class RemoveCosmicRays(WindowComposite):
     default_strategy = "comp:payone:backward"
     tiling = stencil(RMCR_RADIUS)
     radius = RMCR_RADIUS
+    deterministic_lineage = True       # the flagged pixels are the input mask
 
     def compute_flagged(self, img, mask):
         img = np.asarray(img, dtype=np.float64)

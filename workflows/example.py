@@ -84,6 +84,7 @@ class HotPixels(WindowComposite):
 
     tiling = GLOBAL      # the noise level is estimated from the whole image
     radius = 1
+    deterministic_lineage = True   # the repaired pixels follow from the image alone
 
     def __init__(self, nsigma: float = 8.0):
         self.nsigma = nsigma
@@ -102,6 +103,8 @@ class Stars(Operator):
     Every pixel of star k depends on all input pixels of star k; sky pixels
     depend on themselves.
     """
+
+    deterministic_lineage = True   # the pairs are the stars of the output's labels
 
     def __init__(self, threshold: float = 300.0):
         self.threshold = threshold

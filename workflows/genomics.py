@@ -143,6 +143,7 @@ class Extract(Operator):
 
     all_to_all = False
     map_p_batched = True
+    deterministic_lineage = True       # its pairs follow from the data alone
 
     def __init__(self, features=FEATURES, target: str = TARGET):
         self.features, self.target = tuple(features), target
@@ -215,6 +216,7 @@ class NaiveBayes(Operator):
 
     all_to_all = False
     map_p_batched = True
+    deterministic_lineage = True       # its pairs follow from the data alone
 
     def supported_modes(self):
         return {Mode.FULL, Mode.PAY, Mode.BLACKBOX}
@@ -284,6 +286,7 @@ class Predict(Operator):
 
     all_to_all = False
     map_p_batched = True
+    deterministic_lineage = True       # its pairs follow from the data alone
 
     def supported_modes(self):
         return {Mode.FULL, Mode.PAY, Mode.BLACKBOX}

@@ -108,16 +108,20 @@ def _typed(index: pd.Index, value, name: str):
     if not isinstance(value, str):
         return value
     kind = index.dtype.kind
+    typed: Any = value
     try:
         if kind in "iuf":
-            return float(value)
-        if kind == "M":
-            return pd.Timestamp(value)
-        if kind == "m":
-            return pd.Timedelta(value)
+            typed = float(value)
+        elif kind == "M":
+            typed = pd.Timestamp(value)
+        elif kind == "m":
+            typed = pd.Timedelta(value)
     except ValueError as err:
         raise QueryError(f"label {value!r} of {name!r} is not a {index.dtype} value") from err
-    return value
+    if kind in "iufmM" and (pd.isna(typed) or (kind in "iuf" and not np.isfinite(typed))):
+        # NaN, infinity, NaT: no label is nearest to them
+        raise QueryError(f"label {value!r} of {name!r} is not a {index.dtype} value")
+    return typed
 
 
 def label_bounds(grid: Grid | None, lo: Sequence[int], hi: Sequence[int]) -> dict[str, list]:

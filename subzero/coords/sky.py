@@ -62,7 +62,12 @@ def parse_position(value):
         raise QueryError(f"cannot read sky position {value!r}: {hint}")
     try:
         ra, dec = float(parts[0]), float(parts[1])
+        if not (np.isfinite(ra) and np.isfinite(dec)):
+            raise QueryError(f"cannot read sky position {value!r}: RA and Dec must be finite "
+                             f"numbers")
         pos = SkyCoord(ra * u.deg, dec * u.deg, frame="icrs")
+    except QueryError:
+        raise
     except (TypeError, ValueError):
         try:
             pos = SkyCoord(str(parts[0]), str(parts[1]), unit=(u.hourangle, u.deg), frame="icrs")
@@ -108,6 +113,8 @@ def cells_at(grid: Grid | None, shape: Sequence[int], position, radius, array: s
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         x, y = (float(v) for v in w.world_to_pixel(pos))
+    if not (np.isfinite(x) and np.isfinite(y)):     # not on this image's projection at all
+        raise _outside(pos, w, nx, ny, array, rad)
     cx, cy = int(np.floor(x + 0.5)), int(np.floor(y + 0.5))
     inside = 0 <= cx < nx and 0 <= cy < ny
     if rad is None or rad.value == 0:

@@ -15,11 +15,12 @@ from subzero.engines.stats import OpStats
 from subzero.errors import LineageError
 from subzero.model.cells import as_cells, first_out_of_bounds, fmt_cell, pack
 from subzero.model.modes import Mode
-from subzero.model.operator import Operator
+from subzero.model.operator import Operator, own_code
 from subzero.model.strategy import BLACKBOX, MAP, Direction, Encoding, Strategy
 from subzero.storage.budget import DiskBudget
 from subzero.storage.encodings import KEY_BITS, MapPPairs
 from subzero.storage.lineage import LineageStore, ShardWrite, commit_shard_files, write_shard
+from subzero.storage.space import full_disk_named
 
 
 def store_lineage(name: str, op: Operator, strategies: tuple[Strategy, ...], full: Pairs | None,
@@ -34,7 +35,8 @@ def store_lineage(name: str, op: Operator, strategies: tuple[Strategy, ...], ful
         if pairs is None:
             pairs = empty_pairs(len(in_shapes), s.payload)
         expanded.clear()
-        w = lineage.write(name, s, pairs, out_shape, in_shapes, counted)
+        with full_disk_named(lineage.path, f"the lineage of operator {name!r} ({s})"):
+            w = lineage.write(name, s, pairs, out_shape, in_shapes, counted)
         return {"strategy": str(s), "bytes": w.bytes, "write_s": w.seconds, "pairs": w.pairs,
                 "spaces": space_stats(s, pairs, out_shape, in_shapes, expanded)}
 
@@ -91,7 +93,8 @@ def _map_p_counting(name: str, op: Operator, in_shapes: Sequence[tuple[int, ...]
 
     def counted(cells: np.ndarray, off: np.ndarray, payloads: Sequence[bytes], pay_ids: np.ndarray,
                 i: int) -> tuple[np.ndarray, np.ndarray]:
-        res, owner = op.map_p_pairs(cells, off, payloads, pay_ids, i, mctx)
+        with own_code(name, op, "map_p_pairs"):
+            res, owner = op.map_p_pairs(cells, off, payloads, pay_ids, i, mctx)
         res = as_cells(res, len(in_shapes[i])) if len(res) else np.zeros((0, len(in_shapes[i])), np.int64)
         bad = first_out_of_bounds(res, in_shapes[i])
         if bad is not None:
@@ -132,8 +135,9 @@ def write_tile_shards(lineage_dir: str, stem: str, attempt: int, name: str, op: 
         if pairs is None or pairs.n == 0:
             continue
         counted, expanded = _map_p_counting(name, op, in_shapes, out_shape)
-        w = write_shard(lineage_dir, stem, attempt, name, s, pairs, out_shape, in_shapes, counted,
-                        run_uid)
+        with full_disk_named(lineage_dir, f"the lineage of operator {name!r} ({s})"):
+            w = write_shard(lineage_dir, stem, attempt, name, s, pairs, out_shape, in_shapes,
+                            counted, run_uid)
         if w is not None:
             out.append(TileShard(str(s), w, space_stats(s, pairs, out_shape, in_shapes, expanded)))
     return out
@@ -150,8 +154,9 @@ def commit_tile_shards(name: str, op: Operator, strategies: tuple[Strategy, ...]
     def write(s: Strategy) -> dict:
         t0 = time.perf_counter()
         mine = [t for t in shards if t.strategy == str(s)]
-        metas = commit_shard_files(lineage.path, name, s, [t.write.meta for t in mine])
-        size = lineage.commit_shards(name, s, out_shape, in_shapes, metas)
+        with full_disk_named(lineage.path, f"the lineage of operator {name!r} ({s})"):
+            metas = commit_shard_files(lineage.path, name, s, [t.write.meta for t in mine])
+            size = lineage.commit_shards(name, s, out_shape, in_shapes, metas)
         return {"strategy": str(s), "bytes": size,
                 "write_s": sum(t.write.seconds for t in mine) + time.perf_counter() - t0,
                 "pairs": sum(t.write.pairs for t in mine),

@@ -20,14 +20,18 @@ Routes:
   for another window (after a zoom).
 
 Errors are JSON ``{"error": "..."}``: 404 for an unknown array or route, 400 for a
-request SubZero refuses, 500 (with the exception's text) for a bug.  Trace and
-image work runs in Starlette's thread pool, never on the event loop.
+request SubZero refuses, with the reason -- every number of a request is checked
+before use (:func:`whole`: no NaN, infinity, ``1e400``, text or bool, nothing beyond
+:data:`MAX_NUMBER`), a trace body is bounded in size and depth (:func:`_body`) -- and
+500 (with the exception's text) only for a bug.  Trace and image work runs in
+Starlette's thread pool, never on the event loop.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import math
 from importlib import resources
 from pathlib import Path
 
@@ -39,7 +43,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from subzero.errors import SubZeroError, UnknownArray
+from subzero.errors import QueryError, SubZeroError, UnknownArray
 from subzero.explore.session import Session
 
 STATIC = Path(__file__).parent / "static"
@@ -54,16 +58,114 @@ def plotly_js() -> Path:
     return p
 
 
+#: the largest number a request may hold (a cell, a region bound, a pixel size): far
+#: beyond any array's side, and small enough that sums of two stay 64-bit integers
+MAX_NUMBER = 2**62
+#: the largest trace request body: a click's box and one view per array of the
+#: workflow take a few kilobytes
+MAX_BODY = 1 << 20
+#: views one trace request may ask overlays for (the page asks one per array)
+MAX_VIEWS = 4096
+
+
+def whole(value: object, what: str) -> int:
+    """A number of a request as a whole number: an integer, or a finite decimal (the
+    page's coordinates are whole; a fraction is cut off as ``int`` does), at most
+    :data:`MAX_NUMBER` in size.  Anything else -- a text that is no number, a bool,
+    NaN, infinity, ``1e400`` -- is a 400 naming ``what``."""
+    x: int | None = None
+    v = value
+    if isinstance(v, str):
+        try:
+            x = int(v.strip())
+        except ValueError:
+            try:
+                v = float(v.strip())
+            except ValueError:
+                pass
+    if x is None and isinstance(v, int) and not isinstance(v, bool):
+        x = v
+    elif x is None and isinstance(v, float) and math.isfinite(v):
+        x = int(v)
+    if x is None:
+        raise QueryError(f"bad {what}: {_shown(v)} is not a number")
+    if abs(x) > MAX_NUMBER:
+        raise QueryError(f"bad {what}: {x} is out of range")
+    return x
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value) if isinstance(value, (int, float, str, bool, type(None))) \
+        else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _numbers(value: object, what: str, n: int) -> list[int]:
+    """``n`` whole numbers, from a list or a comma-separated text."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list) or len(items) != n:
+        raise QueryError(f"bad {what} {_shown(value)}: give {n} numbers")
+    return [whole(v, what) for v in items]
+
+
 def _ints(text: str | None, what: str, n: int) -> list[int] | None:
     if text is None or text == "":
         return None
+    return _numbers(text, what, n)
+
+
+def _body(raw: bytes) -> dict:
+    """A trace request's JSON object: bounded in size and depth, numbers finite (JSON's
+    ``NaN``, ``Infinity`` and ``1e400`` are refused)."""
+    if len(raw) > MAX_BODY:
+        raise QueryError(f"the trace request is too large ({len(raw)} bytes; at most {MAX_BODY})")
+
+    def finite(text: str) -> float:
+        v = float(text)
+        if not math.isfinite(v):
+            raise ValueError(f"{text} is not a finite number")
+        return v
+
+    def constant(name: str) -> float:
+        raise ValueError(f"{name} is not a number JSON allows")
     try:
-        vals = [int(float(v)) for v in text.split(",")]
-    except ValueError as err:
-        raise SubZeroError(f"bad {what} {text!r}: give {n} comma-separated numbers") from err
-    if len(vals) != n:
-        raise SubZeroError(f"bad {what} {text!r}: give {n} comma-separated numbers")
-    return vals
+        body = json.loads(raw, parse_float=finite, parse_constant=constant)
+    except RecursionError as err:
+        raise QueryError("the trace request is nested too deeply") from err
+    except ValueError as err:          # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise QueryError(f"the trace request is not JSON ({_first_line(err)})") from err
+    if not isinstance(body, dict):
+        raise QueryError("the trace request must be a JSON object")
+    return body
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).splitlines()[0][:120] if str(err) else type(err).__name__
+
+
+def _box(box: object) -> list[list[int]]:
+    if not (isinstance(box, list) and len(box) == 2 and all(isinstance(b, list) and len(b) == 2
+                                                            for b in box)):
+        raise QueryError("give the box as [[row0, row1], [col0, col1]] (half-open)")
+    return [[whole(v, "box") for v in b] for b in box]
+
+
+def _views(views: object) -> dict[str, dict]:
+    """The views a trace request asks overlays for: ``{id: {"array", "region", "size"}}``,
+    each checked (a view of an array the trace does not reach is skipped later)."""
+    if views is None:
+        return {}
+    if not isinstance(views, dict) or len(views) > MAX_VIEWS:
+        raise QueryError(f"\"views\" must be an object of at most {MAX_VIEWS} views")
+    out = {}
+    for vid, v in views.items():
+        if not isinstance(v, dict) or not isinstance(v.get("array"), str):
+            raise QueryError(f"view {_shown(vid)} must be an object with its \"array\" name")
+        region, size = v.get("region"), v.get("size")
+        out[str(vid)] = {"array": v["array"],
+                         "region": None if region is None else _numbers(region, "region", 4),
+                         "size": None if size is None else _numbers(size, "size", 2)}
+    return out
 
 
 def _headers(info: dict) -> dict[str, str]:
@@ -99,28 +201,26 @@ def build_app(session: Session) -> Starlette:
         name = request.path_params["array"]
         cell = _ints(request.query_params.get("cell"), "cell", 2)
         if cell is None:
-            raise SubZeroError("give the cell: ?cell=row,col")
+            raise QueryError("give the cell: ?cell=row,col")
         return JSONResponse(await run_in_threadpool(session.value, name, cell))
 
     async def trace(request: Request) -> Response:
-        try:
-            body = await request.json()
-        except ValueError as err:
-            raise SubZeroError("the trace request is not JSON") from err
-        if not isinstance(body, dict):
-            raise SubZeroError("the trace request must be a JSON object")
+        body = _body(await request.body())
         direction = body.get("direction", "backward")
         if direction not in ("backward", "forward"):
-            raise SubZeroError(f"direction must be backward or forward, not {direction!r}")
-        name = str(body.get("array", ""))
+            raise QueryError(f"direction must be backward or forward, not {_shown(direction)}")
+        name = body.get("array")
+        if not isinstance(name, str):
+            raise QueryError(f"\"array\" must be the name of an array, not {_shown(name)}")
         box, locate = body.get("box"), body.get("locate")
         if locate is not None:
-            if not isinstance(locate, str) or box is not None:
-                raise SubZeroError("give either a box or a locate text, not both")
-        elif not (isinstance(box, list) and len(box) == 2
-                  and all(isinstance(b, list) and len(b) == 2 for b in box)):
-            raise SubZeroError("give the box as [[row0, row1], [col0, col1]] (half-open)")
-        views = body.get("views") or {}
+            if box is not None:
+                raise QueryError("give either a box or a locate text, not both")
+            if not isinstance(locate, str):
+                raise QueryError(f"\"locate\" must be a text, not {_shown(locate)}")
+        else:
+            box = _box(box)
+        views = _views(body.get("views"))
         return JSONResponse(await run_in_threadpool(_trace, name, box, direction, views, locate))
 
     def _trace(name: str, box, direction: str, views: dict, locate: str | None) -> dict:
@@ -128,8 +228,8 @@ def build_app(session: Session) -> Starlette:
         arrays = {a: session.summary(ans, a) for a in ans.sets}
         overlays = {}
         for vid, v in views.items():
-            if isinstance(v, dict) and v.get("array") in ans.sets:
-                png, win = session.overlay(ans, v["array"], v.get("region"), v.get("size"))
+            if v["array"] in ans.sets:
+                png, win = session.overlay(ans, v["array"], v["region"], v["size"])
                 overlays[vid] = {"png": "data:image/png;base64," + base64.b64encode(png).decode(),
                                  **win.as_json()}
         return {"id": ans.id, "start": ans.start, "direction": ans.direction,

@@ -30,14 +30,18 @@ def as_cells(cells: ArrayLike, ndim: int | None = None) -> np.ndarray:
     else:
         arr = np.asarray(cells)
         if arr.dtype == object:
-            raise ValueError("cells must be integers of equal length")
+            raise ValueError("cells must be rows of equal length of whole numbers that fit in "
+                             "64 bits")
         if arr.size == 0:
             return np.zeros((0, ndim or (arr.shape[-1] if arr.ndim == 2 else 0)), np.int64)
         if not np.issubdtype(arr.dtype, np.integer):
-            if np.issubdtype(arr.dtype, np.floating) and np.all(np.mod(arr, 1) == 0):
+            if np.issubdtype(arr.dtype, np.floating) and np.all(np.mod(arr, 1) == 0) \
+                    and np.all(np.abs(arr) < 2.0 ** 63):
                 arr = arr.astype(np.int64)
             else:
                 raise ValueError(f"cells must be integers, got {arr.dtype}")
+        if arr.dtype.kind == "u" and arr.max() > np.iinfo(np.int64).max:
+            raise ValueError("cells must be whole numbers that fit in 64 bits")
         if arr.ndim == 1:
             arr = arr.reshape(1, -1) if ndim is None or arr.shape[0] == ndim else arr.reshape(-1, 1)
         elif arr.ndim != 2:
@@ -60,6 +64,16 @@ def first_out_of_bounds(cells: np.ndarray, shape: Shape) -> int | None:
 def fmt_cell(cell: Sequence[int]) -> str:
     """A cell as Python writes the tuple: (12, 40), or (9,) in one dimension."""
     return str(tuple(int(c) for c in cell))
+
+
+def outside(cell: Sequence[int], shape: Shape, array: str) -> str:
+    """The message for a cell outside an array.  Coordinates count from 0 on every axis:
+    a negative one is refused, not counted from the end as a Python index would be (a
+    cell names one place, whichever array it is checked against)."""
+    msg = f"cell {fmt_cell(cell)} is outside {array} (shape {tuple(shape)})"
+    if any(int(c) < 0 for c in cell):
+        msg += "; coordinates count from 0, and negative ones are not counted from the end"
+    return msg
 
 
 def _strides(shape: Shape) -> list[int]:
@@ -175,8 +189,8 @@ def parse_spec(spec: str, shape: Shape, array: str = "array") -> np.ndarray:
         except ValueError as err:
             raise QueryError(
                 f"malformed cell SPEC {part!r}; write e.g. 12,40 or 12,40;13,41 or 10:20,30:40") from err
-        if any(a < 0 or a >= n for a, n in zip(lo, shape)):     # a single coordinate outside
-            raise QueryError(f"cell {fmt_cell(lo)} is outside {array} (shape {tuple(shape)})")
+        if any(not 0 <= a < n for a, n in zip(lo, shape)):   # checked as Python ints: no overflow
+            raise QueryError(outside(lo, shape, array))
         boxes[(tuple(lo), tuple(hi))] = None
     return union_of_boxes(list(boxes), shape, array)
 

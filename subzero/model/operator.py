@@ -14,10 +14,12 @@ import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from types import TracebackType
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
+from subzero.errors import OperatorError, SubZeroError
 from subzero.model.grid import Grid
 from subzero.model.modes import Mode
 from subzero.model.statistic import Box, Statistic
@@ -216,8 +218,23 @@ class Operator:
                    black-box operator (no mapping functions, no lwrite modes),
                    otherwise False.
     tiling         :class:`Tiling` (elementwise, stencil(r), or global).
-    deterministic  re-running on the same inputs gives the same output and
-                   lineage; black-box re-execution requires it.
+    deterministic  re-running on the same inputs gives the same output; black-box
+                   re-execution requires it, and checks it: a re-run's output must
+                   equal the stored output where the trace uses it.
+    deterministic_lineage
+                   re-running on the same inputs writes the same lineage (the
+                   pairs of ``ctx.lwrite``) as well -- a separate promise, since
+                   an operator may compute its output exactly and still draw its
+                   lineage at random (a sampled window, an unseeded choice), and
+                   no stored output can show that.  ``None`` (the default: not
+                   declared): a black-box trace step re-runs the operator twice and
+                   compares the two relations on the query's cells; a difference
+                   stops the trace naming the operator.  ``True``: declared (for
+                   lineage computed from the inputs, the output or coordinates
+                   alone), so one re-run, its output checked, is trusted -- half the
+                   re-execution cost.  ``False``: its lineage cannot be recomputed,
+                   so it must be stored (``subzero run`` refuses strategies that
+                   leave it to re-execution, before anything runs).
     map_p_batched  ``map_p`` distributes over cells: map_p(A ∪ B) equals
                    map_p(A) ∪ map_p(B) for one payload, so the executor may
                    call it once for many pairs that share a payload.
@@ -232,6 +249,7 @@ class Operator:
     all_to_all: bool | Sequence[bool] | None = None
     tiling: Tiling = GLOBAL
     deterministic: bool = True
+    deterministic_lineage: bool | None = None
     map_p_batched: bool = False
     default_strategy: str | None = None
     statistic: Statistic | None = None
@@ -353,6 +371,46 @@ class Operator:
 
     def describe(self) -> str:
         return type(self).__name__
+
+
+class own_code:
+    """``with own_code(name, op, fn):`` around a call of one of operator ``name``'s own
+    functions (``fn``: ``map_b``, ``map_f``, ``map_p``...) for a trace or a capture:
+    whatever it raises is one :class:`~subzero.errors.OperatorError` naming the
+    operator and the function (the workflow's code is wrong, not SubZero); SubZero's
+    own errors pass as they are.  A class, not a generator: it sits on every mapping
+    step of a trace, and entering it costs well under a microsecond."""
+
+    __slots__ = ("name", "op", "fn")
+
+    def __init__(self, name: str, op: Operator, fn: str):
+        self.name, self.op, self.fn = name, op, fn
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
+        if ev is None or not isinstance(ev, Exception) or isinstance(ev, SubZeroError):
+            return False
+        fn = self.fn
+        if fn == "map_p_pairs" and type(self.op).map_p_pairs is Operator.map_p_pairs:
+            fn = "map_p"            # the default map_p_pairs calls the operator's map_p
+        raise OperatorError(f"operator {self.name!r} ({type(self.op).__name__}): its {fn} "
+                            f"raised {type(ev).__name__}: {ev}") from ev
+
+
+def reruns(op: Operator) -> int:
+    """How many times a black-box trace step re-runs ``op``: once when it declares its
+    lineage deterministic, else twice, to compare the two relations (see
+    ``Operator.deterministic_lineage``)."""
+    return 1 if op.deterministic_lineage else 2
+
+
+def lineage_reproducible(op: Operator) -> bool:
+    """Whether re-running ``op`` may recompute its lineage: its output is deterministic
+    and its lineage is not declared otherwise."""
+    return bool(op.deterministic) and op.deterministic_lineage is not False
 
 
 def rerun_mode(op: Operator) -> Mode | None:

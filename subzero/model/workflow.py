@@ -23,7 +23,7 @@ from typing import Any
 from subzero.errors import StrategyError, WorkflowError
 from subzero.model.exits import described, ends_process
 from subzero.model.modes import Mode
-from subzero.model.operator import Operator, rerun_mode
+from subzero.model.operator import Operator, lineage_reproducible, rerun_mode
 from subzero.model.strategy import Strategy
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
@@ -171,12 +171,15 @@ def check_reexecution(wf: Workflow, strategies: Mapping[str, tuple[Strategy, ...
         op = step.operator
         mode = rerun_mode(op)
         strat = strategies.get(name, ())
-        if op.deterministic or mode is None or any(s.stored or s.mode is Mode.MAP for s in strat):
+        if lineage_reproducible(op) or mode is None or any(s.stored or s.mode is Mode.MAP
+                                                            for s in strat):
             continue
         if step.inputs and all(op.is_all_to_all(i) for i in range(len(step.inputs))):
             continue
+        what = "not deterministic" if not op.deterministic else \
+            "not deterministic in its lineage (`deterministic_lineage = False`)"
         raise StrategyError(
-            f"operator {name!r} ({type(op).__name__}) is declared not deterministic, so its "
+            f"operator {name!r} ({type(op).__name__}) is declared {what}, so its "
             f"lineage cannot be recomputed by re-running it, but strategy "
             f"{'+'.join(str(s) for s in strat) or 'blackbox'} stores none; store it instead "
             f"(e.g. `strategies={{{name!r}: {mode.value!r}}}`)")

@@ -40,7 +40,7 @@ from numpy.typing import ArrayLike
 
 from subzero.capture.context import Context
 from subzero.errors import CorruptLineage, Deadline, QueryError, warn
-from subzero.model.cells import as_cells, first_out_of_bounds, fmt_cell, pack
+from subzero.model.cells import as_cells, first_out_of_bounds, outside, pack
 from subzero.model.cellset import CellSet
 from subzero.model.operator import Operator
 from subzero.model.strategy import Direction, Strategy
@@ -203,7 +203,7 @@ class Executor:
             raise QueryError(f"bad query cells for {name!r}: {e}") from e
         bad = first_out_of_bounds(c, shape)
         if bad is not None:
-            raise QueryError(f"cell {fmt_cell(c[bad])} is outside {name} (shape {tuple(shape)})")
+            raise QueryError(outside(c[bad], shape, name))
         return c
 
     def _follow(self, start: str, q: CellSet, path: Sequence[tuple[str, int]],

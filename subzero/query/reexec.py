@@ -6,6 +6,16 @@ stored output on the region the query uses (:func:`verify_output`).  An
 operator that computes something else on a second run (unseeded random
 numbers, a clock, a race) would otherwise give a different lineage each time,
 and the trace a different answer each time, with nothing to tell.
+
+An equal output does not prove the lineage: an operator may compute its output
+exactly and draw its lineage at random.  Nothing stored can show that (black-box
+lineage was never captured), so unless the operator declares its lineage
+deterministic (``Operator.deterministic_lineage = True``) the step re-runs it a
+second time and the two relations must agree on the query's cells
+(:func:`same_lineage`); one declared ``False`` is not re-run at all.  Two re-runs
+in one process do not catch lineage that varies only between processes (drawn
+from Python's per-process string hashes, say): such an operator must declare
+``False``.
 """
 
 from __future__ import annotations
@@ -34,13 +44,13 @@ from subzero.model.cells import (
 )
 from subzero.model.cellset import CellSet
 from subzero.model.modes import Mode
-from subzero.model.operator import Operator
+from subzero.model.operator import Operator, own_code
 from subzero.model.operator import rerun_mode as capture_mode
 from subzero.storage.arrays import as_dataarray
 from subzero.storage.encodings import MapPPairs
 
 __all__ = ["QueryBuffer", "Rerun", "capture_mode", "check_deterministic", "check_region", "compare",
-           "differs", "rerun", "run_with_buffer", "verify_output"]
+           "differs", "rerun", "run_with_buffer", "same_lineage", "verify_output"]
 
 
 class QueryBuffer(LineageBuffer):
@@ -154,6 +164,28 @@ def check_deterministic(name: str, op: Operator) -> None:
     if not op.deterministic:
         raise QueryError(f"operator {name!r} is not deterministic, so its lineage cannot be "
                          f"recomputed by re-running it; store it (e.g. `strategies={{{name!r}: 'full'}}`)")
+    if op.deterministic_lineage is False:
+        raise QueryError(f"operator {name!r} declares its lineage not deterministic "
+                         f"(deterministic_lineage = False), so it cannot be recomputed by "
+                         f"re-running it; store it (e.g. `strategies={{{name!r}: 'full'}}`)")
+
+
+def same_lineage(name: str, first: np.ndarray, second: np.ndarray, shape: tuple[int, ...]) -> None:
+    """Raise a QueryError naming the operator unless two re-runs reached the same cells
+    (packed ids of ``shape``, duplicates allowed) from the query's: its lineage, not
+    only its output, must be a function of its inputs for re-execution to answer."""
+    a, b = unique(np.asarray(first, np.int64)), unique(np.asarray(second, np.int64))
+    if a.size == b.size and bool(np.array_equal(a, b)):
+        return
+    extra = np.setdiff1d(a, b, assume_unique=True)
+    which, cell = ("first", extra[0]) if extra.size else \
+        ("second", np.setdiff1d(b, a, assume_unique=True)[0])
+    raise QueryError(
+        f"operator {name!r} is not deterministic in its lineage: two re-runs on the same "
+        f"inputs gave different lineage for the query's cells ({a.size} cells, then {b.size}; "
+        f"cell {fmt_cell(unpack(np.array([cell]), shape)[0])} only in the {which}), so lineage "
+        f"recomputed by re-running it cannot be trusted; store it (e.g. "
+        f"`strategies={{{name!r}: 'full'}}`) and declare deterministic_lineage = False")
 
 
 def rerun(name: str, op: Operator, inputs: Sequence[Any], out_shape: Sequence[int], mode: Mode,
@@ -179,7 +211,9 @@ def run_with_buffer(name: str, op: Operator, inputs: Sequence[Any], in_shapes: l
 
     def mpp(cells: np.ndarray, off: np.ndarray, payloads: Sequence[bytes], pay_ids: np.ndarray,
             k: int) -> tuple[np.ndarray, np.ndarray]:
-        return op.map_p_pairs(np.asarray(cells, np.int64), off, payloads, pay_ids, k, mctx)
+        with own_code(name, op, "map_p_pairs"):
+            got = op.map_p_pairs(np.asarray(cells, np.int64), off, payloads, pay_ids, k, mctx)
+        return got
 
     buf = QueryBuffer(name, len(inputs), out_shape, in_shapes, backward, i, hit, mpp,
                       keep_covered=(mode is Mode.COMP))

@@ -31,7 +31,7 @@ from subzero.model.cells import (
     unpack,
 )
 from subzero.model.cellset import CellSet
-from subzero.model.operator import Operator, OperatorContext
+from subzero.model.operator import Operator, OperatorContext, own_code
 from subzero.model.strategy import Direction
 from subzero.query.sources import PairSource
 from subzero.tuning import SCAN_PAIRS
@@ -62,13 +62,15 @@ class StepContext:
     def map_b(self, q_packed: np.ndarray, i: int) -> np.ndarray:
         if q_packed.size == 0:
             return q_packed
-        res = self.op.map_b(unpack(q_packed, self.out_shape), i, self.mapctx)
+        with own_code(self.name, self.op, "map_b"):
+            res = self.op.map_b(unpack(q_packed, self.out_shape), i, self.mapctx)
         return self.checked(res, self.in_shapes[i], "map_b")
 
     def map_f(self, q_packed: np.ndarray, i: int) -> np.ndarray:
         if q_packed.size == 0:
             return q_packed
-        res = self.op.map_f(unpack(q_packed, self.in_shapes[i]), i, self.mapctx)
+        with own_code(self.name, self.op, "map_f"):
+            res = self.op.map_f(unpack(q_packed, self.in_shapes[i]), i, self.mapctx)
         return self.checked(res, self.out_shape, "map_f")
 
     # -- payloads ---------------------------------------------------------------
@@ -82,13 +84,16 @@ class StepContext:
         out_cells = unpack(keys, self.out_shape)
         res = []
         if self.op.map_p_batched:
-            for pid in unique(pay_ids).tolist():
-                rows = np.flatnonzero(pay_ids == pid)
-                cells = csr_take(out_cells, key_off, rows)
-                res.append(self.checked(self.op.map_p(cells, payloads[pid], i, self.mapctx),
-                                        shape_in, "map_p"))
+            with own_code(self.name, self.op, "map_p"):
+                for pid in unique(pay_ids).tolist():
+                    rows = np.flatnonzero(pay_ids == pid)
+                    cells = csr_take(out_cells, key_off, rows)
+                    res.append(self.checked(self.op.map_p(cells, payloads[pid], i, self.mapctx),
+                                            shape_in, "map_p"))
         else:
-            cells, _owner = self.op.map_p_pairs(out_cells, key_off, payloads, pay_ids, i, self.mapctx)
+            with own_code(self.name, self.op, "map_p_pairs"):
+                cells, _owner = self.op.map_p_pairs(out_cells, key_off, payloads, pay_ids, i,
+                                                    self.mapctx)
             res.append(self.checked(cells, shape_in, "map_p"))
         return np.concatenate(res) if res else np.zeros(0, np.int64)
 
@@ -97,8 +102,9 @@ class StepContext:
         """Pairs whose map_p result intersects the query on input i."""
         if len(key_off) <= 1:
             return np.zeros(0, np.int64)
-        cells, owner = self.op.map_p_pairs(unpack(keys, self.out_shape), key_off, payloads,
-                                           pay_ids, i, self.mapctx)
+        with own_code(self.name, self.op, "map_p_pairs"):
+            cells, owner = self.op.map_p_pairs(unpack(keys, self.out_shape), key_off, payloads,
+                                               pay_ids, i, self.mapctx)
         packed = self.checked(cells, self.in_shapes[i], "map_p")
         owner = np.asarray(owner, np.int64)
         return unique(owner[q.contains(packed)])

@@ -18,9 +18,10 @@ from subzero.capture.buffer import empty_pairs
 from subzero.errors import QueryError
 from subzero.model.cellset import CellSet
 from subzero.model.modes import Mode
+from subzero.model.operator import own_code, reruns
 from subzero.model.strategy import Direction, Strategy
 from subzero.query import relation
-from subzero.query.reexec import capture_mode, check_region, rerun, verify_output
+from subzero.query.reexec import capture_mode, check_region, rerun, same_lineage, verify_output
 from subzero.query.relation import StepContext
 from subzero.query.sources import MemoryPairs, PairSource
 from subzero.query.tilerun import TileAccess, rerun_tiles
@@ -46,8 +47,9 @@ def mapping(sc: StepContext, q: CellSet, i: int, backward: bool) -> np.ndarray |
     bits = q.dense_bitmap()
     if bits is not None:
         src_shape = sc.out_shape if backward else sc.in_shapes[i]
-        fast = (op.map_b_bitmap if backward else op.map_f_bitmap)(
-            bits.reshape(src_shape), i, sc.mapctx)
+        with own_code(sc.name, op, "map_b_bitmap" if backward else "map_f_bitmap"):
+            fast = (op.map_b_bitmap if backward else op.map_f_bitmap)(
+                bits.reshape(src_shape), i, sc.mapctx)
         if fast is not NotImplemented:
             tgt = target_shape(sc, i, backward)
             fast = np.asarray(fast, dtype=bool)
@@ -104,7 +106,9 @@ def reexec(sc: StepContext, i: int, backward: bool, q: CellSet,
     (``stored(region)`` reads a region of it) on the output cells the step uses: each
     re-run tile's core, or for a whole re-run the bounding box of the query's cells
     going backward, of the answer's going forward; otherwise the step stops with an
-    error naming the operator as not deterministic."""
+    error naming the operator as not deterministic.  Unless the operator declares its
+    lineage deterministic, it is re-run twice and both answers must be the same cells
+    (``reexec.same_lineage``)."""
     op = sc.op
     mode = capture_mode(op)
     ids = q.ids()
@@ -112,21 +116,27 @@ def reexec(sc: StepContext, i: int, backward: bool, q: CellSet,
         if Mode.MAP in op.supported_modes() and op.has_mapping():
             return (sc.map_b(ids, i) if backward else sc.map_f(ids, i)), "map"
         return CellSet.everything(target_shape(sc, i, backward)), "all-to-all"
-    r = rerun_tiles(sc, mode, backward, i, ids, tiles, stored) if tiles is not None else None
-    if r is None:
-        r = rerun(sc.name, op, list(inputs()), sc.out_shape, mode, backward, i, q)
-    fn = relation.backward if backward else relation.forward
-    if mode is Mode.FULL:
-        res = fn(MemoryPairs(r.full), False, Direction.BACKWARD, sc, i, q) \
-            if r.full is not None else np.zeros(0, np.int64)
-    elif mode is Mode.PAY:
-        res = fn(MemoryPairs(r.pay), True, Direction.BACKWARD, sc, i, q) \
-            if r.pay is not None else np.zeros(0, np.int64)
-    else:
-        src = MemoryPairs(r.pay if r.pay is not None else empty_pairs(len(sc.in_shapes), True),
-                          covered=r.covered)
-        res = relation.composite(src, Direction.BACKWARD, sc, i, backward, q)
-    if r.output is not None:         # a whole re-run: checked on what the step used
-        region = check_region(ids if backward else np.asarray(res), sc.out_shape)
-        verify_output(sc.name, r.output, sc.out_shape, region, stored)
+
+    def once() -> np.ndarray:
+        r = rerun_tiles(sc, mode, backward, i, ids, tiles, stored) if tiles is not None else None
+        if r is None:
+            r = rerun(sc.name, op, list(inputs()), sc.out_shape, mode, backward, i, q)
+        fn = relation.backward if backward else relation.forward
+        if mode is Mode.FULL:
+            res = fn(MemoryPairs(r.full), False, Direction.BACKWARD, sc, i, q) \
+                if r.full is not None else np.zeros(0, np.int64)
+        elif mode is Mode.PAY:
+            res = fn(MemoryPairs(r.pay), True, Direction.BACKWARD, sc, i, q) \
+                if r.pay is not None else np.zeros(0, np.int64)
+        else:
+            src = MemoryPairs(r.pay if r.pay is not None else empty_pairs(len(sc.in_shapes), True),
+                              covered=r.covered)
+            res = relation.composite(src, Direction.BACKWARD, sc, i, backward, q)
+        if r.output is not None:         # a whole re-run: checked on what the step used
+            region = check_region(ids if backward else np.asarray(res), sc.out_shape)
+            verify_output(sc.name, r.output, sc.out_shape, region, stored)
+        return np.asarray(res)
+    res = once()
+    if reruns(op) > 1:         # lineage not declared deterministic: it must prove itself too
+        same_lineage(sc.name, res, once(), target_shape(sc, i, backward))
     return res, f"reexec:{mode.value}"

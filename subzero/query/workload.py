@@ -36,7 +36,7 @@ import numpy as np
 import xarray as xr
 
 from subzero.errors import QueryError, WorkloadError
-from subzero.model.cells import union_of_boxes
+from subzero.model.cells import outside, union_of_boxes
 from subzero.query.trace import TraceResult
 
 _OPS = {"==": _op.eq, "!=": _op.ne, ">=": _op.ge, "<=": _op.le, ">": _op.gt, "<": _op.lt}
@@ -113,6 +113,7 @@ def parse_workload(data: Any, source: str = "workload") -> list[Query]:
         if "sel" in cells and not isinstance(cells["sel"], dict):
             raise WorkloadError(f"{where}: \"sel\" must be an object of coordinate: label or "
                                 f"\"FROM:TO\"")
+        cells = _checked_selector(cells, where)
         try:
             weight = float(q.get("weight", 1.0))
         except (TypeError, ValueError) as err:
@@ -124,6 +125,49 @@ def parse_workload(data: Any, source: str = "workload") -> list[Query]:
                          {k2: v for k2, v in q.items() if k2 not in
                           ("name", "from", "to", "path", "cells", "shortcut", "weight")}))
     return out
+
+
+def whole_number(value: Any, what: str, where: str, least: int | None = None) -> int:
+    """A JSON value that must be a whole number (of at least ``least``): ``10`` or
+    ``10.0``, not a text, a bool, NaN, infinity or ``2.5``; else a WorkloadError naming it."""
+    ok = not isinstance(value, bool) and (
+        isinstance(value, int) or (isinstance(value, float) and value.is_integer()))
+    if not ok or (least is not None and value < least):
+        kind = "a whole number" + (f" of {least} or more" if least is not None else "")
+        raise WorkloadError(f"{where}: {what} must be {kind}, not {json.dumps(value)}")
+    return int(value)
+
+
+def _cell_rows(value: Any, what: str, where: str) -> list[list[int]]:
+    """A list of cells (lists of whole numbers of one length), checked."""
+    if not isinstance(value, list) or not all(isinstance(c, list) for c in value) \
+            or len({len(c) for c in value}) > 1:
+        raise WorkloadError(f"{where}: {what} must be a list of cells of equal length, such as "
+                            f"[[12, 40], [13, 41]]")
+    return [[whole_number(v, f"{what} coordinate", where) for v in c]
+            for c in value]
+
+
+def _checked_selector(sel: dict, where: str) -> dict:
+    """A query's ``cells`` selector with its numbers checked (NaN, text, negative counts
+    and seeds, non-integer cells are one line naming the query)."""
+    sel = dict(sel)
+    if "cells" in sel:
+        sel["cells"] = _cell_rows(sel["cells"], "\"cells\"", where)
+    elif "box" in sel:
+        box_ = sel["box"]
+        if not (isinstance(box_, list) and len(box_) == 2):
+            raise WorkloadError(f"{where}: \"box\" must be [lo, hi], such as [[10, 20], [30, 40]]")
+        lo, hi = _cell_rows(box_, "\"box\"", where)
+        sel["box"] = [lo, hi]
+    elif "where" in sel:
+        if "n" in sel:
+            sel["n"] = whole_number(sel["n"], "\"n\" (cells to pick)", where, least=1)
+        if "seed" in sel:
+            sel["seed"] = whole_number(sel["seed"], "\"seed\"", where, least=0)
+        if not isinstance(sel.get("distinct", False), bool):
+            raise WorkloadError(f"{where}: \"distinct\" must be true or false")
+    return sel
 
 
 def read_workload_json(path: str | Path) -> Any:
@@ -148,17 +192,21 @@ def select_cells(run: RunArrays, q: Query) -> np.ndarray:
     if q.start not in shapes:
         raise QueryError(f"query {q.name!r}: unknown array {q.start!r} in run {run.id}")
     shape = shapes[q.start]
-    sel = q.cells
+    sel = _checked_selector(q.cells, f"query {q.name!r}")
     if "cells" in sel:
-        return np.asarray(sel["cells"], dtype=np.int64).reshape(-1, len(shape))
+        rows = sel["cells"]
+        if rows and len(rows[0]) != len(shape):
+            raise QueryError(f"query {q.name!r}: its cells have {len(rows[0])} coordinates, but "
+                             f"{q.start} has {len(shape)} dimensions (shape {tuple(shape)})")
+        for c in rows:
+            if any(not 0 <= v < n for v, n in zip(c, shape)):
+                raise QueryError(f"query {q.name!r}: " + outside(c, shape, q.start))
+        return np.asarray(rows, dtype=np.int64).reshape(-1, len(shape))
     if "box" in sel:
-        try:
-            lo, hi = ([int(x) for x in b] for b in sel["box"])
-            if len(lo) != len(shape) or len(hi) != len(shape):
-                raise ValueError("one bound per axis")
-        except (TypeError, ValueError) as err:
-            raise QueryError(f"query {q.name!r}: \"box\" must be [[lo, ...], [hi, ...]] with one "
-                             f"integer per axis of {q.start} (shape {tuple(shape)})") from err
+        lo, hi = sel["box"]
+        if len(lo) != len(shape) or any(not 0 <= a < b <= n for a, b, n in zip(lo, hi, shape)):
+            raise QueryError(f"query {q.name!r}: box {lo}..{hi} is not a non-empty box inside "
+                             f"{q.start} (shape {tuple(shape)})")
         return union_of_boxes([(lo, hi)], shape, q.start)
     if "sky" in sel:
         return run.cells_at(q.start, sky=sel["sky"], radius=sel.get("radius"))

@@ -14,6 +14,10 @@ from subzero.engines.progress import Progress
 from subzero.errors import UsageError
 from subzero.storage.arrays import DEFAULT_TILE
 
+#: the largest tile size per axis (`tile`): far beyond any array's side, and small
+#: enough that the tile's arithmetic fits in 64 bits in every dimension up to 2
+MAX_TILE = 2**31 - 1
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -54,6 +58,12 @@ class RunOptions:
     log: Callable[[str], None] | None = None
     announce: Callable[[str], None] | None = None
     profiler: Profiler | None = None
+
+    def __post_init__(self) -> None:
+        t = self.tile
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= MAX_TILE):
+            raise UsageError(f"`tile` must be a whole number of cells from 1 to {MAX_TILE}, "
+                             f"not {t!r}")
 
     @classmethod
     def of(cls, options: RunOptions | None = None, **given: Any) -> RunOptions:

@@ -24,9 +24,10 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
-from subzero.errors import QueryError, StoreError
+from subzero.errors import DiskFull, QueryError, StoreError
 from subzero.storage.liveness import alive, heartbeat_path
 from subzero.storage.schema import SCHEMA_VERSION, migrate, version_of
+from subzero.storage.space import disk_full, is_full
 
 
 @dataclass
@@ -51,7 +52,9 @@ class Catalog:
     write the file or its folder, as in an archived store) opens it for reading
     only: listing, showing and tracing work, anything that would write raises a
     :class:`~subzero.errors.StoreError` naming the file.  Every SQLite failure
-    (damaged file, busy, read-only, disk full) is such a one-line StoreError."""
+    (damaged file, busy, read-only, disk full) is such a one-line StoreError; a full
+    disk is :class:`~subzero.errors.DiskFull`, and a catalog that cannot be opened for
+    writing because its disk is full is read as an archived one is (``full``)."""
 
     def __init__(self, path: str | os.PathLike, readonly: bool | None = None):
         self.path = Path(path)
@@ -61,14 +64,21 @@ class Catalog:
         self.readonly = not writable(self.path) if readonly is None else readonly
         #: The catalog version the store had when opened (0: new or unversioned).
         self.opened_version = 0
+        #: Why it could not be opened for writing although it may be written: its disk is
+        #: full (then it is read as an archived store is, and writing raises this).
+        self.full: DiskFull | None = None
         if not self.readonly:
             try:
                 self.db = self._open_rw()
                 return
+            except DiskFull as e:
+                if not self.path.is_file():
+                    raise
+                self.full = e           # a full disk: list, show and trace still work
             except StoreError:
                 if writable(self.path) or not self.path.exists():
                     raise
-                self.readonly = True    # lost write access meanwhile: read it as archived
+            self.readonly = True    # lost write access meanwhile: read it as archived
         self.db = self._open_ro()
 
     def _open_rw(self) -> sqlite3.Connection:
@@ -200,6 +210,8 @@ class Catalog:
             rid = int(ref)
         except (TypeError, ValueError) as err:
             raise QueryError(f"unknown run {ref!r}; give a run id (see `subzero runs`) or 'latest'") from err
+        if not 0 <= rid < 2**63:        # SQLite's integers: a bigger id is no run
+            raise QueryError(f"unknown run {ref!r}; see `subzero runs` for the runs in this store")
         r = self.db.execute("SELECT id, workflow, source, params, status, started, ended, error,"
                             " inputs, pid, host, engine, uid FROM runs WHERE id=?", (rid,)).fetchone()
         if r is None:
@@ -215,8 +227,8 @@ class Catalog:
     def arrays(self, run_id: int) -> dict[str, dict[str, Any]]:
         rows = self.db.execute("SELECT name, kind, shape, dtype, nbytes FROM arrays WHERE run_id=? ORDER BY rowid",
                                (run_id,)).fetchall()
-        return {r[0]: {"kind": r[1], "shape": tuple(self._loads(r[2])), "dtype": r[3], "nbytes": r[4]}
-                for r in rows}
+        return {r[0]: {"kind": r[1], "shape": self._shape(r[2], run_id, f"array {r[0]!r}"),
+                       "dtype": r[3], "nbytes": r[4]} for r in rows}
 
     def add_op(self, run_id: int, seq: int, name: str, cls: str, inputs: Sequence[str],
                strategies: Sequence[str], shape: Sequence[int], run_s: float, lwrite_s: float,
@@ -231,7 +243,8 @@ class Catalog:
                                " lineage_s, pairs, lineage_bytes FROM ops WHERE run_id=? ORDER BY seq",
                                (run_id,)).fetchall()
         return [{"name": r[0], "class": r[1], "inputs": self._loads(r[2]),
-                 "strategies": self._loads(r[3]), "shape": self._loads(r[4]), "run_s": r[5],
+                 "strategies": self._loads(r[3]),
+                 "shape": list(self._shape(r[4], run_id, f"operator {r[0]!r}")), "run_s": r[5],
                  "lwrite_s": r[6], "lineage_s": r[7], "pairs": r[8], "lineage_bytes": r[9]}
                 for r in rows]
 
@@ -356,6 +369,16 @@ class Catalog:
         keys = ("op", "strategy", "predicted_bytes", "needed_bytes", "reason")
         return [dict(zip(keys, r)) for r in rows]
 
+    def _shape(self, text: str | None, run_id: int, what: str) -> tuple[int, ...]:
+        """A shape column: a list of whole numbers of 0 or more, else one line naming the
+        run, the array or operator and the catalog (an edited or damaged row)."""
+        shape = self._loads(text) if isinstance(text, str) else text
+        if isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape):
+            return tuple(shape)
+        raise StoreError(f"run {run_id}: the catalog {self.path} holds no valid shape for "
+                         f"{what} ({'NULL' if text is None else repr(text)[:60]}); the row was "
+                         f"edited or damaged: restore the catalog from a backup")
+
     def _loads(self, text: str) -> Any:
         """A JSON column: damaged text is one line naming the catalog, not a JSONDecodeError."""
         try:
@@ -441,6 +464,8 @@ def _store_error(e: sqlite3.DatabaseError, path: Path) -> Exception:
         return StoreError(f"store catalog {path} is read-only, and this needs to write it (a run, "
                           f"optimize, a plan); use a writable copy of the store or fix its "
                           f"permissions")
+    if ("disk i/o" in low or "full" in low) and is_full(e, path.parent):
+        return disk_full(path.parent, f"the store's catalog {path.name}")
     # our SQL is fixed, so a table or column it names that is missing is a damaged schema
     schema = ("no such column" in low or "no such table" in low or "has no column named" in low)
     if "not a database" in low or "malformed" in low or "disk i/o" in low or schema:

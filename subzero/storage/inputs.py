@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeGuard
 
@@ -25,7 +27,7 @@ def load_path(path: str | os.PathLike[str], input_name: str = "input") -> np.nda
         if name.endswith(".npy"):
             return _load_npy(p, input_name)
         if name.endswith((".fits", ".fit", ".fits.gz", ".fts")):
-            return _load_fits(p)
+            return _load_fits(p, input_name)
         if name.endswith(".zarr"):
             return _single_var(xr.open_zarr(p), p, input_name).load()
         if name.endswith((".nc", ".nc4", ".cdf")):
@@ -70,9 +72,9 @@ def _single_var(ds: xr.Dataset, p: Path, input_name: str) -> xr.DataArray:
     return ds[names[0]]
 
 
-def _load_fits(p: Path) -> xr.DataArray:
+def _load_fits(p: Path, input_name: str) -> xr.DataArray:
     from astropy.io import fits
-    with fits.open(p, memmap=False) as hdul:
+    with fits_errors(p, input_name), fits.open(p, memmap=False) as hdul:
         for hdu in hdul:
             if hdu.data is not None and getattr(hdu.data, "ndim", 0) >= 1:
                 data = np.array(hdu.data)
@@ -82,6 +84,24 @@ def _load_fits(p: Path) -> xr.DataArray:
                 dims = ["y", "x"] if data.ndim == 2 else [f"dim_{k}" for k in range(data.ndim)]
                 return xr.DataArray(data, dims=dims, attrs=attrs)
     raise SubZeroError(f"FITS file {p} has no image data")
+
+
+@contextlib.contextmanager
+def fits_errors(p: str | os.PathLike[str], input_name: str) -> Iterator[None]:
+    """Reading a FITS file: astropy's complaints about a damaged file (warnings that its
+    logger prints as several lines on stderr) are silenced, and a file it cannot read
+    is one line naming the input and the file."""
+    from astropy.utils.exceptions import AstropyWarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AstropyWarning)
+        try:
+            yield
+        except SubZeroError:
+            raise
+        except Exception as e:
+            why = " ".join(str(e).split()).split(". ")[0].rstrip(".") or type(e).__name__
+            raise SubZeroError(f"input {input_name!r}: {p} is not a readable FITS file "
+                               f"({why})") from e
 
 
 def _load_table(p: Path, sep: str) -> np.ndarray:
@@ -128,7 +148,8 @@ class RegionSource:
                 part = np.load(self.path, mmap_mode="r", allow_pickle=False)[region]
             else:
                 from astropy.io import fits
-                with fits.open(self.path, memmap=False, lazy_load_hdus=True) as hdul:
+                with fits_errors(self.path, self.input_name), \
+                        fits.open(self.path, memmap=False, lazy_load_hdus=True) as hdul:
                     part = np.asarray(hdul[self.hdu].section[region])
             return np.array(part, dtype=self.dtype)
         except Exception as e:
@@ -196,7 +217,7 @@ def _load_npy_header(p: Path, input_name: str) -> None:
 
 def _fits_source(p: Path, input_name: str) -> RegionSource | None:
     from astropy.io import fits
-    with fits.open(p, memmap=False, lazy_load_hdus=True) as hdul:
+    with fits_errors(p, input_name), fits.open(p, memmap=False, lazy_load_hdus=True) as hdul:
         for k, hdu in enumerate(hdul):
             ndim = int(hdu.header.get("NAXIS", 0))
             if ndim < 1 or not hdu.is_image or isinstance(hdu, fits.CompImageHDU):
