@@ -544,6 +544,8 @@ def cmd_runs(a) -> int:
     store = open_store(a.store, create=False)
     try:
         rows = store.runs()
+        from subzero.storage.trust import load_key
+        load_key()          # a key that cannot be read concerns every run: one line, here
         trust = {r.id: _trust_state(store, r) for r in rows if r.status == "complete"}
         if a.json:
             print(json.dumps([{**r.__dict__, "trust": trust.get(r.id)} for r in rows], default=str))
@@ -576,10 +578,17 @@ def _trust_state(store, row) -> str:
     read is listed as "damaged" (with a warning saying why), so the others still are."""
     from subzero.errors import StoreError
     try:
-        return store.verdict(row).state
+        state = store.verdict(row).state
+        differ = store.binding(row)["catalog_differs"]
     except StoreError as e:
         warn(str(e))
         return "damaged"
+    if differ:
+        warn(f"run {row.id}: the catalog differs from the run's record ({'; '.join(differ[:2])}); "
+             f"`subzero fsck --store {store.path}` repairs it")
+        if any(d.startswith("rows that cannot be read") for d in differ):
+            return "damaged"
+    return state
 
 
 def cmd_show(a) -> int:
@@ -590,8 +599,7 @@ def cmd_show(a) -> int:
         if a.json:
             print(json.dumps(_run_json(store, row.id), default=str))
             return 0
-        ops = store.catalog.ops(row.id)
-        arrays = store.catalog.arrays(row.id)
+        ops, arrays = _described(store, row)
         print(f"run {row.id}: workflow {row.workflow} ({row.source or 'in-process'}), {row.status}"
               + (f": {row.error}" if row.error else ""))
         if row.status == "complete":
@@ -738,6 +746,20 @@ def _print_code(c: dict) -> None:
         print(f"  re-imports {c['source']} when workflow.pkl cannot be loaded")
 
 
+def _described(store, row) -> tuple[list, dict]:
+    """A run's operators and arrays as ``show`` prints them: from its signed record when
+    that verifies (catalog rows may have been edited or damaged since), else from the
+    catalog."""
+    if row.status == "complete":
+        try:
+            steer = store.steering(row)
+            if steer.verified:
+                return steer.ops, steer.arrays
+        except SubZeroError:
+            pass                    # the catalog's rows, and their own errors, below
+    return store.catalog.ops(row.id), store.catalog.arrays(row.id)
+
+
 def _run_json(store, run_id: int) -> dict:
     """One run as `run --json` and `show --json` print it: the catalog's run row,
     its operators, arrays, strategy statistics and downgrades (``run_id`` and
@@ -746,7 +768,7 @@ def _run_json(store, run_id: int) -> dict:
     return {"run_id": row.id, "workflow": row.workflow, "run": row.__dict__,
             "trust": store.verdict(row).state if row.status == "complete" else None,
             "binding": store.binding(row) if row.status == "complete" else None,
-            "ops": store.catalog.ops(row.id), "arrays": store.catalog.arrays(row.id),
+            **dict(zip(("ops", "arrays"), _described(store, row))),
             "strategies": store.catalog.strategy_stats(row.id),
             "downgrades": store.catalog.downgrades(row.id),
             "coordinates": _coordinates(store, row)}

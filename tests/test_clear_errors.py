@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import EXAMPLE
+from test_cli_errors import one_line
 
 import subzero
 from subzero.errors import (
@@ -28,14 +29,6 @@ from subzero.errors import (
 )
 
 HUGE = "99999999999999999999"
-
-
-def one_line(err: str) -> str:
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("subzero: error: "), err
-    assert "Traceback" not in err and "internal error" not in err
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -247,9 +240,18 @@ def test_a_null_or_malformed_shape_in_the_catalog_is_one_line(cli, made, tmp_pat
     store = tmp_path / "st"
     shutil.copytree(made, store)
     cat = store / "catalog.sqlite"
+    with subzero.open_store(store) as st:
+        want = st.get(1).trace("stars", [(1, 1)], to="raw").cells.tolist()
     with contextlib.closing(sqlite3.connect(cat)) as db:
         db.execute(sql)
         db.commit()
+    # a signed run is traced from its record: the edited row steers nothing, and show says so
+    with subzero.open_store(store) as st:
+        assert st.get(1).trace("stars", [(1, 1)], to="raw").cells.tolist() == want
+    code, out, err = cli("show", "1", "--store", store)
+    assert code == 0 and "the catalog differs from the run's signed record" in out, out + err
+    # a run whose record is not signed with this key has only the catalog to go by
+    (store / "runs" / "1" / "signature").unlink()
     for args in (["trace", "--from", "stars", "--cells", "1,1", "--to", "raw"], ["show", "1"]):
         code, _, err = cli(*args, "--store", store)
         line = one_line(err)
@@ -349,7 +351,7 @@ def test_a_store_on_a_full_disk_is_read_and_refuses_runs_in_one_line(cli, small_
     store = disk / "st"
     code, _, err = cli("run", EXAMPLE, "--engine", "local", "--store", store, "-q")
     assert code == 0, err
-    with open(disk / "fill", "wb") as f:            # 0 bytes left
+    with open(disk / "fill", "wb", buffering=0) as f:      # 0 bytes left (unbuffered: no flush at close)
         with contextlib.suppress(OSError):
             while True:
                 f.write(b"\0" * 65536)

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ROOT, java_ok, subzero_exe
+from test_store_files import plant
 
 import subzero
 from subzero.capture.buffer import Pairs
@@ -350,14 +351,7 @@ def test_a_journal_that_is_no_file_is_refused_without_waiting(wfdir, fault):
     far larger than any journal in place of the journal: one line naming it."""
     rid = start_killed_run(wfdir)
     journal = wfdir / "s" / "runs" / f"{rid}.partial" / "journal.jsonl"
-    journal.unlink()
-    if fault == "fifo":
-        os.mkfifo(journal)
-    elif fault == "link":
-        journal.symlink_to("/dev/zero")
-    else:
-        with open(journal, "wb") as f:
-            f.truncate(1 << 30)
+    plant(journal, fault, 1 << 30)
     p = resume_as(wfdir, rid, Path(os.environ["SUBZERO_CONFIG_DIR"]))
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     why = {"fifo": "is a FIFO (named pipe), not a regular file",

@@ -109,28 +109,32 @@ def clean(catalog: Catalog, runs_dir: Path, dry_run: bool = False) -> list[dict[
     out = [i.as_dict(tree_bytes(i.path)) for i in items]
     if dry_run:
         return out
-    quarantine = runs_dir.parent / QUARANTINE
-    stamp = time.strftime("%Y%m%d-%H%M%S")
     for item in items:
-        if item.action == "remove":
-            _remove(item.path)
-        elif item.action == "recover":
-            assert item.run is not None
-            recover(catalog, runs_dir, item.run)
-        elif item.action == "adopt":
-            rec = record.read(item.path)
-            assert rec is not None
-            with catalog.tx():
-                record.insert_rows(catalog, rec)
-        else:
-            quarantine.mkdir(exist_ok=True)
-            os.replace(item.path, quarantine / f"{item.path.name}.{stamp}")
+        apply(catalog, runs_dir, item)
     # an interrupted run whose unfinished folder was removed can no longer be resumed
     for rid in {i.run for i in items if i.action == "remove" and i.path.name.endswith(".partial")}:
         row = rows.get(rid) if rid is not None else None
         if row is not None and row.status == "interrupted":
             catalog.finish_run(row.id, "failed", "interrupted; removed by subzero clean")
     return out
+
+
+def apply(catalog: Catalog, runs_dir: Path, item: Item) -> None:
+    """Do what :func:`plan` said of one entry (``clean`` and ``fsck`` both)."""
+    if item.action == "remove":
+        _remove(item.path)
+    elif item.action == "recover":
+        assert item.run is not None
+        recover(catalog, runs_dir, item.run)
+    elif item.action == "adopt":
+        rec = record.read(item.path)
+        assert rec is not None
+        with catalog.tx():
+            record.insert_rows(catalog, rec)
+    else:
+        quarantine = runs_dir.parent / QUARANTINE
+        quarantine.mkdir(exist_ok=True)
+        os.replace(item.path, quarantine / f"{item.path.name}.{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 def _remove(p: Path) -> None:

@@ -22,8 +22,6 @@ Unfinished runs are left to ``subzero run --resume`` and ``subzero clean``.
 from __future__ import annotations
 
 import json
-import os
-import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,8 +31,7 @@ from subzero.capture.tiles import tiles_for
 from subzero.errors import CorruptArray, CorruptLineage, StoreError
 from subzero.model.strategy import parse
 from subzero.runs import record
-from subzero.runs.clean import QUARANTINE, plan
-from subzero.runs.transaction import recover
+from subzero.runs.clean import apply, plan
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.catalog import Catalog, RunRow
 from subzero.storage.lineage import LineageStore
@@ -142,20 +139,8 @@ def _folders(catalog: Catalog, runs_dir: Path, dry_run: bool) -> list[Finding]:
             continue
         done = {"recover": "recovered", "adopt": "adopted", "quarantine": "quarantined"}[item.action]
         out.append(Finding(item.run, str(item.path), item.why, "" if dry_run else done))
-        if dry_run:
-            continue
-        if item.action == "recover":
-            assert item.run is not None
-            recover(catalog, runs_dir, item.run)
-        elif item.action == "adopt":
-            rec = record.read(item.path)
-            assert rec is not None
-            with catalog.tx():
-                record.insert_rows(catalog, rec)
-        else:
-            q = runs_dir.parent / QUARANTINE
-            q.mkdir(exist_ok=True)
-            os.replace(item.path, q / f"{item.path.name}.{time.strftime('%Y%m%d-%H%M%S')}")
+        if not dry_run:
+            apply(catalog, runs_dir, item)
     return out
 
 

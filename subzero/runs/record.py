@@ -175,7 +175,15 @@ def steering(rec: Record) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any
 
 def differences(rec: Record, catalog: Catalog, run_id: int) -> list[str]:
     """Where the catalog's rows of a run differ from its record in anything that steers a
-    trace or a code load (empty: they agree)."""
+    trace or a code load (empty: they agree).  Rows that cannot be read at all (a NULL
+    shape, damaged JSON) differ, and say why."""
+    try:
+        return _differences(rec, catalog, run_id)
+    except StoreError as e:
+        return [f"rows that cannot be read: {e}"]
+
+
+def _differences(rec: Record, catalog: Catalog, run_id: int) -> list[str]:
     out = []
     row = catalog.get_run(run_id)
     r = rec["run"]
