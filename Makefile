@@ -11,8 +11,10 @@ demo: setup
 check: setup
 	@scripts/check.sh
 
+# two worker processes, a test file each at a time (its module fixtures built once):
+# the suite is mostly one core's work, and a CI machine has two
 test: check
-	@.venv/bin/python -m pytest
+	@.venv/bin/python -m pytest -n 2 --dist loadfile
 
 clean:
 	rm -rf .subzero .subzero-demo demo-trace.png demo-*.png build
