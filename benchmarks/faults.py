@@ -35,13 +35,15 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 import faultlib as fl  # noqa: E402
 from _common import command_line, machine, update_section  # noqa: E402
+from faultlib.cases import FAMILIES  # noqa: E402
 from faultlib.report import COLUMNS, as_json, counts_table, failure_report  # noqa: E402
 
 WORK = HERE / ".work"
 
 
 def replay(args, fixtures) -> int:
-    case = fl.make_case(args.seed, args.case, fixtures)
+    case = fl.make_case(args.seed, args.case, fixtures, kind=args.kind,
+                        kinds=FAMILIES[args.family])
     keep = args.keep is not None
     work = Path(args.keep) if keep else fl.scratch_dir()
     r = fl.run_one(case, fixtures, work, timeout=args.timeout, keep=keep)
@@ -60,7 +62,7 @@ def replay(args, fixtures) -> int:
 
 
 def campaign(args, fixtures) -> int:
-    cases = fl.make_cases(args.seed, args.cases, fixtures)
+    cases = fl.make_cases(args.seed, args.cases, fixtures, kinds=FAMILIES[args.family])
     done: list = []
     t0 = time.monotonic()
     bar = None
@@ -140,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="campaign seed (default 0)")
     p.add_argument("--case", type=int, help="replay this one case of the seed, verbosely")
     p.add_argument("--keep", metavar="DIR", help="with --case: keep the damaged store in DIR")
+    p.add_argument("--kind", help="with --case: force this kind of target (as the fast suite's "
+                                  "forced cases do)")
+    p.add_argument("--family", choices=sorted(FAMILIES), default="all",
+                   help="the kinds drawn: all (default), damage (bytes changed: the fast "
+                        "suite's 300 cases) or moves (placement, links, catalog edits)")
     p.add_argument("--jobs", type=int, default=max(1, len(os.sched_getaffinity(0))),
                    help="cases at once (default: usable cores)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds before a case is a hang")

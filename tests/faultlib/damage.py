@@ -53,8 +53,13 @@ class Damage:
     length: int = 0
     bits: tuple[int, ...] = ()
     seed: int = 0
+    #: what a move puts in the target's place (:mod:`faultlib.moves`): another path,
+    #: an SQL statement
+    other: str = ""
 
     def describe(self) -> str:
+        if self.other:
+            return f"{self.kind} {self.other}"
         if self.kind == "bitflip":
             return f"bitflip {len(self.bits)} bit(s) at " + ",".join(
                 f"{b // 8}.{b % 8}" for b in self.bits)
@@ -120,11 +125,14 @@ def lmdb_values(lineage: Path) -> list[tuple[bytes, bytes, int]]:
         env.close()
 
 
-def list_targets(store: Path) -> list[Target]:
-    """Every file of the store and every LMDB value of its runs, in a stable order."""
+def list_targets(store: Path, run: int = 1) -> list[Target]:
+    """Every file of the store outside other runs' folders, and every LMDB value of
+    run ``run``, in a stable order."""
     out = []
     for f in sorted(p for p in store.rglob("*") if p.is_file()):
         rel = f.relative_to(store).as_posix()
+        if rel.startswith("runs/") and not rel.startswith(f"runs/{run}/"):
+            continue
         out.append(Target(file_kind(rel), rel, f.stat().st_size))
         if f.name == "data.mdb":
             for db, key, size in lmdb_values(f.parent):
@@ -184,8 +192,13 @@ def damaged(data: bytes, d: Damage) -> bytes | None:
 
 
 # -- applying it ------------------------------------------------------------------------------
-def apply(store: Path, t: Target, d: Damage) -> None:
-    """Damage target ``t`` of the store copy at ``store``."""
+def apply(store: Path, t: Target, d: Damage, fx=None) -> None:
+    """Damage target ``t`` of the store copy at ``store`` (``fx``: its fixture, which
+    moves take pieces from)."""
+    from faultlib.moves import MOVES, move
+    if d.kind in MOVES:
+        move(store, t, d, fx)
+        return
     path = store / t.path
     if t.db is None:
         new = damaged(path.read_bytes(), d)

@@ -1,7 +1,7 @@
 """Fixture stores: small real runs of ``workflows/example.py`` on the LocalEngine.
 
-Each fixture is a store holding one run (run 1) whose strategies make it write a
-different set of files: FullOne, FullMany (R-trees), PayOne, PayMany (payload
+Each fixture is a store whose run 1 is the run the cases trace; its strategies
+make it write a different set of files: FullOne, FullMany (R-trees), PayOne, PayMany (payload
 tables and R-trees), COMP (covered cells), MAP (nothing stored) and BLACKBOX
 (re-execution from the stored arrays).  Arrays are stored in 32 x 32 tiles, so
 each 64 x 96 array has six Zarr chunks and damage to one chunk hits part of it.
@@ -10,6 +10,13 @@ Every query is traced on the undamaged store with each method that can answer
 it (``prefer`` = each stored strategy on its route, re-execution, or the default
 order); all must agree with the re-execution-only answer, which becomes the
 correct answer a damaged copy is judged against.
+
+Beside run 1, each fixture store holds run 2, the same workflow and strategies on
+another sky (:data:`OTHER_SKY`: the stars elsewhere, so a piece of run 2 read as
+run 1's answers wrongly), a copy of its catalog taken before run 2 (an *older
+catalog*), and a *twin* store of its own: another store whose run 1 is that same
+workflow on :data:`OTHER_SKY` (same run id, same paths, another store).  The
+placement, link and catalog cases of :mod:`.moves` take their pieces from them.
 """
 
 from __future__ import annotations
@@ -29,6 +36,14 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "workflows" / "example.py")
 TILE = 32
 RUN_ID = 1
+#: run 2 of every fixture store (and run 1 of its twin store)
+OTHER_RUN_ID = 2
+
+
+def other_sky() -> np.ndarray:
+    """The other runs' sky: the example's sky with its stars moved (as tests/test_binding.py)."""
+    from subzero.workflows.example import synthetic_sky
+    return np.roll(synthetic_sky(), (5, -7), axis=(0, 1))
 
 #: fixture name -> strategies of the example workflow's operators (calib and smooth
 #: keep their mapping functions unless named).
@@ -107,6 +122,10 @@ class Fixture:
     answers: dict[str, Answer] = field(repr=False)
     targets: list[Target] = field(repr=False)
     run_id: int = RUN_ID
+    #: another store whose run 1 is this workflow on the other sky (None: not built)
+    twin: Path | None = None
+    #: a copy of the store's catalog taken before run 2 (None: not built)
+    old_catalog: Path | None = None
 
 
 def queries_for(strategies: dict[str, str]) -> list[Query]:
@@ -167,10 +186,33 @@ def build_fixture(root: Path, name: str) -> Fixture:
                 if not len(a.cells):
                     raise AssertionError(f"fixture {name}: {q.label} is empty: a useless query")
             run.close()
+        _no_junk(path, name)
+        old_catalog = root / f"{name}.catalog-before-run-2.sqlite"
+        shutil.copyfile(path / "catalog.sqlite", old_catalog)
+        twin = root / f"{name}-twin"
+        shutil.rmtree(twin, ignore_errors=True)
+        with subzero.open_store(path) as store:
+            other = store.run(EXAMPLE, strategies=strategies, tile=TILE, progress=False,
+                              inputs={"raw": other_sky()})
+            assert other.id == OTHER_RUN_ID, other.id
+            other.close()
+        with subzero.open_store(twin) as store:
+            other = store.run(EXAMPLE, strategies=strategies, tile=TILE, progress=False,
+                              inputs={"raw": other_sky()})
+            assert other.id == RUN_ID, other.id
+            other.close()
+    _no_junk(path, name)
+    from faultlib.moves import list_moves
+    fx = Fixture(name, path, dict(strategies), queries, answers, list_targets(path), twin=twin,
+                 old_catalog=old_catalog)
+    fx.targets += list_moves(fx)
+    return fx
+
+
+def _no_junk(path: Path, name: str) -> None:
     for junk in ("catalog.sqlite-wal", "catalog.sqlite-shm", "catalog.sqlite-journal"):
         if (path / junk).exists():
             raise AssertionError(f"fixture {name}: {junk} left behind by a closed store")
-    return Fixture(name, path, dict(strategies), queries, answers, list_targets(path))
 
 
 def scratch_dir(prefix: str = "subzero-faults-") -> Path:
