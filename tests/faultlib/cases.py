@@ -193,9 +193,16 @@ def trace_all(store_dir: Path, fx: Fixture, queries: list[Query] | None = None,
     return {"queries": results, "warnings": msgs}
 
 
+def case_dir(workdir: Path, case: Case) -> Path:
+    """The folder of a case's damaged copy: named by its number and its kind (forced
+    cases of several kinds share numbers, and may run at the same time)."""
+    kind = case.target.kind.replace(":", "-")
+    return workdir / f"case-{case.seed}-{case.number}-{kind}"
+
+
 def _run_in_child(task: tuple[Case, Fixture, Path, bool]) -> dict:
     case, fx, workdir, keep = task
-    dst = workdir / f"case-{case.seed}-{case.number}"
+    dst = case_dir(workdir, case)
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(fx.store, dst, copy_function=shutil.copyfile)
     apply(dst, case.target, case.damage, fx)
@@ -216,7 +223,7 @@ def _run_in_child(task: tuple[Case, Fixture, Path, bool]) -> dict:
 def _result(case: Case, o: ChildOutcome, workdir: Path, keep: bool) -> CaseResult:
     if o.status != "ok":
         if not keep:
-            shutil.rmtree(workdir / f"case-{case.seed}-{case.number}", ignore_errors=True)
+            shutil.rmtree(case_dir(workdir, case), ignore_errors=True)
         return CaseResult(case, o.status, "", o.detail, o.seconds, log=o.log)
     assert o.result is not None
     queries = {label: [outcome, detail] for label, outcome, detail in o.result["queries"]}
