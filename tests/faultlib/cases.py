@@ -155,7 +155,7 @@ def compare(got: Answer, want: Answer) -> tuple[str, str]:
 #: damage to these cannot change an array's values (stored lineage never feeds them),
 #: so their cases compare cells only and skip reading the target arrays (the larger
 #: part of a case's cost)
-LINEAGE_KINDS = ("lmdb-data", "lmdb-lock", "rtree-dat", "rtree-idx")
+LINEAGE_KINDS = ("lmdb-data", "lmdb-lock", "rtree-dat", "rtree-idx", "lineage-shard")
 
 
 def checks_values(t: Target) -> bool:

@@ -2,7 +2,7 @@
 
 A *target* is either a file of the store (by kind: the catalog, a run's pickled
 workflow, LMDB data and lock files, R-tree ``.dat``/``.idx`` files, Zarr chunks and
-``zarr.json`` metadata) or one value stored in the run's LMDB environment (by
+``zarr.json`` metadata, the Spark engine's lineage shards) or one value stored in the run's LMDB environment (by
 role: a strategy's metadata record, record blocks, payload tables, the key index
 of One encodings, COMP covered cells).  Damaging a value goes through LMDB itself,
 so the environment stays well-formed and only the stored object is wrong: random
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 FILE_KINDS = ("catalog", "workflow-pkl", "lmdb-data", "lmdb-lock", "rtree-dat", "rtree-idx",
-              "zarr-chunk", "zarr-meta", "other-file")
+              "zarr-chunk", "zarr-meta", "other-file", "lineage-shard")
 VALUE_KINDS = ("lmdb:meta", "lmdb:records", "lmdb:payload-table", "lmdb:key-index",
                "lmdb:covered", "lmdb:other")
 DAMAGES = ("bitflip", "overwrite-random", "overwrite-zeros", "truncate-zero", "truncate-random",
@@ -83,6 +83,8 @@ def file_kind(rel: str) -> str:
             return "lmdb-data"
         if p.name == "lock.mdb":
             return "lmdb-lock"
+        if p.suffix == ".szs":
+            return "lineage-shard"        # written by the Spark engine's tasks
         if "rtree" in parts:
             return "rtree-dat" if p.suffix == ".dat" else "rtree-idx" if p.suffix == ".idx" \
                 else "other-file"

@@ -61,6 +61,19 @@ SPECS: dict[str, dict[str, str]] = {
 }
 
 
+#: fixtures written by another engine than the in-process one (only in the campaign:
+#: ``benchmarks/faults.py --spark``): the Spark engine in local mode writes lineage
+#: shards (``lineage/shards/<op>.../*.szs``) and its tasks write the arrays
+SPARK_SPECS: dict[str, dict[str, str]] = {
+    "spark": {"stars": "full:fullone:backward+full:fullone:forward",
+              "clean": "comp:payone:backward"},
+}
+ENGINES: dict[str, dict] = {"spark": {"engine": "spark", "master": "local[2]"}}
+SPECS.update(SPARK_SPECS)
+#: the fixtures built unless named (the fast suite's): the in-process ones
+DEFAULT_FIXTURES = [n for n in SPECS if n not in ENGINES]
+
+
 @dataclass(frozen=True)
 class Query:
     """One trace through the public API: ``run.trace(start, cells, to=, path=, prefer=)``."""
@@ -160,19 +173,61 @@ def same(a: Answer, b: Answer) -> bool:
                                                                      equal_nan=True))
 
 
-def build_fixture(root: Path, name: str) -> Fixture:
-    """Run the example workflow with the fixture's strategies and compute every answer."""
+def make_stores(root: str | Path, name: str) -> None:
+    """The fixture's store (run 1, then run 2 on the other sky), the copy of its catalog
+    taken between them, and its twin store, written by the fixture's engine."""
     import subzero
-    path = root / name
+    root = Path(root)
+    path, twin = root / name, root / f"{name}-twin"
     shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(twin, ignore_errors=True)
+    strategies = SPECS[name]
+    how = {"strategies": strategies, "tile": TILE, "progress": False, **ENGINES.get(name, {})}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", subzero.SubZeroWarning)   # a pristine store warns of nothing
+        with subzero.open_store(path) as store:
+            run = store.run(EXAMPLE, **how)
+            assert run.id == RUN_ID, run.id
+            run.close()
+        _no_junk(path, name)
+        shutil.copyfile(path / "catalog.sqlite", root / f"{name}.catalog-before-run-2.sqlite")
+        with subzero.open_store(path) as store:
+            other = store.run(EXAMPLE, inputs={"raw": other_sky()}, **how)
+            assert other.id == OTHER_RUN_ID, other.id
+            other.close()
+        with subzero.open_store(twin) as store:
+            other = store.run(EXAMPLE, inputs={"raw": other_sky()}, **how)
+            assert other.id == RUN_ID, other.id
+            other.close()
+    _no_junk(path, name)
+
+
+def build_fixture(root: Path, name: str) -> Fixture:
+    """Write the fixture's stores (a fixture on another engine than the local one in a
+    subprocess, so that no JVM lives in the process that forks the cases) and
+    compute every answer of run 1."""
+    import subzero
+    if name in ENGINES:
+        import subprocess
+        import sys
+        code = f"from faultlib.fixtures import make_stores; make_stores({str(root)!r}, {name!r})"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=900, env=env)
+        if p.returncode != 0:
+            raise AssertionError(f"fixture {name}: its runs failed (exit {p.returncode}):\n"
+                                 f"{p.stderr[-3000:]}")
+    else:
+        make_stores(root, name)
+    path = root / name
     strategies = SPECS[name]
     queries = queries_for(strategies)
     answers: dict[str, Answer] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("error", subzero.SubZeroWarning)   # a pristine store warns of nothing
         with subzero.open_store(path) as store:
-            run = store.run(EXAMPLE, strategies=strategies, tile=TILE, progress=False)
-            assert run.id == RUN_ID, run.id
+            run = store.get(RUN_ID)
             truths: dict[str, Answer] = {}
             for q in queries:
                 answers[q.label] = a = answer_of(run, q)
@@ -186,25 +241,10 @@ def build_fixture(root: Path, name: str) -> Fixture:
                 if not len(a.cells):
                     raise AssertionError(f"fixture {name}: {q.label} is empty: a useless query")
             run.close()
-        _no_junk(path, name)
-        old_catalog = root / f"{name}.catalog-before-run-2.sqlite"
-        shutil.copyfile(path / "catalog.sqlite", old_catalog)
-        twin = root / f"{name}-twin"
-        shutil.rmtree(twin, ignore_errors=True)
-        with subzero.open_store(path) as store:
-            other = store.run(EXAMPLE, strategies=strategies, tile=TILE, progress=False,
-                              inputs={"raw": other_sky()})
-            assert other.id == OTHER_RUN_ID, other.id
-            other.close()
-        with subzero.open_store(twin) as store:
-            other = store.run(EXAMPLE, strategies=strategies, tile=TILE, progress=False,
-                              inputs={"raw": other_sky()})
-            assert other.id == RUN_ID, other.id
-            other.close()
     _no_junk(path, name)
     from faultlib.moves import list_moves
-    fx = Fixture(name, path, dict(strategies), queries, answers, list_targets(path), twin=twin,
-                 old_catalog=old_catalog)
+    fx = Fixture(name, path, dict(strategies), queries, answers, list_targets(path),
+                 twin=root / f"{name}-twin", old_catalog=root / f"{name}.catalog-before-run-2.sqlite")
     fx.targets += list_moves(fx)
     return fx
 
@@ -227,4 +267,4 @@ def scratch_dir(prefix: str = "subzero-faults-") -> Path:
 def build_fixtures(root: str | Path, names: list[str] | None = None) -> list[Fixture]:
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    return [build_fixture(root, n) for n in (names or list(SPECS))]
+    return [build_fixture(root, n) for n in (names or DEFAULT_FIXTURES)]

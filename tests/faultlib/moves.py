@@ -10,7 +10,9 @@ fixture has, then a target of that kind, then what is done to it):
   ``data.mdb`` (``lineage-from-run``), a file of the *twin* store (another store
   whose run 1 is the same workflow on the other sky: same run id, same paths) in
   place of this store's (``from-store``, the catalog and ``store.json`` included),
-  and the twin's whole ``runs/1`` folder (``run-from-store``);
+  and the twin's whole ``runs/1`` folder (``run-from-store``); two lineage shards of
+  the run (Spark fixture: one per operator, strategy and tile) swapped
+  (``shard-swap``);
 * ``link:*`` -- a file (or the ``lineage`` folder) replaced by a symbolic link to
   run 2's (for the catalog and ``store.json``: the twin's), to ``/dev/zero``, to a
   missing path, or by a FIFO; by what the file is (a chunk, array metadata and
@@ -42,16 +44,16 @@ from faultlib.damage import Damage, Target, file_kind
 
 PLACE_KINDS = ("place:chunk-swap", "place:from-run", "place:array-from-run",
                "place:lineage-from-run", "place:run-from-run", "place:from-store",
-               "place:run-from-store")
+               "place:run-from-store", "place:shard-swap")
 LINK_KINDS = ("link:chunk", "link:array-meta", "link:lineage", "link:run-file", "link:store-file")
 CATALOG_KINDS = ("catalog:update", "catalog:delete-rows", "catalog:whole")
 MOVE_KINDS = (*PLACE_KINDS, *LINK_KINDS, *CATALOG_KINDS)
 #: what a move does (``Damage.kind``)
 LINKS = ("symlink-run", "symlink-dev-zero", "symlink-missing", "fifo")
-MOVES = ("swap-chunks", "copy-from-run", "array-from-run", "array+sidecar-from-run",
+MOVES = ("swap-chunks", "swap-shards", "copy-from-run", "array-from-run", "array+sidecar-from-run",
          "copy-from-store", *LINKS, "sql", "delete-catalog", "older-catalog")
 #: kinds whose damage cannot change an array's values (see cases.checks_values)
-LINEAGE_MOVES = ("place:lineage-from-run", "link:lineage")
+LINEAGE_MOVES = ("place:lineage-from-run", "link:lineage", "place:shard-swap")
 
 RUN = "runs/1"
 OTHER = "runs/2"
@@ -157,6 +159,8 @@ def list_moves(fx) -> list[Target]:
         inner = rel[len(RUN) + 1:]
         if file_kind(inner) == "zarr-chunk":
             out.append(Target("place:chunk-swap", rel, 0))
+        if rel.endswith(".szs") and len([r for r in mine if r.endswith(".szs")]) > 1:
+            out.append(Target("place:shard-swap", rel, 0))
         if inner in other:
             out.append(Target("place:from-run", rel, 0))
     for a in sorted((store / RUN / "arrays").glob("*.zarr")):
@@ -195,6 +199,9 @@ def draw_move(rng: np.random.Generator, fx, t: Target, kind: str | None = None) 
         peers = [x.path for x in fx.targets if x.kind == t.kind and x.path.startswith(folder)
                  and x.path != t.path]
         return Damage("swap-chunks", other=_pick(rng, peers))
+    if t.kind == "place:shard-swap":
+        peers = [x.path for x in fx.targets if x.kind == t.kind and x.path != t.path]
+        return Damage("swap-shards", other=_pick(rng, peers))
     if t.kind == "place:run-from-run":
         return Damage("copy-from-run", other=OTHER)
     if t.kind in ("place:from-run", "place:lineage-from-run"):
@@ -254,7 +261,7 @@ def _source(store: Path, other: str, fx) -> Path:
 def move(store: Path, t: Target, d: Damage, fx) -> None:
     """Do move ``d`` to target ``t`` of the store copy at ``store``."""
     path = store / t.path
-    if d.kind == "swap-chunks":
+    if d.kind in ("swap-chunks", "swap-shards"):
         other = store / d.other
         tmp = path.with_name(path.name + ".swap")
         path.rename(tmp)
