@@ -326,6 +326,9 @@ class Store:
             ops, arrays = record.steering(rec)
             return Steering(ops, arrays, rec["run"]["source"], dict(rec["run"]["params"]), rec,
                             verified=True)
+        if verdict.misplaced:
+            raise StoreError(f"run {row.id} cannot be traced: {verdict.why}; restore the run's "
+                             f"folder from a backup")
         if verdict.state == MODIFIED and verdict.detail:
             raise StoreError(f"run {row.id} cannot be traced: {verdict.why}, so nothing of it "
                              f"verifies; restore it from a backup, or look at it and trust it "

@@ -272,6 +272,35 @@ def test_an_edited_manifest_fails_its_own_digest(pair):
         reopened(st, a.id).array("raw")
 
 
+@pytest.mark.parametrize("source", ["another run", "another store"])
+def test_a_whole_run_folder_from_elsewhere_is_refused(pair, tmp_path, source):
+    """A run's folder replaced by another run's, or by the same run id of another store of
+    the same user: its signature verifies (the same key signed it), but over a record of
+    another place.  Before, its record's uid bound the run to the other run's arrays and
+    lineage, and traces gave the other run's answers (found by the fault campaign)."""
+    st, a, b, want = pair
+    if source == "another run":
+        src = b.dir
+    else:
+        with subzero.open_store(tmp_path / "other") as other:
+            src = other.run(EXAMPLE, tile=32, progress=False, inputs={"raw": OTHER_SKY}).dir
+    st.close()
+    shutil.rmtree(a.dir)
+    shutil.copytree(src, a.dir)
+    run = reopened(st, a.id)
+    assert run.store.verdict(run.row).state == "modified"
+    for s, c, t in QUERIES:
+        with pytest.raises(SubZeroError) as e:
+            run.trace(s, c, to=t, record=False)
+        msg = str(e.value)
+        assert "\n" not in msg and f"run {a.id} cannot be traced: its record names run " in msg
+        assert "the run's folder was taken from elsewhere" in msg and "backup" in msg
+    found = subzero.fsck(st.path)                 # reported, nothing rewritten from that record
+    assert any(f.run == a.id and f.unresolved and "taken from elsewhere" in f.problem
+               for f in found), found
+    assert not any(f.action == "repaired" for f in found)
+
+
 # -- lineage ----------------------------------------------------------------------------------
 def _swap(x: Path, y: Path) -> None:
     tmp = x.with_name(x.name + ".swap")

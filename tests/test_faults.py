@@ -3,12 +3,18 @@
 Small real runs of the example workflow (every encoding and direction, COMP, MAP,
 BLACKBOX) are damaged one file or one stored LMDB value at a time — bit flips,
 overwritten ranges, truncation, deletion — and every query of the run is traced
-in a forked child and judged against the answer of the undamaged store.  Zero
-wrong answers, crashes, hangs and internal errors are allowed.  The library is
-``tests/faultlib``; ``benchmarks/faults.py`` runs the long campaign.
+in a forked child and judged against the answer of the undamaged store.  Pieces
+are also moved (issue 28): chunks swapped, files, arrays, lineage and whole run
+folders taken from another run or another store, links and FIFOs in place of
+files, catalog rows edited or deleted, the catalog deleted or replaced by an older
+copy -- a few cases of each such kind, each also checking that ``clean`` and
+``fsck`` lose no run.  Zero wrong answers, crashes, hangs, internal errors and
+data lost are allowed.  The library is ``tests/faultlib``; ``benchmarks/faults.py``
+runs the long campaign.
 
 A failing case reproduces from its seed and number:
-``.venv/bin/python benchmarks/faults.py --seed S --case N [--keep DIR]``.
+``.venv/bin/python benchmarks/faults.py --seed S --case N --family damage [--keep DIR]``
+(the 300 cases), ``... --seed S --case N --kind K`` (the moved pieces).
 Environment: SUBZERO_FAULT_CASES (default 300), SUBZERO_FAULT_SEED (default 0),
 SUBZERO_FAULT_JOBS (default: the usable cores, at most 4).
 """
@@ -25,17 +31,20 @@ import faultlib as fl
 import numpy as np
 import pytest
 from conftest import subzero_exe
-from faultlib.cases import Case, trace_all
+from faultlib.cases import DAMAGE_KINDS, Case, trace_all
 from faultlib.cli import pick_cli_cases
 from faultlib.damage import Damage, damaged
 from faultlib.fixtures import Answer
 from faultlib.forking import fork_map
+from faultlib.moves import MOVE_KINDS, MOVES, inventory, lost
 from faultlib.report import counts_table, failure_report
 
 CASES = int(os.environ.get("SUBZERO_FAULT_CASES", "300"))
 SEED = int(os.environ.get("SUBZERO_FAULT_SEED", "0"))
 JOBS = int(os.environ.get("SUBZERO_FAULT_JOBS", str(min(4, len(os.sched_getaffinity(0))))))
 TIMEOUT = 30.0
+#: forced cases of each moving kind (placement, links, catalog edits)
+PER_MOVE = int(os.environ.get("SUBZERO_FAULT_MOVES", "3"))
 
 
 @pytest.fixture(scope="session")
@@ -48,6 +57,11 @@ def scratch():
 @pytest.fixture(scope="session")
 def fixtures(scratch):
     return fl.build_fixtures(scratch / "fixtures")
+
+
+def moving_kinds(fixtures) -> set[str]:
+    """The moving kinds the fixtures offer (shard swaps need the campaign's Spark fixture)."""
+    return {t.kind for f in fixtures for t in f.targets} & set(MOVE_KINDS)
 
 
 # -- the harness itself --------------------------------------------------------------------
@@ -80,8 +94,12 @@ def test_forked_children_are_classified(tmp_path):
 
 
 def test_damage_is_reproducible_and_real(fixtures):
-    a = [fl.make_case(SEED, n, fixtures) for n in range(60)]
-    assert a == [fl.make_case(SEED, n, fixtures) for n in range(60)]
+    a = [fl.make_case(SEED, n, fixtures, kinds=DAMAGE_KINDS) for n in range(60)]
+    assert a == [fl.make_case(SEED, n, fixtures, kinds=DAMAGE_KINDS) for n in range(60)]
+    moved = [fl.make_case(SEED, n, fixtures) for n in range(200)]
+    assert moved == [fl.make_case(SEED, n, fixtures) for n in range(200)]
+    assert {c.target.kind for c in moved} >= moving_kinds(fixtures)   # drawn with the others
+    assert len({c.damage.kind for c in moved if c.damage.kind in MOVES}) >= 10
     assert len({(c.fixture, c.target, c.damage) for c in a}) > 50
     assert len({c.target.kind for c in a}) >= 10 and len({c.damage.kind for c in a}) == 6
     rng = np.random.default_rng(0)
@@ -120,7 +138,7 @@ def test_undamaged_copies_are_exact_and_wrong_answers_are_caught(fixtures, scrat
 
 # -- the suite ---------------------------------------------------------------------------------
 def test_damaged_stores_answer_exactly_or_with_a_clear_error(fixtures, scratch):
-    cases = fl.make_cases(SEED, CASES, fixtures)
+    cases = fl.make_cases(SEED, CASES, fixtures, kinds=DAMAGE_KINDS)
     results = fl.run_cases(cases, fixtures, scratch / "cases", jobs=JOBS, timeout=TIMEOUT)
     table = counts_table(fl.counts_by_kind(results))
     print(f"\n{len(results)} fault cases (seed {SEED}):\n{table}")
@@ -131,6 +149,43 @@ def test_damaged_stores_answer_exactly_or_with_a_clear_error(fixtures, scratch):
     # not vacuous: every kind of target was hit, and much damage is harmless
     assert len(fl.counts_by_kind(results)) >= 12
     assert sum(r.outcome == "exact" for r in results) > len(results) // 4
+
+
+def test_moved_pieces_answer_exactly_or_with_a_clear_error_and_lose_nothing(fixtures, scratch):
+    """A few cases of each moving kind (case numbers 0.. with the kind forced): chunks
+    swapped, pieces of another run or store, links and FIFOs, catalog edits."""
+    kinds = sorted(moving_kinds(fixtures))
+    cases = [fl.make_case(SEED, n, fixtures, kind=k) for k in kinds for n in range(PER_MOVE)]
+    results = fl.run_cases(cases, fixtures, scratch / "moves", jobs=JOBS, timeout=TIMEOUT)
+    table = counts_table(fl.counts_by_kind(results))
+    print(f"\n{len(results)} moved-piece cases (seed {SEED}):\n{table}")
+    failed = [r for r in results if r.failed]
+    if failed:
+        pytest.fail(f"{len(failed)} of {len(results)} moved-piece cases were not exact or a clear "
+                    f"error, or lost data (seed {SEED}; replay with --case N --kind K):\n{table}\n"
+                    f"{failure_report(results)}", pytrace=False)
+    assert {r.case.target.kind for r in results} == set(kinds) and len(kinds) >= 15
+    assert all("nothing lost" in r.queries for r in results)            # the check ran
+    assert any(r.outcome == "exact" for r in results) and any(r.outcome == "clear error"
+                                                              for r in results)
+
+
+def test_lost_run_folders_and_files_are_caught(tmp_path):
+    """Control: the "data lost" check sees a run folder removed or quarantined, and a
+    file gone, and accepts what was moved to quarantine/ (not a run folder)."""
+    store = tmp_path / "s"
+    (store / "runs" / "1" / "arrays").mkdir(parents=True)
+    (store / "runs" / "1" / "arrays" / "x").write_text("x")
+    (store / "runs" / "junk").mkdir()
+    before = inventory(store)
+    assert lost(before, store) == ""
+    (store / "quarantine").mkdir()
+    (store / "runs" / "junk").rename(store / "quarantine" / "junk.20260101-000000")
+    assert lost(before, store) == ""
+    (store / "runs" / "1" / "arrays" / "x").unlink()
+    assert "gone: 1/arrays/x" in lost(before, store)
+    (store / "runs" / "1").rename(store / "quarantine" / "1.20260101-000000")
+    assert "runs/1 no longer in runs/" in lost(before, store)
 
 
 def test_damaged_stores_through_the_command_line(fixtures, scratch):

@@ -137,3 +137,42 @@ def test_fsck_from_python(two_runs):
     assert found[0].unresolved and "missing" in found[0].problem
     assert [f.action for f in subzero.fsck(path)] == ["rebuilt", "adopted", "adopted"]
     assert np.array_equal(_traces(path, ids), answers)
+
+
+# -- found by the fault campaign (issue 28, item 9) --------------------------------------------
+def test_another_stores_catalog_moves_nothing(two_runs, tmp_path, cli):
+    """A catalog copied (or linked) from another store names other runs: fsck says so and
+    stops, instead of quarantining this store's runs as "runs of another store" or
+    rewriting the other catalog's rows (before, run 2 went to quarantine/)."""
+    path, ids, answers = two_runs
+    other = tmp_path / "other"
+    _run(other, 5)
+    shutil.copyfile(other / "catalog.sqlite", path / "catalog.sqlite")
+    before = sorted(p.name for p in (path / "runs").iterdir())
+    found = subzero.fsck(path)
+    assert len(found) == 1 and found[0].unresolved and "belongs to another store" in found[0].problem
+    assert sorted(p.name for p in (path / "runs").iterdir()) == before == ["1", "2"]
+    assert not (path / "quarantine").exists()
+    code, out, err = cli("fsck", "--store", path)
+    assert code == 2 and "belongs to another store" in out
+    with sqlite3.connect(path / "catalog.sqlite") as con:       # the other catalog is untouched
+        assert con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
+
+
+@pytest.mark.parametrize("fault", ["fifo", "missing link", "dev-zero link"])
+def test_a_checksum_file_that_is_no_file_is_a_finding(two_runs, fault):
+    """fsck reads each array's checksum file as every metadata file is read: a FIFO does
+    not block it, a link is not followed (before: FileNotFoundError, or a read without
+    end)."""
+    import os
+    path, ids, answers = two_runs
+    side = path / "runs" / "1" / "arrays" / "stars.sums.json"
+    side.unlink()
+    if fault == "fifo":
+        os.mkfifo(side)
+    else:
+        side.symlink_to("/dev/zero" if fault == "dev-zero link" else path / "nowhere")
+    found = subzero.fsck(path)
+    assert [f.unresolved for f in found] == [True], found
+    assert "the checksum file of array 'stars' cannot be read" in found[0].problem
+    assert str(side) in found[0].problem and "\n" not in found[0].problem

@@ -74,7 +74,9 @@ def fsck(root: str | Path, deep: bool = False, dry_run: bool = False) -> list[Fi
             return found
     catalog = Catalog(cat_path)
     try:
-        found += _identity(root, catalog)
+        other_store = _identity(root, catalog)
+        if other_store:      # nothing can be proven against another store's catalog: its rows
+            return found + other_store   # are not of these runs, and these runs not its own
         found += _folders(catalog, runs_dir, dry_run)
         for row in catalog.runs():
             found += _run(catalog, runs_dir, row, deep, dry_run)
@@ -186,11 +188,16 @@ def _run(catalog: Catalog, runs_dir: Path, row: RunRow, deep: bool, dry_run: boo
 
 def _sidecars(row: RunRow, folder: Path, rec: record.Record, trusted: bool) -> list[Finding]:
     """Each array's checksum file against the digest its record lists."""
-    have = ArrayStore(folder).sidecar_digests()
+    unreadable: dict[str, str] = {}
+    have = ArrayStore(folder).sidecar_digests(unreadable)
     out = []
     for a in rec["arrays"]:
         want = a.get("sidecar")
-        if want is not None and have.get(a["name"]) != want:
+        if want is not None and a["name"] in unreadable:
+            out.append(Finding(row.id, str(folder / "arrays" / f"{a['name']}.zarr"),
+                               f"the checksum file of array {a['name']!r} cannot be read: "
+                               f"{unreadable[a['name']]}"))
+        elif want is not None and have.get(a["name"]) != want:
             out.append(Finding(row.id, str(folder / "arrays" / f"{a['name']}.zarr"),
                                f"array {a['name']!r}'s checksum file is not the one its record "
                                f"lists (replaced, or from another run)"))

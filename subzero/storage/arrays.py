@@ -205,16 +205,27 @@ class ArrayStore:
         if self.run_uid is not None:
             bind(self.path(name), name, self.run_uid, self.label(name))
 
-    def sidecar_digests(self) -> dict[str, str]:
+    def sidecar_digests(self, unreadable: dict[str, str] | None = None) -> dict[str, str]:
         """Per stored array, the SHA-256 (hex) of its sidecar file: what a run's signed
         record lists, so that the signature covers every array's metadata digests and
         chunk manifest (call it once every array is bound, as the run commits).  Task
-        attempts' folders that were never committed are not arrays of the run."""
+        attempts' folders that were never committed are not arrays of the run.  A sidecar
+        is read as every metadata file is (a regular file, bounded: never through a link,
+        never waiting on a FIFO); one that cannot be read raises, or with ``unreadable``
+        is left out and named there (array name -> why)."""
         out = {}
         if self.dir.is_dir():
             for f in sorted(self.dir.iterdir()):
                 if f.name.endswith(SUMS) and not f.name.startswith("."):
-                    out[f.name[:-len(SUMS)]] = hashlib.sha256(f.read_bytes()).hexdigest()
+                    try:
+                        data = read_metadata(f)
+                    except (UnsafeFile, OSError) as e:
+                        if unreadable is None:
+                            raise
+                        unreadable[f.name[:-len(SUMS)]] = str(e) if isinstance(e, UnsafeFile) \
+                            else f"{f}: {e.strerror or e}"
+                        continue
+                    out[f.name[:-len(SUMS)]] = hashlib.sha256(data).hexdigest()
         return out
 
     def _open(self, name: str) -> tuple[Path, dict[str, ArrayNode] | None]:

@@ -262,6 +262,9 @@ class Verdict:
     record: bytes | None = field(default=None, repr=False)
     #: what exactly is wrong or changed, when the state alone does not say
     detail: str = ""
+    #: the signature verifies, but over the record of another run or another store's run:
+    #: the run's folder was taken from elsewhere (trusting it again cannot make it this run)
+    misplaced: bool = False
 
     @property
     def trusted(self) -> bool:
@@ -305,12 +308,33 @@ def verify_run(catalog: Catalog, row: RunRow, folder: Path, record: bytes | None
         want = hmac.new(key, record, hashlib.sha256).hexdigest()
         if not hmac.compare_digest(sig, want):
             return Verdict(MODIFIED, payload, detail=RECORD_CHANGED)
+        elsewhere = _misplaced(record, catalog, row)
+        if elsewhere:
+            return Verdict(MODIFIED, payload, detail=elsewhere, misplaced=True)
         digest = hashlib.sha256(payload).hexdigest() if payload is not None else None
         if _payload_digest(record) != digest:
             return Verdict(MODIFIED, payload, record=record, detail=PICKLE_CHANGED)
         return Verdict(TRUSTED, payload, record=record)
     want = signature_of(key, run_record(catalog, row.id, payload, row.status))
     return Verdict(TRUSTED if hmac.compare_digest(sig, want) else MODIFIED, payload)
+
+
+def _misplaced(record: bytes, catalog: Catalog, row: RunRow) -> str:
+    """Why a record whose signature verifies is not this run's: it names another run id,
+    or another store than the catalog's ("" when it is this run's).  A run folder copied
+    from another run, or from another store of the same user (the same key signed both),
+    carries a valid signature over a record that is not of its place; the record's
+    uid would then bind the run to that other run's arrays and lineage."""
+    try:
+        rec = json.loads(record)
+        rid, store = rec["run"]["id"], rec.get("store")
+    except (ValueError, KeyError, TypeError):
+        return ""                  # not a record of this format: parsing it says so later
+    ours = catalog.meta("store_uid")
+    if rid != row.id or (store is not None and ours is not None and store != ours):
+        return (f"its record names run {rid} of store {store}, not run {row.id} of this store "
+                f"({ours}): the run's folder was taken from elsewhere")
+    return ""
 
 
 def _payload_digest(record: bytes) -> str | None:

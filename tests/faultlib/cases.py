@@ -21,9 +21,16 @@ import numpy as np
 from faultlib.damage import FILE_KINDS, VALUE_KINDS, Damage, Target, apply, draw_damage
 from faultlib.fixtures import Answer, Fixture, Query, answer_of, same
 from faultlib.forking import ChildOutcome, fork_map
+from faultlib.moves import LINEAGE_MOVES, MOVE_KINDS, after_checks, draw_move, family
 
 #: per-query outcomes, best first; a case takes the worst of its queries
-QUERY_ORDER = ("exact", "clear error", "internal error", "wrong")
+QUERY_ORDER = ("exact", "clear error", "internal error", "wrong", "data lost")
+#: the kinds whose bytes are damaged (the campaign of issue 11), and every kind, in
+#: the order a case draws from
+DAMAGE_KINDS = (*FILE_KINDS, *VALUE_KINDS)
+ALL_KINDS = (*DAMAGE_KINDS, *MOVE_KINDS)
+#: ``--family`` of benchmarks/faults.py -> the kinds drawn
+FAMILIES = {"all": ALL_KINDS, "damage": DAMAGE_KINDS, "moves": MOVE_KINDS}
 
 
 @dataclass(frozen=True)
@@ -64,22 +71,29 @@ class CaseResult:
 
 # -- drawing ----------------------------------------------------------------------------------
 def make_case(seed: int, number: int, fixtures: list[Fixture], kind: str | None = None,
-              damage: str | None = None) -> Case:
-    """Case ``number`` of ``seed``: a fixture, a kind of target (uniform over the kinds
-    the fixture has, so the catalog is hit as often as R-tree files), a target of
-    that kind and a damage; ``kind``/``damage`` force them."""
+              damage: str | None = None, kinds: tuple[str, ...] = ALL_KINDS) -> Case:
+    """Case ``number`` of ``seed``: a fixture, a kind of target (uniform over the
+    ``kinds`` the fixture has, so the catalog is hit as often as R-tree files), a
+    target of that kind and a damage (or a move, :mod:`.moves`); ``kind``/``damage``
+    force them."""
     rng = np.random.default_rng([seed, number])
-    fx = fixtures[int(rng.integers(len(fixtures)))]
+    pool_fx = fixtures
+    if kind is not None:       # a forced kind: among the fixtures that have it
+        pool_fx = [f for f in fixtures if any(t.kind == kind for t in f.targets)] or fixtures
+    fx = pool_fx[int(rng.integers(len(pool_fx)))]
     present = {t.kind for t in fx.targets}
-    kinds = [k for k in (*FILE_KINDS, *VALUE_KINDS) if k in present]
-    pick = kinds[int(rng.integers(len(kinds)))]
+    drawn = [k for k in kinds if k in present]
+    pick = drawn[int(rng.integers(len(drawn)))]
     if kind is not None:
         pick = kind
     pool = [t for t in fx.targets if t.kind == pick]
     if not pool:
         raise ValueError(f"fixture {fx.name} has nothing of kind {pick!r}")
     t = pool[int(rng.integers(len(pool)))]
-    d = draw_damage(rng, t.size, damage)
+    if pick in MOVE_KINDS:
+        d = draw_move(rng, fx, t, damage)
+    else:
+        d = draw_damage(rng, t.size, damage)
     return Case(seed, number, fx.name, t, d, pick_queries(rng, fx, t))
 
 
@@ -111,8 +125,9 @@ def pick_queries(rng: np.random.Generator, fx: Fixture, t: Target) -> tuple[str,
     return tuple(q.label for q in fx.queries if q.label in {*base, *mine, *extra})
 
 
-def make_cases(seed: int, count: int, fixtures: list[Fixture], start: int = 0) -> list[Case]:
-    return [make_case(seed, n, fixtures) for n in range(start, start + count)]
+def make_cases(seed: int, count: int, fixtures: list[Fixture], start: int = 0,
+               kinds: tuple[str, ...] = ALL_KINDS) -> list[Case]:
+    return [make_case(seed, n, fixtures, kinds=kinds) for n in range(start, start + count)]
 
 
 # -- running (in the child) -------------------------------------------------------------------
@@ -140,11 +155,11 @@ def compare(got: Answer, want: Answer) -> tuple[str, str]:
 #: damage to these cannot change an array's values (stored lineage never feeds them),
 #: so their cases compare cells only and skip reading the target arrays (the larger
 #: part of a case's cost)
-LINEAGE_KINDS = ("lmdb-data", "lmdb-lock", "rtree-dat", "rtree-idx")
+LINEAGE_KINDS = ("lmdb-data", "lmdb-lock", "rtree-dat", "rtree-idx", "lineage-shard")
 
 
 def checks_values(t: Target) -> bool:
-    return not (t.kind in LINEAGE_KINDS or t.kind.startswith("lmdb:"))
+    return not (t.kind in LINEAGE_KINDS or t.kind in LINEAGE_MOVES or t.kind.startswith("lmdb:"))
 
 
 def trace_all(store_dir: Path, fx: Fixture, queries: list[Query] | None = None,
@@ -178,15 +193,26 @@ def trace_all(store_dir: Path, fx: Fixture, queries: list[Query] | None = None,
     return {"queries": results, "warnings": msgs}
 
 
+def case_dir(workdir: Path, case: Case) -> Path:
+    """The folder of a case's damaged copy: named by its number and its kind (forced
+    cases of several kinds share numbers, and may run at the same time)."""
+    kind = case.target.kind.replace(":", "-")
+    return workdir / f"case-{case.seed}-{case.number}-{kind}"
+
+
 def _run_in_child(task: tuple[Case, Fixture, Path, bool]) -> dict:
     case, fx, workdir, keep = task
-    dst = workdir / f"case-{case.seed}-{case.number}"
+    dst = case_dir(workdir, case)
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(fx.store, dst, copy_function=shutil.copyfile)
-    apply(dst, case.target, case.damage)
+    apply(dst, case.target, case.damage, fx)
     by_label = {q.label: q for q in fx.queries}
-    out = trace_all(dst, fx, [by_label[x] for x in case.queries] if case.queries else None,
-                    values=checks_values(case.target))
+    queries = [by_label[x] for x in case.queries] if case.queries else fx.queries
+    out = trace_all(dst, fx, queries, values=checks_values(case.target))
+    fam = family(case.target.kind)
+    if fam != "damage":        # nothing lost by runs, clean and fsck; catalogs traced again
+        out["queries"] += after_checks(dst, fx, queries, checks_values(case.target),
+                                       retrace=fam == "catalog")
     if keep:
         out["kept"] = str(dst)
     else:
@@ -197,7 +223,7 @@ def _run_in_child(task: tuple[Case, Fixture, Path, bool]) -> dict:
 def _result(case: Case, o: ChildOutcome, workdir: Path, keep: bool) -> CaseResult:
     if o.status != "ok":
         if not keep:
-            shutil.rmtree(workdir / f"case-{case.seed}-{case.number}", ignore_errors=True)
+            shutil.rmtree(case_dir(workdir, case), ignore_errors=True)
         return CaseResult(case, o.status, "", o.detail, o.seconds, log=o.log)
     assert o.result is not None
     queries = {label: [outcome, detail] for label, outcome, detail in o.result["queries"]}

@@ -81,7 +81,7 @@ def run_cli_case(case: Case, query: str, fixtures: list[Fixture], workdir: Path,
     dst = workdir / f"cli-{case.seed}-{case.number}"
     shutil.rmtree(dst, ignore_errors=True)
     shutil.copytree(fx.store, dst)
-    apply(dst, case.target, case.damage)
+    apply(dst, case.target, case.damage, fx)
     try:
         p = subprocess.run([exe, *trace_args(q, dst, fx.run_id)], capture_output=True, text=True,
                            timeout=timeout)

@@ -2,7 +2,7 @@
 
 A *target* is either a file of the store (by kind: the catalog, a run's pickled
 workflow, LMDB data and lock files, R-tree ``.dat``/``.idx`` files, Zarr chunks and
-``zarr.json`` metadata) or one value stored in the run's LMDB environment (by
+``zarr.json`` metadata, the Spark engine's lineage shards) or one value stored in the run's LMDB environment (by
 role: a strategy's metadata record, record blocks, payload tables, the key index
 of One encodings, COMP covered cells).  Damaging a value goes through LMDB itself,
 so the environment stays well-formed and only the stored object is wrong: random
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 FILE_KINDS = ("catalog", "workflow-pkl", "lmdb-data", "lmdb-lock", "rtree-dat", "rtree-idx",
-              "zarr-chunk", "zarr-meta", "other-file")
+              "zarr-chunk", "zarr-meta", "other-file", "lineage-shard")
 VALUE_KINDS = ("lmdb:meta", "lmdb:records", "lmdb:payload-table", "lmdb:key-index",
                "lmdb:covered", "lmdb:other")
 DAMAGES = ("bitflip", "overwrite-random", "overwrite-zeros", "truncate-zero", "truncate-random",
@@ -53,8 +53,13 @@ class Damage:
     length: int = 0
     bits: tuple[int, ...] = ()
     seed: int = 0
+    #: what a move puts in the target's place (:mod:`faultlib.moves`): another path,
+    #: an SQL statement
+    other: str = ""
 
     def describe(self) -> str:
+        if self.other:
+            return f"{self.kind} {self.other}"
         if self.kind == "bitflip":
             return f"bitflip {len(self.bits)} bit(s) at " + ",".join(
                 f"{b // 8}.{b % 8}" for b in self.bits)
@@ -78,6 +83,8 @@ def file_kind(rel: str) -> str:
             return "lmdb-data"
         if p.name == "lock.mdb":
             return "lmdb-lock"
+        if p.suffix == ".szs":
+            return "lineage-shard"        # written by the Spark engine's tasks
         if "rtree" in parts:
             return "rtree-dat" if p.suffix == ".dat" else "rtree-idx" if p.suffix == ".idx" \
                 else "other-file"
@@ -120,11 +127,14 @@ def lmdb_values(lineage: Path) -> list[tuple[bytes, bytes, int]]:
         env.close()
 
 
-def list_targets(store: Path) -> list[Target]:
-    """Every file of the store and every LMDB value of its runs, in a stable order."""
+def list_targets(store: Path, run: int = 1) -> list[Target]:
+    """Every file of the store outside other runs' folders, and every LMDB value of
+    run ``run``, in a stable order."""
     out = []
     for f in sorted(p for p in store.rglob("*") if p.is_file()):
         rel = f.relative_to(store).as_posix()
+        if rel.startswith("runs/") and not rel.startswith(f"runs/{run}/"):
+            continue
         out.append(Target(file_kind(rel), rel, f.stat().st_size))
         if f.name == "data.mdb":
             for db, key, size in lmdb_values(f.parent):
@@ -184,8 +194,13 @@ def damaged(data: bytes, d: Damage) -> bytes | None:
 
 
 # -- applying it ------------------------------------------------------------------------------
-def apply(store: Path, t: Target, d: Damage) -> None:
-    """Damage target ``t`` of the store copy at ``store``."""
+def apply(store: Path, t: Target, d: Damage, fx=None) -> None:
+    """Damage target ``t`` of the store copy at ``store`` (``fx``: its fixture, which
+    moves take pieces from)."""
+    from faultlib.moves import MOVES, move
+    if d.kind in MOVES:
+        move(store, t, d, fx)
+        return
     path = store / t.path
     if t.db is None:
         new = damaged(path.read_bytes(), d)

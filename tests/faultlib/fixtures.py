@@ -1,7 +1,7 @@
 """Fixture stores: small real runs of ``workflows/example.py`` on the LocalEngine.
 
-Each fixture is a store holding one run (run 1) whose strategies make it write a
-different set of files: FullOne, FullMany (R-trees), PayOne, PayMany (payload
+Each fixture is a store whose run 1 is the run the cases trace; its strategies
+make it write a different set of files: FullOne, FullMany (R-trees), PayOne, PayMany (payload
 tables and R-trees), COMP (covered cells), MAP (nothing stored) and BLACKBOX
 (re-execution from the stored arrays).  Arrays are stored in 32 x 32 tiles, so
 each 64 x 96 array has six Zarr chunks and damage to one chunk hits part of it.
@@ -10,6 +10,13 @@ Every query is traced on the undamaged store with each method that can answer
 it (``prefer`` = each stored strategy on its route, re-execution, or the default
 order); all must agree with the re-execution-only answer, which becomes the
 correct answer a damaged copy is judged against.
+
+Beside run 1, each fixture store holds run 2, the same workflow and strategies on
+another sky (:data:`OTHER_SKY`: the stars elsewhere, so a piece of run 2 read as
+run 1's answers wrongly), a copy of its catalog taken before run 2 (an *older
+catalog*), and a *twin* store of its own: another store whose run 1 is that same
+workflow on :data:`OTHER_SKY` (same run id, same paths, another store).  The
+placement, link and catalog cases of :mod:`.moves` take their pieces from them.
 """
 
 from __future__ import annotations
@@ -29,6 +36,14 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "workflows" / "example.py")
 TILE = 32
 RUN_ID = 1
+#: run 2 of every fixture store (and run 1 of its twin store)
+OTHER_RUN_ID = 2
+
+
+def other_sky() -> np.ndarray:
+    """The other runs' sky: the example's sky with its stars moved (as tests/test_binding.py)."""
+    from subzero.workflows.example import synthetic_sky
+    return np.roll(synthetic_sky(), (5, -7), axis=(0, 1))
 
 #: fixture name -> strategies of the example workflow's operators (calib and smooth
 #: keep their mapping functions unless named).
@@ -44,6 +59,19 @@ SPECS: dict[str, dict[str, str]] = {
     "blackbox": {"stars": "blackbox", "clean": "blackbox", "smooth": "blackbox",
                  "calib": "blackbox"},
 }
+
+
+#: fixtures written by another engine than the in-process one (only in the campaign:
+#: ``benchmarks/faults.py --spark``): the Spark engine in local mode writes lineage
+#: shards (``lineage/shards/<op>.../*.szs``) and its tasks write the arrays
+SPARK_SPECS: dict[str, dict[str, str]] = {
+    "spark": {"stars": "full:fullone:backward+full:fullone:forward",
+              "clean": "comp:payone:backward"},
+}
+ENGINES: dict[str, dict] = {"spark": {"engine": "spark", "master": "local[2]"}}
+SPECS.update(SPARK_SPECS)
+#: the fixtures built unless named (the fast suite's): the in-process ones
+DEFAULT_FIXTURES = [n for n in SPECS if n not in ENGINES]
 
 
 @dataclass(frozen=True)
@@ -107,6 +135,10 @@ class Fixture:
     answers: dict[str, Answer] = field(repr=False)
     targets: list[Target] = field(repr=False)
     run_id: int = RUN_ID
+    #: another store whose run 1 is this workflow on the other sky (None: not built)
+    twin: Path | None = None
+    #: a copy of the store's catalog taken before run 2 (None: not built)
+    old_catalog: Path | None = None
 
 
 def queries_for(strategies: dict[str, str]) -> list[Query]:
@@ -141,19 +173,61 @@ def same(a: Answer, b: Answer) -> bool:
                                                                      equal_nan=True))
 
 
-def build_fixture(root: Path, name: str) -> Fixture:
-    """Run the example workflow with the fixture's strategies and compute every answer."""
+def make_stores(root: str | Path, name: str) -> None:
+    """The fixture's store (run 1, then run 2 on the other sky), the copy of its catalog
+    taken between them, and its twin store, written by the fixture's engine."""
     import subzero
-    path = root / name
+    root = Path(root)
+    path, twin = root / name, root / f"{name}-twin"
     shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(twin, ignore_errors=True)
+    strategies = SPECS[name]
+    how = {"strategies": strategies, "tile": TILE, "progress": False, **ENGINES.get(name, {})}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", subzero.SubZeroWarning)   # a pristine store warns of nothing
+        with subzero.open_store(path) as store:
+            run = store.run(EXAMPLE, **how)
+            assert run.id == RUN_ID, run.id
+            run.close()
+        _no_junk(path, name)
+        shutil.copyfile(path / "catalog.sqlite", root / f"{name}.catalog-before-run-2.sqlite")
+        with subzero.open_store(path) as store:
+            other = store.run(EXAMPLE, inputs={"raw": other_sky()}, **how)
+            assert other.id == OTHER_RUN_ID, other.id
+            other.close()
+        with subzero.open_store(twin) as store:
+            other = store.run(EXAMPLE, inputs={"raw": other_sky()}, **how)
+            assert other.id == RUN_ID, other.id
+            other.close()
+    _no_junk(path, name)
+
+
+def build_fixture(root: Path, name: str) -> Fixture:
+    """Write the fixture's stores (a fixture on another engine than the local one in a
+    subprocess, so that no JVM lives in the process that forks the cases) and
+    compute every answer of run 1."""
+    import subzero
+    if name in ENGINES:
+        import subprocess
+        import sys
+        code = f"from faultlib.fixtures import make_stores; make_stores({str(root)!r}, {name!r})"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=900, env=env)
+        if p.returncode != 0:
+            raise AssertionError(f"fixture {name}: its runs failed (exit {p.returncode}):\n"
+                                 f"{p.stderr[-3000:]}")
+    else:
+        make_stores(root, name)
+    path = root / name
     strategies = SPECS[name]
     queries = queries_for(strategies)
     answers: dict[str, Answer] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("error", subzero.SubZeroWarning)   # a pristine store warns of nothing
         with subzero.open_store(path) as store:
-            run = store.run(EXAMPLE, strategies=strategies, tile=TILE, progress=False)
-            assert run.id == RUN_ID, run.id
+            run = store.get(RUN_ID)
             truths: dict[str, Answer] = {}
             for q in queries:
                 answers[q.label] = a = answer_of(run, q)
@@ -167,10 +241,18 @@ def build_fixture(root: Path, name: str) -> Fixture:
                 if not len(a.cells):
                     raise AssertionError(f"fixture {name}: {q.label} is empty: a useless query")
             run.close()
+    _no_junk(path, name)
+    from faultlib.moves import list_moves
+    fx = Fixture(name, path, dict(strategies), queries, answers, list_targets(path),
+                 twin=root / f"{name}-twin", old_catalog=root / f"{name}.catalog-before-run-2.sqlite")
+    fx.targets += list_moves(fx)
+    return fx
+
+
+def _no_junk(path: Path, name: str) -> None:
     for junk in ("catalog.sqlite-wal", "catalog.sqlite-shm", "catalog.sqlite-journal"):
         if (path / junk).exists():
             raise AssertionError(f"fixture {name}: {junk} left behind by a closed store")
-    return Fixture(name, path, dict(strategies), queries, answers, list_targets(path))
 
 
 def scratch_dir(prefix: str = "subzero-faults-") -> Path:
@@ -185,4 +267,4 @@ def scratch_dir(prefix: str = "subzero-faults-") -> Path:
 def build_fixtures(root: str | Path, names: list[str] | None = None) -> list[Fixture]:
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    return [build_fixture(root, n) for n in (names or list(SPECS))]
+    return [build_fixture(root, n) for n in (names or DEFAULT_FIXTURES)]

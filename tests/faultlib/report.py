@@ -6,12 +6,12 @@ from collections import Counter, defaultdict
 
 from faultlib.cases import CaseResult
 
-OUTCOMES = ("exact", "clear error", "internal error", "wrong", "crash", "hang")
-FAILURES = ("wrong", "crash", "hang", "internal error")
+OUTCOMES = ("exact", "clear error", "internal error", "wrong", "data lost", "crash", "hang")
+FAILURES = ("wrong", "data lost", "crash", "hang", "internal error")
 #: the columns of a count table: "exact, warned" counts the exact answers that came
 #: with a warning (damage detected and answered another way)
-COLUMNS = ("cases", "exact", "exact, warned", "clear error", "internal error", "wrong", "crash",
-           "hang")
+COLUMNS = ("cases", "exact", "exact, warned", "clear error", "internal error", "wrong",
+           "data lost", "crash", "hang")
 
 
 def counts_by_kind(results: list[CaseResult]) -> dict[str, dict[str, int]]:
