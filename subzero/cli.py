@@ -573,6 +573,42 @@ def cmd_runs(a) -> int:
     return 0
 
 
+def cmd_inputs(a) -> int:
+    from subzero.api import open_store
+    store = open_store(a.store, create=False)
+    try:
+        if a.input is not None:
+            digest = store.digest_of(a.input)
+            uses = store.runs_using(digest)
+            if a.json:
+                print(json.dumps({"digest": digest, "runs": [{"run_id": r, "input": n} for r, n in uses]}))
+                return 0
+            print(f"{a.input}: content {digest}")
+            if not uses:
+                print("  no run of this store read it")
+            for r, n in uses:
+                print(f"  run {r}: input {n}")
+            return 0
+        found = store.inputs()
+        if a.json:
+            print(json.dumps([{**e, "uses": [{"run_id": r, "input": n} for r, n in e["uses"]]}
+                              for e in found]))
+            return 0
+        if not found:
+            print("no inputs yet")
+            return 0
+        print(f"{'content':<24} {'shape':<16} {'dtype':<9} {'size':>9}  {'runs':>4}  used as")
+        for e in found:
+            names = sorted({n for _, n in e["uses"]})
+            ids = [r for r, _ in e["uses"]]
+            runs = ", ".join(map(str, ids[:6])) + (f" and {len(ids) - 6} more" if len(ids) > 6 else "")
+            print(f"{e['digest'][:24]:<24} {str(tuple(e['shape'])):<16} {e['dtype']:<9} "
+                  f"{_fmt_bytes(e['nbytes']):>9}  {len(ids):>4}  {', '.join(names)} (runs {runs})")
+    finally:
+        store.close()
+    return 0
+
+
 def _trust_state(store, row) -> str:
     """A complete run's trust state for the list; a run whose catalog rows cannot be
     read is listed as "damaged" (with a warning saying why), so the others still are."""
@@ -620,10 +656,11 @@ def cmd_show(a) -> int:
         if row.status == "interrupted":
             print(f"  its driver is gone: finish it with `subzero run --resume {row.id}`, or "
                   f"remove it with `subzero clean`")
+        digests = store.input_digests(row) if row.status == "complete" else {}
         for k, v in row.inputs.items():
             shape = arrays.get(k, {}).get("shape")
             where = f"shape {tuple(shape)}" if shape is not None else f"not stored (the run is {row.status})"
-            print(f"  input {k} = {v}  {where}")
+            print(f"  input {k} = {v}  {where}" + (f"  content {digests[k]}" if digests.get(k) else ""))
         if ops:
             _ops_table(ops)
             total = sum(o["lineage_bytes"] for o in ops)
@@ -771,7 +808,8 @@ def _run_json(store, run_id: int) -> dict:
             **dict(zip(("ops", "arrays"), _described(store, row))),
             "strategies": store.catalog.strategy_stats(row.id),
             "downgrades": store.catalog.downgrades(row.id),
-            "coordinates": _coordinates(store, row)}
+            "coordinates": _coordinates(store, row),
+            "input_digests": store.input_digests(row) if row.status == "complete" else {}}
 
 
 def _version() -> str:
@@ -902,6 +940,16 @@ def build_parser() -> argparse.ArgumentParser:
     ru = sub.add_parser("runs", help="list runs")
     common(ru)
     ru.set_defaults(fn=cmd_runs, command_parser=ru)
+
+    inp = sub.add_parser("inputs", help="the store's inputs by content, and the runs that read them",
+                         description="Lists every distinct input of the store's runs by its content "
+                                     "digest (values, shape, type and labels; not the file's name or "
+                                     "format), with the runs that read it. Given a file or a digest, "
+                                     "lists the runs that read that content.")
+    inp.add_argument("input", nargs="?", metavar="FILE|DIGEST",
+                     help="a file (.npy, .fits, .zarr, .nc, ...) or a digest (sz1:...)")
+    common(inp)
+    inp.set_defaults(fn=cmd_inputs, command_parser=inp)
 
     c = sub.add_parser("clean", help="remove what interrupted and failed runs left behind",
                        description="Removes the folders of interrupted runs (their driver is "

@@ -27,6 +27,7 @@ from hypothesis import strategies as hst
 
 import subzero
 from subzero.errors import CorruptArray, SubZeroError, SubZeroWarning
+from subzero.model import content
 from subzero.model.strategy import parse_one
 from subzero.storage import metadata
 from subzero.storage.arrays import ArrayStore
@@ -400,6 +401,9 @@ def test_spark_writes_bound_arrays_and_shards(spair):
     side = sums_file(a.dir / "arrays" / "smooth.zarr").read_text()      # written by the tasks
     assert f'"run": "{a.row.uid}"' in side and '"chunks": {' in side
     assert exact_or_one_line(a, want) == []
+    # inputs by content (issue 29): the same digests as the values the run read
+    assert st.input_digests(b.id)["raw"] == content.digest(OTHER_SKY)
+    assert st.runs_using(synthetic_sky()) == [(a.id, "raw")]
 
 
 @pytest.mark.parametrize("op", ["stars", "clean"])

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from subzero.errors import ContentError
 from subzero.model.grid import Grid
 
 #: the digest's format, written in front of it (``sz1:...``) and into its header
@@ -50,10 +51,6 @@ BAND_BYTES = 4 << 20
 #: dtype kinds a digest is defined for: bool, integers, floats, complex, text, bytes,
 #: dates and durations (object arrays hold references, not values)
 KINDS = "biufcUSMm"
-
-
-class ContentError(ValueError):
-    """An array whose content has no digest (an object array)."""
 
 
 class RegionReadable(Protocol):
@@ -122,7 +119,7 @@ def band_digest(values: np.ndarray, dtype: str) -> bytes:
         if nan.any():
             a = a.copy()
             a[nan] = np.nan
-    return hashlib.sha256(a.reshape(-1).view(np.uint8)).digest()
+    return hashlib.sha256(a.reshape(-1).view(np.uint8).data).digest()
 
 
 def header(banding: Banding, labels: Mapping[str, Any] | None) -> bytes:

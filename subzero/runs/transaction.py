@@ -158,9 +158,10 @@ class RunTransaction:
         try:
             sweep_shard_attempts(src / "lineage")     # stragglers of tasks already committed
             save_workflow(wf, src)
+            arrays = ArrayStore(src, run_uid=self.uid)
             rec = record.build(self.catalog.get_run(self.run_id), self.catalog.meta("store_uid"),
-                               stats, downgrades, read_payload(src),
-                               ArrayStore(src).sidecar_digests(), time.time())
+                               stats, downgrades, read_payload(src), arrays.sidecar_digests(),
+                               time.time(), {a.name: arrays.content_digest(a.name) for a in stats.inputs})
             data = record.write(src, rec)
             self._sign(src, data)
             _fsync_dir(src)

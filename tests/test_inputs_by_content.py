@@ -1,0 +1,108 @@
+"""Inputs identified by content (issue 29): every run records each input's content
+digest; the store lists its distinct inputs with the runs that read them and
+finds the runs that read a file, an array or a digest, whatever format or path
+they came in; older runs get their digest when first needed."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from conftest import EXAMPLE
+
+import subzero
+from subzero.model import content
+from subzero.runs import record
+from subzero.workflows.example import flat_field, synthetic_sky
+
+
+@pytest.fixture(scope="module")
+def night(tmp_path_factory):
+    """Three runs sharing one flat -- given as FITS, .npy and in memory -- on three skies."""
+    from astropy.io import fits
+    d = tmp_path_factory.mktemp("night")
+    flat = flat_field()
+    np.save(d / "flat.npy", flat)
+    fits.PrimaryHDU(flat.astype(">f8")).writeto(d / "flat.fits")
+    skies = [np.roll(synthetic_sky(), (k, 2 * k), axis=(0, 1)) for k in range(3)]
+    with subzero.open_store(d / "store") as st:
+        for sky, f in zip(skies, [d / "flat.fits", d / "flat.npy", flat]):
+            st.run(EXAMPLE, inputs={"raw": sky, "flat": f}, tile=32, progress=False)
+    return d, flat, skies
+
+
+@pytest.fixture
+def store(night, tmp_path):
+    d, _, _ = night
+    shutil.copytree(d / "store", tmp_path / "store")
+    st = subzero.open_store(tmp_path / "store")
+    yield st
+    st.close()
+
+
+def test_one_flat_in_three_forms_is_one_input_read_by_three_runs(night, store):
+    d, flat, skies = night
+    found = store.inputs()
+    by = {e["digest"]: e for e in found}
+    f = by[content.digest(flat)]
+    assert f["uses"] == [(1, "flat"), (2, "flat"), (3, "flat")]
+    assert f["shape"] == flat.shape and f["dtype"] == "float64"
+    assert [by[content.digest(s)]["uses"] for s in skies] == [[(1, "raw")], [(2, "raw")], [(3, "raw")]]
+    assert len(found) == 4
+    for what in (d / "flat.fits", str(d / "flat.npy"), flat, content.digest(flat)):
+        assert store.runs_using(what) == [(1, "flat"), (2, "flat"), (3, "flat")]
+    assert store.runs_using(2, "flat") == [(1, "flat"), (2, "flat"), (3, "flat")]
+    assert store.runs_using(skies[1]) == [(2, "raw")]
+    assert store.runs_using(flat * 1.0000001) == []            # one value off is another input
+
+
+def test_the_digest_is_the_stored_values_and_is_in_the_signed_record(store):
+    run = store.get(2)
+    want = content.digest(np.asarray(run.array("flat")))
+    assert store.input_digests(2) == {"raw": content.digest(np.asarray(run.array("raw"))), "flat": want}
+    rec = record.read(run.dir)
+    assert {a["name"]: a.get("digest") for a in rec["arrays"] if a["kind"] == "input"}["flat"] == want
+
+
+def test_a_run_made_before_digests_gets_one_when_first_needed(store):
+    want = store.input_digests(1)
+    store.catalog.db.execute("UPDATE arrays SET digest=NULL")            # as an older store has
+    assert store.catalog.input_digests(1) == {"raw": None, "flat": None}
+    assert store.input_digests(1) == want
+    assert store.catalog.input_digests(1) == want                          # kept
+    assert len(store.inputs()) == 4
+
+
+def test_fsck_rebuilds_the_digests_from_the_records(store):
+    want = {r.id: store.input_digests(r) for r in store.runs()}
+    path = store.path
+    store.close()
+    (path / "catalog.sqlite").unlink()
+    subzero.fsck(path)
+    with subzero.open_store(path, create=False) as st:
+        assert {r.id: st.catalog.input_digests(r.id) for r in st.runs()} == want
+
+
+def test_the_command_line(night, store, shell):
+    d, flat, _ = night
+    code, out, err = shell("inputs", "--store", store.path)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split()[:2] == ["content", "shape"] and len(lines) == 5
+    assert any("flat (runs 1, 2, 3)" in ln for ln in lines)
+    code, out, err = shell("inputs", d / "flat.fits", "--store", store.path, "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["digest"] == content.digest(flat)
+    assert got["runs"] == [{"run_id": i, "input": "flat"} for i in (1, 2, 3)]
+    code, out, err = shell("show", "2", "--store", store.path)
+    assert f"content {content.digest(flat)}" in out
+    code, out, err = shell("show", "2", "--store", store.path, "--json")
+    assert json.loads(out)["input_digests"]["flat"] == content.digest(flat)
+
+
+@pytest.mark.parametrize("what, says", [("missing.npy", "file not found: missing.npy"),
+                                         ("sz1:abc", "is not a content digest")])
+def test_a_wrong_input_is_one_line(store, shell, what, says):
+    code, out, err = shell("inputs", what, "--store", store.path)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and says in err, err
