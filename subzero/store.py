@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from typing import Any
 from subzero.engines.choice import choose_engine, open_session
 from subzero.engines.progress import progress_for
 from subzero.errors import DiskFull, QueryError, StoreError, SubZeroError, UntrustedRun, warn
+from subzero.impact import Impact, impact
 from subzero.model import content
 from subzero.model.workflow import Workflow, load_workflow
 from subzero.query.trace import TraceResult
@@ -413,6 +414,21 @@ class Store:
             found |= {(rid, n) for n, d in self.input_digests(rid).items() if d == digest}
         done = {rid for rid in {r for r, _ in found} if self.catalog.get_run(rid).status == "complete"}
         return sorted(u for u in found if u[0] in done)
+
+    def impact(self, what: Any, cells: Any = None, *, name: str | None = None,
+               to: str | Sequence[str] | None = None, sky: Any = None, radius: Any = None,
+               sel: Mapping[str, Any] | None = None,
+               progress: Callable[[int, int], None] | None = None) -> Impact:
+        """The impact of a region of an input on every run that read it: ``what`` names
+        the input as :meth:`runs_using` takes it (a file, an array, a digest, or a run
+        with ``name``); ``cells`` the region (an ``(N, ndim)`` array or the ``--cells``
+        syntax), or ``sky``/``radius``/``sel`` as in :meth:`Run.cells_at`.  Each run is
+        traced forward from its own input to ``to`` (an array or several; default: the
+        workflow's outputs).  Returns an :class:`~subzero.impact.Impact`: per run its
+        affected cells, counts, bounding boxes and sky/label regions per array, or why
+        the run cannot be answered (an untrusted run whose lineage needs its code)."""
+        return impact(self, what, cells, name=name, to=to, sky=sky, radius=radius, sel=sel,
+                      progress=progress)
 
     def digest_of(self, what: Any, name: str | None = None) -> str:
         """The content digest ``what`` names (see :meth:`runs_using`)."""

@@ -404,6 +404,9 @@ def test_spark_writes_bound_arrays_and_shards(spair):
     # inputs by content (issue 29): the same digests as the values the run read
     assert st.input_digests(b.id)["raw"] == content.digest(OTHER_SKY)
     assert st.runs_using(synthetic_sky()) == [(a.id, "raw")]
+    imp = st.impact(OTHER_SKY, [(45, 63)], to="stars")        # Spark's lineage, as traced alone
+    assert np.array_equal(imp.runs[0].targets[0].cells,
+                          b.trace("raw", [(45, 63)], to="stars", record=False).cells)
 
 
 @pytest.mark.parametrize("op", ["stars", "clean"])

@@ -9,6 +9,8 @@ import shutil
 import numpy as np
 import pytest
 from conftest import EXAMPLE
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hst
 
 import subzero
 from subzero.model import content
@@ -106,3 +108,70 @@ def test_the_command_line(night, store, shell):
 def test_a_wrong_input_is_one_line(store, shell, what, says):
     code, out, err = shell("inputs", what, "--store", store.path)
     assert code == 2 and len(err.strip().splitlines()) == 1 and says in err, err
+
+
+# -- impact across runs ---------------------------------------------------------------------
+BAD_COLUMN = "0:64,37"          # one column of the flat
+
+
+def test_impact_of_a_flat_column_equals_each_runs_own_trace(night, store):
+    d, flat, skies = night
+    imp = store.impact(d / "flat.fits", BAD_COLUMN)
+    assert imp.digest == content.digest(flat) and imp.cells_in == 64
+    assert [r.run_id for r in imp.runs] == [1, 2, 3] and all(r.error is None for r in imp.runs)
+    for r in imp.runs:
+        run = store.get(r.run_id)
+        assert [t.array for t in r.targets] == ["smooth", "stars"]        # the outputs
+        for t in r.targets:
+            want = run.trace("flat", BAD_COLUMN, to=t.array, record=False)
+            assert np.array_equal(t.cells, want.cells), (r.run_id, t.array)
+            assert t.bounds == want.cellset.bounds() and t.count == len(want)
+        run.close()
+    # the same question asked through one run's input name, or for named arrays
+    again = store.impact(2, BAD_COLUMN, name="flat", to=["clean", "stars"])
+    assert [r.run_id for r in again.runs] == [1, 2, 3]
+    for r, first in zip(again.runs, imp.runs):
+        assert [t.array for t in r.targets] == ["clean", "stars"]
+        assert np.array_equal(r.targets[1].cells, first.targets[1].cells)
+
+
+def test_impact_of_one_sky_reaches_only_its_run(night, store):
+    _, _, skies = night
+    imp = store.impact(skies[2], [(40, 70)], to="stars")
+    assert [(r.run_id, r.input) for r in imp.runs] == [(3, "raw")]
+    assert np.array_equal(imp.runs[0].targets[0].cells,
+                          store.get(3).trace("raw", [(40, 70)], to="stars", record=False).cells)
+    assert store.impact(np.zeros((64, 96)), "0,0").runs == []             # read by no run
+
+
+def test_impact_from_the_command_line(night, store, shell):
+    d, _, _ = night
+    code, out, err = shell("impact", "--input", d / "flat.npy", "--cells", BAD_COLUMN, "--to", "stars",
+                           "--store", store.path, "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert [r["run_id"] for r in got["runs"]] == [1, 2, 3]
+    want = store.get(1).trace("flat", BAD_COLUMN, to="stars", record=False)
+    assert got["runs"][0]["targets"][0]["cells"] == want.cells.tolist()
+    code, out, err = shell("impact", "--input", d / "flat.npy", "--cells", BAD_COLUMN,
+                           "--store", store.path)
+    assert code == 0 and "read by 3 runs, 3 affected" in out and "workflow example: 3 runs" in out, err
+    code, out, err = shell("impact", "--input", d / "flat.npy", "--store", store.path)
+    assert code == 2 and "impact needs one of --cells" in err and len(err.strip().splitlines()) == 1
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(y0=hst.integers(0, 63), x0=hst.integers(0, 95), h=hst.integers(1, 8), w=hst.integers(1, 8),
+       to=hst.sampled_from(["calib", "smooth", "clean", "stars"]))
+def test_impact_is_the_union_of_per_run_traces_for_any_region(night, y0, x0, h, w, to):
+    """The oracle: for any box of the flat and any array, every run's impact is its own
+    forward trace, and no run that read the flat is missing."""
+    d, _, _ = night
+    box = f"{y0}:{min(64, y0 + h)},{x0}:{min(96, x0 + w)}"
+    with subzero.open_store(d / "store", create=False) as st:
+        imp = st.impact(d / "flat.npy", box, to=to)
+        assert [r.run_id for r in imp.runs] == [1, 2, 3]
+        for r in imp.runs:
+            with st.get(r.run_id) as run:
+                want = run.trace("flat", box, to=to, record=False).cells
+            assert np.array_equal(r.targets[0].cells, want)
