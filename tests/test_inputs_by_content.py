@@ -58,21 +58,52 @@ def test_one_flat_in_three_forms_is_one_input_read_by_three_runs(night, store):
     assert store.runs_using(flat * 1.0000001) == []            # one value off is another input
 
 
-def test_the_digest_is_the_stored_values_and_is_in_the_signed_record(store):
-    run = store.get(2)
-    want = content.digest(np.asarray(run.array("flat")))
-    assert store.input_digests(2) == {"raw": content.digest(np.asarray(run.array("raw"))), "flat": want}
+@pytest.mark.parametrize("rid", [1, 2, 3])       # a FITS file, a .npy file, arrays in memory
+def test_the_digest_is_the_stored_values_and_is_in_the_signed_record(store, rid):
+    run = store.get(rid)
+    want = {n: content.digest(np.asarray(run.array(n))) for n in ("raw", "flat")}
+    assert store.input_digests(rid) == want
     rec = record.read(run.dir)
-    assert {a["name"]: a.get("digest") for a in rec["arrays"] if a["kind"] == "input"}["flat"] == want
+    assert {a["name"]: a.get("digest") for a in rec["arrays"] if a["kind"] == "input"} == want
 
 
-def test_a_run_made_before_digests_gets_one_when_first_needed(store):
-    want = store.input_digests(1)
-    store.catalog.db.execute("UPDATE arrays SET digest=NULL")            # as an older store has
-    assert store.catalog.input_digests(1) == {"raw": None, "flat": None}
-    assert store.input_digests(1) == want
-    assert store.catalog.input_digests(1) == want                          # kept
-    assert len(store.inputs()) == 4
+def test_a_labelled_input_in_memory_has_the_digest_of_its_stored_copy(tmp_path):
+    import xarray as xr
+    sky = xr.DataArray(synthetic_sky(), dims=("y", "x"),
+                       coords={"y": np.arange(64) * 0.5, "x": np.arange(96) + 100.0},
+                       attrs={"CTYPE1": "RA---TAN", "CTYPE2": "DEC--TAN", "CRVAL1": 10.0, "CRVAL2": 5.0,
+                              "CRPIX1": 1.0, "CRPIX2": 1.0, "CDELT1": -1e-4, "CDELT2": 1e-4, "NOTE": "x"})
+    with subzero.open_store(tmp_path / "s") as st:
+        run = st.run(EXAMPLE, inputs={"raw": sky}, tile=32, progress=False)
+        stored = st.run_dir(run.id)
+        from subzero.storage.arrays import ArrayStore
+        assert st.input_digests(run.id)["raw"] == ArrayStore(stored, run_uid=run.row.uid).content_digest("raw")
+        assert st.input_digests(run.id)["raw"] != content.digest(synthetic_sky())   # labels count
+
+
+def runs_without_digests(monkeypatch):
+    """Runs committed from now on are made as before inputs had digests: none in their
+    record or the catalog."""
+    import subzero.runs.launch as launch
+    from subzero.storage.arrays import ArrayStore
+    monkeypatch.setattr(launch, "input_digest", lambda v, n: None)
+    monkeypatch.setattr(ArrayStore, "content_digest", lambda self, n: None)
+
+
+def test_a_run_made_before_digests_gets_one_when_first_needed(night, tmp_path, monkeypatch):
+    d, flat, skies = night
+    with subzero.open_store(tmp_path / "s") as st:
+        with monkeypatch.context() as m:
+            runs_without_digests(m)
+            run = st.run(EXAMPLE, inputs={"raw": skies[0], "flat": d / "flat.npy"}, tile=32,
+                         progress=False)
+        assert st.catalog.input_digests(run.id) == {"raw": None, "flat": None}
+        rec = record.read(run.dir)
+        assert all(a.get("digest") is None for a in rec["arrays"])
+        assert st.runs_using(d / "flat.fits") == [(run.id, "flat")]       # computed, from the store
+        assert st.catalog.input_digests(run.id) == {"raw": content.digest(skies[0]),
+                                                    "flat": content.digest(flat)}       # and kept
+        assert st.binding(run.id)["catalog_differs"] == []
 
 
 def test_fsck_rebuilds_the_digests_from_the_records(store):
@@ -175,3 +206,18 @@ def test_impact_is_the_union_of_per_run_traces_for_any_region(night, y0, x0, h, 
             with st.get(r.run_id) as run:
                 want = run.trace("flat", box, to=to, record=False).cells
             assert np.array_equal(r.targets[0].cells, want)
+
+
+def test_an_edited_digest_in_the_catalog_is_seen_and_repaired(store, shell):
+    """A digest edited in the catalog would hide a run from `impact`: the run's signed
+    record says otherwise, `runs` and `show` say the catalog differs, `fsck` repairs it."""
+    want = store.input_digests(2)["flat"]
+    store.catalog.db.execute("UPDATE arrays SET digest=? WHERE run_id=2 AND name='flat'",
+                             ("sz1:" + "0" * 64,))
+    assert store.input_digests(2)["flat"] == want                 # the record stands
+    assert "arrays.digest of 'flat'" in store.binding(2)["catalog_differs"]
+    code, out, err = shell("show", "2", "--store", store.path)
+    assert "the catalog differs" in out and "arrays.digest" in out
+    subzero.fsck(store.path)
+    assert store.catalog.input_digests(2)["flat"] == want
+    assert [r for r, _ in store.runs_using(want)] == [1, 2, 3]

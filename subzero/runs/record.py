@@ -216,6 +216,14 @@ def _differences(rec: Record, catalog: Catalog, run_id: int) -> list[str]:
             if _norm(h[key]) != _norm(a[key]):
                 out.append(f"arrays.{key} of {name!r}")
     out += [f"array {n!r} is not in the record" for n in have_arrays]
+    # an input's content digest steers which runs `impact` finds: an edited one would hide
+    # the run from the question (records made before digests have none to compare; a
+    # catalog made before them has none yet, which contradicts nothing)
+    have_digests = catalog.input_digests(run_id)
+    for a in rec["arrays"]:
+        got = have_digests.get(a["name"])
+        if a["kind"] == "input" and a.get("digest") and got is not None and got != a["digest"]:
+            out.append(f"arrays.digest of {a['name']!r}")
     return out
 
 
