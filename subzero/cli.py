@@ -573,6 +573,80 @@ def cmd_runs(a) -> int:
     return 0
 
 
+def cmd_inputs(a) -> int:
+    from subzero.api import open_store
+    store = open_store(a.store, create=False)
+    try:
+        if a.input is not None:
+            digest = store.digest_of(a.input)
+            uses = store.runs_using(digest)
+            if a.json:
+                print(json.dumps({"digest": digest, "runs": [{"run_id": r, "input": n} for r, n in uses]}))
+                return 0
+            print(f"{a.input}: content {digest}")
+            if not uses:
+                print("  no run of this store read it")
+            for r, n in uses:
+                print(f"  run {r}: input {n}")
+            return 0
+        found = store.inputs()
+        if a.json:
+            print(json.dumps([{**e, "uses": [{"run_id": r, "input": n} for r, n in e["uses"]]}
+                              for e in found]))
+            return 0
+        if not found:
+            print("no inputs yet")
+            return 0
+        print(f"{'content':<24} {'shape':<16} {'dtype':<9} {'size':>9}  {'runs':>4}  used as")
+        for e in found:
+            names = sorted({n for _, n in e["uses"]})
+            ids = [r for r, _ in e["uses"]]
+            runs = ", ".join(map(str, ids[:6])) + (f" and {len(ids) - 6} more" if len(ids) > 6 else "")
+            print(f"{e['digest'][:24]:<24} {str(tuple(e['shape'])):<16} {e['dtype']:<9} "
+                  f"{_fmt_bytes(e['nbytes']):>9}  {len(ids):>4}  {', '.join(names)} (runs {runs})")
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_impact(a) -> int:
+    from subzero.api import open_store
+    store = open_store(a.store, create=False)
+    try:
+        named = [flag for flag, v in (("--cells", a.cells), ("--sky", a.sky), ("--sel", a.sel)) if v]
+        if len(named) != 1:
+            raise SubZeroError("impact needs one of --cells SPEC, --sky RA,DEC or --sel NAME=LABEL"
+                               + (f" (got {' and '.join(named)})" if named else ""))
+        if a.radius is not None and not a.sky:
+            raise SubZeroError("--radius goes with --sky")
+        if (a.input is None) == (a.name is None):
+            raise SubZeroError("impact needs --input FILE|DIGEST, or --run N --name INPUT")
+        what, name = (a.input, None) if a.input is not None else (a.run, a.name)
+        sel = None
+        if a.sel:
+            from subzero.coords import parse_sel
+            sel = parse_sel(a.sel)
+        res = store.impact(what, a.cells, name=name, to=a.to, sky=a.sky, radius=a.radius, sel=sel)
+        if a.json:
+            print(json.dumps(res.as_dict(), default=str))
+            return 0
+        print(f"input {res.digest}: {res.cells_in} cells; read by {len(res.runs)} runs, "
+              f"{len(res.touched)} affected")
+        for wf, runs in res.by_workflow().items():
+            print(f"workflow {wf}: {len(runs)} runs")
+            for r in runs:
+                if r.error:
+                    print(f"  run {r.run_id} (input {r.input}): cannot be answered: {r.error}")
+                    continue
+                parts = [f"{t.array} {t.count} cells"
+                         + (f" in [{', '.join(f'{lo}:{hi}' for lo, hi in zip(*t.bounds))}]" if t.bounds else "")
+                         for t in r.targets]
+                print(f"  run {r.run_id} (input {r.input}): " + ("; ".join(parts) or "nothing downstream"))
+    finally:
+        store.close()
+    return 0
+
+
 def _trust_state(store, row) -> str:
     """A complete run's trust state for the list; a run whose catalog rows cannot be
     read is listed as "damaged" (with a warning saying why), so the others still are."""
@@ -620,10 +694,11 @@ def cmd_show(a) -> int:
         if row.status == "interrupted":
             print(f"  its driver is gone: finish it with `subzero run --resume {row.id}`, or "
                   f"remove it with `subzero clean`")
+        digests = store.input_digests(row) if row.status == "complete" else {}
         for k, v in row.inputs.items():
             shape = arrays.get(k, {}).get("shape")
             where = f"shape {tuple(shape)}" if shape is not None else f"not stored (the run is {row.status})"
-            print(f"  input {k} = {v}  {where}")
+            print(f"  input {k} = {v}  {where}" + (f"  content {digests[k]}" if digests.get(k) else ""))
         if ops:
             _ops_table(ops)
             total = sum(o["lineage_bytes"] for o in ops)
@@ -771,7 +846,8 @@ def _run_json(store, run_id: int) -> dict:
             **dict(zip(("ops", "arrays"), _described(store, row))),
             "strategies": store.catalog.strategy_stats(row.id),
             "downgrades": store.catalog.downgrades(row.id),
-            "coordinates": _coordinates(store, row)}
+            "coordinates": _coordinates(store, row),
+            "input_digests": store.input_digests(row) if row.status == "complete" else {}}
 
 
 def _version() -> str:
@@ -902,6 +978,34 @@ def build_parser() -> argparse.ArgumentParser:
     ru = sub.add_parser("runs", help="list runs")
     common(ru)
     ru.set_defaults(fn=cmd_runs, command_parser=ru)
+
+    inp = sub.add_parser("inputs", help="the store's inputs by content, and the runs that read them",
+                         description="Lists every distinct input of the store's runs by its content "
+                                     "digest (values, shape, type and labels; not the file's name or "
+                                     "format), with the runs that read it. Given a file or a digest, "
+                                     "lists the runs that read that content.")
+    inp.add_argument("input", nargs="?", metavar="FILE|DIGEST",
+                     help="a file (.npy, .fits, .zarr, .nc, ...) or a digest (sz1:...)")
+    common(inp)
+    inp.set_defaults(fn=cmd_inputs, command_parser=inp)
+
+    im = sub.add_parser("impact", help="what a region of an input affected in every run that read it",
+                        description="Finds every run that read the input (by content: any file "
+                                    "or format with the same values and labels) and traces the "
+                                    "region forward in each, to the arrays given with --to or to "
+                                    "the workflow's outputs.")
+    im.add_argument("--input", metavar="FILE|DIGEST", help="the input: a file or a digest (sz1:...)")
+    im.add_argument("--run", metavar="N", help="with --name: the input of this run")
+    im.add_argument("--name", metavar="INPUT", help="with --run: the input's name in that run")
+    im.add_argument("--cells", metavar="SPEC", help="cells: 12,40 or 12,40;13,41 or 10:20,30:40")
+    im.add_argument("--sky", metavar="RA,DEC", help="cells at a sky position (the input's FITS WCS)")
+    im.add_argument("--radius", metavar="ANGLE", help="with --sky: every pixel within this angle")
+    im.add_argument("--sel", action="append", metavar="NAME=LABEL",
+                    help="cells by label (repeatable; NAME=LO:HI for a range)")
+    im.add_argument("--to", action="append", metavar="ARRAY",
+                    help="an array to trace to (repeatable; default: the workflow's outputs)")
+    common(im)
+    im.set_defaults(fn=cmd_impact, command_parser=im)
 
     c = sub.add_parser("clean", help="remove what interrupted and failed runs left behind",
                        description="Removes the folders of interrupted runs (their driver is "

@@ -44,6 +44,11 @@ class QueryError(UsageError):
     """A trace query is malformed: unknown run/array, bad cells, no path."""
 
 
+class ContentError(UsageError):
+    """An array whose content has no digest (an object array): it cannot be an input
+    identified by content."""
+
+
 class UnknownArray(QueryError):
     """An array name the run does not have (the explorer answers it with 404)."""
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,8 @@ from typing import Any
 from subzero.engines.choice import choose_engine, open_session
 from subzero.engines.progress import progress_for
 from subzero.errors import DiskFull, QueryError, StoreError, SubZeroError, UntrustedRun, warn
+from subzero.impact import Impact, impact
+from subzero.model import content
 from subzero.model.workflow import Workflow, load_workflow
 from subzero.query.trace import TraceResult
 from subzero.query.tracelog import record_trace
@@ -37,7 +39,9 @@ from subzero.runs.many import InstanceResult
 from subzero.runs.options import RunOptions
 from subzero.runs.record import Steering
 from subzero.runs.transaction import recover
+from subzero.storage.arrays import ArrayStore
 from subzero.storage.catalog import Catalog, RunRow
+from subzero.storage.inputs import input_digest
 from subzero.storage.pickles import load_workflow_pickle
 from subzero.storage.place import STORE_FILE, new_uid, read_store_uid, write_store_uid
 from subzero.storage.space import disk_full, full_disk_named
@@ -357,6 +361,106 @@ class Store:
             return {"bound": False, "record": False, "catalog_differs": []}
         return {"bound": row.uid is not None, "record": True,
                 "catalog_differs": record.differences(rec, self.catalog, row.id)}
+
+    # -- inputs by content ----------------------------------------------------------------
+    def input_digests(self, run: str | int | RunRow = "latest") -> dict[str, str | None]:
+        """Each input of a complete run and its content digest (:mod:`subzero.model.content`).
+        A run made before digests has none in the catalog: it is computed from the run's
+        stored input (band by band, through its checksums) and kept when the store is
+        writable.  An input that cannot be read has None, with a warning saying why."""
+        row = run if isinstance(run, RunRow) else self.catalog.get_run(run)
+        have = self.catalog.input_digests(row.id)
+        if row.status != "complete":
+            return have
+        if self.verdict(row).trusted:          # a signed record's digests stand over the catalog's
+            rec = self.steering(row).record
+            for a in (rec or {}).get("arrays", []):
+                if a["kind"] == "input" and a.get("digest") and a["name"] in have:
+                    if have[a["name"]] is None and not self.readonly:
+                        self.catalog.set_digest(row.id, a["name"], a["digest"])
+                    have[a["name"]] = a["digest"]
+        if all(have.values()):
+            return have
+        arrays = ArrayStore(self.run_dir(row.id), run_uid=row.uid)
+        for name, d in have.items():
+            if d:
+                continue
+            try:
+                have[name] = digest = arrays.content_digest(name)
+            except SubZeroError as e:
+                warn(f"input {name!r} of run {row.id} has no content digest: {e}")
+                continue
+            if not self.readonly:
+                self.catalog.set_digest(row.id, name, digest)
+        return have
+
+    def inputs(self) -> list[dict[str, Any]]:
+        """The store's distinct inputs by content: one dict per digest with ``digest``,
+        ``shape``, ``dtype``, ``nbytes`` and ``uses`` (``(run id, input name)`` of every
+        complete run that read it, in run order).  Digests of runs made before digests
+        are computed first (see :meth:`input_digests`)."""
+        out: dict[str, dict[str, Any]] = {}
+        for row in self.catalog.runs():
+            if row.status != "complete":
+                continue
+            arrays = self.catalog.arrays(row.id)
+            for name, digest in self.input_digests(row).items():
+                if digest is None:
+                    continue
+                a = arrays[name]
+                e = out.setdefault(digest, {"digest": digest, "shape": tuple(a["shape"]),
+                                            "dtype": a["dtype"], "nbytes": a["nbytes"], "uses": []})
+                e["uses"].append((row.id, name))
+        return list(out.values())
+
+    def runs_using(self, what: Any, name: str | None = None) -> list[tuple[int, str]]:
+        """``(run id, input name)`` of every complete run that read this input: ``what`` is
+        a content digest (``sz1:...``), a file (any format SubZero reads: its values and
+        labels, not its path, are compared), an array or DataArray, or a run (id) whose
+        input ``name`` is meant.  Found through the catalog's index of digests: the cost
+        follows the runs found, not the store's size (runs made before digests are
+        digested once, the first time)."""
+        digest = self.digest_of(what, name)
+        found = set(self.catalog.runs_with_input(digest))
+        for rid in self.catalog.runs_without_digests():
+            found |= {(rid, n) for n, d in self.input_digests(rid).items() if d == digest}
+        done = {rid for rid in {r for r, _ in found} if self.catalog.get_run(rid).status == "complete"}
+        return sorted(u for u in found if u[0] in done)
+
+    def impact(self, what: Any, cells: Any = None, *, name: str | None = None,
+               to: str | Sequence[str] | None = None, sky: Any = None, radius: Any = None,
+               sel: Mapping[str, Any] | None = None,
+               progress: Callable[[int, int], None] | None = None) -> Impact:
+        """The impact of a region of an input on every run that read it: ``what`` names
+        the input as :meth:`runs_using` takes it (a file, an array, a digest, or a run
+        with ``name``); ``cells`` the region (an ``(N, ndim)`` array or the ``--cells``
+        syntax), or ``sky``/``radius``/``sel`` as in :meth:`Run.cells_at`.  Each run is
+        traced forward from its own input to ``to`` (an array or several; default: the
+        workflow's outputs).  Returns an :class:`~subzero.impact.Impact`: per run its
+        affected cells, counts, bounding boxes and sky/label regions per array, or why
+        the run cannot be answered (an untrusted run whose lineage needs its code)."""
+        return impact(self, what, cells, name=name, to=to, sky=sky, radius=radius, sel=sel,
+                      progress=progress)
+
+    def digest_of(self, what: Any, name: str | None = None) -> str:
+        """The content digest ``what`` names (see :meth:`runs_using`)."""
+        if name is not None:
+            digests = self.input_digests(what)
+            if name not in digests:
+                row = self.catalog.get_run(what)
+                raise QueryError(f"run {row.id} has no input {name!r}; its inputs: "
+                                 f"{', '.join(digests) or '(none)'}")
+            d = digests[name]
+            if d is None:
+                raise StoreError(f"input {name!r} of run {what} cannot be read to compute its digest")
+            return d
+        if isinstance(what, str) and what.startswith(content.PREFIX):
+            if not content.is_digest(what):
+                raise QueryError(f"{what!r} is not a content digest (sz1: and 64 hex digits)")
+            return what
+        if isinstance(what, (str, os.PathLike)) and not Path(what).exists():
+            raise QueryError(f"file not found: {what} (give an input file, or a digest sz1:...)")
+        return input_digest(what, str(what) if isinstance(what, (str, os.PathLike)) else "input")
 
     def code_of(self, run: str | int | RunRow = "latest") -> dict[str, Any]:
         """What code a run would load, read without loading it: its operators (names and

@@ -27,6 +27,7 @@ from hypothesis import strategies as hst
 
 import subzero
 from subzero.errors import CorruptArray, SubZeroError, SubZeroWarning
+from subzero.model import content
 from subzero.model.strategy import parse_one
 from subzero.storage import metadata
 from subzero.storage.arrays import ArrayStore
@@ -429,6 +430,12 @@ def test_spark_writes_bound_arrays_and_shards(spair):
     side = sums_file(a.dir / "arrays" / "smooth.zarr").read_text()      # written by the tasks
     assert f'"run": "{a.row.uid}"' in side and '"chunks": {' in side
     assert exact_or_one_line(a, want) == []
+    # inputs by content (issue 29): the same digests as the values the run read
+    assert st.input_digests(b.id)["raw"] == content.digest(OTHER_SKY)
+    assert st.runs_using(synthetic_sky()) == [(a.id, "raw")]
+    imp = st.impact(OTHER_SKY, [(45, 63)], to="stars")        # Spark's lineage, as traced alone
+    assert np.array_equal(imp.runs[0].targets[0].cells,
+                          b.trace("raw", [(45, 63)], to="stars", record=False).cells)
 
 
 @pytest.mark.parametrize("op", ["stars", "clean"])

@@ -96,3 +96,33 @@ def _slice_wcs(wcs: dict[str, Any], per_fits_axis: list[tuple[int, int]]) -> dic
                     if key in wcs or value:
                         wcs[key] = value
     return wcs
+
+
+#: header cards that make an image's sky WCS.  Observation times (DATE-OBS, MJD-OBS)
+#: are left out: the pixel-to-sky mapping does not use them, and astropy's checks of
+#: them reach for leap-second tables it may try to download or cache in $HOME.
+_WCS_PREFIXES = ("WCSAXES", "CTYPE", "CRPIX", "CRVAL", "CDELT", "CUNIT", "CD1_", "CD2_", "CD3_",
+                 "PC1_", "PC2_", "PC3_", "CROTA", "PV1_", "PV2_", "PV3_", "LONPOLE", "LATPOLE",
+                 "RADESYS", "EQUINOX", "EPOCH")
+#: CTYPE prefixes of celestial axes (equatorial, galactic, ecliptic, supergalactic)
+_SKY_AXES = ("RA-", "DEC-", "GLON", "GLAT", "ELON", "ELAT", "SLON", "SLAT")
+
+
+def wcs_keywords(attrs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The sky WCS cards among an array's attributes (FITS header cards); None when no
+    axis is celestial.  astropy checks them only when a sky query needs them, so
+    reading a grid stays cheap."""
+    cards = {k.upper(): v for k, v in attrs.items()
+             if isinstance(k, str) and k.upper().startswith(_WCS_PREFIXES)
+             and isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+    celestial = any(k.startswith("CTYPE") and str(v).upper().startswith(_SKY_AXES)
+                    for k, v in cards.items())
+    return cards if celestial else None
+
+
+def stored_grid(dims: Sequence[str], coords: Mapping[str, np.ndarray],
+                attrs: Mapping[str, Any]) -> Grid | None:
+    """The grid an array was stored with: its dimension coordinates and any sky WCS
+    in its attributes.  Default dims (``dim_0``...) with nothing else make none."""
+    g = Grid(tuple(dims), {k: np.asarray(v) for k, v in coords.items()}, wcs_keywords(attrs))
+    return None if g.empty else g

@@ -38,7 +38,7 @@ from subzero.runs.transaction import RunTransaction
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.budget import DiskBudget, parse_size
 from subzero.storage.catalog import Catalog
-from subzero.storage.inputs import is_region_source, open_input
+from subzero.storage.inputs import input_digest, is_region_source, open_input
 from subzero.storage.lineage import LineageStore
 
 
@@ -152,7 +152,10 @@ def execute(tx: RunTransaction, wf: Workflow, values: Mapping[str, Any],
         engine.close()
         if lineage is not None:
             lineage.close()
-    tx.commit(wf, stats, budget.downgrades if budget is not None and capture else ())
+    # inputs held in memory are digested from there (a pass over memory); the others
+    # from the run's stored copy at commit (see RunTransaction.commit)
+    held = {n: input_digest(v, n) for n, v in values.items() if isinstance(v, (np.ndarray, xr.DataArray))}
+    tx.commit(wf, stats, budget.downgrades if budget is not None and capture else (), contents=held)
 
 
 def resolve_strategies(wf: Workflow, given: Mapping[str, Any] | None) -> dict[str, tuple[Strategy, ...]]:

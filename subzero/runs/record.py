@@ -45,10 +45,13 @@ Record = dict[str, Any]
 
 
 def build(row: RunRow, store_uid: str | None, stats: RunStats, downgrades: Iterable[Mapping[str, Any]],
-          payload: bytes | None, sidecars: Mapping[str, str], ended: float) -> Record:
+          payload: bytes | None, sidecars: Mapping[str, str], ended: float,
+          contents: Mapping[str, str] | None = None) -> Record:
     """The record of a run being committed: its catalog row (``row``, status to be
     complete), the statistics the driver gathered, the disk budget's downgrades,
-    the workflow pickle (``payload``) and each array's sidecar digest."""
+    the workflow pickle (``payload``), each array's sidecar digest and each input's
+    content digest (``contents``, :mod:`subzero.model.content`)."""
+    contents = dict(contents or {})
     ops = []
     for seq, st in enumerate(stats.ops):
         ops.append({"seq": seq, "name": st.name, "class": st.cls, "inputs": list(st.inputs),
@@ -58,7 +61,8 @@ def build(row: RunRow, store_uid: str | None, stats: RunStats, downgrades: Itera
                     "lineage_bytes": int(st.lineage_bytes),
                     "per_strategy": [_plain(ps) for ps in st.per_strategy]})
     arrays: list[dict[str, Any]] = [{"name": a.name, "kind": "input", "shape": list(a.shape), "dtype": a.dtype,
-               "nbytes": int(a.nbytes), "sidecar": sidecars.get(a.name)} for a in stats.inputs]
+               "nbytes": int(a.nbytes), "sidecar": sidecars.get(a.name),
+               "digest": contents.get(a.name)} for a in stats.inputs]
     arrays += [{"name": st.name, "kind": "output", "shape": list(st.shape), "dtype": st.dtype,
                 "nbytes": int(st.nbytes), "sidecar": sidecars.get(st.name)} for st in stats.ops]
     return {
@@ -212,6 +216,14 @@ def _differences(rec: Record, catalog: Catalog, run_id: int) -> list[str]:
             if _norm(h[key]) != _norm(a[key]):
                 out.append(f"arrays.{key} of {name!r}")
     out += [f"array {n!r} is not in the record" for n in have_arrays]
+    # an input's content digest steers which runs `impact` finds: an edited one would hide
+    # the run from the question (records made before digests have none to compare; a
+    # catalog made before them has none yet, which contradicts nothing)
+    have_digests = catalog.input_digests(run_id)
+    for a in rec["arrays"]:
+        got = have_digests.get(a["name"])
+        if a["kind"] == "input" and a.get("digest") and got is not None and got != a["digest"]:
+            out.append(f"arrays.digest of {a['name']!r}")
     return out
 
 
@@ -240,7 +252,8 @@ def insert_rows(catalog: Catalog, rec: Record, status: str = "complete") -> None
     for table in ("arrays", "ops", "strategy_stats", "strategy_spaces", "downgrades"):
         db.execute(f"DELETE FROM {table} WHERE run_id=?", (rid,))
     for a in rec["arrays"]:
-        catalog.add_array(rid, a["name"], a["kind"], a["shape"], a["dtype"], a["nbytes"])
+        catalog.add_array(rid, a["name"], a["kind"], a["shape"], a["dtype"], a["nbytes"],
+                          a.get("digest"))
     for o in sorted(rec["ops"], key=lambda o: o["seq"]):
         catalog.add_op(rid, o["seq"], o["name"], o["class"], o["inputs"], o["strategies"], o["shape"],
                        o["run_s"], o["lwrite_s"], o["lineage_s"], o["pairs"], o["lineage_bytes"])

@@ -140,7 +140,8 @@ class RunTransaction:
         return self.runs_dir / str(self.run_id)
 
     def commit(self, wf: Workflow, stats: RunStats, downgrades: Iterable[Mapping] = (),
-               folder: str | os.PathLike | None = None) -> None:
+               folder: str | os.PathLike | None = None,
+               contents: Mapping[str, str] | None = None) -> None:
         """Make the run complete: ``folder`` (default: :attr:`folder`) becomes the run's
         folder.
 
@@ -152,15 +153,20 @@ class RunTransaction:
         status.  A crash after the rename leaves a committed folder the catalog still
         calls running; :func:`recover` records it (``--resume``, ``subzero clean``,
         ``subzero fsck``).  A failure before the rename fails the run; after it,
-        nothing deletes the run."""
+        nothing deletes the run.
+
+        ``contents``: the content digests of inputs already known (digested from memory);
+        the others are digested from the run's stored copy."""
         src = Path(folder) if folder is not None else self.folder
         downgrades = list(downgrades)
         try:
             sweep_shard_attempts(src / "lineage")     # stragglers of tasks already committed
             save_workflow(wf, src)
+            arrays = ArrayStore(src, run_uid=self.uid)
             rec = record.build(self.catalog.get_run(self.run_id), self.catalog.meta("store_uid"),
-                               stats, downgrades, read_payload(src),
-                               ArrayStore(src).sidecar_digests(), time.time())
+                               stats, downgrades, read_payload(src), arrays.sidecar_digests(),
+                               time.time(), {a.name: (contents or {}).get(a.name)
+                                             or arrays.content_digest(a.name) for a in stats.inputs})
             data = record.write(src, rec)
             self._sign(src, data)
             _fsync_dir(src)

@@ -27,6 +27,8 @@ import xarray as xr
 from numpy.typing import ArrayLike, DTypeLike
 
 from subzero.errors import CorruptArray, StoreError, UnsafeFile
+from subzero.model import content
+from subzero.model.grid import stored_grid
 from subzero.storage.chunks import (
     SUMS,
     ArrayNode,
@@ -327,6 +329,24 @@ class ArrayStore:
                         raise CorruptArray(f"{self.label(name)} is damaged: {found}") from e
                 raise self._damage(name, p, None, None, e) from e
         return dims, coords, dict(meta.get("attributes") or {})
+
+    def content_digest(self, name: str) -> str:
+        """The array's content digest (:mod:`subzero.model.content`): its values read
+        band by band through the checksums, and its labels (dims, coordinates, sky WCS)."""
+        shape, dtype, _ = self.describe(name)
+        label = self.label(name)
+
+        class _Source:
+            def __init__(self, store: ArrayStore):
+                self.shape, self.dtype, self.store = shape, dtype, store
+
+            def read_region(self, region: tuple[slice, ...]) -> np.ndarray:
+                return self.store.read_region(name, region)
+
+        try:
+            return content.digest(_Source(self), stored_grid(*self.grid_parts(name)))
+        except content.ContentError as e:
+            raise StoreError(f"{label}: {e}") from e
 
     def lazy(self, name: str) -> xr.DataArray:
         """The array with its dims, coordinates and attrs, its data left unread (a dask

@@ -220,9 +220,34 @@ class Catalog:
 
     # -- arrays and operators ------------------------------------------------------------
     def add_array(self, run_id: int, name: str, kind: str, shape: Sequence[int], dtype: object,
-                  nbytes: int) -> None:
-        self.db.execute("INSERT INTO arrays VALUES (?, ?, ?, ?, ?, ?)",
-                        (run_id, name, kind, json.dumps(list(shape)), str(dtype), int(nbytes)))
+                  nbytes: int, digest: str | None = None) -> None:
+        self.db.execute("INSERT INTO arrays (run_id, name, kind, shape, dtype, nbytes, digest)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (run_id, name, kind, json.dumps(list(shape)), str(dtype), int(nbytes), digest))
+
+    def input_digests(self, run_id: int) -> dict[str, str | None]:
+        """Each input of a run and its content digest (None: not computed yet)."""
+        rows = self.db.execute("SELECT name, digest FROM arrays WHERE run_id=? AND kind='input'"
+                               " ORDER BY rowid", (run_id,)).fetchall()
+        return {r[0]: r[1] for r in rows}
+
+    def set_digest(self, run_id: int, name: str, digest: str) -> None:
+        """Record an input's digest computed after the fact (a run made before digests)."""
+        with self.tx():
+            self.db.execute("UPDATE arrays SET digest=? WHERE run_id=? AND name=?",
+                            (digest, run_id, name))
+
+    def runs_with_input(self, digest: str) -> list[tuple[int, str]]:
+        """(run id, input name) of every run whose input has this content digest, by
+        the index: the cost follows the runs found, not the store's size."""
+        return [(int(r[0]), r[1]) for r in self.db.execute(
+            "SELECT run_id, name FROM arrays WHERE digest=? AND kind='input' ORDER BY run_id, rowid",
+            (digest,))]
+
+    def runs_without_digests(self) -> list[int]:
+        """Runs with an input whose digest is not recorded (made before digests)."""
+        return [int(r[0]) for r in self.db.execute(
+            "SELECT DISTINCT run_id FROM arrays WHERE kind='input' AND digest IS NULL ORDER BY run_id")]
 
     def arrays(self, run_id: int) -> dict[str, dict[str, Any]]:
         rows = self.db.execute("SELECT name, kind, shape, dtype, nbytes FROM arrays WHERE run_id=? ORDER BY rowid",

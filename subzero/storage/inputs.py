@@ -15,6 +15,8 @@ import xarray as xr
 from numpy.typing import ArrayLike, DTypeLike
 
 from subzero.errors import SubZeroError
+from subzero.model import content
+from subzero.model.grid import stored_grid
 
 
 def load_path(path: str | os.PathLike[str], input_name: str = "input") -> np.ndarray | xr.DataArray:
@@ -266,3 +268,25 @@ def memo(key: Hashable, make: Callable[[], ArrayLike]) -> np.ndarray:
     The cache lives in this importable module, so it is never pickled with the
     input object (a workflow module loaded from a file is shipped by value)."""
     return _MEMO.get(key, make)
+
+
+def input_digest(value: Any, input_name: str = "input") -> str:
+    """The content digest of an input as a run would read it: a file (opened as
+    :func:`open_input` does, read region by region when it can be), an array, or a
+    DataArray (its labels count)."""
+    if isinstance(value, (str, os.PathLike)):
+        value = open_input(value, input_name)
+    grid = None
+    if isinstance(value, xr.DataArray):
+        grid = stored_grid(tuple(str(d) for d in value.dims),
+                           {str(k): np.asarray(v.values) for k, v in value.coords.items()
+                            if k in value.dims}, dict(value.attrs))
+        value = np.asarray(value.values)
+    elif isinstance(value, RegionSource):
+        grid = stored_grid(tuple(value.dims or ()), {}, value.attrs) if value.dims else None
+    elif not is_region_source(value):
+        value = np.asarray(value)
+    try:
+        return content.digest(value, grid)
+    except content.ContentError as e:
+        raise SubZeroError(f"input {input_name!r}: {e}") from e

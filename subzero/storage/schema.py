@@ -85,6 +85,13 @@ def _add_runs_in(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE trace_steps ADD COLUMN runs_in INTEGER DEFAULT 0")
 
 
+def _add_digests(db: sqlite3.Connection) -> None:
+    # an input's content digest (subzero.model.content), indexed: "which runs used this flat?"
+    if "digest" not in _columns(db, "arrays"):
+        db.execute("ALTER TABLE arrays ADD COLUMN digest TEXT")
+    db.execute("CREATE INDEX IF NOT EXISTS arrays_digest ON arrays (digest)")
+
+
 @dataclass(frozen=True)
 class Migration:
     """Brings a catalog from version ``to - 1`` to ``to``."""
@@ -105,6 +112,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "runs.uid and store_meta: the random identities a run's stored bytes and the "
                  "store's runs are bound to (older runs have none: they read as unbound)",
               _add_identity),
+    Migration(5, "arrays.digest: each input's content digest, indexed (older runs have none "
+                 "until it is computed)", _add_digests),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].to
 assert [m.to for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))

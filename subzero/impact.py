@@ -1,0 +1,184 @@
+"""The impact of an input region across every run that read it (issue 29).
+
+"A column of tonight's flat was bad: which cells of which runs did it touch?"
+The store knows each run's inputs by content (:mod:`subzero.model.content`), so
+the runs that read the flat come from the catalog's index, whatever file or path
+each run was given; each is then traced forward from its input (under whatever
+name that run gave it) to the arrays asked for, or to the workflow's outputs.
+The cost follows the runs found and the cells affected, not the store's size.
+
+An untrusted run (made elsewhere, not trusted here) is answered from its stored
+lineage where that needs no code; where it does, the run is listed with the
+reason instead of an answer -- never skipped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from subzero.errors import QueryError, SubZeroError
+from subzero.model.cells import parse_spec
+
+if TYPE_CHECKING:
+    from subzero.store import Store
+
+
+@dataclass(frozen=True)
+class TargetImpact:
+    """The affected cells of one array of one run."""
+
+    array: str
+    cells: np.ndarray = field(repr=False)
+    #: inclusive low and exclusive high corner of the cells, None when none
+    bounds: tuple[tuple[int, ...], tuple[int, ...]] | None
+    #: the cells' region on the sky / in labelled axes, when the array has them
+    where: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return int(len(self.cells))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"array": self.array, "count": self.count, "cells": self.cells.tolist(),
+                "bounds": None if self.bounds is None else [list(self.bounds[0]), list(self.bounds[1])],
+                **self.where}
+
+
+@dataclass(frozen=True)
+class RunImpact:
+    """One run that read the input: what it affected, or why that cannot be told."""
+
+    run_id: int
+    workflow: str
+    input: str                           # the input's name in this run
+    targets: list[TargetImpact]
+    seconds: float
+    #: why this run has no answer (an untrusted run whose lineage needs its code...)
+    error: str | None = None
+
+    @property
+    def count(self) -> int:
+        return sum(t.count for t in self.targets)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "workflow": self.workflow, "input": self.input,
+                "count": self.count, "seconds": self.seconds, "error": self.error,
+                "targets": [t.as_dict() for t in self.targets]}
+
+
+@dataclass(frozen=True)
+class Impact:
+    """Every run that read the input, and the cells the region affected in each."""
+
+    digest: str
+    cells_in: int
+    runs: list[RunImpact]
+
+    @property
+    def touched(self) -> list[RunImpact]:
+        """The runs where the region affected at least one cell."""
+        return [r for r in self.runs if r.count]
+
+    def by_workflow(self) -> dict[str, list[RunImpact]]:
+        out: dict[str, list[RunImpact]] = {}
+        for r in self.runs:
+            out.setdefault(r.workflow, []).append(r)
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"digest": self.digest, "cells_in": self.cells_in,
+                "runs": [r.as_dict() for r in self.runs]}
+
+
+def outputs(ops: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A workflow's outputs: the operators whose array no other operator reads."""
+    read = {i for o in ops for i in o["inputs"]}
+    return [o["name"] for o in ops if o["name"] not in read]
+
+
+def impact(store: Store, what: Any, cells: Any = None, *, name: str | None = None,
+           to: str | Sequence[str] | None = None, sky: Any = None, radius: Any = None,
+           sel: Mapping[str, Any] | None = None,
+           progress: Callable[[int, int], None] | None = None) -> Impact:
+    """See :meth:`subzero.store.Store.impact`."""
+    import time
+
+    digest = store.digest_of(what, name)
+    uses = store.runs_using(digest)
+    targets = [to] if isinstance(to, str) else list(to) if to is not None else None
+    found: list[RunImpact] = []
+    spec: np.ndarray | None = None
+    for k, (rid, inp) in enumerate(uses):
+        t0 = time.perf_counter()
+        run = store.get(rid)
+        try:
+            if spec is None:       # the same content everywhere: the same cells in every run
+                spec = _cells(run, inp, cells, sky, radius, sel)
+            wanted = targets if targets is not None else outputs(run.ops())
+            unknown = [t for t in wanted if t not in run.shapes()]
+            if unknown and targets is not None and len(uses) == 1:
+                raise QueryError(f"unknown array {unknown[0]!r} in run {rid}; its arrays are: "
+                                 f"{', '.join(run.shapes())}")
+            got = []
+            for t in wanted:
+                if t not in run.shapes() or not _downstream(run.ops(), inp, t):
+                    continue
+                res = run.trace(inp, spec, to=t, record=False)
+                got.append(TargetImpact(t, res.cells, res.cellset.bounds(), _where(res)))
+            found.append(RunImpact(rid, run.row.workflow, inp, got, time.perf_counter() - t0))
+        except QueryError:
+            raise
+        except SubZeroError as e:
+            found.append(RunImpact(rid, run.row.workflow, inp, [], time.perf_counter() - t0,
+                                   error=str(e)))
+        finally:
+            run.close()
+        if progress is not None:
+            progress(k + 1, len(uses))
+    return Impact(digest, 0 if spec is None else int(len(spec)), found)
+
+
+def _cells(run: Any, inp: str, cells: Any, sky: Any, radius: Any,
+           sel: Mapping[str, Any] | None) -> np.ndarray:
+    """The region's cells in the input, as an ``(N, ndim)`` array."""
+    if sky is not None or sel is not None:
+        if cells is not None:
+            raise QueryError("give cells, or sky=/sel=, not both")
+        return np.asarray(run.cells_at(inp, sky=sky, radius=radius, sel=sel))
+    if cells is None:
+        raise QueryError("the impact of an input needs its cells (or sky=... / sel=...)")
+    shape = run.shapes()[inp]
+    got = parse_spec(cells, shape, inp) if isinstance(cells, str) else np.asarray(cells, dtype=np.int64)
+    return got.reshape(-1, len(shape)) if got.size else np.zeros((0, len(shape)), np.int64)
+
+
+def _downstream(ops: Sequence[Mapping[str, Any]], start: str, target: str) -> bool:
+    """Whether array ``target`` is computed (through any path) from array ``start``."""
+    seen, todo = {start}, [start]
+    while todo:
+        a = todo.pop()
+        for o in ops:
+            if a in o["inputs"] and o["name"] not in seen:
+                seen.add(o["name"])
+                todo.append(o["name"])
+    return target in seen and target != start
+
+
+def _where(res: Any) -> dict[str, Any]:
+    """The answer's region on the sky and in labels, when its array has them."""
+    if not len(res):
+        return {}
+    out: dict[str, Any] = {}
+    try:
+        g = res.grid()
+        if g is not None and g.wcs:
+            out["sky"] = res.sky_region()
+        if g is not None and g.coords:
+            out["labels"] = res.label_region()
+    except QueryError:
+        pass                       # a grid that cannot be read: the answer stays in cells
+    return out
