@@ -191,9 +191,16 @@ def test_planner_picks_the_matching_index_and_switches_when_reading_is_slow(gsto
     # machine's calibration, so only the planner's consistency is checked here)
     steps = res.steps + fwd.steps
     decisions = list(planner.decisions)[-len(steps):]
-    ran = ["reexec" if s.method.startswith("reexec") else s.method for s in steps]
+    # a read that overran its time budget (a loaded machine) is abandoned for
+    # re-execution at query time, and the step says so: it ran what was priced
+    # cheapest until then
+    switched = ["switched to re-execution" in s.note for s in steps]
+    ran = [d[1][0][0] if sw else "reexec" if s.method.startswith("reexec") else s.method
+           for s, d, sw in zip(steps, decisions, switched)]
     assert ran == [d[1][0][0] for d in decisions]
-    assert all(s.method.startswith("stored:") for s in steps)    # re-execution costs 50x more
+    # re-execution costs 50x more: priced, it is never the first choice
+    assert all(s.method.startswith("stored:") for s, sw in zip(steps, switched) if not sw)
+    assert all(s.method.startswith("reexec") for s, sw in zip(steps, switched) if sw)
     assert len(planner.decisions) >= 4 and all(len(d[1]) == 3 for d in planner.decisions)
     # forward-only lineage asked backward: an impatient planner gives up and re-executes
     forw = gstore.run(WF, strategies={u: "full:fullone:forward" for u in UDFS}, progress=False)
