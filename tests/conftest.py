@@ -109,3 +109,18 @@ def unbound_runs(monkeypatch):
     lineage in ``metadata.WRITE_FORMAT``) and read as such."""
     import subzero.runs.transaction as transaction
     monkeypatch.setattr(transaction, "new_uid", lambda: None)
+
+
+#: the test files that take longest (a minute or more on 2 cores, Spark and subprocess
+#: heavy), run first: `make test` hands whole files to two workers in collection order,
+#: and a long file started last would leave one core idle at the end
+LONG_FILES = ("test_commit_crash.py", "test_spark_cluster.py", "test_spark.py", "test_oracle_property.py",
+              "test_components.py", "test_faults.py", "test_astronomy.py", "test_resume.py",
+              "test_binding.py", "test_bench_optimizer_scale.py", "test_cli_errors.py",
+              "test_integrity.py", "test_stages.py", "test_statistic.py", "test_spark_failures.py",
+              "test_shards.py", "test_explore.py", "test_optimizer.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: k for k, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda it: rank.get(it.path.name, len(LONG_FILES)))      # stable within a file
