@@ -575,8 +575,7 @@ def cmd_runs(a) -> int:
 
 def cmd_inputs(a) -> int:
     from subzero.api import open_store
-    store = open_store(a.store, create=False)
-    try:
+    with open_store(a.store, create=False) as store:
         if a.input is not None:
             digest = store.digest_of(a.input)
             uses = store.runs_using(digest)
@@ -604,15 +603,12 @@ def cmd_inputs(a) -> int:
             runs = ", ".join(map(str, ids[:6])) + (f" and {len(ids) - 6} more" if len(ids) > 6 else "")
             print(f"{e['digest'][:24]:<24} {str(tuple(e['shape'])):<16} {e['dtype']:<9} "
                   f"{_fmt_bytes(e['nbytes']):>9}  {len(ids):>4}  {', '.join(names)} (runs {runs})")
-    finally:
-        store.close()
     return 0
 
 
 def cmd_impact(a) -> int:
     from subzero.api import open_store
-    store = open_store(a.store, create=False)
-    try:
+    with open_store(a.store, create=False) as store:
         named = [flag for flag, v in (("--cells", a.cells), ("--sky", a.sky), ("--sel", a.sel)) if v]
         if len(named) != 1:
             raise SubZeroError("impact needs one of --cells SPEC, --sky RA,DEC or --sel NAME=LABEL"
@@ -642,8 +638,6 @@ def cmd_impact(a) -> int:
                          + (f" in [{', '.join(f'{lo}:{hi}' for lo, hi in zip(*t.bounds))}]" if t.bounds else "")
                          for t in r.targets]
                 print(f"  run {r.run_id} (input {r.input}): " + ("; ".join(parts) or "nothing downstream"))
-    finally:
-        store.close()
     return 0
 
 

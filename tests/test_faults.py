@@ -137,15 +137,22 @@ def test_undamaged_copies_are_exact_and_wrong_answers_are_caught(fixtures, scrat
 
 
 # -- the suite ---------------------------------------------------------------------------------
-def test_damaged_stores_answer_exactly_or_with_a_clear_error(fixtures, scratch):
-    cases = fl.make_cases(SEED, CASES, fixtures, kinds=DAMAGE_KINDS)
-    results = fl.run_cases(cases, fixtures, scratch / "cases", jobs=JOBS, timeout=TIMEOUT)
+def _judged(cases, fixtures, where, what: str, failing: str):
+    """Run the cases; fail with the counts and every failing case when any failed."""
+    results = fl.run_cases(cases, fixtures, where, jobs=JOBS, timeout=TIMEOUT)
     table = counts_table(fl.counts_by_kind(results))
-    print(f"\n{len(results)} fault cases (seed {SEED}):\n{table}")
+    print(f"\n{len(results)} {what} (seed {SEED}):\n{table}")
     failed = [r for r in results if r.failed]
     if failed:
-        pytest.fail(f"{len(failed)} of {len(results)} fault cases were not exact or a clear error "
-                    f"(seed {SEED}):\n{table}\n{failure_report(results)}", pytrace=False)
+        pytest.fail(f"{len(failed)} of {len(results)} {what} {failing} (seed {SEED}):\n{table}\n"
+                    f"{failure_report(results)}", pytrace=False)
+    return results
+
+
+def test_damaged_stores_answer_exactly_or_with_a_clear_error(fixtures, scratch):
+    cases = fl.make_cases(SEED, CASES, fixtures, kinds=DAMAGE_KINDS)
+    results = _judged(cases, fixtures, scratch / "cases", "fault cases",
+                      "were not exact or a clear error")
     # not vacuous: every kind of target was hit, and much damage is harmless
     assert len(fl.counts_by_kind(results)) >= 12
     assert sum(r.outcome == "exact" for r in results) > len(results) // 4
@@ -156,14 +163,8 @@ def test_moved_pieces_answer_exactly_or_with_a_clear_error_and_lose_nothing(fixt
     swapped, pieces of another run or store, links and FIFOs, catalog edits."""
     kinds = sorted(moving_kinds(fixtures))
     cases = [fl.make_case(SEED, n, fixtures, kind=k) for k in kinds for n in range(PER_MOVE)]
-    results = fl.run_cases(cases, fixtures, scratch / "moves", jobs=JOBS, timeout=TIMEOUT)
-    table = counts_table(fl.counts_by_kind(results))
-    print(f"\n{len(results)} moved-piece cases (seed {SEED}):\n{table}")
-    failed = [r for r in results if r.failed]
-    if failed:
-        pytest.fail(f"{len(failed)} of {len(results)} moved-piece cases were not exact or a clear "
-                    f"error, or lost data (seed {SEED}; replay with --case N --kind K):\n{table}\n"
-                    f"{failure_report(results)}", pytrace=False)
+    results = _judged(cases, fixtures, scratch / "moves", "moved-piece cases",
+                      "were not exact or a clear error, or lost data (replay with --case N --kind K)")
     assert {r.case.target.kind for r in results} == set(kinds) and len(kinds) >= 15
     assert all("nothing lost" in r.queries for r in results)            # the check ran
     assert any(r.outcome == "exact" for r in results) and any(r.outcome == "clear error"
