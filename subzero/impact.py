@@ -16,15 +16,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from subzero.errors import QueryError, SubZeroError
 from subzero.model.cells import parse_spec
 
-if TYPE_CHECKING:
-    from subzero.store import Store
+
+class RunsByInput(Protocol):
+    """What an impact query needs of a store (:class:`subzero.store.Store` has it)."""
+
+    def digest_of(self, what: Any, name: str | None = None) -> str: ...
+
+    def runs_using(self, what: Any, name: str | None = None) -> list[tuple[int, str]]: ...
+
+    def get(self, ref: str | int = "latest") -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -100,7 +107,7 @@ def outputs(ops: Sequence[Mapping[str, Any]]) -> list[str]:
     return [o["name"] for o in ops if o["name"] not in read]
 
 
-def impact(store: Store, what: Any, cells: Any = None, *, name: str | None = None,
+def impact(store: RunsByInput, what: Any, cells: Any = None, *, name: str | None = None,
            to: str | Sequence[str] | None = None, sky: Any = None, radius: Any = None,
            sel: Mapping[str, Any] | None = None,
            progress: Callable[[int, int], None] | None = None) -> Impact:
