@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from subzero.engines.choice import REQUESTS
-from subzero.errors import QueryError, SubZeroError, SubZeroWarning, warn
+from subzero.errors import SubZeroError, SubZeroWarning, warn
 from subzero.tuning import EXIT_GRACE_S
 
 if TYPE_CHECKING:
@@ -335,6 +335,16 @@ def _ops_table(ops) -> None:
               f"{o['lineage_s']:9.3f} {o['pairs']:9d} {_fmt_bytes(o['lineage_bytes']):>10}")
 
 
+def _region_flags(a) -> list[str]:
+    """Which of --cells, --sky and --sel were given (`trace`, `impact`)."""
+    return [flag for flag, v in (("--cells", a.cells), ("--sky", a.sky), ("--sel", a.sel)) if v]
+
+
+def _check_radius(a) -> None:
+    if a.radius is not None and not a.sky:
+        raise SubZeroError("--radius goes with --sky")
+
+
 def cmd_trace(a) -> int:
     from subzero.api import open_store
     from subzero.model.cells import parse_spec
@@ -344,13 +354,12 @@ def cmd_trace(a) -> int:
             if a.export:
                 raise SubZeroError("--export writes one trace's answer; it does not go with --workload")
             return _workload(store, a)
-        named = [flag for flag, v in (("--cells", a.cells), ("--sky", a.sky), ("--sel", a.sel)) if v]
+        named = _region_flags(a)
         if not a.frm or len(named) != 1:
             raise SubZeroError("trace needs --from ARRAY and one of --cells SPEC, --sky RA,DEC or "
                                "--sel NAME=LABEL" + (f" (got {' and '.join(named)})" if named else "")
                                + " (or --workload FILE)")
-        if a.radius is not None and not a.sky:
-            raise SubZeroError("--radius goes with --sky")
+        _check_radius(a)
         _check_exports(a.export, a.force)
         run = store.get(a.run)
         shapes = run.shapes()
@@ -368,7 +377,7 @@ def cmd_trace(a) -> int:
         res = run.trace(a.frm, cells, to=a.to, path=_path(a.path) if a.path else None,
                         shortcut=not a.no_shortcut, planner=_planner(run, a))
         out_cells = res.cells
-        where = _where(res)
+        where = res.where()
         if a.json:
             print(json.dumps({"run_id": run.id, "from": a.frm, "to": res.target,
                               "direction": res.direction, "count": int(len(out_cells)),
@@ -457,28 +466,6 @@ def _print_trace(res, cells, n_in) -> None:
     for s in res.steps:
         print(f"  step {s.op}:{s.input} {s.direction:<8} {s.method:<30} {s.cells_in:>8} -> "
               f"{s.cells_out:<8} {s.seconds * 1000:8.2f} ms")
-
-
-def _where(res) -> dict:
-    """The answer's region in the target's own terms: ``sky`` (RA/Dec of its bounding
-    box) when the target has a sky WCS, ``labels`` (first and last label per labelled
-    axis) when it has labels."""
-    if not len(res):
-        return {}
-    try:
-        g = res.grid()
-    except QueryError as e:        # a user operator's output_grid is wrong: the cells still stand
-        warn(f"{e}; the answer is given in cells only")
-        return {}
-    out: dict = {}
-    if g is not None and g.wcs:
-        try:
-            out["sky"] = res.sky_region()
-        except QueryError:
-            pass            # WCS cards astropy cannot read: the answer stays in cells
-    if g is not None and g.coords:
-        out["labels"] = res.label_region()
-    return out
 
 
 def _print_where(where: dict) -> None:
@@ -609,12 +596,11 @@ def cmd_inputs(a) -> int:
 def cmd_impact(a) -> int:
     from subzero.api import open_store
     with open_store(a.store, create=False) as store:
-        named = [flag for flag, v in (("--cells", a.cells), ("--sky", a.sky), ("--sel", a.sel)) if v]
+        named = _region_flags(a)
         if len(named) != 1:
             raise SubZeroError("impact needs one of --cells SPEC, --sky RA,DEC or --sel NAME=LABEL"
                                + (f" (got {' and '.join(named)})" if named else ""))
-        if a.radius is not None and not a.sky:
-            raise SubZeroError("--radius goes with --sky")
+        _check_radius(a)
         if (a.input is None) == (a.name is None):
             raise SubZeroError("impact needs --input FILE|DIGEST, or --run N --name INPUT")
         what, name = (a.input, None) if a.input is not None else (a.run, a.name)
@@ -856,6 +842,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"subzero {_version()}")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
 
+    def region_args(sp):
+        """The cells a query starts from, as `trace` and `impact` take them."""
+        sp.add_argument("--cells", metavar="SPEC", help="cells: 12,40 or 12,40;13,41 or 10:20,30:40")
+        sp.add_argument("--sky", metavar="RA,DEC",
+                        help="cells at a sky position (degrees, or 23:47:09.8,-2:17:37) through the "
+                             "array's FITS WCS")
+        sp.add_argument("--radius", metavar="ANGLE",
+                        help="with --sky: every cell within this angle, e.g. 2arcsec (number: arcsec)")
+        sp.add_argument("--sel", action="append", metavar="NAME=LABEL",
+                        help="labelled cells, e.g. time=2020-01-03 or lat=10:20 (repeatable)")
+
     def common(sp):
         sp.add_argument("--store", default=os.environ.get("SUBZERO_STORE", ".subzero"),
                         help="store directory (default ./.subzero)")
@@ -901,14 +898,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("trace", help="trace cells backward or forward through a run")
     t.add_argument("--run", default="latest", help="run id or 'latest' (default)")
     t.add_argument("--from", dest="frm", metavar="ARRAY", help="start array (operator or input name)")
-    t.add_argument("--cells", metavar="SPEC", help="cells: 12,40 or 12,40;13,41 or 10:20,30:40")
-    t.add_argument("--sky", metavar="RA,DEC",
-                   help="start at a sky position (degrees, or 23:47:09.8,-2:17:37) through the "
-                        "array's FITS WCS")
-    t.add_argument("--radius", metavar="ANGLE",
-                   help="with --sky: every cell within this angle, e.g. 2arcsec (number: arcsec)")
-    t.add_argument("--sel", action="append", metavar="NAME=LABEL",
-                   help="start at labelled cells, e.g. time=2020-01-03 or lat=10:20 (repeatable)")
+    region_args(t)
     t.add_argument("--to", metavar="ARRAY", help="target array; every DAG path to it is traced")
     t.add_argument("--path", metavar="OP:IDX,...", help="explicit path of (operator, input index)")
     t.add_argument("--workload", metavar="FILE", help="run every query of a workload file")
@@ -991,11 +981,7 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("--input", metavar="FILE|DIGEST", help="the input: a file or a digest (sz1:...)")
     im.add_argument("--run", metavar="N", help="with --name: the input of this run")
     im.add_argument("--name", metavar="INPUT", help="with --run: the input's name in that run")
-    im.add_argument("--cells", metavar="SPEC", help="cells: 12,40 or 12,40;13,41 or 10:20,30:40")
-    im.add_argument("--sky", metavar="RA,DEC", help="cells at a sky position (the input's FITS WCS)")
-    im.add_argument("--radius", metavar="ANGLE", help="with --sky: every pixel within this angle")
-    im.add_argument("--sel", action="append", metavar="NAME=LABEL",
-                    help="cells by label (repeatable; NAME=LO:HI for a range)")
+    region_args(im)
     im.add_argument("--to", action="append", metavar="ARRAY",
                     help="an array to trace to (repeatable; default: the workflow's outputs)")
     common(im)

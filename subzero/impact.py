@@ -21,7 +21,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from subzero.errors import QueryError, SubZeroError
-from subzero.model.cells import parse_spec
 
 
 class RunsByInput(Protocol):
@@ -124,7 +123,9 @@ def impact(store: RunsByInput, what: Any, cells: Any = None, *, name: str | None
         run = store.get(rid)
         try:
             if spec is None:       # the same content everywhere: the same cells in every run
-                spec = _cells(run, inp, cells, sky, radius, sel)
+                ndim = len(run.shapes()[inp])
+                spec = np.asarray(run.select(inp, cells, sky=sky, radius=radius, sel=sel),
+                                  dtype=np.int64).reshape(-1, ndim)
             wanted = targets if targets is not None else outputs(run.ops())
             unknown = [t for t in wanted if t not in run.shapes()]
             if unknown and targets is not None and len(uses) == 1:
@@ -135,7 +136,7 @@ def impact(store: RunsByInput, what: Any, cells: Any = None, *, name: str | None
                 if t not in run.shapes() or not _downstream(run.ops(), inp, t):
                     continue
                 res = run.trace(inp, spec, to=t, record=False)
-                got.append(TargetImpact(t, res.cells, res.cellset.bounds(), _where(res)))
+                got.append(TargetImpact(t, res.cells, res.cellset.bounds(), res.where()))
             found.append(RunImpact(rid, run.row.workflow, inp, got, time.perf_counter() - t0))
         except QueryError:
             raise
@@ -149,20 +150,6 @@ def impact(store: RunsByInput, what: Any, cells: Any = None, *, name: str | None
     return Impact(digest, 0 if spec is None else int(len(spec)), found)
 
 
-def _cells(run: Any, inp: str, cells: Any, sky: Any, radius: Any,
-           sel: Mapping[str, Any] | None) -> np.ndarray:
-    """The region's cells in the input, as an ``(N, ndim)`` array."""
-    if sky is not None or sel is not None:
-        if cells is not None:
-            raise QueryError("give cells, or sky=/sel=, not both")
-        return np.asarray(run.cells_at(inp, sky=sky, radius=radius, sel=sel))
-    if cells is None:
-        raise QueryError("the impact of an input needs its cells (or sky=... / sel=...)")
-    shape = run.shapes()[inp]
-    got = parse_spec(cells, shape, inp) if isinstance(cells, str) else np.asarray(cells, dtype=np.int64)
-    return got.reshape(-1, len(shape)) if got.size else np.zeros((0, len(shape)), np.int64)
-
-
 def _downstream(ops: Sequence[Mapping[str, Any]], start: str, target: str) -> bool:
     """Whether array ``target`` is computed (through any path) from array ``start``."""
     seen, todo = {start}, [start]
@@ -173,19 +160,3 @@ def _downstream(ops: Sequence[Mapping[str, Any]], start: str, target: str) -> bo
                 seen.add(o["name"])
                 todo.append(o["name"])
     return target in seen and target != start
-
-
-def _where(res: Any) -> dict[str, Any]:
-    """The answer's region on the sky and in labels, when its array has them."""
-    if not len(res):
-        return {}
-    out: dict[str, Any] = {}
-    try:
-        g = res.grid()
-        if g is not None and g.wcs:
-            out["sky"] = res.sky_region()
-        if g is not None and g.coords:
-            out["labels"] = res.label_region()
-    except QueryError:
-        pass                       # a grid that cannot be read: the answer stays in cells
-    return out

@@ -166,6 +166,20 @@ class Run:
         return self.executor().trace_reach(start, self._spec(start, cells),
                                            direction == "backward", shortcut, self.planner)
 
+    def select(self, start: str, cells: ArrayLike | str | None = None, *,
+               sky: str | Sequence[float | str] | SkyCoord | None = None,
+               radius: str | float | Quantity | None = None,
+               sel: Mapping[str, Any] | None = None) -> Any:
+        """The cells of array ``start`` a query names: ``cells`` (an array of cells, or
+        the ``--cells`` syntax), or ``sky``/``radius`` or ``sel`` (:meth:`cells_at`)."""
+        if sky is not None or sel is not None:
+            if cells is not None:
+                raise QueryError("give cells, or sky=/sel=, not both")
+            return self.cells_at(start, sky=sky, radius=radius, sel=sel)
+        if cells is None:
+            raise QueryError(f"a query from {start!r} needs cells (or sky=... / sel=...)")
+        return self._spec(start, cells)
+
     def _spec(self, start: str, cells: Any) -> Any:
         """Cells given in the ``--cells`` syntax (a string) as an array: boxes are
         deduplicated as they are expanded, within a limit
@@ -243,13 +257,7 @@ class Run:
         follows the simple rule (stored in the step's direction, map, stored the
         other way, re-execution).  ``record`` keeps the trace in the catalog's
         trace log, from which the optimizer derives workloads."""
-        if sky is not None or sel is not None:
-            if cells is not None:
-                raise QueryError("give cells, or sky=/sel=, not both")
-            cells = self.cells_at(start, sky=sky, radius=radius, sel=sel)
-        elif cells is None:
-            raise QueryError(f"trace from {start!r} needs cells (or sky=... / sel=...)")
-        cells = self._spec(start, cells)
+        cells = self.select(start, cells, sky=sky, radius=radius, sel=sel)
         res = self.executor().trace(start, cells, to=to, path=path, prefer=prefer, shortcut=shortcut,
                                     grids=self.grid,
                                     planner=planner if planner is not None else self.planner)

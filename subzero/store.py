@@ -372,9 +372,10 @@ class Store:
         have = self.catalog.input_digests(row.id)
         if row.status != "complete":
             return have
-        if self.verdict(row).trusted:          # a signed record's digests stand over the catalog's
-            rec = self.steering(row).record
-            for a in (rec or {}).get("arrays", []):
+        verdict = self.verdict(row)
+        if verdict.trusted and verdict.record is not None:   # a signed record's digests stand
+            rec = record.parse(verdict.record, self.run_dir(row.id))      # over the catalog's
+            for a in rec["arrays"]:
                 if a["kind"] == "input" and a.get("digest") and a["name"] in have:
                     if have[a["name"]] is None and not self.readonly:
                         self.catalog.set_digest(row.id, a["name"], a["digest"])

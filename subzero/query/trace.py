@@ -14,7 +14,7 @@ import numpy as np
 import xarray as xr
 from numpy.typing import ArrayLike
 
-from subzero.errors import QueryError
+from subzero.errors import QueryError, warn
 from subzero.model.cellset import CellSet, spec
 from subzero.model.grid import Grid
 from subzero.query.mask import labelled_mask
@@ -152,6 +152,28 @@ class TraceResult:
         from subzero.coords.sky import footprint
         lo, hi = self._box()
         return footprint(self.grid(), lo, hi, self.target)
+
+    def where(self) -> dict[str, Any]:
+        """The answer's region in the target's own terms: ``sky`` (RA/Dec of its bounding
+        box) when the target has a sky WCS, ``labels`` (first and last label per labelled
+        axis) when it has labels; empty for an empty answer.  A grid that cannot be made
+        (a user operator's ``output_grid`` is wrong) is a warning: the cells still stand."""
+        if not len(self):
+            return {}
+        try:
+            g = self.grid()
+        except QueryError as e:
+            warn(f"{e}; the answer is given in cells only")
+            return {}
+        out: dict[str, Any] = {}
+        if g is not None and g.wcs:
+            try:
+                out["sky"] = self.sky_region()
+            except QueryError:
+                pass            # WCS cards astropy cannot read: the answer stays in cells
+        if g is not None and g.coords:
+            out["labels"] = self.label_region()
+        return out
 
     def label_region(self) -> dict[str, list]:
         """For each labelled axis of the target, the first and last label the answer spans."""
