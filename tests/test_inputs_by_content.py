@@ -221,3 +221,17 @@ def test_an_edited_digest_in_the_catalog_is_seen_and_repaired(store, shell):
     subzero.fsck(store.path)
     assert store.catalog.input_digests(2)["flat"] == want
     assert [r for r, _ in store.runs_using(want)] == [1, 2, 3]
+
+
+def test_a_damaged_input_of_a_run_without_digests_is_named_not_skipped_silently(night, tmp_path, monkeypatch):
+    d, flat, skies = night
+    with subzero.open_store(tmp_path / "s") as st:
+        with monkeypatch.context() as m:
+            runs_without_digests(m)
+            run = st.run(EXAMPLE, inputs={"raw": skies[0], "flat": d / "flat.npy"}, tile=32,
+                         progress=False)
+        chunk = next(p for p in (run.dir / "arrays" / "flat.zarr" / "data" / "c").rglob("*") if p.is_file())
+        chunk.write_bytes(b"\0" * chunk.stat().st_size)
+        with pytest.warns(subzero.SubZeroWarning, match=r"input 'flat' of run 1 has no content digest.*damaged"):
+            assert st.runs_using(d / "flat.npy") == []
+        assert st.catalog.input_digests(run.id)["flat"] is None             # nothing wrong kept
