@@ -583,13 +583,18 @@ def cmd_inputs(a) -> int:
         if not found:
             print("no inputs yet")
             return 0
-        print(f"{'content':<24} {'shape':<16} {'dtype':<9} {'size':>9}  {'runs':>4}  used as")
+        print(f"{'content':<24} {'shape':<16} {'dtype':<9} {'size':>9} {'on disk':>9} {'copies':>6}"
+              f"  {'runs':>4}  used as")
         for e in found:
             names = sorted({n for _, n in e["uses"]})
             ids = [r for r, _ in e["uses"]]
             runs = ", ".join(map(str, ids[:6])) + (f" and {len(ids) - 6} more" if len(ids) > 6 else "")
             print(f"{e['digest'][:24]:<24} {str(tuple(e['shape'])):<16} {e['dtype']:<9} "
-                  f"{_fmt_bytes(e['nbytes']):>9}  {len(ids):>4}  {', '.join(names)} (runs {runs})")
+                  f"{_fmt_bytes(e['nbytes']):>9} {_fmt_bytes(e['stored']['bytes']):>9} "
+                  f"{e['stored']['copies']:>6}  {len(ids):>4}  {', '.join(names)} (runs {runs})")
+        total = sum(e["stored"]["bytes"] for e in found)
+        print(f"{len(found)} distinct input(s), {_fmt_bytes(total)} on disk for "
+              f"{sum(len(e['uses']) for e in found)} use(s) by runs")
     return 0
 
 

@@ -90,7 +90,14 @@ class Run:
     @property
     def _arrays(self) -> ArrayStore:
         if self._store_of_arrays is None:
-            self._store_of_arrays = ArrayStore(self.dir, run_uid=self.uid)
+            # a signed record names each input's content: a reference to the store's copy
+            # of another content is refused (an unsigned run's references are checked
+            # against their own seal, run and store only)
+            steer = self.steering()
+            digests = {a["name"]: a.get("digest") for a in steer.record["arrays"]
+                       if a.get("kind") == "input"} \
+                if steer.record is not None and steer.verified else None
+            self._store_of_arrays = ArrayStore(self.dir, run_uid=self.uid, inputs=digests)
         return self._store_of_arrays
 
     def steering(self) -> Steering:

@@ -34,16 +34,18 @@ from subzero.query.trace import TraceResult
 from subzero.query.tracelog import record_trace
 from subzero.run import Run
 from subzero.runs import launch, record
-from subzero.runs.clean import clean
+from subzero.runs.clean import clean, tree_bytes
 from subzero.runs.many import InstanceResult
 from subzero.runs.options import RunOptions
 from subzero.runs.record import Steering
 from subzero.runs.transaction import recover
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.catalog import Catalog, RunRow
+from subzero.storage.chunks import sums_file
 from subzero.storage.inputs import input_digest
 from subzero.storage.pickles import load_workflow_pickle
 from subzero.storage.place import STORE_FILE, new_uid, read_store_uid, write_store_uid
+from subzero.storage.shared import INPUTS
 from subzero.storage.space import disk_full, full_disk_named
 from subzero.storage.trust import (
     MODIFIED,
@@ -397,8 +399,11 @@ class Store:
 
     def inputs(self) -> list[dict[str, Any]]:
         """The store's distinct inputs by content: one dict per digest with ``digest``,
-        ``shape``, ``dtype``, ``nbytes`` and ``uses`` (``(run id, input name)`` of every
-        complete run that read it, in run order).  Digests of runs made before digests
+        ``shape``, ``dtype``, ``nbytes``, ``uses`` (``(run id, input name)`` of every
+        complete run that read it, in run order) and ``stored``: how many copies the
+        store keeps (``copies``; ``shared`` of them the store's, read by every run
+        that uses them, the others a run's own, from runs made before inputs were
+        stored once) and their ``bytes`` on disk.  Digests of runs made before digests
         are computed first (see :meth:`input_digests`)."""
         out: dict[str, dict[str, Any]] = {}
         for row in self.catalog.runs():
@@ -412,7 +417,23 @@ class Store:
                 e = out.setdefault(digest, {"digest": digest, "shape": tuple(a["shape"]),
                                             "dtype": a["dtype"], "nbytes": a["nbytes"], "uses": []})
                 e["uses"].append((row.id, name))
+                e.setdefault("places", set()).add(self._input_place(row, name))
+        for e in out.values():
+            places = e.pop("places")
+            e["stored"] = {"copies": len(places), "shared": sum(1 for p in places if p.parent.name
+                                                                 == INPUTS),
+                           "bytes": sum(tree_bytes(p) + (tree_bytes(sums_file(p)) if
+                                                         sums_file(p).exists() else 0)
+                                        for p in places if p.exists())}
         return list(out.values())
+
+    def _input_place(self, row: RunRow, name: str) -> Path:
+        """Where a run's input is kept: the store's copy, or the run's own."""
+        arrays = ArrayStore(self.run_dir(row.id), run_uid=row.uid)
+        try:
+            return arrays.path(name)
+        except SubZeroError:
+            return arrays.dir / f"{name}.zarr"
 
     def runs_using(self, what: Any, name: str | None = None) -> list[tuple[int, str]]:
         """``(run id, input name)`` of every complete run that read this input: ``what`` is

@@ -124,3 +124,14 @@ LONG_FILES = ("test_commit_crash.py", "test_spark_cluster.py", "test_spark.py", 
 def pytest_collection_modifyitems(config, items):
     rank = {name: k for k, name in enumerate(LONG_FILES)}
     items.sort(key=lambda it: rank.get(it.path.name, len(LONG_FILES)))      # stable within a file
+
+
+def stored_path(run_dir, name: str) -> Path:
+    """Where a run keeps array ``name``: its own folder, or the store's copy of an input it
+    shares with other runs (``runs/<id>/arrays/<name>.input.json`` names it)."""
+    from subzero.storage import shared
+    run_dir = Path(run_dir)
+    ref = shared.read_ref(run_dir / "arrays" / f"{name}{shared.REF}", name)
+    if ref is None:
+        return run_dir / "arrays" / f"{name}.zarr"
+    return run_dir.parent.parent / shared.INPUTS / f"{ref.key}.zarr"

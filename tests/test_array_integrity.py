@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import EXAMPLE
+from conftest import EXAMPLE, stored_path
 
 import subzero
 from subzero.errors import CorruptArray, StoreError
@@ -179,7 +179,7 @@ def test_deleted_input_chunk_of_a_reexecution_is_an_error_not_count_0(example_ru
     ``"count": 0``; now the trace stops with one line naming the chunk file."""
     run = example_run
     assert len(run.trace("stars", [(40, 70)], to="clean")) > 0
-    chunk = run.dir / "arrays" / "clean.zarr" / "data" / "c" / "1" / "2"
+    chunk = stored_path(run.dir, "clean") / "data" / "c" / "1" / "2"
     chunk.unlink()
     store.close()
     code, out, err = cli("trace", "--store", store.path, "--run", run.id, "--from", "stars",
@@ -192,22 +192,23 @@ def test_deleted_input_chunk_of_a_reexecution_is_an_error_not_count_0(example_ru
 
 def test_garbled_chunk_is_named_not_an_internal_error(example_run, cli, store):
     run = example_run
-    garble(run.dir / "arrays" / "raw.zarr" / "data" / "c" / "0" / "0", at=40, n=8)
+    garble(stored_path(run.dir, "raw") / "data" / "c" / "0" / "0", at=40, n=8)
     store.close()
     code, _, err = cli("trace", "--store", store.path, "--run", run.id, "--from", "calib",
                        "--cells", "3,3", "--to", "raw")
     assert code == 2 and "internal error" not in err
     assert f"array 'raw' of run {run.id} is damaged: chunk file" in err and "fails its checksum" in err
+    assert "/inputs/" in err                # the store's copy, which every run of it reads
 
 
 def test_damaged_metadata_of_an_array_a_run_reads(example_run, store):
     run = example_run
-    shutil.copy(run.dir / "arrays" / "flat.zarr" / "zarr.json", run.dir / "saved.json")
-    (run.dir / "arrays" / "flat.zarr" / "zarr.json").write_text("{}")
-    with pytest.raises(CorruptArray, match=r"array 'flat' of run \d+ is damaged: its metadata file "
-                                           r".*flat\.zarr/zarr\.json fails its checksum"):
+    shutil.copy(stored_path(run.dir, "flat") / "zarr.json", run.dir / "saved.json")
+    (stored_path(run.dir, "flat") / "zarr.json").write_text("{}")
+    with pytest.raises(CorruptArray, match=r"array 'flat' of run \d+ .*is damaged: its metadata file "
+                                           r".*\.zarr/zarr\.json fails its checksum"):
         run.array("flat")
-    shutil.copy(run.dir / "saved.json", run.dir / "arrays" / "flat.zarr" / "zarr.json")
+    shutil.copy(run.dir / "saved.json", stored_path(run.dir, "flat") / "zarr.json")
     assert run.array("flat").shape == (64, 96)
 
 
@@ -216,7 +217,7 @@ def test_damaged_metadata_of_an_array_a_run_reads(example_run, store):
 def test_spark_region_written_array_is_checksummed(spark, store):
     run = store.run(EXAMPLE, engine="spark", spark=spark, tile=32, progress=False,
                     strategies={"stars": "blackbox"})
-    p = run.dir / "arrays" / "smooth.zarr"             # a tile operator: written tile by tile
+    p = stored_path(run.dir, "smooth")             # a tile operator: written tile by tile
     meta = json.loads((p / "data" / "zarr.json").read_text())
     assert "crc32c" in [c["name"] for c in meta["codecs"]] and sums_file(p).exists()
     assert len([f for f in grid_files(p / "data") if f.startswith("c")]) == 2 * 3

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import EXAMPLE, unbound_runs
+from conftest import EXAMPLE, stored_path, unbound_runs
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as hst
 
@@ -122,15 +122,20 @@ def exact_or_one_line(run, want: list[np.ndarray], names: str | None = None,
 
 
 def chunk(run, array: str, key: str = "c/1/2") -> Path:
-    return run.dir / "arrays" / f"{array}.zarr" / "data" / key
+    return stored_path(run.dir, array) / "data" / key
 
 
 # -- chunks ---------------------------------------------------------------------------------
 def test_chunks_are_bound_to_their_run_array_and_position(pair):
     st, a, _, want = pair
+    store_uid = st.catalog.meta("store_uid")
     for name in a.array_names():
-        side = sums_file(a.dir / "arrays" / f"{name}.zarr").read_text()
-        assert f'"run": "{a.row.uid}"' in side and f'"array": "{name}"' in side
+        side = sums_file(stored_path(a.dir, name)).read_text()
+        if name in a.row.inputs:        # the store's copy: bound to the store and the content
+            assert f'"run": "{store_uid}"' in side and '"owner": "store"' in side
+            assert f'"array": "input {st.input_digests(a.id)[name]}' in side
+        else:
+            assert f'"run": "{a.row.uid}"' in side and f'"array": "{name}"' in side
         assert '"chunks": {' in side and '"format": 2' in side
     digests = ArrayStore(a.dir, run_uid=a.row.uid).sidecar_digests()
     assert sorted(digests) == sorted(a.array_names())
@@ -152,7 +157,7 @@ def test_two_chunks_of_an_array_swapped(pair, array):
     msg = str(e.value)
     assert msg.startswith(f"array {array!r} of run {a.id}: chunk file ") and "\n" not in msg
     assert "is not the chunk its place names" in msg and str(x) in msg
-    exact_or_one_line(run, want, f"{array}.zarr/data/c/")
+    exact_or_one_line(run, want, f"{stored_path(a.dir, array).name}/data/c/")
 
 
 @pytest.mark.parametrize("array", ["raw", "calib", "clean", "stars"])
@@ -161,12 +166,12 @@ def test_a_chunk_copied_from_another_run(pair, array):
     shutil.copyfile(chunk(b, array), chunk(a, array))
     run = reopened(st, a.id)
     with pytest.raises(CorruptArray, match=rf"array {array!r} of run {a.id}: chunk file "
-                                           rf".*{array}\.zarr/data/c/1/2 is not the chunk its "
+                                           rf".*\.zarr/data/c/1/2 is not the chunk its "
                                            rf"place names"):
         run.read_region(array, (slice(32, 64), slice(64, 96)))
     np.testing.assert_array_equal(run.read_region(array, (slice(0, 32), slice(0, 32))),
                                   a.read_region(array, (slice(0, 32), slice(0, 32))))
-    exact_or_one_line(run, want, f"{array}.zarr/data/c/1/2")
+    exact_or_one_line(run, want, f"{stored_path(a.dir, array).name}/data/c/1/2")
 
 
 def test_re_execution_blames_the_chunk_not_the_operator(tmp_path):
@@ -194,10 +199,10 @@ def test_a_chunk_linked_to_another_runs(pair):
     chunk(a, "raw").unlink()
     chunk(a, "raw").symlink_to(target)
     run = reopened(st, a.id)
-    with pytest.raises(CorruptArray, match=r"array 'raw' of run \d+: chunk file .*raw\.zarr/data/"
+    with pytest.raises(CorruptArray, match=r"array 'raw' of run \d+: chunk file .*\.zarr/data/"
                                            r"c/1/2 is a link, not the chunk its place names"):
         run.array("raw")
-    exact_or_one_line(run, want, "raw.zarr/data/c/1/2")
+    exact_or_one_line(run, want, ".zarr/data/c/1/2")
     assert target.read_bytes() == target_bytes          # read through nothing, touched nothing
 
 
@@ -218,37 +223,43 @@ def test_a_fifo_in_a_chunks_place_does_not_block(pair):
     os.mkfifo(chunk(a, "raw"))
     run = reopened(st, a.id)
     with within(20):
-        with pytest.raises(CorruptArray, match=r"raw\.zarr/data/c/1/2 is not a regular file"):
+        with pytest.raises(CorruptArray, match=r"\.zarr/data/c/1/2 is not a regular file"):
             run.array("raw")
-        exact_or_one_line(run, want, "raw.zarr/data/c/1/2")
+        exact_or_one_line(run, want, ".zarr/data/c/1/2")
 
 
 @pytest.mark.parametrize("array", ["raw", "stars"])
 def test_a_whole_array_folder_from_another_run(pair, array):
     st, a, b, want = pair
-    dst = a.dir / "arrays" / f"{array}.zarr"
+    dst = stored_path(a.dir, array)
     shutil.rmtree(dst)
-    shutil.copytree(b.dir / "arrays" / f"{array}.zarr", dst)
-    shutil.copyfile(sums_file(b.dir / "arrays" / f"{array}.zarr"), sums_file(dst))
+    shutil.copytree(stored_path(b.dir, array), dst)
+    shutil.copyfile(sums_file(stored_path(b.dir, array)), sums_file(dst))
     run = reopened(st, a.id)
     with pytest.raises(CorruptArray) as e:
         run.array(array)
     msg = str(e.value)
-    assert f"array {array!r} of run {a.id} belongs to another run" in msg and "\n" not in msg
-    assert f"names run uid {b.row.uid}" in msg and f"{array}.sums.json" in msg
-    exact_or_one_line(run, want, f"array {array!r} of run {a.id} belongs to another run")
+    if array in a.row.inputs:          # the store's copy of another content in its place
+        said = f"array {array!r} of run {a.id} is not the array its place names"
+        assert said in msg and "is not the array its place names" in msg and "\n" not in msg
+        assert f"is of array 'input {st.input_digests(b.id)[array]}" in msg
+    else:
+        said = f"array {array!r} of run {a.id} belongs to another run"
+        assert said in msg and "\n" not in msg
+        assert f"names run uid {b.row.uid}" in msg and f"{array}.sums.json" in msg
+    exact_or_one_line(run, want, said)
 
 
 def test_an_array_folder_from_another_run_without_its_sidecar(pair):
     """The metadata files of both runs' arrays are alike; the chunks are not."""
     st, a, b, want = pair
-    dst = a.dir / "arrays" / "raw.zarr"
+    dst = stored_path(a.dir, "raw")
     shutil.rmtree(dst)
-    shutil.copytree(b.dir / "arrays" / "raw.zarr", dst)
+    shutil.copytree(stored_path(b.dir, "raw"), dst)
     run = reopened(st, a.id)
-    with pytest.raises(CorruptArray, match="raw.zarr/data/c/0/0 is not the chunk its place names"):
+    with pytest.raises(CorruptArray, match=r"\.zarr/data/c/0/0 is not the chunk its place names"):
         run.array("raw")
-    exact_or_one_line(run, want, "raw.zarr/data/c/")
+    exact_or_one_line(run, want, ".zarr/data/c/")
 
 
 def test_an_array_renamed_into_another_arrays_place(pair):
@@ -264,12 +275,12 @@ def test_an_array_renamed_into_another_arrays_place(pair):
 
 def test_an_edited_manifest_fails_its_own_digest(pair):
     st, a, _, _ = pair
-    side = sums_file(a.dir / "arrays" / "raw.zarr")
+    side = sums_file(stored_path(a.dir, "raw"))
     text = side.read_text()
     i = text.index('"chunks": {') + len('"chunks": {')
     j = text.index('"', text.index(':', i)) + 1            # the first hex digit of a manifest
     side.write_text(text[:j] + ("0" if text[j] != "0" else "1") + text[j + 1:])
-    with pytest.raises(CorruptArray, match="raw.sums.json is unreadable or fails its own digest"):
+    with pytest.raises(CorruptArray, match=r"\.sums\.json is unreadable or fails its own digest"):
         reopened(st, a.id).array("raw")
 
 
@@ -304,6 +315,8 @@ def test_a_whole_run_folder_from_elsewhere_is_refused(pair, tmp_path, source):
 
 # -- lineage ----------------------------------------------------------------------------------
 def _swap(x: Path, y: Path) -> None:
+    if x == y:               # an input both runs read from the store's one copy
+        return
     tmp = x.with_name(x.name + ".swap")
     x.rename(tmp)
     y.rename(x)
@@ -381,7 +394,7 @@ def test_a_run_made_before_uids_reads_as_before(store, monkeypatch):
     old = store.run(EXAMPLE, tile=32, progress=False)
     monkeypatch.undo()
     assert old.row.uid is None
-    side = sums_file(old.dir / "arrays" / "raw.zarr").read_text()
+    side = sums_file(stored_path(old.dir, "raw")).read_text()
     assert '"run"' not in side and '"chunks"' not in side and '"format": 1' in side
     new = store.run(EXAMPLE, tile=32, progress=False)
     with warnings.catch_warnings():
@@ -392,11 +405,11 @@ def test_a_run_made_before_uids_reads_as_before(store, monkeypatch):
             assert any(st.method.startswith("stored:") for st in got.steps)
     np.testing.assert_array_equal(old.array("stars").values, new.array("stars").values)
     # its arrays and lineage are unbound: taken into a run with a uid, they are not its own
-    shutil.copytree(old.dir / "arrays" / "raw.zarr", new.dir / "arrays" / "raw.zarr",
+    shutil.copytree(stored_path(old.dir, "raw"), stored_path(new.dir, "raw"),
                     dirs_exist_ok=True)
-    shutil.copyfile(sums_file(old.dir / "arrays" / "raw.zarr"),
-                    sums_file(new.dir / "arrays" / "raw.zarr"))
-    with pytest.raises(CorruptArray, match=r"array 'raw' of run \d+ is not bound to this run .*"
+    shutil.copyfile(sums_file(stored_path(old.dir, "raw")),
+                    sums_file(stored_path(new.dir, "raw")))
+    with pytest.raises(CorruptArray, match=r"array 'raw' of run \d+ .*is not bound to this store .*"
                                            r"names no run"):
         reopened(store, new.id).array("raw")
 
@@ -427,7 +440,7 @@ def _shards(run, op: str) -> list[Path]:
 def test_spark_writes_bound_arrays_and_shards(spair):
     st, a, b, want = spair
     assert _shards(a, "stars") and _shards(a, "clean")
-    side = sums_file(a.dir / "arrays" / "smooth.zarr").read_text()      # written by the tasks
+    side = sums_file(stored_path(a.dir, "smooth")).read_text()      # written by the tasks
     assert f'"run": "{a.row.uid}"' in side and '"chunks": {' in side
     assert exact_or_one_line(a, want) == []
     # inputs by content (issue 29): the same digests as the values the run read
@@ -454,10 +467,10 @@ def test_spark_chunk_copied_from_another_run(spair, array):
     st, a, b, want = spair
     shutil.copyfile(chunk(b, array), chunk(a, array))
     run = reopened(st, a.id)
-    with pytest.raises(CorruptArray, match=rf"{array}\.zarr/data/c/1/2 is not the chunk its place "
+    with pytest.raises(CorruptArray, match=r"\.zarr/data/c/1/2 is not the chunk its place "
                                            rf"names"):
         run.array(array)
-    exact_or_one_line(run, want, f"{array}.zarr/data/c/1/2")
+    exact_or_one_line(run, want, f"{stored_path(a.dir, array).name}/data/c/1/2")
 
 
 def test_spark_lineage_swapped_between_runs(spair):
@@ -484,22 +497,21 @@ fault = hst.one_of(
 
 
 def _apply(kind: str, what, where, a: Path, b: Path) -> None:
-    arrays = Path("arrays")
     if kind == "chunk between runs":
-        _swap(a / arrays / f"{what}.zarr" / "data" / where, b / arrays / f"{what}.zarr" / "data" / where)
+        _swap(stored_path(a, what) / "data" / where, stored_path(b, what) / "data" / where)
     elif kind == "chunks within a run":
-        x, y = (a / arrays / f"{what}.zarr" / "data" / k for k in where)
+        x, y = (stored_path(a, what) / "data" / k for k in where)
         _swap(x, y)
     elif kind == "chunk linked to the other run's":
-        p = a / arrays / f"{what}.zarr" / "data" / where
+        p = stored_path(a, what) / "data" / where
         if p.is_symlink() or not p.exists():
             return
         p.unlink()
-        p.symlink_to(b / arrays / f"{what}.zarr" / "data" / where)
+        p.symlink_to(stored_path(b, what) / "data" / where)
     elif kind == "array folder between runs":
-        _swap(a / arrays / f"{what}.zarr", b / arrays / f"{what}.zarr")
+        _swap(stored_path(a, what), stored_path(b, what))
         if where:               # with its sidecar
-            _swap(a / arrays / f"{what}.sums.json", b / arrays / f"{what}.sums.json")
+            _swap(sums_file(stored_path(a, what)), sums_file(stored_path(b, what)))
     else:
         _swap(a / what, b / what)
 

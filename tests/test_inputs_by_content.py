@@ -8,7 +8,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import EXAMPLE
+from conftest import EXAMPLE, stored_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
@@ -121,8 +121,12 @@ def test_the_command_line(night, store, shell):
     code, out, err = shell("inputs", "--store", store.path)
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].split()[:2] == ["content", "shape"] and len(lines) == 5
+    assert lines[0].split()[:2] == ["content", "shape"] and len(lines) == 6
     assert any("flat (runs 1, 2, 3)" in ln for ln in lines)
+    # the flat as FITS keeps its header and (y, x) dims: one copy; as .npy and in memory: one
+    flat_line = next(ln for ln in lines if "flat (runs 1, 2, 3)" in ln).split()
+    assert flat_line[-7] == "2" and flat_line[-6] == "3", flat_line        # copies, runs
+    assert lines[-1].startswith("4 distinct input(s)")
     code, out, err = shell("inputs", d / "flat.fits", "--store", store.path, "--json")
     assert code == 0, err
     got = json.loads(out)
@@ -230,7 +234,7 @@ def test_a_damaged_input_of_a_run_without_digests_is_named_not_skipped_silently(
             runs_without_digests(m)
             run = st.run(EXAMPLE, inputs={"raw": skies[0], "flat": d / "flat.npy"}, tile=32,
                          progress=False)
-        chunk = next(p for p in (run.dir / "arrays" / "flat.zarr" / "data" / "c").rglob("*") if p.is_file())
+        chunk = next(p for p in (stored_path(run.dir, "flat") / "data" / "c").rglob("*") if p.is_file())
         chunk.write_bytes(b"\0" * chunk.stat().st_size)
         with pytest.warns(subzero.SubZeroWarning, match=r"input 'flat' of run 1 has no content digest.*damaged"):
             assert st.runs_using(d / "flat.npy") == []

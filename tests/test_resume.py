@@ -17,13 +17,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, java_ok, subzero_exe
+from conftest import ROOT, java_ok, stored_path, subzero_exe
 from test_store_files import plant
 
 import subzero
 from subzero.capture.buffer import Pairs
 from subzero.errors import StoreError, WorkflowError
 from subzero.model.strategy import parse
+from subzero.storage.chunks import sums_file
 from subzero.storage.lineage import LineageStore
 from subzero.tuning import HEARTBEAT_STALE_S
 
@@ -75,8 +76,10 @@ def assert_same_run(run, ref) -> None:
     assert run.row.status == "complete"
     for name in ARRAYS:
         np.testing.assert_array_equal(run.array(name).values, ref.array(name).values, err_msg=name)
-        side = json.loads((run.dir / "arrays" / f"{name}.sums.json").read_text())
-        assert side["run"] == run.row.uid and side["chunks"], name      # bound, before or after
+        side = json.loads(sums_file(stored_path(run.dir, name)).read_text())
+        owner = run.row.uid if side.get("owner", "run") == "run" else \
+            run.store.catalog.meta("store_uid")          # an input: the store's copy
+        assert side["run"] == owner and side["chunks"], name      # bound, before or after
     cells = [(0, 0), (17, 5), (39, 35)]
     for name in ARRAYS[1:]:
         back, rback = run.trace(name, cells, to="a"), ref.trace(name, cells, to="a")

@@ -89,11 +89,17 @@ class LocalEngine(Engine):
     def load_inputs(self, wf: Workflow, values: Mapping[str, Any]) -> None:
         self._count_readers(wf)
         for name, v in values.items():
+            shared = self.arrays.is_shared(name)     # the store's copy: nothing to write
             if is_region_source(v):
-                self._copy_source(name, v)
+                if shared:
+                    self.shapes[name] = tuple(int(n) for n in v.shape)
+                    self.dtypes[name] = _native(np.dtype(v.dtype))
+                else:
+                    self._copy_source(name, v)
                 continue
             v = v if isinstance(v, xr.DataArray) else np.asarray(v)
-            self.arrays.write(name, v)
+            if not shared:
+                self.arrays.write(name, v)
             self._inputs.add(name)
             self._hold(name, v)
 

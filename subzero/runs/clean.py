@@ -8,8 +8,10 @@ for is *recovered* when it proves itself — a committed folder whose record
 names this run (a crash between the rename and the catalog), or this store (a
 catalog restored from an older copy) — and *quarantined* otherwise: moved to
 the store's ``quarantine/`` folder, never deleted.  Complete runs and runs still
-running are never touched.  :mod:`subzero.runs.fsck` checks and repairs the
-rest.
+running are never touched.  Then the store's copies of inputs (:mod:`subzero.storage.shared`)
+that no run folder refers to any more -- complete, unfinished or quarantined --
+are removed, under the store's input lock, so a run taking a copy meanwhile
+never loses it.  :mod:`subzero.runs.fsck` checks and repairs the rest.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from subzero.errors import StoreError
 from subzero.runs import record
 from subzero.runs.transaction import recover
+from subzero.storage import shared
 from subzero.storage.catalog import Catalog, RunRow
 
 #: the store's folder (beside ``runs/``) that holds what could not be accounted for
@@ -108,7 +111,8 @@ def clean(catalog: Catalog, runs_dir: Path, dry_run: bool = False) -> list[dict[
     items = plan(catalog, runs_dir)
     out = [i.as_dict(tree_bytes(i.path)) for i in items]
     if dry_run:
-        return out
+        gone = {str(i.path) for i in items if i.action != "recover" and i.action != "adopt"}
+        return out + _unused_inputs(runs_dir, dry_run=True, leaving=gone)
     for item in items:
         apply(catalog, runs_dir, item)
     # an interrupted run whose unfinished folder was removed can no longer be resumed
@@ -116,7 +120,14 @@ def clean(catalog: Catalog, runs_dir: Path, dry_run: bool = False) -> list[dict[
         row = rows.get(rid) if rid is not None else None
         if row is not None and row.status == "interrupted":
             catalog.finish_run(row.id, "failed", "interrupted; removed by subzero clean")
-    return out
+    return out + _unused_inputs(runs_dir)
+
+
+def _unused_inputs(runs_dir: Path, dry_run: bool = False, leaving: set[str] | frozenset[str] = frozenset()
+                   ) -> list[dict[str, Any]]:
+    """The store's copies of inputs no run refers to (with ``dry_run``: also those only
+    the folders ``leaving`` refer to, as they would be after cleaning)."""
+    return shared.sweep(runs_dir.parent, dry_run=dry_run, ignoring=leaving)
 
 
 def apply(catalog: Catalog, runs_dir: Path, item: Item) -> None:

@@ -14,7 +14,11 @@ every run folder, and says what is wrong:
 * what it cannot repair is reported: a complete run whose folder is gone, a run
   whose record no longer verifies, an array whose checksum file is not the one
   its record signed, damage found by ``deep`` (every chunk and every stored
-  lineage block read and checked).
+  lineage block read and checked);
+* the store's copies of inputs stored once (``inputs/``): each must be bound to
+  this store, and with ``deep`` hold the content its name says (digested again,
+  once per copy however many runs read it); copies no run refers to any more are
+  reported for ``subzero clean``.
 
 Unfinished runs are left to ``subzero run --resume`` and ``subzero clean``.
 """
@@ -78,8 +82,10 @@ def fsck(root: str | Path, deep: bool = False, dry_run: bool = False) -> list[Fi
         if other_store:      # nothing can be proven against another store's catalog: its rows
             return found + other_store   # are not of these runs, and these runs not its own
         found += _folders(catalog, runs_dir, dry_run)
+        seen: set[Path] = set()          # shared copies read once, however many runs read them
         for row in catalog.runs():
-            found += _run(catalog, runs_dir, row, deep, dry_run)
+            found += _run(catalog, runs_dir, row, deep, dry_run, seen)
+        found += _shared(root, catalog, deep)
     finally:
         catalog.close()
     return found
@@ -146,7 +152,8 @@ def _folders(catalog: Catalog, runs_dir: Path, dry_run: bool) -> list[Finding]:
     return out
 
 
-def _run(catalog: Catalog, runs_dir: Path, row: RunRow, deep: bool, dry_run: bool) -> list[Finding]:
+def _run(catalog: Catalog, runs_dir: Path, row: RunRow, deep: bool, dry_run: bool,
+         seen: set[Path]) -> list[Finding]:
     """One catalog row against its folder and record."""
     folder = runs_dir / str(row.id)
     if row.status == "interrupted":
@@ -182,14 +189,14 @@ def _run(catalog: Catalog, runs_dir: Path, row: RunRow, deep: bool, dry_run: boo
         out += _sidecars(row, folder, rec, trusted=verdict.state in (TRUSTED, OTHER_KEY) or
                          verdict.record is not None)
     if deep:
-        out += _deep(row, folder, rec, catalog)
+        out += _deep(row, folder, rec, catalog, seen)
     return out
 
 
 def _sidecars(row: RunRow, folder: Path, rec: record.Record, trusted: bool) -> list[Finding]:
     """Each array's checksum file against the digest its record lists."""
     unreadable: dict[str, str] = {}
-    have = ArrayStore(folder).sidecar_digests(unreadable)
+    have = ArrayStore(folder, run_uid=row.uid).sidecar_digests(unreadable)
     out = []
     for a in rec["arrays"]:
         want = a.get("sidecar")
@@ -204,8 +211,10 @@ def _sidecars(row: RunRow, folder: Path, rec: record.Record, trusted: bool) -> l
     return out
 
 
-def _deep(row: RunRow, folder: Path, rec: record.Record | None, catalog: Catalog) -> list[Finding]:
-    """Read every chunk of every array and every stored lineage block, checking each."""
+def _deep(row: RunRow, folder: Path, rec: record.Record | None, catalog: Catalog,
+          seen: set[Path]) -> list[Finding]:
+    """Read every chunk of every array and every stored lineage block, checking each
+    (the store's copy of an input once, not once per run: ``seen``)."""
     out = []
     if rec is not None:
         ops, arrays = record.steering(rec)
@@ -214,6 +223,10 @@ def _deep(row: RunRow, folder: Path, rec: record.Record | None, catalog: Catalog
     store = ArrayStore(folder, run_uid=row.uid)
     for name, a in arrays.items():
         try:
+            if store.is_shared(name):
+                if store.path(name) in seen:
+                    continue
+                seen.add(store.path(name))
             for t in tiles_for(tuple(a["shape"]), store.tile):
                 store.read_region(name, t.core_slices())
         except CorruptArray as e:
@@ -235,6 +248,44 @@ def _deep(row: RunRow, folder: Path, rec: record.Record | None, catalog: Catalog
                     out.append(Finding(row.id, str(lineage_dir), str(e)))
     finally:
         lin.close()
+    return out
+
+
+def _shared(root: Path, catalog: Catalog, deep: bool) -> list[Finding]:
+    """The store's copies of inputs (see the module's docstring)."""
+    from subzero.model import content
+    from subzero.storage import shared
+    from subzero.storage.chunks import SUMS, open_nodes
+    pool = shared.SharedInputs(root)
+    copies = pool.copies()
+    if not copies:
+        return []
+    used, unreadable = shared.references(root)
+    store_uid = catalog.meta("store_uid")
+    out = []
+    for name, p in sorted(copies.items()):
+        key = name.removesuffix(".zarr").removesuffix(SUMS)
+        if name.startswith(".") or key not in used:
+            if not unreadable:
+                why = "left by a publication a crash cut short" if name.startswith(".") else \
+                    "a stored input no run refers to any more"
+                out.append(Finding(None, str(p), f"{why}; `subzero clean` removes it", "noted"))
+            continue
+        if not name.endswith(".zarr"):
+            continue
+        hexd, _, form = key.rpartition("-")
+        digest = f"{content.PREFIX}{hexd}"
+        label = f"the store's copy of input {digest}"
+        try:
+            open_nodes(p, label, store_uid, shared.owner_name(digest, form), "store")
+            if deep:          # read through one run that refers to it, as that run reads it
+                run_dir, ref = used[key][0]
+                got = ArrayStore(run_dir, run_uid=ref.run).content_digest(ref.array)
+                if got != digest:
+                    out.append(Finding(None, str(p), f"{label} does not hold that content (it "
+                                       f"digests to {got}): damaged or replaced"))
+        except (CorruptArray, StoreError) as e:
+            out.append(Finding(None, str(p), str(e)))
     return out
 
 

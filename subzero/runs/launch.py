@@ -31,6 +31,7 @@ from subzero.engines.stats import RunStats
 from subzero.errors import StoreError, StrategyError, WorkflowError, warn
 from subzero.model.strategy import Strategy, check_supported, default_for, parse
 from subzero.model.workflow import Workflow, check_reexecution, load_workflow
+from subzero.runs import share
 from subzero.runs.journal import FILE as JOURNAL_FILE
 from subzero.runs.journal import Journal, Resumable, check_begun, fingerprint, read_journal
 from subzero.runs.options import RunOptions
@@ -141,6 +142,8 @@ def execute(tx: RunTransaction, wf: Workflow, values: Mapping[str, Any],
                          lineage_dir=tx.folder / "lineage" if capture else None,
                          profiling=opts.profiler is not None)
     lineage = LineageStore(tx.folder / "lineage", run_uid=tx.uid) if capture else None
+    # inputs the store keeps already are read from its copy, not stored again
+    known = {} if done is not None else share.take(arrays, values, tx.catalog.meta("store_uid"))
     what = "resuming run" if resuming else "run"
     reporter.begin(len(wf.steps), f"{what} {tx.run_id} ({wf.name}, {choice.engine})")
     try:
@@ -154,7 +157,8 @@ def execute(tx: RunTransaction, wf: Workflow, values: Mapping[str, Any],
             lineage.close()
     # inputs held in memory are digested from there (a pass over memory); the others
     # from the run's stored copy at commit (see RunTransaction.commit)
-    held = {n: input_digest(v, n) for n, v in values.items() if isinstance(v, (np.ndarray, xr.DataArray))}
+    held = {n: known.get(n) or input_digest(v, n) for n, v in values.items()
+            if isinstance(v, (np.ndarray, xr.DataArray))}
     tx.commit(wf, stats, budget.downgrades if budget is not None and capture else (), contents=held)
 
 

@@ -46,12 +46,14 @@ Record = dict[str, Any]
 
 def build(row: RunRow, store_uid: str | None, stats: RunStats, downgrades: Iterable[Mapping[str, Any]],
           payload: bytes | None, sidecars: Mapping[str, str], ended: float,
-          contents: Mapping[str, str] | None = None) -> Record:
+          contents: Mapping[str, str] | None = None, shared: Mapping[str, str] | None = None
+          ) -> Record:
     """The record of a run being committed: its catalog row (``row``, status to be
     complete), the statistics the driver gathered, the disk budget's downgrades,
     the workflow pickle (``payload``), each array's sidecar digest and each input's
-    content digest (``contents``, :mod:`subzero.model.content`)."""
-    contents = dict(contents or {})
+    content digest (``contents``, :mod:`subzero.model.content`) and, for each input read
+    from the store's copy (:mod:`subzero.storage.shared`), that copy's key."""
+    contents, shared = dict(contents or {}), dict(shared or {})
     ops = []
     for seq, st in enumerate(stats.ops):
         ops.append({"seq": seq, "name": st.name, "class": st.cls, "inputs": list(st.inputs),
@@ -62,7 +64,7 @@ def build(row: RunRow, store_uid: str | None, stats: RunStats, downgrades: Itera
                     "per_strategy": [_plain(ps) for ps in st.per_strategy]})
     arrays: list[dict[str, Any]] = [{"name": a.name, "kind": "input", "shape": list(a.shape), "dtype": a.dtype,
                "nbytes": int(a.nbytes), "sidecar": sidecars.get(a.name),
-               "digest": contents.get(a.name)} for a in stats.inputs]
+               "digest": contents.get(a.name), "shared": shared.get(a.name)} for a in stats.inputs]
     arrays += [{"name": st.name, "kind": "output", "shape": list(st.shape), "dtype": st.dtype,
                 "nbytes": int(st.nbytes), "sidecar": sidecars.get(st.name)} for st in stats.ops]
     return {

@@ -34,7 +34,7 @@ from typing import Any
 from subzero.engines.stats import RunStats
 from subzero.errors import StoreError, SubZeroError, warn
 from subzero.model.workflow import Workflow
-from subzero.runs import record
+from subzero.runs import record, share
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.catalog import Catalog
 from subzero.storage.lineage import sweep_shard_attempts
@@ -163,10 +163,14 @@ class RunTransaction:
             sweep_shard_attempts(src / "lineage")     # stragglers of tasks already committed
             save_workflow(wf, src)
             arrays = ArrayStore(src, run_uid=self.uid)
-            rec = record.build(self.catalog.get_run(self.run_id), self.catalog.meta("store_uid"),
-                               stats, downgrades, read_payload(src), arrays.sidecar_digests(),
-                               time.time(), {a.name: (contents or {}).get(a.name)
-                                             or arrays.content_digest(a.name) for a in stats.inputs})
+            store_uid = self.catalog.meta("store_uid")
+            digests = {a.name: (contents or {}).get(a.name) or self._digest(arrays, a.name)
+                       for a in stats.inputs}
+            share.publish(arrays, digests, store_uid)
+            rec = record.build(self.catalog.get_run(self.run_id), store_uid, stats, downgrades,
+                               read_payload(src), arrays.sidecar_digests(), time.time(), digests,
+                               {a.name: ref.key for a in stats.inputs
+                                if (ref := arrays.ref(a.name)) is not None})
             data = record.write(src, rec)
             self._sign(src, data)
             _fsync_dir(src)
@@ -190,6 +194,13 @@ class RunTransaction:
         self._remove_attempts()
         for d in downgrades:
             warn(f"{d['reason']} (run {self.run_id} keeps what fits; see `subzero show {self.run_id}`)")
+
+    @staticmethod
+    def _digest(arrays: ArrayStore, name: str) -> str:
+        """An input's content digest: its reference's when the run reads the store's copy,
+        else from the run's stored copy."""
+        ref = arrays.ref(name)
+        return ref.digest if ref is not None else arrays.content_digest(name)
 
     def _sign(self, folder: Path, data: bytes) -> None:
         """Sign the run's record with this user's key (``storage.trust``), so that its code

@@ -8,7 +8,9 @@ written, which is what makes runs atomic.  Every chunk carries a checksum and
 every read verifies what it touches (``chunks.py``).  In a run with a uid every
 array is bound to its place: its sidecar names the run and the array and, once
 :meth:`ArrayStore.bind` ran, holds the manifest of its chunks, so a chunk or a
-whole array taken from elsewhere is refused like damage.
+whole array taken from elsewhere is refused like damage.  An input stored once
+for the whole store (:mod:`.shared`) is read through the run's reference to it,
+checked like the run's own arrays.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from numpy.typing import ArrayLike, DTypeLike
 from subzero.errors import CorruptArray, StoreError, UnsafeFile
 from subzero.model import content
 from subzero.model.grid import stored_grid
+from subzero.storage import shared
 from subzero.storage.chunks import (
     SUMS,
     ArrayNode,
@@ -59,6 +62,42 @@ def as_dataarray(value: ArrayLike | xr.DataArray, name: str) -> xr.DataArray:
     return da.rename(name)
 
 
+def form_digest(dims: Sequence[Hashable], attrs: Mapping[str, Any],
+                coords: Mapping[str, Mapping[str, Any]], numpy: bool, chunks: Sequence[int]) -> str:
+    """The digest of an array's stored form (:meth:`ArrayStore.form`), 16 hex digits."""
+    body = json.dumps({"dims": [str(d) for d in dims], "attrs": attrs, "coords": coords,
+                       "numpy": bool(numpy), "chunks": [int(c) for c in chunks]},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def value_form(value: Any, name: str, tile: int) -> str:
+    """The form (:func:`form_digest`) an input would have once stored by a run with tile
+    ``tile``: an array or DataArray as :meth:`ArrayStore.write` stores it, an input
+    read region by region as :meth:`ArrayStore.create` does.  Equal to the stored
+    array's :meth:`ArrayStore.form` for what SubZero writes; where it is not, the run
+    only misses sharing before it stores the input (its commit still shares it)."""
+    if hasattr(value, "read_region") and not isinstance(value, (np.ndarray, xr.DataArray)):
+        shape = tuple(int(n) for n in value.shape)
+        dims = list(getattr(value, "dims", None) or [f"dim_{k}" for k in range(len(shape))])
+        attrs = json.loads(json.dumps(_clean_attrs(getattr(value, "attrs", None) or {})))
+        return form_digest(dims, attrs, {}, True, [min(n, tile) for n in shape])
+    da = as_dataarray(value, name)
+    attrs = json.loads(json.dumps(_clean_attrs(da.attrs)))
+    coords = {str(c): json.loads(json.dumps(_clean_attrs(da[c].attrs))) for c in da.coords}
+    return form_digest(list(da.dims), attrs, coords, not isinstance(value, xr.DataArray),
+                       [min(n, tile) for n in da.shape])
+
+
+#: attributes xarray writes to encode an array, which a read takes back out of ``attrs``
+_ENCODING_ATTRS = ("_FillValue", "coordinates", "_ARRAY_DIMENSIONS")
+
+
+def _decoded(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """An array node's stored attributes as a read gives them back."""
+    return {k: v for k, v in (attrs or {}).items() if k not in _ENCODING_ATTRS}
+
+
 def _clean_attrs(attrs: Mapping[Any, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in attrs.items():
@@ -84,14 +123,71 @@ class ArrayStore:
     that is not the one its manifest records (swapped, copied, a link, a FIFO).
     """
 
-    def __init__(self, run_dir: str | Path, tile: int = DEFAULT_TILE, run_uid: str | None = None):
+    def __init__(self, run_dir: str | Path, tile: int = DEFAULT_TILE, run_uid: str | None = None,
+                 inputs: Mapping[str, str | None] | None = None):
         self.dir = Path(run_dir) / "arrays"
         self.tile = tile
         #: the uid of the run these arrays belong to (None: an unbound run)
         self.run_uid = run_uid
+        #: the content digests of the run's inputs, from its verified record: a reference
+        #: to a shared copy of another content is then refused (None: not checked)
+        self.inputs = dict(inputs) if inputs is not None else None
+        self._store_uid: str | None = None
+
+    @property
+    def root(self) -> Path:
+        """The store's folder (``<root>/runs/<run>/arrays``)."""
+        return self.dir.parent.parent.parent
+
+    def ref(self, name: str) -> shared.Ref | None:
+        """The run's reference to the store's copy of input ``name`` (None: the run keeps
+        its own copy), checked to be this run's, of this input, of this store, and of
+        the content the run's record names."""
+        if self.run_uid is None:
+            return None
+        f = shared.ref_path(self.dir, name)
+        ref = shared.read_ref(f, self.label(name))
+        if ref is None:
+            return None
+        if ref.run != self.run_uid or ref.array != name:
+            raise CorruptArray(f"{self.label(name)}: its reference {f} is not this run's (it names "
+                               f"run uid {ref.run} and input {ref.array!r}): copied from another run")
+        if ref.store != self.store_uid():
+            raise CorruptArray(f"{self.label(name)}: its reference {f} names another store "
+                               f"(uid {ref.store}, not {self.store_uid()})")
+        want = (self.inputs or {}).get(name)
+        if want is not None and want != ref.digest:
+            raise CorruptArray(f"{self.label(name)}: its reference {f} names content {ref.digest}, "
+                               f"not the {want} its run's record names")
+        return ref
+
+    def store_uid(self) -> str | None:
+        if self._store_uid is None:
+            from subzero.storage.place import read_store_uid
+            self._store_uid = read_store_uid(self.root)
+        return self._store_uid
+
+    def is_shared(self, name: str) -> bool:
+        """Whether the run reads input ``name`` from the store's copy."""
+        return self.ref(name) is not None
 
     def path(self, name: str) -> Path:
+        ref = self.ref(name)
+        if ref is not None:
+            return shared.SharedInputs(self.root).path(ref.digest, ref.form)
+        return self._own(name)
+
+    def _own(self, name: str) -> Path:
         return self.dir / f"{name}.zarr"
+
+    def _identity(self, name: str) -> tuple[Path, str | None, str | None, str, str]:
+        """Where array ``name`` is read and what its sidecar must name: (folder, uid,
+        array, owner, label)."""
+        ref = self.ref(name)
+        if ref is None:
+            return self._own(name), self.run_uid, name, "run", self.label(name)
+        return (shared.SharedInputs(self.root).path(ref.digest, ref.form), ref.store,
+                shared.owner_name(ref.digest, ref.form), "store", self.label(name))
 
     def label(self, name: str) -> str:
         """How errors name an array: ``array 'x' of run 3``."""
@@ -112,7 +208,7 @@ class ArrayStore:
         attempt's own, which :meth:`commit_attempt` moves into place for the attempt
         that succeeded: a retried task never meets its failed attempt's files."""
         da = as_dataarray(value, name)
-        p = self.path(name) if attempt is None else self._attempt_path(name, attempt)
+        p = self._own(name) if attempt is None else self._attempt_path(name, attempt)
         if p.exists():
             if attempt is None:
                 raise StoreError(f"array {name!r} already stored in this run")
@@ -142,8 +238,8 @@ class ArrayStore:
         """The array written by task attempt ``attempt`` becomes the array ``name``;
         other attempts' folders of it are removed."""
         src = self._attempt_path(name, attempt)
-        os.replace(sums_file(src), sums_file(self.path(name)))
-        os.replace(src, self.path(name))
+        os.replace(sums_file(src), sums_file(self._own(name)))
+        os.replace(src, self._own(name))
         for stale in self.dir.glob(f".{name}.attempt-*"):
             if stale.is_dir():
                 shutil.rmtree(stale, ignore_errors=True)
@@ -162,12 +258,16 @@ class ArrayStore:
         except (OSError, ValueError, KeyError, TypeError, UnsafeFile) as e:
             raise CorruptArray(f"{self.label(name)} is damaged: cannot read its metadata in "
                                f"{p}: {e}") from e
+        ref = self.ref(name)
+        if ref is not None:
+            return shape, dtype, ref.numpy
         return shape, dtype, bool(meta.get("attributes", {}).get("subzero_numpy", True))
 
     def remove(self, name: str) -> None:
         """Remove an array and any task attempt's folder of it (a resumed run redoes the
-        operator that wrote it)."""
-        for p in [self.path(name), *self.dir.glob(f".{name}.attempt-*")]:
+        operator that wrote it); of an input stored once, the run's reference only."""
+        shared.ref_path(self.dir, name).unlink(missing_ok=True)
+        for p in [self._own(name), *self.dir.glob(f".{name}.attempt-*")]:
             if p.is_dir():
                 shutil.rmtree(p)
             sums_file(p).unlink(missing_ok=True)
@@ -182,7 +282,7 @@ class ArrayStore:
         Its metadata is final here (region writes add chunk files only), so it is
         sealed now; every region must then be written for the array to read."""
         import dask.array as da
-        p = self.path(name)
+        p = self._own(name)
         if p.exists():
             raise StoreError(f"array {name!r} already stored in this run")
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -204,8 +304,8 @@ class ArrayStore:
         chunk file's crc32c trailer in the array's sidecar (:func:`.chunks.bind`).  The
         driver loop calls it after each operator's step and after the inputs are stored;
         a no-op in an unbound run."""
-        if self.run_uid is not None:
-            bind(self.path(name), name, self.run_uid, self.label(name))
+        if self.run_uid is not None and not self.is_shared(name):
+            bind(self._own(name), name, self.run_uid, self.label(name))
 
     def sidecar_digests(self, unreadable: dict[str, str] | None = None) -> dict[str, str]:
         """Per stored array, the SHA-256 (hex) of its sidecar file: what a run's signed
@@ -228,14 +328,62 @@ class ArrayStore:
                             else f"{f}: {e.strerror or e}"
                         continue
                     out[f.name[:-len(SUMS)]] = hashlib.sha256(data).hexdigest()
+            for f in sorted(self.dir.iterdir()):
+                if f.name.endswith(shared.REF) and not f.name.startswith("."):
+                    name = f.name[:-len(shared.REF)]
+                    try:
+                        out[name] = hashlib.sha256(read_metadata(
+                            sums_file(self._identity(name)[0]))).hexdigest()
+                    except (UnsafeFile, OSError, CorruptArray) as e:
+                        if unreadable is None:
+                            raise
+                        out.pop(name, None)
+                        unreadable[name] = str(e) if not isinstance(e, OSError) \
+                            else f"{f}: {e.strerror or e}"
         return out
+
+    # -- inputs stored once for the store (see :mod:`.shared`) --------------------------
+    def form(self, name: str) -> str:
+        """The digest of a stored array's form: what a read gives back besides its values
+        (dims, attributes, coordinates' attributes, numpy or DataArray, chunking).  Two
+        inputs of the same content and form read the same in every way."""
+        p, _ = self._open(name)
+        try:
+            group = json.loads(read_metadata(p / "zarr.json"))
+            nodes = {rel: json.loads(read_metadata(p / rel)) for rel in
+                     sorted(f"{c.name}/zarr.json" for c in p.iterdir()
+                            if c.is_dir() and (c / "zarr.json").is_file())}
+        except (OSError, ValueError, UnsafeFile) as e:
+            raise self._damage(name, p, None, None, e) from e
+        data = nodes.get("data/zarr.json", {})
+        attrs = _decoded(data.get("attributes"))
+        coords = {rel.split("/")[0]: _decoded(m.get("attributes")) for rel, m in nodes.items()
+                  if rel != "data/zarr.json"}
+        grid = (data.get("chunk_grid") or {}).get("configuration") or {}
+        numpy = bool((group.get("attributes") or {}).get("subzero_numpy", True))
+        return form_digest(list(data.get("dimension_names") or ()), attrs, coords, numpy,
+                           list(grid.get("chunk_shape") or ()))
+
+    def refer(self, name: str, digest: str, form: str, numpy: bool) -> None:
+        """The run reads input ``name`` from the store's copy from now on: write its
+        reference (durably), then remove the run's own copy, if any."""
+        assert self.run_uid is not None and self.store_uid() is not None
+        self.dir.mkdir(parents=True, exist_ok=True)
+        shared.write_ref(shared.ref_path(self.dir, name),
+                         shared.Ref(self.run_uid, name, digest, form, str(self.store_uid()), numpy))
+        own = self._own(name)
+        if own.is_dir() and not own.is_symlink():
+            shutil.rmtree(own)
+        sums_file(own).unlink(missing_ok=True)
 
     def _open(self, name: str) -> tuple[Path, dict[str, ArrayNode] | None]:
         """The array's folder and its verified nodes (None: written before checksums)."""
-        p = self.path(name)
+        p, uid, array, owner, label = self._identity(name)
         if not p.exists():
+            if owner == "store":
+                raise CorruptArray(f"{label} is missing: the store's copy {p} is gone")
             raise StoreError(f"array {name!r} is missing from the run's array store ({p})")
-        return p, open_nodes(p, self.label(name), self.run_uid, name)
+        return p, open_nodes(p, label, uid, array, owner)
 
     def _zarr(self, name: str, mode: str) -> tuple[Path, dict[str, ArrayNode] | None, Any]:
         """The array's folder, verified nodes and zarr array (zarr's own type: ``zarr.Array``)."""

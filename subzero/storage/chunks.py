@@ -155,26 +155,30 @@ def _write_sums(root: Path, body: dict) -> None:
     os.replace(tmp, dest)
 
 
-def seal(root: Path, array: str | None = None, run_uid: str | None = None) -> None:
+def seal(root: Path, array: str | None = None, run_uid: str | None = None,
+         owner: str = "run") -> None:
     """Record the digests of the array's metadata files; called once its metadata is final
     (after :meth:`ArrayStore.write`, and after :meth:`ArrayStore.create`: region writes
     add chunks but never rewrite metadata).  In a run with a uid (``run_uid``) the
     sidecar also names the run and the array (format 2); :func:`bind` adds the chunk
-    manifest once the chunks are final."""
+    manifest once the chunks are final.  ``owner`` says what ``run_uid`` is the uid of:
+    a run, or the store for an input stored once (:mod:`.shared`)."""
     meta = {rel: _digest((root / rel).read_bytes()) for rel in _metadata_files(root)}
     body: dict = {"format": UNBOUND_SUMS_FORMAT, "metadata": meta,
                   "digest": _digest(json.dumps(meta, sort_keys=True).encode())}
     if run_uid is not None:
         body.update({"format": SUMS_FORMAT, "run": run_uid, "array": array, "chunks": None})
+        if owner != "run":
+            body["owner"] = owner
         body["seal"] = _sealed(body)
     _write_sums(root, body)
 
 
-def bind(root: Path, array: str, run_uid: str, label: str) -> None:
+def bind(root: Path, array: str, run_uid: str, label: str, owner: str = "run") -> None:
     """Bind the array's chunks to their place: record every chunk file's crc32c trailer
     in the sidecar (the manifest), once its chunks are final.  Every chunk of the grid
     must be there, a regular file (a missing one is damage: the array is incomplete)."""
-    body = _read_sums(root, label, run_uid, array)
+    body = _read_sums(root, label, run_uid, array, owner)
     if body is None:
         raise CorruptArray(f"{label} cannot be bound: its checksum file {sums_file(root)} "
                            f"is missing")
@@ -238,13 +242,15 @@ def _node(rel: str, meta: dict) -> ArrayNode:
 
 
 def open_nodes(root: Path, label: str, run_uid: str | None = None,
-               array: str | None = None) -> dict[str, ArrayNode] | None:
+               array: str | None = None, owner: str = "run") -> dict[str, ArrayNode] | None:
     """Verify the metadata of the array stored at ``root`` against its digests, and its
     sidecar's place (the run ``run_uid`` and the array ``array``; see the module's
     docstring), and return its array nodes by path, each with its chunk manifest when
     the array is bound; None for an array written before checksums (nothing to
-    verify).  ``label`` names the array and run in errors ("array 'x' of run 3")."""
-    body = _read_sums(root, label, run_uid, array)
+    verify).  ``label`` names the array and run in errors ("array 'x' of run 3");
+    ``owner`` says whose uid ``run_uid`` is (a run's, or the store's for an input
+    stored once)."""
+    body = _read_sums(root, label, run_uid, array, owner)
     if body is None:
         if run_uid is not None:
             raise CorruptArray(f"{label} is damaged: its checksum file {sums_file(root)} is "
@@ -271,7 +277,8 @@ def open_nodes(root: Path, label: str, run_uid: str | None = None,
     return nodes
 
 
-def _read_sums(root: Path, label: str, run_uid: str | None, array: str | None) -> dict | None:
+def _read_sums(root: Path, label: str, run_uid: str | None, array: str | None,
+               owner: str = "run") -> dict | None:
     """The array's sidecar, verified (its own digests) and checked to be of this run and
     array; None when there is none."""
     sums_path = sums_file(root)
@@ -300,15 +307,20 @@ def _read_sums(root: Path, label: str, run_uid: str | None, array: str | None) -
         raise CorruptArray(f"{label} was written by a newer SubZero (checksum format {version}; "
                            f"this one reads up to {SUMS_FORMAT}): upgrade SubZero to read it")
     run = body.get("run") if version > UNBOUND_SUMS_FORMAT else None
+    if run is not None and body.get("owner", "run") != owner:
+        raise CorruptArray(f"{label} is not the array its place names: its checksum file "
+                           f"{sums_path} is of a {body.get('owner', 'run')}'s array, not a {owner}'s")
     if run != run_uid:
         if run is None:
-            raise CorruptArray(f"{label} is not bound to this run (uid {run_uid}): its checksum "
+            raise CorruptArray(f"{label} is not bound to this {owner} (uid {run_uid}): its checksum "
                                f"file {sums_path} names no run (copied from a run made before "
                                f"runs had uids?)")
         mine = f"not this run's ({run_uid})" if run_uid is not None else \
             "and this run has no uid (made before runs had uids)"
-        raise CorruptArray(f"{label} belongs to another run: its checksum file {sums_path} "
-                           f"names run uid {run}, {mine}")
+        if owner != "run":
+            mine = f"not this {owner}'s ({run_uid})"
+        raise CorruptArray(f"{label} belongs to another {owner}: its checksum file {sums_path} "
+                           f"names {owner} uid {run}, {mine}")
     if run is not None and array is not None and body.get("array") != array:
         raise CorruptArray(f"{label} is not the array its place names: its checksum file "
                            f"{sums_path} is of array {body.get('array')!r}")

@@ -159,6 +159,8 @@ class SparkEngine(Engine):
         jobs = []
         for name, v in values.items():
             self.shapes[name] = shape_of(v)
+            if self.arrays.is_shared(name):         # the store's copy: nothing to write
+                continue
             if is_region_source(v):
                 shape = tuple(int(n) for n in v.shape)
                 self.arrays.create(name, shape, np.dtype(v.dtype), getattr(v, "dims", None),
