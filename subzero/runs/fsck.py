@@ -196,8 +196,21 @@ def _run(catalog: Catalog, runs_dir: Path, row: RunRow, deep: bool, dry_run: boo
 def _sidecars(row: RunRow, folder: Path, rec: record.Record, trusted: bool) -> list[Finding]:
     """Each array's checksum file against the digest its record lists."""
     unreadable: dict[str, str] = {}
-    have = ArrayStore(folder, run_uid=row.uid).sidecar_digests(unreadable)
+    arrays = ArrayStore(folder, run_uid=row.uid)
+    have = arrays.sidecar_digests(unreadable)
     out = []
+    for a in rec["arrays"]:
+        if a["kind"] != "input" or a["name"] in unreadable:
+            continue
+        try:
+            place = arrays.path(a["name"]) if arrays.is_shared(a["name"]) else None
+        except CorruptArray as e:
+            out.append(Finding(row.id, str(folder / "arrays"), str(e)))
+            continue
+        if place is not None and not place.is_dir():
+            out.append(Finding(row.id, str(place), f"input {a['name']!r} is read from the store's "
+                               f"copy {place.name}, which is missing; restore the store's inputs/ "
+                               f"folder from a backup"))
     for a in rec["arrays"]:
         want = a.get("sidecar")
         if want is not None and a["name"] in unreadable:

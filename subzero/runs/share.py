@@ -62,7 +62,10 @@ def publish(arrays: ArrayStore, contents: Mapping[str, str | None], store_uid: s
     pool = SharedInputs(arrays.root)
     with pool.lock():
         for name, digest in contents.items():
-            if digest is None or arrays.is_shared(name):
+            if arrays.is_shared(name):
+                arrays.drop_own(name)     # left by a commit cut short after the reference
+                continue
+            if digest is None:
                 continue
             form = arrays.form(name)
             numpy = arrays.describe(name)[2]

@@ -371,6 +371,11 @@ class ArrayStore:
         self.dir.mkdir(parents=True, exist_ok=True)
         shared.write_ref(shared.ref_path(self.dir, name),
                          shared.Ref(self.run_uid, name, digest, form, str(self.store_uid()), numpy))
+        self.drop_own(name)
+
+    def drop_own(self, name: str) -> None:
+        """Remove the run's own copy of an input it now reads from the store's copy (a
+        crash before this leaves both: the reference wins, the copy is removed again)."""
         own = self._own(name)
         if own.is_dir() and not own.is_symlink():
             shutil.rmtree(own)

@@ -184,6 +184,8 @@ class SharedInputs:
         if self.has(digest, form):
             return
         dest = self.path(digest, form)
+        for stale in self.dir.glob(f".{dest.name}.*"):     # a publication a crash cut short
+            shutil.rmtree(stale) if stale.is_dir() and not stale.is_symlink() else stale.unlink()
         tmp = self.dir / f".{dest.name}.{secrets.token_hex(4)}"
         try:
             _clone(src, tmp)
