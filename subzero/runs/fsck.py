@@ -291,7 +291,7 @@ def _shared(root: Path, catalog: Catalog, deep: bool) -> list[Finding]:
         label = f"the store's copy of input {digest}"
         try:
             open_nodes(p, label, store_uid, shared.owner_name(digest, form), "store")
-            if deep:          # read through one run that refers to it, as that run reads it
+            if deep and used[key]:   # read through one run that refers to it, as it reads it
                 run_dir, ref = used[key][0]
                 got = ArrayStore(run_dir, run_uid=ref.run).content_digest(ref.array)
                 if got != digest:

@@ -217,9 +217,10 @@ class SharedInputs:
 
 def references(root: Path) -> tuple[dict[str, list[tuple[Path, Ref]]], list[str]]:
     """Every shared copy some run folder refers to -- complete, partial, task attempts
-    and quarantined runs alike -- by key, with the run folders and references that
-    name it; and the run folders whose references could not be read (a sweep then
-    removes nothing: it cannot prove a copy unused)."""
+    and quarantined runs alike, by a reference or in its record -- by key, with the
+    run folders and references that name it; and the run folders whose references or
+    record could not be read (a sweep then removes nothing: it cannot prove a copy
+    unused)."""
     keys: dict[str, list[tuple[Path, Ref]]] = {}
     unreadable: list[str] = []
     for top in (root / "runs", root / "quarantine"):
@@ -242,7 +243,28 @@ def references(root: Path) -> tuple[dict[str, list[tuple[Path, Ref]]], list[str]
                     continue
                 if ref is not None:
                     keys.setdefault(ref.key, []).append((run, ref))
+            # the run's record names the copies it read too: a reference damaged, or copied
+            # from another run, must not make the run's own copy look unused
+            for key in _recorded(run, unreadable):
+                keys.setdefault(key, [])
     return keys, unreadable
+
+
+def _recorded(run: Path, unreadable: list[str]) -> list[str]:
+    """The keys of the store's copies a run folder's record (``run.json``) names."""
+    path = run / "run.json"
+    try:
+        raw = read_regular(path, 1 << 26, "run record")
+    except FileNotFoundError:
+        return []
+    except (OSError, UnsafeFile):
+        unreadable.append(str(path))
+        return []
+    try:
+        return [str(a["shared"]) for a in json.loads(raw)["arrays"] if a.get("shared")]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        unreadable.append(str(path))
+        return []
 
 
 def sweep(root: Path, dry_run: bool = False, ignoring: set[str] | frozenset[str] = frozenset()

@@ -42,6 +42,8 @@ import numpy as np
 
 from faultlib.damage import Damage, Target, file_kind
 
+from subzero.storage.shared import INPUTS, REF
+
 PLACE_KINDS = ("place:chunk-swap", "place:from-run", "place:array-from-run",
                "place:lineage-from-run", "place:run-from-run", "place:from-store",
                "place:run-from-store", "place:shard-swap")
@@ -125,6 +127,21 @@ def family(kind: str) -> str:
 
 
 # -- what a fixture offers ----------------------------------------------------------------
+def _copies(store: Path, run: str, by_name: bool = False) -> dict[str, str]:
+    """The store's copies of a run's inputs (``inputs/<key>.zarr``, relative to the store), by
+    the run's input name, as its references name them."""
+    import json
+    out = {}
+    for ref in sorted((store / run / "arrays").glob(f"*{REF}")):
+        try:
+            body = json.loads(ref.read_text())
+            key = f"{body['input'].split(':', 1)[1]}-{body['form']}"
+        except (OSError, ValueError, KeyError, IndexError, AttributeError):
+            continue
+        out[ref.name[:-len(REF)]] = f"{INPUTS}/{key}.zarr"
+    return out
+
+
 def _files(root: Path) -> list[str]:
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
                   if p.is_file() and not p.is_symlink())
@@ -134,6 +151,11 @@ def _link_kind(rel: str) -> str | None:
     """The ``link:*`` kind of a store path (relative to the store)."""
     if rel in ("catalog.sqlite", "store.json"):
         return "link:store-file"
+    if rel.startswith(f"{INPUTS}/"):
+        kind = file_kind(rel)
+        if kind == "zarr-chunk":
+            return "link:chunk"
+        return "link:array-meta" if kind == "zarr-meta" or rel.endswith(".sums.json") else None
     if not rel.startswith(RUN + "/"):
         return None
     inner = rel[len(RUN) + 1:]
@@ -154,7 +176,16 @@ def list_moves(fx) -> list[Target]:
     store, twin = fx.store, fx.twin
     out: list[Target] = []
     mine = [r for r in _files(store) if r.startswith(RUN + "/")]
+    # the store's copies of the inputs run 1 reads (shared with run 2 where the content is)
+    copies = [r for r in _files(store) if r.startswith(tuple(f"{c}/" for c in _copies(store, RUN)))]
     other = set(_files(store / OTHER))
+    for rel in copies:
+        if file_kind(rel) == "zarr-chunk":
+            out.append(Target("place:chunk-swap", rel, 0))
+    for name, path in sorted(_copies(store, RUN).items(), key=lambda kv: kv[1]):
+        theirs = _copies(store, OTHER, by_name=True).get(name)
+        if theirs is not None and theirs != path:
+            out.append(Target("place:array-from-run", path, 0))
     for rel in mine:
         inner = rel[len(RUN) + 1:]
         if file_kind(inner) == "zarr-chunk":
@@ -171,11 +202,11 @@ def list_moves(fx) -> list[Target]:
     out.append(Target("place:run-from-run", RUN, 0))
     if twin is not None:
         theirs = set(_files(twin))
-        for rel in [*mine, "catalog.sqlite", "store.json"]:
+        for rel in [*mine, *copies, "catalog.sqlite", "store.json"]:
             if rel in theirs:
                 out.append(Target("place:from-store", rel, 0))
         out.append(Target("place:run-from-store", RUN, 0))
-    for rel in [*mine, "catalog.sqlite", "store.json", f"{RUN}/lineage"]:
+    for rel in [*mine, *copies, "catalog.sqlite", "store.json", f"{RUN}/lineage"]:
         kind = _link_kind(rel)
         if kind is not None and (store / rel).exists():
             out.append(Target(kind, rel, 0))
@@ -207,6 +238,11 @@ def draw_move(rng: np.random.Generator, fx, t: Target, kind: str | None = None) 
     if t.kind in ("place:from-run", "place:lineage-from-run"):
         return Damage("copy-from-run", other=f"{OTHER}/{inner}")
     if t.kind == "place:array-from-run":
+        if t.path.startswith(f"{INPUTS}/"):       # the store's copy of run 2's input of that name
+            name = next(n for n, p in _copies(fx.store, RUN).items() if p == t.path)
+            theirs = _copies(fx.store, OTHER, by_name=True)[name]
+            return Damage(kind or _pick(rng, ("array-from-run", "array+sidecar-from-run")),
+                          other=theirs)
         return Damage(kind or _pick(rng, ("array-from-run", "array+sidecar-from-run")),
                       other=f"{OTHER}/{inner}")
     if t.kind in ("place:from-store", "place:run-from-store"):
@@ -313,12 +349,16 @@ def move(store: Path, t: Target, d: Damage, fx) -> None:
 
 # -- nothing lost ------------------------------------------------------------------------------
 def inventory(store: Path) -> set[str]:
-    """Every entry under ``runs/`` (links not followed), relative to it."""
+    """Every entry under ``runs/`` (links not followed), relative to it, and the store's
+    copies of inputs (``../inputs/<name>``)."""
     runs = store / "runs"
     out = set()
     for top, dirs, files in os.walk(runs):
         for n in (*dirs, *files):
             out.add(os.path.relpath(os.path.join(top, n), runs))
+    if (store / INPUTS).is_dir():
+        out |= {f"../{INPUTS}/{p.name}" for p in (store / INPUTS).iterdir()
+                if not p.name.startswith(".")}
     return out
 
 
@@ -346,6 +386,9 @@ def lost(before: set[str], store: Path) -> str:
     if folders:
         return f"run folder(s) {', '.join('runs/' + f for f in folders)} no longer in runs/"
     gone = sorted(before - now - quarantined(store))
+    copies = [g for g in gone if g.startswith(f"../{INPUTS}/")]
+    if copies:
+        return f"{len(copies)} of the store's input copies gone: {', '.join(copies[:3])}"
     if gone:
         return f"{len(gone)} entr(ies) of runs/ gone: {', '.join(gone[:3])}"
     return ""
