@@ -15,7 +15,9 @@ reason instead of an answer -- never skipped silently.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -31,6 +33,11 @@ class RunsByInput(Protocol):
     def runs_using(self, what: Any, name: str | None = None) -> list[tuple[int, str]]: ...
 
     def get(self, ref: str | int = "latest") -> Any: ...
+
+    def checks_shared(self) -> AbstractContextManager[None]: ...
+
+    @property
+    def path(self) -> Path: ...
 
 
 @dataclass(frozen=True)
@@ -106,48 +113,80 @@ def outputs(ops: Sequence[Mapping[str, Any]]) -> list[str]:
     return [o["name"] for o in ops if o["name"] not in read]
 
 
+@dataclass(frozen=True)
+class Question:
+    """What every run is asked, as plain data (it travels to worker processes and Spark
+    tasks): the input's cells, and the arrays to trace to (None: each workflow's
+    outputs).  ``strict``: an unknown target is an error (one run), not skipped."""
+
+    cells: np.ndarray
+    targets: tuple[str, ...] | None
+    strict: bool = False
+
+
 def impact(store: RunsByInput, what: Any, cells: Any = None, *, name: str | None = None,
            to: str | Sequence[str] | None = None, sky: Any = None, radius: Any = None,
-           sel: Mapping[str, Any] | None = None,
-           progress: Callable[[int, int], None] | None = None) -> Impact:
+           sel: Mapping[str, Any] | None = None, engine: str | None = None, spark: Any = None,
+           master: str | None = None, conf: Mapping[str, str] | None = None,
+           progress: Any = None, announce: Callable[[str], None] | None = None) -> Impact:
     """See :meth:`subzero.store.Store.impact`."""
-    import time
+    from subzero.engines.choice import EngineRequest, impact_engine
+    from subzero.engines.progress import progress_for
+    from subzero.query.many import answer_runs
 
+    request = EngineRequest(engine, master, dict(conf or {}), spark)
+    request.check()
     digest = store.digest_of(what, name)
     uses = store.runs_using(digest)
-    targets = [to] if isinstance(to, str) else list(to) if to is not None else None
-    found: list[RunImpact] = []
-    spec: np.ndarray | None = None
-    for k, (rid, inp) in enumerate(uses):
-        t0 = time.perf_counter()
-        run = store.get(rid)
-        try:
-            if spec is None:       # the same content everywhere: the same cells in every run
-                ndim = len(run.shapes()[inp])
-                spec = np.asarray(run.select(inp, cells, sky=sky, radius=radius, sel=sel),
-                                  dtype=np.int64).reshape(-1, ndim)
-            wanted = targets if targets is not None else outputs(run.ops())
-            unknown = [t for t in wanted if t not in run.shapes()]
-            if unknown and targets is not None and len(uses) == 1:
-                raise QueryError(f"unknown array {unknown[0]!r} in run {rid}; its arrays are: "
-                                 f"{', '.join(run.shapes())}")
-            got = []
-            for t in wanted:
-                if t not in run.shapes() or not _downstream(run.ops(), inp, t):
-                    continue
-                res = run.trace(inp, spec, to=t, record=False)
-                got.append(TargetImpact(t, res.cells, res.cellset.bounds(), res.where()))
-            found.append(RunImpact(rid, run.row.workflow, inp, got, time.perf_counter() - t0))
-        except QueryError:
-            raise
-        except SubZeroError as e:
-            found.append(RunImpact(rid, run.row.workflow, inp, [], time.perf_counter() - t0,
-                                   error=str(e)))
-        finally:
-            run.close()
-        if progress is not None:
-            progress(k + 1, len(uses))
-    return Impact(digest, 0 if spec is None else int(len(spec)), found)
+    targets = (to,) if isinstance(to, str) else tuple(to) if to is not None else None
+    if not uses:
+        return Impact(digest, 0, [])
+    first, inp = uses[0]
+    with store.get(first) as run:       # the same content everywhere: the same cells in every run
+        ndim = len(run.shapes()[inp])
+        spec = np.asarray(run.select(inp, cells, sky=sky, radius=radius, sel=sel),
+                          dtype=np.int64).reshape(-1, ndim)
+    question = Question(spec, targets, strict=targets is not None and len(uses) == 1)
+    choice = impact_engine(request, len(uses))
+    if announce is not None and not choice.asked:
+        announce(choice.line(master))
+    reporter = progress_for(progress)
+    reporter.begin(len(uses), f"impact on {len(uses)} runs", unit="run")
+    try:
+        found = answer_runs(store, uses, question, choice.engine, reporter, request)
+    finally:
+        reporter.close()
+    return Impact(digest, int(len(spec)), found)
+
+
+def answer(store: RunsByInput, rid: int, inp: str, q: Question) -> RunImpact:
+    """One run's answer: its input's cells traced forward to each target downstream of
+    it, or why the run cannot be answered (a :class:`SubZeroError` other than a
+    mistake in the question)."""
+    import time
+    t0 = time.perf_counter()
+    run = store.get(rid)
+    try:
+        wanted = list(q.targets) if q.targets is not None else outputs(run.ops())
+        shapes = run.shapes()
+        unknown = [t for t in wanted if t not in shapes]
+        if unknown and q.strict:
+            raise QueryError(f"unknown array {unknown[0]!r} in run {rid}; its arrays are: "
+                             f"{', '.join(shapes)}")
+        ops = run.ops()
+        got = []
+        for t in wanted:
+            if t not in shapes or not _downstream(ops, inp, t):
+                continue
+            res = run.trace(inp, q.cells, to=t, record=False)
+            got.append(TargetImpact(t, res.cells, res.cellset.bounds(), res.where()))
+        return RunImpact(rid, run.row.workflow, inp, got, time.perf_counter() - t0)
+    except QueryError:
+        raise
+    except SubZeroError as e:
+        return RunImpact(rid, run.row.workflow, inp, [], time.perf_counter() - t0, error=str(e))
+    finally:
+        run.close()
 
 
 def _downstream(ops: Sequence[Mapping[str, Any]], start: str, target: str) -> bool:

@@ -265,6 +265,9 @@ class Verdict:
     #: the signature verifies, but over the record of another run or another store's run:
     #: the run's folder was taken from elsewhere (trusting it again cannot make it this run)
     misplaced: bool = False
+    #: the verified pickle's SHA-256, when the run is trusted by its record (runs whose
+    #: pickles have one digest have the same operators)
+    payload_sha256: str | None = None
 
     @property
     def trusted(self) -> bool:
@@ -276,11 +279,44 @@ class Verdict:
         return self.detail or _WHY.get(self.state, "")
 
 
-def verify_run(catalog: Catalog, row: RunRow, folder: Path, record: bytes | None = None) -> Verdict:
+class Checks:
+    """What the trust checks of one query over many runs share: this user's key,
+    loaded once, and the workflow pickles already verified, by digest.  A run's
+    pickle that is byte for byte one verified has that digest (one comparison
+    instead of a SHA-256), and runs whose pickles are equal may share the operators
+    loaded from them (``loaded``).  Every run's signature is still checked; nothing
+    is kept beyond the query."""
+
+    def __init__(self) -> None:
+        self._key: bytes | None = None
+        self._key_loaded = False
+        self._payloads: dict[str, bytes] = {}
+        #: operators loaded from a verified pickle, by its digest (the store's to fill)
+        self.loaded: dict[str, Any] = {}
+
+    def key(self) -> bytes | None:
+        if not self._key_loaded:
+            self._key, self._key_loaded = load_key(create=False), True
+        return self._key
+
+    def digest(self, payload: bytes, expected: str | None) -> str:
+        """The SHA-256 of ``payload``, known without hashing when it equals the pickle
+        verified with digest ``expected``."""
+        if expected is not None and self._payloads.get(expected) == payload:
+            return expected
+        d = hashlib.sha256(payload).hexdigest()
+        if d == expected:
+            self._payloads[d] = payload
+        return d
+
+
+def verify_run(catalog: Catalog, row: RunRow, folder: Path, record: bytes | None = None,
+               checks: Checks | None = None) -> Verdict:
     """Check a run's signature against this user's key (never creates the key).
     ``record``: the bytes of the run's record (``run.json``) when it has one.  A
     signature or pickle that is a link, not a regular file or too big is
-    :data:`DAMAGED` (nothing more of it is read)."""
+    :data:`DAMAGED` (nothing more of it is read).  ``checks``: what a query over many
+    runs verified already (:class:`Checks`)."""
     try:
         payload = read_payload(folder)
     except UnsafeFile as e:
@@ -299,7 +335,7 @@ def verify_run(catalog: Catalog, row: RunRow, folder: Path, record: bytes | None
             return Verdict(UNSIGNED, payload)
     except (ValueError, KeyError, TypeError):
         return Verdict(UNSIGNED, payload)
-    key = load_key(create=False)
+    key = checks.key() if checks is not None else load_key(create=False)
     if key is None or not hmac.compare_digest(kid, key_id(key)):
         return Verdict(OTHER_KEY, payload)
     if doc.get("format") == _RECORD_FORMAT:
@@ -311,10 +347,16 @@ def verify_run(catalog: Catalog, row: RunRow, folder: Path, record: bytes | None
         elsewhere = _misplaced(record, catalog, row)
         if elsewhere:
             return Verdict(MODIFIED, payload, detail=elsewhere, misplaced=True)
-        digest = hashlib.sha256(payload).hexdigest() if payload is not None else None
-        if _payload_digest(record) != digest:
+        expected = _payload_digest(record)
+        if payload is None:
+            digest = None
+        elif checks is not None:
+            digest = checks.digest(payload, expected)
+        else:
+            digest = hashlib.sha256(payload).hexdigest()
+        if expected != digest:
             return Verdict(MODIFIED, payload, record=record, detail=PICKLE_CHANGED)
-        return Verdict(TRUSTED, payload, record=record)
+        return Verdict(TRUSTED, payload, record=record, payload_sha256=digest)
     want = signature_of(key, run_record(catalog, row.id, payload, row.status))
     return Verdict(TRUSTED if hmac.compare_digest(sig, want) else MODIFIED, payload)
 
