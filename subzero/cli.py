@@ -608,7 +608,14 @@ def cmd_impact(a) -> int:
         if a.sel:
             from subzero.coords import parse_sel
             sel = parse_sel(a.sel)
-        res = store.impact(what, a.cells, name=name, to=a.to, sky=a.sky, radius=a.radius, sel=sel)
+        from subzero.engines.choice import EngineRequest
+        request = EngineRequest(a.engine or os.environ.get("SUBZERO_ENGINE") or "auto", a.master,
+                                _kv(a.conf, "--conf"))
+        request.check()
+        res = store.impact(what, a.cells, name=name, to=a.to, sky=a.sky, radius=a.radius, sel=sel,
+                           engine=request.engine, master=request.master, conf=request.conf,
+                           progress=False if a.json else None,
+                           announce=None if a.json else _say)
         if a.json:
             print(json.dumps(res.as_dict(), default=str))
             return 0
@@ -984,6 +991,11 @@ def build_parser() -> argparse.ArgumentParser:
     region_args(im)
     im.add_argument("--to", action="append", metavar="ARRAY",
                     help="an array to trace to (repeatable; default: the workflow's outputs)")
+    im.add_argument("--engine", choices=REQUESTS, default=None,
+                    help="local (this process and its forks), spark (one job over runs), or auto "
+                         "(default: Spark for a --master or many runs, else local)")
+    im.add_argument("--master", metavar="URL", help="Spark master, e.g. spark://host:7077 or local[4]")
+    im.add_argument("--conf", action="append", metavar="KEY=VALUE", help="Spark configuration")
     common(im)
     im.set_defaults(fn=cmd_impact, command_parser=im)
 

@@ -51,11 +51,13 @@ from subzero.storage.trust import (
     TRUSTED,
     Checks,
     Verdict,
+    Voucher,
     code_report,
     read_payload,
     sign_runs,
     untrusted_message,
     verify_run,
+    vouch,
 )
 
 DEFAULT_STORE = ".subzero"
@@ -330,21 +332,40 @@ class Store:
             return Verdict(TRUSTED, read_payload(folder), record=rec)
         return verify_run(self.catalog, row, folder, rec, self._checks)
 
+    def vouchers(self, run_ids: Sequence[int]) -> dict[int, Voucher]:
+        """The signatures of these runs checked with this user's key, for the executors of
+        a query over them, which never see the key (:func:`~subzero.storage.trust.vouch`):
+        each then checks that the record it reads is the one vouched for, and all the
+        rest itself (``checks_shared(vouchers)``)."""
+        checks = self._checks or Checks()
+        out = {}
+        for rid in run_ids:
+            row = self.catalog.get_run(rid)
+            try:
+                rec = record.read_bytes(self.run_dir(rid))
+            except StoreError as e:
+                out[rid] = Voucher(MODIFIED, detail=f"its record is damaged ({e})")
+                continue
+            out[rid] = vouch(self.catalog, row, self.run_dir(rid), rec, checks)
+        return out
+
     @contextlib.contextmanager
-    def checks_shared(self) -> Iterator[None]:
+    def checks_shared(self, vouchers: Mapping[int, Voucher] | None = None) -> Iterator[None]:
         """Within it, the trust checks of many runs share what they verified
         (:class:`~subzero.storage.trust.Checks`): the key is loaded once, a workflow
         pickle equal to one verified is not hashed again, and runs with equal pickles
         share the operators loaded from them (kept until it ends, not for the store's
-        life).  Every run's signature is still checked.  For queries over many runs."""
-        if self._checks is not None:
+        life).  Every run's signature is still checked -- with ``vouchers`` (a Spark
+        task's, from :meth:`vouchers`), as its driver checked it.  For queries over many
+        runs."""
+        if self._checks is not None and vouchers is None:
             yield
             return
-        self._checks = Checks()
+        before, self._checks = self._checks, Checks(vouchers)
         try:
             yield
         finally:
-            self._checks = None
+            self._checks = before
 
     def steering(self, row: RunRow, verdict: Verdict | None = None) -> Steering:
         """What steers a run's traces and code loads -- its operators (inputs,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from subzero.errors import SubZeroWarning
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from subzero.engines.choice import EngineRequest
     from subzero.engines.progress import Progress
     from subzero.impact import Question, RunImpact, RunsByInput
+    from subzero.storage.trust import Voucher
 
 Uses = Sequence[tuple[int, str]]
 
@@ -113,11 +114,11 @@ def _in_pool(store: RunsByInput, uses: Uses, q: Question, progress: Progress,
 
 
 # -- Spark --------------------------------------------------------------------------------
-def _spark_task(path: str, q: Question,
-                groups: Any) -> Any:
-    """One Spark task: its groups of runs answered from the store at ``path``."""
+def _spark_task(path: str, q: Question, vouchers: Mapping[int, Voucher], groups: Any) -> Any:
+    """One Spark task: its groups of runs answered from the store at ``path``, each run's
+    signature as the driver checked it (``vouchers``: executors never see the key)."""
     from subzero.store import Store
-    with Store(path, create=False) as store:
+    with Store(path, create=False) as store, store.checks_shared(vouchers):
         for group in groups:
             yield _answered(store, group, q)
 
@@ -134,7 +135,9 @@ def _on_spark(store: RunsByInput, uses: Uses, q: Question, progress: Progress,
     sc = session.sparkContext
     tasks = max(1, min(len(uses), max(sc.defaultParallelism, math.ceil(len(uses) / IMPACT_RUNS_PER_TASK))))
     groups = _groups(uses, tasks)
-    rdd = sc.parallelize(groups, len(groups)).mapPartitions(partial(_spark_task, str(store.path), q))
+    vouchers = store.vouchers(sorted({rid for rid, _ in uses}))
+    rdd = sc.parallelize(groups, len(groups)).mapPartitions(
+        partial(_spark_task, str(store.path), q, vouchers))
 
     def on_tasks(done: int, total: int) -> None:
         progress.tiles(done, total)
