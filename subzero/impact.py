@@ -52,6 +52,10 @@ class TargetImpact:
     bounds: tuple[tuple[int, ...], tuple[int, ...]] | None
     #: the cells' region on the sky / in labelled axes, when the array has them
     where: dict[str, Any] = field(default_factory=dict)
+    #: the labels of the objects affected: per labelled axis its labels the cells
+    #: touch, and ``ids`` of the objects of a label image (its operator declares
+    #: ``labels_objects``: 0 = none, k = object k), e.g. star ids
+    objects: dict[str, list] = field(default_factory=dict)
 
     @property
     def count(self) -> int:
@@ -60,7 +64,7 @@ class TargetImpact:
     def as_dict(self) -> dict[str, Any]:
         return {"array": self.array, "count": self.count, "cells": self.cells.tolist(),
                 "bounds": None if self.bounds is None else [list(self.bounds[0]), list(self.bounds[1])],
-                **self.where}
+                **self.where, **({"objects": self.objects} if self.objects else {})}
 
 
 @dataclass(frozen=True)
@@ -181,7 +185,7 @@ def answer(store: RunsByInput, rid: int, inp: str, q: Question) -> RunImpact:
             if t not in shapes or not _downstream(ops, inp, t):
                 continue
             res = run.trace(inp, q.cells, to=t, record=False)
-            got.append(TargetImpact(t, res.cells, res.cellset.bounds(), res.where()))
+            got.append(TargetImpact(t, res.cells, res.cellset.bounds(), res.where(), _objects(run, t, res)))
         return RunImpact(rid, run.row.workflow, inp, got, time.perf_counter() - t0)
     except QueryError:
         raise
@@ -189,6 +193,25 @@ def answer(store: RunsByInput, rid: int, inp: str, q: Question) -> RunImpact:
         return RunImpact(rid, run.row.workflow, inp, [], time.perf_counter() - t0, error=str(e))
     finally:
         run.close()
+
+
+def _objects(run: Any, target: str, res: Any) -> dict[str, list]:
+    """The labels of the objects ``res`` touches in array ``target``: its labelled axes'
+    labels at the cells, and the ids of a label image's objects (read from the
+    answer's bounding box only).  A label image is known by its operator's
+    declaration, which is code: an untrusted run lists its labelled axes only."""
+    from subzero.coords.labels import labels_of
+    if not len(res):
+        return {}
+    try:
+        out = labels_of(res.grid(), res.cells)
+    except QueryError:
+        out = {}                # where() said why, once
+    steps = run.workflow.steps if run.trusted else {}
+    if target in steps and getattr(steps[target].operator, "labels_objects", False):
+        ids = np.unique(np.asarray(res.values))
+        out["ids"] = [v.item() for v in ids[ids != 0]]
+    return out
 
 
 def _downstream(ops: Sequence[Mapping[str, Any]], start: str, target: str) -> bool:

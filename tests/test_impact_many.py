@@ -127,3 +127,30 @@ def test_impact_from_the_command_line_on_both_engines(night, store, shell):
         for r in got[engine]["runs"]:
             r.pop("seconds")
     assert got["spark"] == got["local"]
+
+
+# -- the labels of affected objects ----------------------------------------------------------
+def test_the_stars_a_column_touches_are_listed_by_id(night, store):
+    _, flat = night
+    y, x = np.argwhere(np.asarray(store.get(1).array("stars")) > 0)[0]
+    box = f"{max(0, y - 3)}:{y + 4},{max(0, x - 3)}:{x + 4}"      # around a star of run 1
+    imp = store.impact(flat, box, to="stars", progress=False)
+    assert imp.runs[0].targets[0].objects["ids"]
+    for r in imp.runs:
+        (t,) = r.targets
+        stars = np.asarray(store.get(r.run_id).array("stars"))
+        ids = np.unique(stars[tuple(t.cells.T)])
+        assert t.objects.get("ids", []) == ids[ids != 0].tolist()
+        assert r.as_dict()["targets"][0].get("objects", {}).get("ids", []) == t.objects.get("ids", [])
+
+
+def test_labelled_axes_list_the_labels_of_the_cells_touched(tmp_path):
+    import xarray as xr
+    ys, xs = np.arange(64) * 0.5, np.arange(96) + 100.0
+    sky = xr.DataArray(synthetic_sky(), dims=("y", "x"), coords={"y": ys, "x": xs})
+    with subzero.open_store(tmp_path / "s") as st:
+        st.run(EXAMPLE, inputs={"raw": sky}, tile=32, progress=False)
+        imp = st.impact(sky, "10:12,40:42", to="smooth", progress=False)
+        (t,) = imp.runs[0].targets
+        assert t.objects == {"y": ys[9:13].tolist(), "x": xs[39:43].tolist()}
+        assert t.where["labels"] == {"y": [ys[9], ys[12]], "x": [xs[39], xs[42]]}
