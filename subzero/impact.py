@@ -14,6 +14,7 @@ reason instead of an answer -- never skipped silently.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -56,6 +57,8 @@ class TargetImpact:
     #: touch, and ``ids`` of the objects of a label image (its operator declares
     #: ``labels_objects``: 0 = none, k = object k), e.g. star ids
     objects: dict[str, list] = field(default_factory=dict)
+    #: the array's shape
+    shape: tuple[int, ...] = ()
 
     @property
     def count(self) -> int:
@@ -96,6 +99,9 @@ class Impact:
     digest: str
     cells_in: int
     runs: list[RunImpact]
+    #: the input's cells the question names, and the input's shape
+    cells: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64), repr=False)
+    shape: tuple[int, ...] = ()
 
     @property
     def touched(self) -> list[RunImpact]:
@@ -111,6 +117,18 @@ class Impact:
     def as_dict(self) -> dict[str, Any]:
         return {"digest": self.digest, "cells_in": self.cells_in,
                 "runs": [r.as_dict() for r in self.runs]}
+
+    def to_table(self, path: str | os.PathLike, force: bool = False) -> Path:
+        """Write one row per run and array to ``path``: ``.csv``, or ``.parquet`` (with
+        pyarrow); see :mod:`subzero.export.impact`."""
+        from subzero.export.impact import write_table
+        return write_table(self, path, force)
+
+    def plot(self, path: str | os.PathLike, force: bool = False) -> Path:
+        """Draw every run's affected regions, grouped by workflow, to ``path`` (.png,
+        .pdf or .svg)."""
+        from subzero.export.impact import write_plot
+        return write_plot(self, path, force)
 
 
 def outputs(ops: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -149,9 +167,9 @@ def impact(store: RunsByInput, what: Any, cells: Any = None, *, name: str | None
         return Impact(digest, 0, [])
     first, inp = uses[0]
     with store.get(first) as run:       # the same content everywhere: the same cells in every run
-        ndim = len(run.shapes()[inp])
+        shape = tuple(run.shapes()[inp])
         spec = np.asarray(run.select(inp, cells, sky=sky, radius=radius, sel=sel),
-                          dtype=np.int64).reshape(-1, ndim)
+                          dtype=np.int64).reshape(-1, len(shape))
     question = Question(spec, targets, strict=targets is not None and len(uses) == 1)
     choice = impact_engine(request, len(uses))
     if announce is not None and not choice.asked:
@@ -162,7 +180,7 @@ def impact(store: RunsByInput, what: Any, cells: Any = None, *, name: str | None
         found = answer_runs(store, uses, question, choice.engine, reporter, request)
     finally:
         reporter.close()
-    return Impact(digest, int(len(spec)), found)
+    return Impact(digest, int(len(spec)), found, spec, shape)
 
 
 def answer(store: RunsByInput, rid: int, inp: str, q: Question) -> RunImpact:
@@ -185,7 +203,8 @@ def answer(store: RunsByInput, rid: int, inp: str, q: Question) -> RunImpact:
             if t not in shapes or not _downstream(ops, inp, t):
                 continue
             res = run.trace(inp, q.cells, to=t, record=False)
-            got.append(TargetImpact(t, res.cells, res.cellset.bounds(), res.where(), _objects(run, t, res)))
+            got.append(TargetImpact(t, res.cells, res.cellset.bounds(), res.where(), _objects(run, t, res),
+                                    tuple(shapes[t])))
         return RunImpact(rid, run.row.workflow, inp, got, time.perf_counter() - t0)
     except QueryError:
         raise

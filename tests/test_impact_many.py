@@ -154,3 +154,108 @@ def test_labelled_axes_list_the_labels_of_the_cells_touched(tmp_path):
         (t,) = imp.runs[0].targets
         assert t.objects == {"y": ys[9:13].tolist(), "x": xs[39:43].tolist()}
         assert t.where["labels"] == {"y": [ys[9], ys[12]], "x": [xs[39], xs[42]]}
+
+
+# -- outputs ---------------------------------------------------------------------------------
+def test_table_plot_prov_and_openlineage_from_the_command_line(night, store, shell, tmp_path):
+    import pandas as pd
+    from prov.model import ProvDocument
+
+    from subzero.export.openlineage import validate_event
+    d, flat = night
+    files = {k: tmp_path / f"night.{k}" for k in ("csv", "parquet", "png")}
+    files["prov"], files["ol"] = tmp_path / "night.prov.json", tmp_path / "night.ol.json"
+    code, out, err = shell("impact", "--input", d / "flat.npy", "--cells", BAD_COLUMN, "--store", store.path,
+                           "--table", files["csv"], "--plot", files["png"], "--prov", files["prov"],
+                           "--openlineage", files["ol"], "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert {w["format"] for w in got["written"]} == {"table", "plot", "prov", "openlineage"}
+    imp = store.impact(flat, BAD_COLUMN, progress=False)
+    table = pd.read_csv(files["csv"])
+    assert list(zip(table.run_id, table.array, table["count"])) == [
+        (r.run_id, t.array, t.count) for r in imp.runs for t in r.targets]
+    assert table.bounds[0] == ",".join(f"{lo}:{hi}" for lo, hi in zip(*imp.runs[0].targets[0].bounds))
+    assert imp.to_table(files["parquet"]) == files["parquet"]
+    assert pd.read_parquet(files["parquet"]).drop(columns=["labels", "objects", "error"]).equals(
+        table.drop(columns=["labels", "objects", "error"]).astype(
+            pd.read_parquet(files["parquet"]).drop(columns=["labels", "objects", "error"]).dtypes))
+    assert files["png"].read_bytes()[:4] == b"\x89PNG"
+    doc = ProvDocument.deserialize(files["prov"], format="json")
+    runs = [r for r in doc.get_records() if "subzero:Run" in str(r.get_attribute("prov:type"))]
+    assert len(runs) == 5
+    events = [json.loads(line) for line in files["ol"].read_text().splitlines()]
+    assert [e["run"]["facets"]["subzero_regionLineage"]["run"] for e in events] == [1, 2, 3, 4, 5]
+    for e in events:
+        validate_event(e)
+        assert [t["count"] for t in e["run"]["facets"]["subzero_regionLineage"]["traces"]] == \
+            [t.count for t in imp.runs[e["run"]["facets"]["subzero_regionLineage"]["run"] - 1].targets]
+
+
+@pytest.mark.parametrize("flag, path, says", [
+    ("--table", "out.xlsx", "end its name in .csv or .parquet"),
+    ("--plot", "out.gif", "end its name in .png, .pdf or .svg"),
+    ("--prov", "missing/out.prov.json", "does not exist"),
+    ("--openlineage", "exists.ol.json", "already exists"),
+])
+def test_a_wrong_output_is_one_line_before_the_query(night, store, shell, tmp_path, flag, path, says):
+    d, _ = night
+    (tmp_path / "exists.ol.json").write_text("{}")
+    code, out, err = shell("impact", "--input", d / "flat.npy", "--cells", BAD_COLUMN, "--store", store.path,
+                           flag, tmp_path / path)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and says in err, err
+    assert out == ""
+
+
+def test_parquet_without_pyarrow_is_one_clear_error(night, store, monkeypatch, tmp_path):
+    import builtins
+    real = builtins.__import__
+
+    def no_pyarrow(name, *args, **kwargs):
+        if name == "pyarrow":
+            raise ImportError("no pyarrow")
+        return real(name, *args, **kwargs)
+    _, flat = night
+    imp = store.impact(flat, BAD_COLUMN, progress=False)
+    monkeypatch.setattr(builtins, "__import__", no_pyarrow)
+    with pytest.raises(subzero.SubZeroError, match=r"needs pyarrow.*or write a \.csv table"):
+        imp.to_table(tmp_path / "t.parquet")
+
+
+# -- untrusted runs --------------------------------------------------------------------------
+def test_untrusted_runs_are_answered_from_stored_lineage_or_named(night, tmp_path, monkeypatch, shell):
+    """Runs signed with another key: one whose lineage is all stored is answered
+    without its code, one whose lineage needs mapping functions is listed with the
+    reason -- in the answer, --json and the table -- never skipped."""
+    import pandas as pd
+
+    from subzero.storage.trust import CONFIG_ENV
+    from subzero.workflows.example import Stars
+    d, flat = night
+    wf = subzero.Workflow("patches")          # the flat's bright patches, labelled
+    wf.add("patches", Stars(threshold=1.0), wf.input("flat"))
+    with subzero.open_store(tmp_path / "s") as st:
+        for spec in ("full:fullone:forward", "pay:payone:backward"):     # data / needs map_p
+            st.run(wf, inputs={"flat": flat}, strategies={"patches": spec}, tile=32, progress=False)
+        trusted = st.impact(flat, BAD_COLUMN, progress=False)
+    assert all(r.error is None for r in trusted.runs)
+    monkeypatch.setenv(CONFIG_ENV, str(tmp_path / "someone-else"))
+    with subzero.open_store(tmp_path / "s") as st:
+        imp = st.impact(flat, BAD_COLUMN, progress=False)
+        assert [r.run_id for r in imp.runs] == [1, 2]
+        first, second = imp.runs
+        assert first.error is None
+        want = answers(trusted)["runs"][0]["targets"]
+        for t in want:
+            t.pop("objects", None)      # the ids of a label image need its operator's code
+        assert answers(imp)["runs"][0]["targets"] == want and want[0]["count"] >= 64
+        assert "not trusted" in second.error and "subzero trust" in second.error and not second.targets
+        imp.to_table(tmp_path / "t.csv")
+    table = pd.read_csv(tmp_path / "t.csv")
+    assert table.run_id.tolist().count(2) == 1 and "not trusted" in table.error[table.run_id == 2].item()
+    assert table.error[table.run_id == 1].isna().all()
+    code, out, err = shell("impact", "--input", d / "flat.npy", "--cells", BAD_COLUMN, "--store", tmp_path / "s",
+                           "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert [(r["run_id"], r["error"] is None) for r in got["runs"]] == [(1, True), (2, False)]
