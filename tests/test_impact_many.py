@@ -259,3 +259,19 @@ def test_untrusted_runs_are_answered_from_stored_lineage_or_named(night, tmp_pat
     assert code == 0, err
     got = json.loads(out)
     assert [(r["run_id"], r["error"] is None) for r in got["runs"]] == [(1, True), (2, False)]
+
+
+def test_unrelated_runs_are_never_opened(night, store, monkeypatch):
+    """The runs that read the input come from the catalog's index; runs that did not
+    read it cost nothing (none of them is opened or verified)."""
+    from subzero.store import Store
+    _, flat = night
+    store.run(EXAMPLE, inputs={"raw": synthetic_sky(), "flat": flat * 2}, tile=32, progress=False)
+    opened, verified = [], []
+    real_get, real_verdict = Store.get, Store.verdict
+    monkeypatch.setattr(Store, "get", lambda self, ref="latest": opened.append(ref) or real_get(self, ref))
+    monkeypatch.setattr(Store, "verdict", lambda self, run="latest": verified.append(
+        getattr(run, "id", run)) or real_verdict(self, run))
+    imp = store.impact(flat, BAD_COLUMN, engine="local", progress=False)
+    assert [r.run_id for r in imp.runs] == [1, 2, 3, 4, 5]
+    assert 6 not in opened and 6 not in verified

@@ -96,13 +96,17 @@ def _rewarn(messages: Sequence[str]) -> None:
 
 def _in_pool(store: RunsByInput, uses: Uses, q: Question, progress: Progress,
              workers: int) -> list[RunImpact]:
-    """Worker processes forked from this one (nothing to import again), each answering
-    groups of a few runs as they come, so that a slow run holds up only its group."""
+    """Worker processes forked from this one, each answering groups of a few runs as they
+    come, so that a slow run holds up only its group.  This process answers the first
+    group itself before it forks: what answering needs is then imported once, not in
+    every worker."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
-    groups = _groups(uses, max(workers, math.ceil(len(uses) / IMPACT_RUNS_PER_WORKER)))
+    first = answer_group(store, uses[:IMPACT_RUNS_PER_WORKER], q, progress)
+    rest = uses[IMPACT_RUNS_PER_WORKER:]
+    groups = _groups(rest, max(workers, math.ceil(len(rest) / IMPACT_RUNS_PER_WORKER)))
     ctx = multiprocessing.get_context("fork")
-    out: list[RunImpact] = []
+    out: list[RunImpact] = list(first)
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_open_worker_store,
                              initargs=(str(store.path),)) as pool:
         for got, said in pool.map(_pool_task, groups, [q] * len(groups)):
