@@ -156,7 +156,7 @@ def impact(store: RunsByInput, what: Any, cells: Any = None, *, name: str | None
     """See :meth:`subzero.store.Store.impact`."""
     from subzero.engines.choice import EngineRequest, impact_engine
     from subzero.engines.progress import progress_for
-    from subzero.query.many import answer_runs
+    from subzero.parallel import answer_runs
 
     request = EngineRequest(engine, master, dict(conf or {}), spark)
     request.check()
@@ -177,7 +177,7 @@ def impact(store: RunsByInput, what: Any, cells: Any = None, *, name: str | None
     reporter = progress_for(progress)
     reporter.begin(len(uses), f"impact on {len(uses)} runs", unit="run")
     try:
-        found = answer_runs(store, uses, question, choice.engine, reporter, request)
+        found = answer_runs(store, uses, answer, question, choice.engine, reporter, request)
     finally:
         reporter.close()
     return Impact(digest, int(len(spec)), found, spec, shape)

@@ -12,7 +12,7 @@ import pytest
 from conftest import EXAMPLE
 
 import subzero
-from subzero.query import many
+from subzero import parallel as many
 from subzero.workflows.example import flat_field, synthetic_sky
 
 BAD_COLUMN = "0:64,37"
