@@ -275,3 +275,39 @@ def test_unrelated_runs_are_never_opened(night, store, monkeypatch):
     imp = store.impact(flat, BAD_COLUMN, engine="local", progress=False)
     assert [r.run_id for r in imp.runs] == [1, 2, 3, 4, 5]
     assert 6 not in opened and 6 not in verified
+
+
+# -- trust checks shared by a query's runs ---------------------------------------------------
+def test_shared_checks_still_catch_a_changed_pickle_or_record(store):
+    """Within one query the runs share the key and the pickles verified, but a run whose
+    pickle differs from the one its record names is still refused; an executor's
+    voucher stands for the signature of the record the driver read, and no other."""
+    from subzero.storage.trust import MODIFIED, PICKLE_CHANGED, RECORD_CHANGED, TRUSTED
+    pkl = store.run_dir(2) / "workflow.pkl"
+    vouchers = store.vouchers([1, 2, 3])
+    with store.checks_shared():
+        assert store.verdict(1).state == TRUSTED
+        pkl.write_bytes(pkl.read_bytes() + b"\0")
+        v = store.verdict(2)
+        assert v.state == MODIFIED and v.detail == PICKLE_CHANGED
+    rec = store.run_dir(3) / "run.json"
+    rec.write_bytes(rec.read_bytes().replace(b'"example"', b'"exampel"', 1))
+    with store.checks_shared(vouchers):         # as a Spark task sees them, without the key
+        assert store.verdict(1).state == TRUSTED
+        assert store.verdict(2).detail == PICKLE_CHANGED
+        assert store.verdict(3).state == MODIFIED and store.verdict(3).detail == RECORD_CHANGED
+        assert store.verdict(4).detail == "its signature was not checked by the query's driver"
+
+
+def test_a_small_file_read_with_its_size_expected_is_still_read_to_the_limit(tmp_path):
+    import os
+
+    from subzero.storage.files import read_fd
+    p = tmp_path / "f"
+    p.write_bytes(b"x" * 1000)              # grew since its size was taken (10)
+    for limit, want in ((10_000, 1000), (100, 101)):
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            assert len(read_fd(fd, limit, expect=10)) == want
+        finally:
+            os.close(fd)
