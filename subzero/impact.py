@@ -10,6 +10,11 @@ The cost follows the runs found and the cells affected, not the store's size.
 An untrusted run (made elsewhere, not trusted here) is answered from its stored
 lineage where that needs no code; where it does, the run is listed with the
 reason instead of an answer -- never skipped silently.
+
+The runs are answered by :func:`answer`, one run at a time, wherever they are
+answered (:mod:`subzero.parallel`: this process, its forks, or a Spark job over
+runs); the answer is plain data (:class:`Impact`), which
+:mod:`subzero.export.impact` writes as a table, a plot, PROV or OpenLineage.
 """
 
 from __future__ import annotations
