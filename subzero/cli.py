@@ -600,22 +600,49 @@ def cmd_inputs(a) -> int:
 
 def cmd_impact(a) -> int:
     from subzero.api import open_store
+    from subzero.engines.choice import EngineRequest
+    from subzero.export import impact as out
+    from subzero.export.output import check_target
+    named = _region_flags(a)
+    if len(named) != 1:
+        raise SubZeroError("impact needs one of --cells SPEC, --sky RA,DEC or --sel NAME=LABEL"
+                           + (f" (got {' and '.join(named)})" if named else ""))
+    _check_radius(a)
+    if (a.input is None) == (a.name is None):
+        raise SubZeroError("impact needs --input FILE|DIGEST, or --run N --name INPUT")
+    request = EngineRequest(a.engine or os.environ.get("SUBZERO_ENGINE") or "auto", a.master,
+                            _kv(a.conf, "--conf"))
+    request.check()
+    files = [p for p in (a.table, a.plot, a.prov, a.openlineage) if p]
+    if len(set(map(os.path.abspath, files))) != len(files):
+        raise SubZeroError("--table, --plot, --prov and --openlineage need a file each")
+    if a.table:                        # every file checked before the query runs
+        out.check_table(a.table, a.force)
+    if a.plot:
+        out.check_plot(a.plot, a.force)
+    for path in (a.prov, a.openlineage):
+        if path:
+            check_target(path, a.force)
     with open_store(a.store, create=False) as store:
-        named = _region_flags(a)
-        if len(named) != 1:
-            raise SubZeroError("impact needs one of --cells SPEC, --sky RA,DEC or --sel NAME=LABEL"
-                               + (f" (got {' and '.join(named)})" if named else ""))
-        _check_radius(a)
-        if (a.input is None) == (a.name is None):
-            raise SubZeroError("impact needs --input FILE|DIGEST, or --run N --name INPUT")
         what, name = (a.input, None) if a.input is not None else (a.run, a.name)
         sel = None
         if a.sel:
             from subzero.coords import parse_sel
             sel = parse_sel(a.sel)
-        res = store.impact(what, a.cells, name=name, to=a.to, sky=a.sky, radius=a.radius, sel=sel)
+        res = store.impact(what, a.cells, name=name, to=a.to, sky=a.sky, radius=a.radius, sel=sel,
+                           engine=request.engine, master=request.master, conf=request.conf,
+                           progress=False if a.json else None,
+                           announce=None if a.json else _say)
+        written = []
+        for path, fmt, write in ((a.table, "table", lambda p: res.to_table(p, a.force)),
+                                 (a.plot, "plot", lambda p: res.plot(p, a.force)),
+                                 (a.prov, "prov", lambda p: out.write_prov(store, res, p, a.force)),
+                                 (a.openlineage, "openlineage",
+                                  lambda p: out.write_openlineage(store, res, p, a.force))):
+            if path:
+                written.append({"path": str(write(path)), "format": fmt})
         if a.json:
-            print(json.dumps(res.as_dict(), default=str))
+            print(json.dumps({**res.as_dict(), **({"written": written} if written else {})}, default=str))
             return 0
         print(f"input {res.digest}: {res.cells_in} cells; read by {len(res.runs)} runs, "
               f"{len(res.touched)} affected")
@@ -627,9 +654,17 @@ def cmd_impact(a) -> int:
                     continue
                 parts = [f"{t.array} {t.count} cells"
                          + (f" in [{', '.join(f'{lo}:{hi}' for lo, hi in zip(*t.bounds))}]" if t.bounds else "")
+                         + (f" (ids {_ids_text(t.objects['ids'])})" if t.objects.get("ids") else "")
                          for t in r.targets]
                 print(f"  run {r.run_id} (input {r.input}): " + ("; ".join(parts) or "nothing downstream"))
+        for d in written:
+            print(f"{d['format']} written to {d['path']}")
     return 0
+
+
+def _ids_text(ids: list) -> str:
+    shown = ", ".join(map(str, ids[:8]))
+    return shown + (f" and {len(ids) - 8} more" if len(ids) > 8 else "")
 
 
 def _trust_state(store, row) -> str:
@@ -989,6 +1024,17 @@ def build_parser() -> argparse.ArgumentParser:
     region_args(im)
     im.add_argument("--to", action="append", metavar="ARRAY",
                     help="an array to trace to (repeatable; default: the workflow's outputs)")
+    im.add_argument("--engine", choices=REQUESTS, default=None,
+                    help="local (this process and its forks), spark (one job over runs), or auto "
+                         "(default: Spark for a --master or many runs, else local)")
+    im.add_argument("--master", metavar="URL", help="Spark master, e.g. spark://host:7077 or local[4]")
+    im.add_argument("--conf", action="append", metavar="KEY=VALUE", help="Spark configuration")
+    im.add_argument("--table", metavar="FILE", help="one row per run and array: .csv or .parquet")
+    im.add_argument("--plot", metavar="FILE.png", help="draw every run's affected regions, by workflow")
+    im.add_argument("--prov", metavar="FILE", help="the answer as W3C PROV-JSON")
+    im.add_argument("--openlineage", metavar="FILE",
+                    help="one OpenLineage run event per run (JSON Lines)")
+    im.add_argument("--force", action="store_true", help="replace existing files")
     common(im)
     im.set_defaults(fn=cmd_impact, command_parser=im)
 

@@ -45,9 +45,9 @@ class RunStore(Protocol):
 
     def verdict(self, run: str | int | RunRow = "latest") -> Verdict: ...
 
-    def workflow_of(self, row: RunRow) -> Workflow: ...
+    def workflow_of(self, row: RunRow, verdict: Verdict | None = None) -> Workflow: ...
 
-    def steering(self, row: RunRow) -> Steering: ...
+    def steering(self, row: RunRow, verdict: Verdict | None = None) -> Steering: ...
 
     def log_trace(self, run_id: int, start: str, cells: Any, to: str | None,
                   path: list[tuple[str, int]] | None, shortcut: bool, res: TraceResult) -> None: ...
@@ -64,6 +64,7 @@ class Run:
         self._executor: Executor | None = None
         self._grids: Callable[[str], Grid | None] | None = None
         self._steer: Steering | None = None
+        self._verdict: Verdict | None = None
         self.planner: Planner | None = None      # query-time planner used by trace() (optimizer.planner_for)
 
     def __repr__(self) -> str:
@@ -75,6 +76,7 @@ class Run:
             self._executor.close()
             self._executor = None
         self._steer = None                 # verified again on next use (trust may change it)
+        self._verdict = None
         self._store_of_arrays = None
 
     @property
@@ -104,8 +106,16 @@ class Run:
         """What steers this run's traces: its signed record when that verifies, else its
         catalog rows (see :meth:`subzero.store.Store.steering`); checked once per open."""
         if self._steer is None:
-            self._steer = self.store.steering(self.row)
+            self._steer = self.store.steering(self.row, self.verdict())
         return self._steer
+
+    def verdict(self) -> Verdict:
+        """Whether this run's code may be loaded (:meth:`subzero.store.Store.verdict`):
+        its signature checked once per open, as its steering is (a run is closed when
+        it is trusted, so the next use checks again)."""
+        if self._verdict is None:
+            self._verdict = self.store.verdict(self.row)
+        return self._verdict
 
     def __enter__(self) -> Run:
         return self
@@ -115,13 +125,13 @@ class Run:
 
     @property
     def workflow(self) -> Workflow:
-        return self.store.workflow_of(self.row)
+        return self.store.workflow_of(self.row, self.verdict())
 
     @property
     def trusted(self) -> bool:
         """Whether this run's code may be loaded (its signature verifies with this user's
         key); an untrusted run answers only the trace steps its stored lineage answers."""
-        return self.store.verdict(self.row).trusted
+        return self.verdict().trusted
 
     def ops(self) -> list[dict]:
         return self.steering().ops
@@ -233,7 +243,7 @@ class Run:
     def executor(self) -> Executor:
         if self._executor is None:
             ops = self.ops()
-            verdict = self.store.verdict(self.row)
+            verdict = self.verdict()
             view = RunView(
                 run_id=self.id, workflow=lambda: self.workflow,
                 strategies={o["name"]: parse("+".join(o["strategies"])) for o in ops},

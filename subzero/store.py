@@ -16,16 +16,17 @@ earlier runs are untouched.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from subzero.engines.choice import choose_engine, open_session
-from subzero.engines.progress import progress_for
+from subzero.engines.progress import Progress, progress_for
 from subzero.errors import DiskFull, QueryError, StoreError, SubZeroError, UntrustedRun, warn
 from subzero.impact import Impact, impact
 from subzero.model import content
@@ -50,12 +51,15 @@ from subzero.storage.space import disk_full, full_disk_named
 from subzero.storage.trust import (
     MODIFIED,
     TRUSTED,
+    Checks,
     Verdict,
+    Voucher,
     code_report,
     read_payload,
     sign_runs,
     untrusted_message,
     verify_run,
+    vouch,
 )
 
 DEFAULT_STORE = ".subzero"
@@ -87,6 +91,7 @@ class Store:
         self._noted_readonly = False
         self._workflows: dict[int, Workflow] = {}
         self._open_runs: weakref.WeakSet[Run] = weakref.WeakSet()
+        self._checks: Checks | None = None
 
     def _identity(self) -> str | None:
         """The store's uid, from ``store.json`` and the catalog, which must agree (a catalog
@@ -273,25 +278,36 @@ class Store:
         self._open_runs.add(run)
         return run
 
-    def workflow_of(self, row: RunRow) -> Workflow:
+    def workflow_of(self, row: RunRow, verdict: Verdict | None = None) -> Workflow:
         """The operators of a run: its ``workflow.pkl``, else its workflow module
         re-imported from its source path.  Both are code, so they are loaded only for a
         run whose signature verifies with this user's key (see :meth:`trust`); otherwise
-        :class:`~subzero.storage.trust.UntrustedRun` is raised and nothing is loaded."""
+        :class:`~subzero.storage.trust.UntrustedRun` is raised and nothing is loaded.
+        ``verdict``: the run's :meth:`verdict`, when the caller has just checked it."""
         wf = self._workflows.get(row.id)
         if wf is not None:
             return wf
-        verdict = self.verdict(row)
+        if verdict is None:
+            verdict = self.verdict(row)
         if not verdict.trusted:
             raise UntrustedRun(f"cannot load the operators of run {row.id}: "
                                + untrusted_message(self.path, row.id, verdict))
         err = None
+        digest = verdict.payload_sha256
+        shared = self._checks.loaded if self._checks is not None and digest else None
+        if shared is not None and digest is not None:      # a pickle equal to one loaded
+            wf = shared.get(digest)                        # in this query
+            if wf is not None:
+                return wf
         if verdict.payload is not None:       # the bytes that were verified, not a re-read
             try:
                 wf = load_workflow_pickle(verdict.payload)
             except Exception as e:
                 err = f"{type(e).__name__}: {e}"
-        steer = self.steering(row)
+            if wf is not None and shared is not None and digest is not None:
+                shared[digest] = wf
+                return wf
+        steer = self.steering(row, verdict)
         if wf is None and steer.source:
             try:
                 wf = load_workflow(steer.source, steer.params)
@@ -316,16 +332,53 @@ class Store:
             return Verdict(MODIFIED, None, detail=f"its record is damaged ({e})")
         if row.id in self._workflows:          # written by this process: its own code
             return Verdict(TRUSTED, read_payload(folder), record=rec)
-        return verify_run(self.catalog, row, folder, rec)
+        return verify_run(self.catalog, row, folder, rec, self._checks)
 
-    def steering(self, row: RunRow) -> Steering:
+    def vouchers(self, run_ids: Sequence[int]) -> dict[int, Voucher]:
+        """The signatures of these runs checked with this user's key, for the executors of
+        a query over them, which never see the key (:func:`~subzero.storage.trust.vouch`):
+        each then checks that the record it reads is the one vouched for, and all the
+        rest itself (``checks_shared(vouchers)``)."""
+        checks = self._checks or Checks()
+        out = {}
+        for rid in run_ids:
+            row = self.catalog.get_run(rid)
+            try:
+                rec = record.read_bytes(self.run_dir(rid))
+            except StoreError as e:
+                out[rid] = Voucher(MODIFIED, detail=f"its record is damaged ({e})")
+                continue
+            out[rid] = vouch(self.catalog, row, self.run_dir(rid), rec, checks)
+        return out
+
+    @contextlib.contextmanager
+    def checks_shared(self, vouchers: Mapping[int, Voucher] | None = None) -> Iterator[None]:
+        """Within it, the trust checks of many runs share what they verified
+        (:class:`~subzero.storage.trust.Checks`): the key is loaded once, a workflow
+        pickle equal to one verified is not hashed again, and runs with equal pickles
+        share the operators loaded from them (kept until it ends, not for the store's
+        life).  Every run's signature is still checked -- with ``vouchers`` (a Spark
+        task's, from :meth:`vouchers`), as its driver checked it.  For queries over many
+        runs."""
+        if self._checks is not None and vouchers is None:
+            yield
+            return
+        before, self._checks = self._checks, Checks(vouchers)
+        try:
+            yield
+        finally:
+            self._checks = before
+
+    def steering(self, row: RunRow, verdict: Verdict | None = None) -> Steering:
         """What steers a run's traces and code loads -- its operators (inputs,
         strategies, shapes), arrays (shapes, dtypes), workflow source and parameters:
         from its signed record when that verifies (catalog rows edited since are then
         ignored), else from the catalog.  A run whose record no longer verifies with
         this user's key, or whose unverified record and catalog rows disagree, is
-        refused: nothing of it can be trusted to steer a trace."""
-        verdict = self.verdict(row)
+        refused: nothing of it can be trusted to steer a trace.  ``verdict``: the run's
+        :meth:`verdict`, when the caller has just checked it."""
+        if verdict is None:
+            verdict = self.verdict(row)
         data = verdict.record
         if data is not None:
             rec = record.parse(data, self.run_dir(row.id))
@@ -451,8 +504,10 @@ class Store:
 
     def impact(self, what: Any, cells: Any = None, *, name: str | None = None,
                to: str | Sequence[str] | None = None, sky: Any = None, radius: Any = None,
-               sel: Mapping[str, Any] | None = None,
-               progress: Callable[[int, int], None] | None = None) -> Impact:
+               sel: Mapping[str, Any] | None = None, engine: str | None = None, spark: Any = None,
+               master: str | None = None, conf: Mapping[str, str] | None = None,
+               progress: bool | Progress | None = None,
+               announce: Callable[[str], None] | None = None) -> Impact:
         """The impact of a region of an input on every run that read it: ``what`` names
         the input as :meth:`runs_using` takes it (a file, an array, a digest, or a run
         with ``name``); ``cells`` the region (an ``(N, ndim)`` array or the ``--cells``
@@ -460,9 +515,17 @@ class Store:
         traced forward from its own input to ``to`` (an array or several; default: the
         workflow's outputs).  Returns an :class:`~subzero.impact.Impact`: per run its
         affected cells, counts, bounding boxes and sky/label regions per array, or why
-        the run cannot be answered (an untrusted run whose lineage needs its code)."""
+        the run cannot be answered (an untrusted run whose lineage needs its code).
+
+        Runs are answered in parallel: ``engine="local"`` in this process (forked
+        workers when there are more than a few runs), ``"spark"`` as one Spark job over
+        runs (``spark`` a SparkSession, or ``master``/``conf`` as for :meth:`run`), and
+        ``"auto"`` (default) Spark for Spark settings or many runs
+        (:func:`~subzero.engines.choice.impact_engine`; ``announce`` is told the choice).
+        The answers are the same either way.  ``progress`` as for :meth:`run`."""
         return impact(self, what, cells, name=name, to=to, sky=sky, radius=radius, sel=sel,
-                      progress=progress)
+                      engine=engine, spark=spark, master=master, conf=conf, progress=progress,
+                      announce=announce)
 
     def digest_of(self, what: Any, name: str | None = None) -> str:
         """The content digest ``what`` names (see :meth:`runs_using`)."""

@@ -81,6 +81,16 @@ PROGRESS_POLL_S = 0.25
 #: at every size.  Set where one process would need gigabytes; on more cores choose
 #: Spark with --engine spark or --master.
 SPARK_PAYS_CELLS = 64_000_000
+#: Runs an impact query answers on Spark unless told otherwise (provisional, like
+#: SPARK_PAYS_CELLS): a SparkSession takes seconds to start and a run is answered in
+#: tens of milliseconds in-process, so Spark pays only for a night of thousands of runs
+#: or a cluster's cores (``engine='spark'`` or a master asks for it at any count).
+SPARK_PAYS_RUNS = 2000
+#: Runs per in-process worker of an impact query: fewer runs than twice this are answered
+#: in this process alone (forking a worker costs about as much as answering a few runs).
+IMPACT_RUNS_PER_WORKER = 8
+#: Runs per Spark task of an impact query (at least one task per core of the session)
+IMPACT_RUNS_PER_TASK = 16
 #: cells per axis of the corner a fused Spark stage runs on in the driver to learn its
 #: operators' output dtypes before the tasks write (halos are added to it)
 PROBE_CELLS = 64

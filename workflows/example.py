@@ -105,6 +105,7 @@ class Stars(Operator):
     """
 
     deterministic_lineage = True   # the pairs are the stars of the output's labels
+    labels_objects = True          # 0 = sky, k = star k: impact lists the stars it touches
 
     def __init__(self, threshold: float = 300.0):
         self.threshold = threshold

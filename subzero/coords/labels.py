@@ -136,6 +136,19 @@ def label_bounds(grid: Grid | None, lo: Sequence[int], hi: Sequence[int]) -> dic
     return out
 
 
+def labels_of(grid: Grid | None, cells: np.ndarray) -> dict[str, list]:
+    """For each labelled axis, the distinct labels of ``cells`` (an ``(N, ndim)`` array)
+    along it, in the axis's order: the rows of a catalog an answer touches, by label."""
+    if grid is None or not len(cells):
+        return {}
+    out = {}
+    for d, name in enumerate(grid.dims):
+        if name in grid.coords:
+            values = np.asarray(grid.coords[name])
+            out[name] = [_plain(v) for v in values[np.unique(cells[:, d])]]
+    return out
+
+
 def _plain(v):
     """A label as JSON-friendly plain data."""
     if isinstance(v, np.datetime64):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from subzero.errors import UsageError
-from subzero.tuning import SPARK_PAYS_CELLS
+from subzero.tuning import SPARK_PAYS_CELLS, SPARK_PAYS_RUNS
 
 if TYPE_CHECKING:
     from subzero.engines.base import Engine
@@ -124,6 +124,31 @@ def choose_engine(request: EngineRequest | str | None, master: str | None = None
                                f"was not found; install it for the Spark engine", fallback=True)
     return Choice("spark", f"the largest input ({size}) reaches the {limit} at which Spark pays; "
                            f"`engine='local'` to run in-process")
+
+
+def impact_engine(request: EngineRequest | str | None, runs: int,
+                  java_version: JavaVersion | None = None) -> Choice:
+    """Where an impact query answers its ``runs`` runs: the engine asked for; else
+    Spark when Spark settings are given, or for at least
+    :data:`~subzero.tuning.SPARK_PAYS_RUNS` runs when Java 17+ is there; else in this
+    process (a pool of its forks when there are runs for more than one)."""
+    if not isinstance(request, EngineRequest):
+        request = EngineRequest(request)
+    request.check()
+    if request.engine in ENGINES:
+        return Choice(str(request.engine), "as asked (`engine`)", asked=True)
+    given = request.spark_settings()
+    if given:
+        return Choice("spark", f"Spark settings are given ({', '.join(f'`{g}`' for g in given)})")
+    if runs < SPARK_PAYS_RUNS:
+        return Choice("local", f"{runs} runs are under the {SPARK_PAYS_RUNS} at which Spark pays; "
+                               f"`engine='spark'` to use it anyway")
+    v = (java_version or _java_version)()
+    if v is None or v < 17:
+        return Choice("local", f"{runs} runs are enough for Spark, but Java 17+ was not found; "
+                               f"install it for the Spark engine", fallback=True)
+    return Choice("spark", f"{runs} runs reach the {SPARK_PAYS_RUNS} at which Spark pays; "
+                           f"`engine='local'` to answer them in-process")
 
 
 def resume_engine(request: EngineRequest, recorded: str) -> Choice:

@@ -21,7 +21,9 @@ from subzero.export.mask import MASK_SUFFIXES, write_mask
 
 if TYPE_CHECKING:
     from subzero.api import Run
+    from subzero.impact import Impact
     from subzero.query.trace import TraceResult
+    from subzero.store import Store
 
 #: what a path's suffix exports
 FORMATS = {".zarr": "mask", ".nc": "mask", ".prov.json": "prov",
@@ -65,6 +67,19 @@ def write_openlineage(run: Run, path: str | os.PathLike, result: TraceResult | N
     return write(run, path, result, force)
 
 
+def write_impact_prov(store: Store, imp: Impact, path: str | os.PathLike, force: bool = False) -> Path:
+    """Write an impact's PROV-JSON (the input by content, an activity per run) to ``path``."""
+    from subzero.export.impact import write_prov as write
+    return write(store, imp, path, force)
+
+
+def write_impact_openlineage(store: Store, imp: Impact, path: str | os.PathLike,
+                             force: bool = False) -> Path:
+    """Write an impact's OpenLineage events (one per run, JSON Lines) to ``path``."""
+    from subzero.export.impact import write_openlineage as write
+    return write(store, imp, path, force)
+
+
 def export(path: str | os.PathLike, run: Run | None = None, result: TraceResult | None = None,
            force: bool = False) -> Path:
     """Export to ``path`` in the format its suffix names (see :data:`FORMATS`): a mask
@@ -83,4 +98,4 @@ def export(path: str | os.PathLike, run: Run | None = None, result: TraceResult 
 
 
 __all__ = ["ExportError", "FORMATS", "export", "format_of", "openlineage_event", "prov_document",
-           "write_mask", "write_openlineage", "write_prov"]
+           "write_impact_openlineage", "write_impact_prov", "write_mask", "write_openlineage", "write_prov"]

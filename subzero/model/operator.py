@@ -244,6 +244,9 @@ class Operator:
                    input that ``run`` needs whole (``ctx.statistic``): engines
                    that run the operator per tile compute it over the tiles
                    first, so every tile sees the whole array's value.
+    labels_objects the output names objects by value: 0 is none, k is object k
+                   (a star's id in a label image).  An impact query then lists
+                   the ids of the objects its answer touches.
     """
 
     all_to_all: bool | Sequence[bool] | None = None
@@ -253,6 +256,7 @@ class Operator:
     map_p_batched: bool = False
     default_strategy: str | None = None
     statistic: Statistic | None = None
+    labels_objects: bool = False
 
     # -- what the operator does -------------------------------------------
     def run(self, ctx: OperatorContext, *inputs: Any, **kwargs: Any) -> Any:  # pragma: no cover - abstract

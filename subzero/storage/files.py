@@ -71,12 +71,16 @@ def open_regular(path: str | os.PathLike[str], what: str, follow: bool = False) 
     return fd
 
 
-def read_fd(fd: int, limit: int) -> bytes:
+def read_fd(fd: int, limit: int, expect: int | None = None) -> bytes:
     """At most ``limit + 1`` bytes of an open file, from where it stands (one more than
-    the limit tells a file that is too big from one that fits)."""
+    the limit tells a file that is too big from one that fits).  ``expect``: the size
+    the file had (``fstat``), so that a small file is read into a buffer of its size
+    rather than one of the limit's (a file grown since is still read to the limit)."""
     parts, left = [], limit + 1
+    ask = expect + 1 if expect is not None else 1 << 24
     while left > 0:
-        chunk = os.read(fd, min(left, 1 << 24))
+        chunk = os.read(fd, min(left, ask, 1 << 24))
+        ask = max(ask * 2, 1 << 16)    # the end (usually), or a file that grew: read on
         if not chunk:
             break
         parts.append(chunk)
@@ -94,7 +98,7 @@ def read_regular(path: str | os.PathLike[str], limit: int, what: str, follow: bo
     fd = open_regular(path, what, follow)
     try:
         size = os.fstat(fd).st_size
-        data = b"" if size > limit else read_fd(fd, limit)
+        data = b"" if size > limit else read_fd(fd, limit, size)
     finally:
         os.close(fd)
     if size > limit or len(data) > limit:

@@ -29,13 +29,14 @@ plain functions over plain data: no state is kept between calls.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
 import os
 import secrets
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -265,6 +266,9 @@ class Verdict:
     #: the signature verifies, but over the record of another run or another store's run:
     #: the run's folder was taken from elsewhere (trusting it again cannot make it this run)
     misplaced: bool = False
+    #: the verified pickle's SHA-256, when the run is trusted by its record (runs whose
+    #: pickles have one digest have the same operators)
+    payload_sha256: str | None = None
 
     @property
     def trusted(self) -> bool:
@@ -276,47 +280,164 @@ class Verdict:
         return self.detail or _WHY.get(self.state, "")
 
 
-def verify_run(catalog: Catalog, row: RunRow, folder: Path, record: bytes | None = None) -> Verdict:
+class Checks:
+    """What the trust checks of one query over many runs share: this user's key,
+    loaded once, and the workflow pickles already verified, by digest.  A run's
+    pickle that is byte for byte one verified has that digest (one comparison
+    instead of a SHA-256), and runs whose pickles are equal may share the operators
+    loaded from them (``loaded``).  Every run's signature is still checked; nothing
+    is kept beyond the query."""
+
+    def __init__(self, vouchers: Mapping[int, Voucher] | None = None) -> None:
+        #: a Spark task's: the driver's check of each run's signature (no key here)
+        self.vouchers = vouchers
+        self._key: bytes | None = None
+        self._key_loaded = False
+        self._payloads: dict[str, bytes] = {}
+        #: operators loaded from a verified pickle, by its digest (the store's to fill)
+        self.loaded: dict[str, Any] = {}
+
+    def key(self) -> bytes | None:
+        if not self._key_loaded:
+            self._key, self._key_loaded = load_key(create=False), True
+        return self._key
+
+    def digest(self, payload: bytes, expected: str | None) -> str:
+        """The SHA-256 of ``payload``, known without hashing when it equals the pickle
+        verified with digest ``expected``."""
+        if expected is not None and self._payloads.get(expected) == payload:
+            return expected
+        d = hashlib.sha256(payload).hexdigest()
+        if d == expected:
+            self._payloads[d] = payload
+        return d
+
+
+def verify_run(catalog: Catalog, row: RunRow, folder: Path, record: bytes | None = None,
+               checks: Checks | None = None) -> Verdict:
     """Check a run's signature against this user's key (never creates the key).
     ``record``: the bytes of the run's record (``run.json``) when it has one.  A
     signature or pickle that is a link, not a regular file or too big is
-    :data:`DAMAGED` (nothing more of it is read)."""
+    :data:`DAMAGED` (nothing more of it is read).  ``checks``: what a query over many
+    runs verified already (:class:`Checks`); with vouchers (a Spark task), the
+    driver's check of each signature stands in for the key."""
     try:
         payload = read_payload(folder)
     except UnsafeFile as e:
         return Verdict(DAMAGED, None, detail=f"{e} (damaged or replaced)")
+    if checks is not None and checks.vouchers is not None:
+        return _vouched(checks.vouchers.get(row.id), payload, record, checks)
+    signed = _signature(catalog, row, folder, record,
+                        checks.key if checks is not None else lambda: load_key(create=False),
+                        lambda: payload)
+    if signed is not None:
+        return dataclasses.replace(signed, payload=payload)
+    assert record is not None
+    return _with_pickle(record, payload, checks)
+
+
+def _signature(catalog: Catalog, row: RunRow, folder: Path, record: bytes | None,
+               key_of: Callable[[], bytes | None], payload_of: Callable[[], bytes | None]) -> Verdict | None:
+    """The check of a run's signature with the key: None when it signs the run's record
+    (format 2) and the record is of this place; else the verdict (without the pickle's
+    bytes).  ``payload_of`` gives the pickle a format-1 signature covers."""
     try:
         raw = read_regular(Path(folder) / SIGNATURE_FILE, SIGNATURE_BYTES, "the signature file",
                            limit_name="SIGNATURE_BYTES")
     except UnsafeFile as e:
-        return Verdict(DAMAGED, payload, detail=f"{e} (damaged or replaced)")
+        return Verdict(DAMAGED, None, detail=f"{e} (damaged or replaced)")
     except OSError:
-        return Verdict(UNSIGNED, payload)
+        return Verdict(UNSIGNED)
     try:
         doc = json.loads(raw)
         sig, kid = str(doc["signature"]), str(doc["key_id"])
         if doc.get("algorithm") != _ALGORITHM:
-            return Verdict(UNSIGNED, payload)
+            return Verdict(UNSIGNED)
     except (ValueError, KeyError, TypeError):
-        return Verdict(UNSIGNED, payload)
-    key = load_key(create=False)
+        return Verdict(UNSIGNED)
+    key = key_of()
     if key is None or not hmac.compare_digest(kid, key_id(key)):
-        return Verdict(OTHER_KEY, payload)
+        return Verdict(OTHER_KEY)
     if doc.get("format") == _RECORD_FORMAT:
         if record is None:
-            return Verdict(MODIFIED, payload, detail="its record (run.json) is missing")
+            return Verdict(MODIFIED, detail="its record (run.json) is missing")
         want = hmac.new(key, record, hashlib.sha256).hexdigest()
         if not hmac.compare_digest(sig, want):
-            return Verdict(MODIFIED, payload, detail=RECORD_CHANGED)
+            return Verdict(MODIFIED, detail=RECORD_CHANGED)
         elsewhere = _misplaced(record, catalog, row)
         if elsewhere:
-            return Verdict(MODIFIED, payload, detail=elsewhere, misplaced=True)
-        digest = hashlib.sha256(payload).hexdigest() if payload is not None else None
-        if _payload_digest(record) != digest:
-            return Verdict(MODIFIED, payload, record=record, detail=PICKLE_CHANGED)
-        return Verdict(TRUSTED, payload, record=record)
-    want = signature_of(key, run_record(catalog, row.id, payload, row.status))
-    return Verdict(TRUSTED if hmac.compare_digest(sig, want) else MODIFIED, payload)
+            return Verdict(MODIFIED, detail=elsewhere, misplaced=True)
+        return None
+    want = signature_of(key, run_record(catalog, row.id, payload_of(), row.status))
+    return Verdict(TRUSTED if hmac.compare_digest(sig, want) else MODIFIED)
+
+
+def _with_pickle(record: bytes, payload: bytes | None, checks: Checks | None) -> Verdict:
+    """The verdict of a run whose record verified: trusted when its pickle is the one
+    the record names."""
+    expected = _payload_digest(record)
+    if payload is None:
+        digest = None
+    elif checks is not None:
+        digest = checks.digest(payload, expected)
+    else:
+        digest = hashlib.sha256(payload).hexdigest()
+    if expected != digest:
+        return Verdict(MODIFIED, payload, record=record, detail=PICKLE_CHANGED)
+    return Verdict(TRUSTED, payload, record=record, payload_sha256=digest)
+
+
+@dataclass(frozen=True)
+class Voucher:
+    """A driver's check of one run's signature, for the executors of a query that
+    never see the user's key: the SHA-256 of the record whose signature verified
+    (an executor reads the record itself, and trusts it only if it is that one), or
+    why it did not verify.  Everything else (the pickle the record names) the
+    executor checks itself."""
+
+    #: None: the record's signature verified with the key
+    state: str | None
+    record_sha256: str | None = None
+    detail: str = ""
+    misplaced: bool = False
+    #: a run signed before records (format 1) that verified: its pickle's SHA-256
+    payload_sha256: str | None = None
+
+
+def vouch(catalog: Catalog, row: RunRow, folder: Path, record: bytes | None, checks: Checks) -> Voucher:
+    """The driver's half of :func:`verify_run`: the signature checked with the key
+    (the pickle is read only for a run signed before records)."""
+    held: list[bytes | None] = []
+
+    def payload_of() -> bytes | None:
+        held.append(read_payload(folder))
+        return held[-1]
+    try:
+        v = _signature(catalog, row, folder, record, checks.key, payload_of)
+    except UnsafeFile as e:
+        return Voucher(DAMAGED, detail=f"{e} (damaged or replaced)")
+    if v is None:
+        assert record is not None
+        return Voucher(None, hashlib.sha256(record).hexdigest())
+    if v.state == TRUSTED:
+        p = held[-1] if held else None
+        return Voucher(TRUSTED, payload_sha256=None if p is None else hashlib.sha256(p).hexdigest())
+    return Voucher(v.state, detail=v.detail, misplaced=v.misplaced)
+
+
+def _vouched(vo: Voucher | None, payload: bytes | None, record: bytes | None, checks: Checks) -> Verdict:
+    """An executor's verdict: its driver's voucher for the signature, and its own check
+    that the record and pickle it read are the ones vouched for."""
+    if vo is None:
+        return Verdict(MODIFIED, payload, detail="its signature was not checked by the query's driver")
+    if vo.state is None:
+        if record is None or hashlib.sha256(record).hexdigest() != vo.record_sha256:
+            return Verdict(MODIFIED, payload, detail=RECORD_CHANGED)
+        return _with_pickle(record, payload, checks)
+    if vo.state == TRUSTED:
+        digest = None if payload is None else hashlib.sha256(payload).hexdigest()
+        return Verdict(TRUSTED if digest == vo.payload_sha256 else MODIFIED, payload)
+    return Verdict(vo.state, payload, detail=vo.detail, misplaced=vo.misplaced)
 
 
 def _misplaced(record: bytes, catalog: Catalog, row: RunRow) -> str:
