@@ -468,7 +468,7 @@ def test_spark_chunk_copied_from_another_run(spair, array):
     shutil.copyfile(chunk(b, array), chunk(a, array))
     run = reopened(st, a.id)
     with pytest.raises(CorruptArray, match=r"\.zarr/data/c/1/2 is not the chunk its place "
-                                           rf"names"):
+                                           r"names"):
         run.array(array)
     exact_or_one_line(run, want, f"{stored_path(a.dir, array).name}/data/c/1/2")
 

@@ -112,7 +112,7 @@ def clean(catalog: Catalog, runs_dir: Path, dry_run: bool = False) -> list[dict[
     out = [i.as_dict(tree_bytes(i.path)) for i in items]
     if dry_run:
         gone = {str(i.path) for i in items if i.action != "recover" and i.action != "adopt"}
-        return out + _unused_inputs(runs_dir, dry_run=True, leaving=gone)
+        return out + _unused_inputs(catalog, runs_dir, dry_run=True, leaving=gone)
     for item in items:
         apply(catalog, runs_dir, item)
     # an interrupted run whose unfinished folder was removed can no longer be resumed
@@ -120,14 +120,16 @@ def clean(catalog: Catalog, runs_dir: Path, dry_run: bool = False) -> list[dict[
         row = rows.get(rid) if rid is not None else None
         if row is not None and row.status == "interrupted":
             catalog.finish_run(row.id, "failed", "interrupted; removed by subzero clean")
-    return out + _unused_inputs(runs_dir)
+    return out + _unused_inputs(catalog, runs_dir)
 
 
-def _unused_inputs(runs_dir: Path, dry_run: bool = False, leaving: set[str] | frozenset[str] = frozenset()
-                   ) -> list[dict[str, Any]]:
-    """The store's copies of inputs no run refers to (with ``dry_run``: also those only
-    the folders ``leaving`` refer to, as they would be after cleaning)."""
-    return shared.sweep(runs_dir.parent, dry_run=dry_run, ignoring=leaving)
+def _unused_inputs(catalog: Catalog, runs_dir: Path, dry_run: bool = False,
+                   leaving: set[str] | frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """The store's copies of inputs no run refers to and the catalog names for no run
+    (with ``dry_run``: also those only the folders ``leaving`` refer to, as they would
+    be after cleaning)."""
+    return shared.sweep(runs_dir.parent, dry_run=dry_run, ignoring=leaving,
+                        keep=catalog.digests_in_use())
 
 
 def apply(catalog: Catalog, runs_dir: Path, item: Item) -> None:

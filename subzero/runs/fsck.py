@@ -274,11 +274,13 @@ def _shared(root: Path, catalog: Catalog, deep: bool) -> list[Finding]:
     if not copies:
         return []
     used, unreadable = shared.references(root)
+    keep = catalog.digests_in_use()
     store_uid = catalog.meta("store_uid")
     out = []
     for name, p in sorted(copies.items()):
         key = name.removesuffix(".zarr").removesuffix(SUMS)
-        if name.startswith(".") or key not in used:
+        named = f"{content.PREFIX}{key.rsplit('-', 1)[0]}" in keep
+        if name.startswith(".") or (key not in used and not named):
             if not unreadable:
                 why = "left by a publication a crash cut short" if name.startswith(".") else \
                     "a stored input no run refers to any more"
@@ -291,7 +293,7 @@ def _shared(root: Path, catalog: Catalog, deep: bool) -> list[Finding]:
         label = f"the store's copy of input {digest}"
         try:
             open_nodes(p, label, store_uid, shared.owner_name(digest, form), "store")
-            if deep and used[key]:   # read through one run that refers to it, as it reads it
+            if deep and used.get(key):   # read through one run that refers to it, as it reads it
                 run_dir, ref = used[key][0]
                 got = ArrayStore(run_dir, run_uid=ref.run).content_digest(ref.array)
                 if got != digest:

@@ -68,6 +68,6 @@ def publish(arrays: ArrayStore, contents: Mapping[str, str | None], store_uid: s
             if digest is None:
                 continue
             form = arrays.form(name)
-            numpy = arrays.describe(name)[2]
+            numpy = arrays.seen_as_numpy(name)
             pool.publish(arrays.path(name), digest, form, store_uid, arrays.label(name))
             arrays.refer(name, digest, form, numpy)

@@ -364,6 +364,19 @@ class ArrayStore:
         return form_digest(list(data.get("dimension_names") or ()), attrs, coords, numpy,
                            list(grid.get("chunk_shape") or ()))
 
+    def seen_as_numpy(self, name: str) -> bool:
+        """Whether operators saw the stored array as numpy (not a DataArray), from its group's
+        metadata alone (whatever its dtype: :meth:`describe` reads numeric ones)."""
+        p, _ = self._open(name)
+        ref = self.ref(name)
+        if ref is not None:
+            return ref.numpy
+        try:
+            meta = json.loads(read_metadata(p / "zarr.json"))
+        except (OSError, ValueError, UnsafeFile) as e:
+            raise self._damage(name, p, None, None, e) from e
+        return bool((meta.get("attributes") or {}).get("subzero_numpy", True))
+
     def refer(self, name: str, digest: str, form: str, numpy: bool) -> None:
         """The run reads input ``name`` from the store's copy from now on: write its
         reference (durably), then remove the run's own copy, if any."""

@@ -244,6 +244,13 @@ class Catalog:
             "SELECT run_id, name FROM arrays WHERE digest=? AND kind='input' ORDER BY run_id, rowid",
             (digest,))]
 
+    def digests_in_use(self) -> set[str]:
+        """The content digests of the inputs of every run not failed: what ``clean`` keeps
+        the store's copies of, whatever a run folder says."""
+        return {str(r[0]) for r in self.db.execute(
+            "SELECT DISTINCT a.digest FROM arrays a JOIN runs r ON r.id = a.run_id "
+            "WHERE a.kind='input' AND a.digest IS NOT NULL AND r.status != 'failed'")}
+
     def runs_without_digests(self) -> list[int]:
         """Runs with an input whose digest is not recorded (made before digests)."""
         return [int(r[0]) for r in self.db.execute(

@@ -267,13 +267,15 @@ def _recorded(run: Path, unreadable: list[str]) -> list[str]:
         return []
 
 
-def sweep(root: Path, dry_run: bool = False, ignoring: set[str] | frozenset[str] = frozenset()
-          ) -> list[dict[str, Any]]:
+def sweep(root: Path, dry_run: bool = False, ignoring: set[str] | frozenset[str] = frozenset(),
+          keep: set[str] | frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """Remove the shared copies no run refers to any more, and what interrupted
     publications left; with the input lock held, so no run takes a copy meanwhile.
     Nothing is removed when some run's references cannot be read.  References of the
     run folders ``ignoring`` (paths) do not count (what a dry run of ``clean`` would
-    have removed first)."""
+    have removed first).  Copies of the content digests ``keep`` (those the catalog names
+    for its runs) are kept whatever the run folders say: a run folder replaced by
+    another's must not make its input look unused."""
     from subzero.storage.chunks import SUMS
     shared = SharedInputs(root)
     if not shared.dir.is_dir():
@@ -288,7 +290,7 @@ def sweep(root: Path, dry_run: bool = False, ignoring: set[str] | frozenset[str]
             key = name.removesuffix(".zarr").removesuffix(SUMS)
             if name.startswith("."):
                 why = "left by a publication a crash cut short"
-            elif key in used:
+            elif key in used or f"sz1:{key.rsplit('-', 1)[0]}" in keep:
                 continue
             else:
                 why = "an input no run refers to any more"

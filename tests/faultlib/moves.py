@@ -41,7 +41,6 @@ from pathlib import Path
 import numpy as np
 
 from faultlib.damage import Damage, Target, file_kind
-
 from subzero.storage.shared import INPUTS, REF
 
 PLACE_KINDS = ("place:chunk-swap", "place:from-run", "place:array-from-run",
