@@ -428,7 +428,7 @@ def measure(st, store_path, label, kind, size, what, cli_what, queries, night, o
            "queries": measure_queries(st, what, queries, a.repeats, baseline=not unrelated_phase),
            "command": a.command, "machine": machine(),
            "store_bytes": _du(Path(store_path), set()), "when": time.strftime("%Y-%m-%d %H:%M")}
-    if unrelated_phase or a.cli_every:
+    if (unrelated_phase or a.cli_every) and not a.no_cli:
         qlabel, cells = next(iter(queries.items()))
         rec["cli_impact"] = cli_impact(Path(store_path), cli_what, cells, a.cli_repeats)
         log(f"    CLI impact: {rec['cli_impact']}")
@@ -643,6 +643,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=None, help="impact repeats (default 5, quick 3)")
     ap.add_argument("--cli-repeats", type=int, default=3)
     ap.add_argument("--cli-every", action="store_true", help="CLI timings at every N, not only at the end")
+    ap.add_argument("--no-cli", action="store_true", help="skip the CLI timings")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes building runs")
     ap.add_argument("--add", action="store_true", help="keep the records of earlier invocations")
     ap.add_argument("--no-write", action="store_true", help="leave RESULTS.md and the plot alone")
