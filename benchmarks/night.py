@@ -427,7 +427,8 @@ def measure(st, store_path, label, kind, size, what, cli_what, queries, night, o
            "phase": "unrelated" if unrelated_phase else "night", "inputs": ib,
            "queries": measure_queries(st, what, queries, a.repeats, baseline=not unrelated_phase),
            "command": a.command, "machine": machine(),
-           "store_bytes": _du(Path(store_path), set()), "when": time.strftime("%Y-%m-%d %H:%M")}
+           "store_bytes": _du(Path(store_path), set()), "when": time.strftime("%Y-%m-%d %H:%M"),
+           "load": os.getloadavg()[0]}
     if (unrelated_phase or a.cli_every) and not a.no_cli:
         qlabel, cells = next(iter(queries.items()))
         rec["cli_impact"] = cli_impact(Path(store_path), cli_what, cells, a.cli_repeats)
@@ -450,7 +451,8 @@ def section(results: list[dict]) -> str:
     machines = sorted({r["machine"] for r in results})
     lines = ["## A night, not a run (issue 29): input sharing and impact across runs", "",
              "Measured by " + ("; ".join(f"`{c}`" for c in cmds)) + ", on " + "; ".join(machines)
-             + " (2 cores shared with other engineers' jobs: absolute times vary between runs).",
+             + " (2 cores shared with other engineers' jobs: absolute times vary between runs; "
+             "the load column is the 1-minute load average when each row was measured).",
              "",
              f"Night run i of the astronomy workflow reads its own exposure pair (the two real "
              f"ImSim exposures at the given size with Gaussian noise of {NOISE_SIGMA:g} counts of "
@@ -484,8 +486,8 @@ def section(results: list[dict]) -> str:
               "per run = total / runs found. Baseline: a loop of `run.trace` per run over the "
               "same runs and cells in the same process (answers checked equal).", "",
               "| workload | query | runs | unrelated runs | total | per run | touched | cells affected "
-              "(per run) | trace loop | impact / loop |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "(per run) | trace loop | impact / loop | load |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         for q, row in r["queries"].items():
             lo, hi = row["affected_per_run"]
@@ -495,7 +497,8 @@ def section(results: list[dict]) -> str:
             err = f" ({row['errors']} unanswered)" if row["errors"] else ""
             lines.append(f"| {r['label']} | {q} ({row['cells_in']:,} cells) | {row['runs']}{err} | "
                          f"{r['unrelated']} | {row['seconds']:.3f} s | {1e3 * row['per_run']:.1f} ms | "
-                         f"{row['touched']} | {row['affected']:,} ({per}) | {loop} | {ratio} |")
+                         f"{row['touched']} | {row['affected']:,} ({per}) | {loop} | {ratio} | "
+                         + (f"{r['load']:.1f} |" if "load" in r else "not recorded |"))
     # with / without unrelated runs
     pairs = []
     for r in results:
