@@ -28,7 +28,8 @@ def night():
 def measured(night, tmp_path_factory):
     work = tmp_path_factory.mktemp("night")
     a = argparse.Namespace(workdir=str(work), jobs=1, unrelated=1, repeats=1, cli_every=False,
-                           no_cli=True, cli_repeats=1, column=200, command="test")
+                           no_cli=True, cli_repeats=1, column=200, command="test",
+                           paired_only=False)
     results: list[dict] = []
     night.workload("genomics", 1, [2], a, results)
     return results, work
@@ -36,8 +37,11 @@ def measured(night, tmp_path_factory):
 
 def test_impact_reaches_every_night_run_and_matches_traces(measured):
     results, _ = measured
-    assert [(r["n"], r["unrelated"], r["phase"]) for r in results] == [(2, 0, "night"), (2, 2, "unrelated")]
-    for r in results:
+    assert [(r["n"], r["unrelated"], r["phase"]) for r in results] == [
+        (2, 0, "night"), (2, 2, "unrelated"), (2, 2, "paired")]
+    (p,) = results[2]["paired"].values()
+    assert p["runs"] == [2] and p["ratio"] > 0
+    for r in results[:2]:
         (row,) = r["queries"].values()
         assert row["runs"] == 2 and row["touched"] == 2 and row["errors"] == 0
         assert row["cells_in"] == 56 * 3 and row["affected"] > 0
