@@ -342,7 +342,7 @@ def cli_impact(store: Path, what: str, cells: str, repeats: int) -> dict:
         if p.returncode != 0:
             return {"error": (p.stderr or p.stdout).strip().splitlines()[-1:], "command": " ".join(cmd[1:])}
         runs = len(json.loads(p.stdout)["runs"])
-    return {"seconds": statistics.median(times), "runs": runs,
+    return {"seconds": statistics.median(times), "runs": runs, "json_bytes": len(p.stdout),
             "command": "subzero " + " ".join(cmd[1:]).replace(str(store), "STORE").replace(str(store.parent), "DIR")}
 
 
@@ -439,7 +439,8 @@ def measure(st, store_path, label, kind, size, what, cli_what, queries, night, o
            "store_bytes": _du(Path(store_path), set()), "when": time.strftime("%Y-%m-%d %H:%M"),
            "load": os.getloadavg()[0]}
     if (unrelated_phase or a.cli_every) and not a.no_cli:
-        qlabel, cells = next(iter(queries.items()))
+        # the smallest answer (the box; a column's --json lists every affected cell: 26 million at 200 runs)
+        qlabel, cells = list(queries.items())[-1]
         rec["cli_impact"] = cli_impact(Path(store_path), cli_what, cells, a.cli_repeats)
         log(f"    CLI impact: {rec['cli_impact']}")
         name = "flat" if kind == "astro" else "matrix"
@@ -596,7 +597,8 @@ def section(results: list[dict]) -> str:
                              f"error: {c['error']} | |")
             else:
                 lines.append(f"| {r['label']} | {r['n']} | {r['unrelated']} | `{c['command']}` | "
-                             f"{c['seconds']:.2f} s | {c['runs']} |")
+                             f"{c['seconds']:.2f} s | {c['runs']}"
+                             + (f" ({mb(c['json_bytes'])} of JSON)" if "json_bytes" in c else "") + " |")
             t = r.get("cli_trace", {})
             if "seconds" in t:
                 lines.append(f"| {r['label']} | 1 | {r['unrelated']} | `{t['command']}` | "
