@@ -740,9 +740,10 @@ def main() -> None:
     results: list[dict] = json.loads(kept.read_text()) if a.add and kept.exists() else []
     new: list[dict] = []
 
-    def save() -> None:
+    def save() -> None:     # read again: another invocation with --add may have saved meanwhile
+        now = json.loads(kept.read_text()) if a.add and kept.exists() else results
         mine = {(r["label"], r["n"], r["phase"]) for r in new}
-        merged = [r for r in results if (r["label"], r["n"], r["phase"]) not in mine] + new
+        merged = [r for r in now if (r["label"], r["n"], r["phase"]) not in mine] + new
         kept.write_text(json.dumps(merged, indent=1, default=float))
 
     try:
