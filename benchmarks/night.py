@@ -36,6 +36,7 @@ import inspect
 import json
 import multiprocessing as mp
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -457,7 +458,10 @@ def twin_without(store_path: Path, night: list[int], dest: Path) -> Path:
     between this store and the one with the unrelated runs, so the machine's load falls
     on both alike."""
     if (dest / "catalog.sqlite").exists():
-        return dest
+        have = sorted(int(p.name) for p in (dest / "runs").iterdir() if p.name.isdigit())
+        if have == sorted(night):
+            return dest
+        shutil.rmtree(dest)                 # the night grew since: a new twin (links only)
     (dest / "runs").mkdir(parents=True, exist_ok=True)
     (dest / "store.json").write_bytes((store_path / "store.json").read_bytes())
     for rid in night:
