@@ -662,7 +662,7 @@ def plot(results: list[dict], path: Path) -> None:
     qmark = {}
     for lab in labels:
         rs = sorted([r for r in results if r["label"] == lab and r["phase"] == "night"], key=lambda r: r["n"])
-        us = [r for r in results if r["label"] == lab and r["phase"] == "unrelated"]
+        us = [r for r in results if r["label"] == lab and r["phase"] == "paired"]
         qs = list(rs[0]["queries"]) if rs else []
         for q in qs:
             m = qmark.setdefault(q, "osD^v<>"[len(qmark) % 7])
@@ -671,12 +671,13 @@ def plot(results: list[dict], path: Path) -> None:
                          marker=m, color=colors[lab], label=f"{lab}: {q}")
             axes[1].plot(xs, [1e3 * r["queries"][q]["per_run"] for r in rs if q in r["queries"]],
                          marker=m, color=colors[lab])
-            for u in us:
-                if q in u["queries"]:
-                    axes[0].plot([u["n"]], [u["queries"][q]["seconds"]], marker=m, mfc="none", ms=11,
-                                 color=colors[lab], ls="none")
-                    axes[1].plot([u["n"]], [1e3 * u["queries"][q]["per_run"]], marker=m, mfc="none",
-                                 ms=11, color=colors[lab], ls="none")
+            for u in us:            # alternating: with (hollow) and the night alone (small, black)
+                if q in u["paired"]:
+                    p = u["paired"][q]
+                    for key, style in (("with", {"mfc": "none", "ms": 11, "color": colors[lab]}),
+                                       ("without", {"ms": 4, "color": "k"})):
+                        axes[0].plot([u["n"]], [p[key]], marker=m, ls="none", **style)
+                        axes[1].plot([u["n"]], [1e3 * p[key] / u["n"]], marker=m, ls="none", **style)
         xs = [r["n"] for r in rs]
         axes[2].plot(xs, [r["inputs"]["shared_copies"] for r in rs], "--", marker="o", color=colors[lab],
                      label=f"{lab}: shared, as copies")
@@ -686,9 +687,10 @@ def plot(results: list[dict], path: Path) -> None:
                      label=f"{lab}: all inputs, on disk")
     axes[0].axhline(2.0, color="k", lw=0.8, ls="--")
     axes[0].text(axes[0].get_xlim()[0], 2.0, " target: 2 s at 200 runs (1 Mpix)", va="bottom", fontsize=7)
-    axes[0].set_title("impact query, total (hollow: with 10x unrelated runs)")
+    axes[0].set_title("impact query, total\n(hollow: with 10x unrelated runs, small black: without, alternating)",
+                      fontsize=9)
     axes[0].set_ylabel("seconds")
-    axes[1].set_title("impact query, per run found")
+    axes[1].set_title("impact query, per run found", fontsize=9)
     axes[1].set_ylabel("ms per run")
     axes[2].set_title("input bytes: on disk vs one copy per run")
     axes[2].set_yscale("log")
