@@ -602,6 +602,9 @@ def section(results: list[dict]) -> str:
                 lines.append(f"| {r['label']} | {r['n']} | {r['unrelated']} | `{c['command']}` | "
                              f"{c['seconds']:.2f} s | {c['runs']}"
                              + (f" ({mb(c['json_bytes'])} of JSON)" if "json_bytes" in c else "") + " |")
+            for c in r.get("cli_impact_more", []):
+                lines.append(f"| {r['label']} | {r['n']} | {r['unrelated']} | `{c['command']}` | "
+                             f"{c['seconds']:.2f} s | {c['runs']} ({mb(c['json_bytes'])} of JSON) |")
             t = r.get("cli_trace", {})
             if "seconds" in t:
                 lines.append(f"| {r['label']} | 1 | {r['unrelated']} | `{t['command']}` | "
