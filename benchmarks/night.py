@@ -344,7 +344,8 @@ def cli_impact(store: Path, what: str, cells: str, repeats: int) -> dict:
             return {"error": (p.stderr or p.stdout).strip().splitlines()[-1:], "command": " ".join(cmd[1:])}
         runs = len(json.loads(p.stdout)["runs"])
     return {"seconds": statistics.median(times), "runs": runs, "json_bytes": len(p.stdout),
-            "command": "subzero " + " ".join(cmd[1:]).replace(str(store), "STORE").replace(str(store.parent), "DIR")}
+            "command": "subzero " + " ".join(cmd[1:]).replace(str(store), "STORE")
+            .replace(str(store.parent), "DIR").replace(str(ROOT) + os.sep, "")}
 
 
 def cli_trace(store: Path, run_id: int, start: str, cells: str, to: str, repeats: int) -> dict:
@@ -540,7 +541,9 @@ def section(results: list[dict]) -> str:
               "`store.impact(input, cells)` to the workflow's outputs (astronomy: `stars`; "
               "genomics: `validate`), in-process, median of the repeats after a warm-up call; "
               "per run = total / runs found. Baseline: a loop of `run.trace` per run over the "
-              "same runs and cells in the same process (answers checked equal).", "",
+              "same runs and cells in the same process (answers checked equal); `impact` also "
+              "gives each answer's bounding box and sky/label region (`TraceResult.where`), which "
+              "the loop does not ask for.", "",
               "| workload | query | runs | unrelated runs | total | per run | touched | cells affected "
               "(per run) | trace loop | impact / loop | load |",
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
