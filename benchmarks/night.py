@@ -204,50 +204,27 @@ def _du(path: Path, seen: set | None) -> int:
 
 def input_bytes(st, run_ids: list[int]) -> dict:
     """Inputs of ``run_ids`` on disk against "copies" (each run holding its own copy of
-    each input).  On disk: the store's ``inputs/`` folder (shared copies, when the store
-    keeps them) plus each run's own input arrays (``<name>.zarr`` and ``.sums.json``) and
-    references (``<name>.input.json``).  A copy's bytes: the input's own copy in some run,
-    else its entry under ``inputs/`` (found by digest), else its uncompressed size.
-    Split into shared inputs (content read by more than one of the runs) and the rest."""
-    root = Path(st.path)
-    seen: set = set()
-    shared_dir = root / "inputs"
-    on_disk_store = _du(shared_dir, seen)
-    uses: dict[str, list[tuple[int, str]]] = {}
-    for rid in run_ids:
-        for name, d in st.input_digests(rid).items():
-            uses.setdefault(d or f"unreadable:{rid}:{name}", []).append((rid, name))
-    copy_of: dict[str, int] = {}
-    per_run = {"shared": 0, "own": 0}
-    copies = {"shared": 0, "own": 0}
-    method: set[str] = set()
-    for d, us in uses.items():
-        kind = "shared" if len({r for r, _ in us}) > 1 else "own"
-        for rid, name in us:
-            a = st.run_dir(rid) / "arrays"
-            own = [a / f"{name}.zarr", a / f"{name}.sums.json"]
-            per_run[kind] += sum(_du(p, seen) for p in own) + _du(a / f"{name}.input.json", seen)
-            if d not in copy_of and own[0].exists():
-                copy_of[d] = sum(_du(p, None) for p in own)
-                method.add("a run's own copy")
-        if d not in copy_of and shared_dir.exists():
-            hexd = d.split(":")[-1]
-            hits = [p for p in shared_dir.iterdir() if hexd[:16] in p.name]
-            if hits:
-                copy_of[d] = sum(_du(p, None) for p in hits)
-                method.add("its inputs/ entry")
-        if d not in copy_of:
-            rid, name = us[0]
-            copy_of[d] = int(st.catalog.arrays(rid)[name]["nbytes"])
-            method.add("uncompressed size (no copy found)")
-        copies[kind] += copy_of[d] * len(us)
-    shared_store = on_disk_store  # the inputs/ folder holds shared content (all of it counted there)
-    out = {"runs": len(run_ids), "distinct": len(uses),
-           "shared_distinct": sum(1 for us in uses.values() if len({r for r, _ in us}) > 1),
-           "inputs_dir_bytes": on_disk_store,
-           "shared_on_disk": per_run["shared"] + shared_store, "shared_copies": copies["shared"],
-           "own_on_disk": per_run["own"], "own_copies": copies["own"],
-           "copy_size_from": sorted(method)}
+    each input), from ``store.inputs()``: per distinct input, the bytes on disk of the
+    copies the store keeps (``stored``: the store's copy under ``inputs/``, or a run's
+    own copy in a store made before inputs were stored once), and one copy's bytes
+    times the runs that read it.  Split into shared inputs (content read by more than
+    one of the runs) and the rest."""
+    runs = set(run_ids)
+    out = {"shared_on_disk": 0, "shared_copies": 0, "own_on_disk": 0, "own_copies": 0,
+           "distinct": 0, "shared_distinct": 0}
+    for e in st.inputs():
+        uses = [u for u in e["uses"] if u[0] in runs]
+        if not uses:
+            continue
+        kind = "shared" if len({r for r, _ in uses}) > 1 else "own"
+        stored = e["stored"]
+        one = stored["bytes"] / max(stored["copies"], 1)
+        out["distinct"] += 1
+        out["shared_distinct"] += kind == "shared"
+        out[f"{kind}_on_disk"] += stored["bytes"] * len(uses) / len(e["uses"])
+        out[f"{kind}_copies"] += one * len(uses)
+    out["runs"] = len(run_ids)
+    out["copy_size_from"] = ["store.inputs(): bytes on disk of each input's copies"]
     out["on_disk"] = out["shared_on_disk"] + out["own_on_disk"]
     out["copies"] = out["shared_copies"] + out["own_copies"]
     out["shared_ratio"] = out["shared_on_disk"] / out["shared_copies"] if out["shared_copies"] else None
