@@ -19,7 +19,8 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
 
 from subzero.errors import SubZeroWarning
 from subzero.tuning import IMPACT_RUNS_PER_TASK, IMPACT_RUNS_PER_WORKER
@@ -27,10 +28,26 @@ from subzero.tuning import IMPACT_RUNS_PER_TASK, IMPACT_RUNS_PER_WORKER
 if TYPE_CHECKING:
     from subzero.engines.choice import EngineRequest
     from subzero.engines.progress import Progress
-    from subzero.impact import Question, RunImpact, RunsByInput
     from subzero.storage.trust import Voucher
 
 Uses = Sequence[tuple[int, str]]
+#: what is asked of every run, and one run's answer: plain data, which this module
+#: only carries (:class:`subzero.impact.Question` and ``RunImpact`` for an impact query)
+Question = Any
+RunImpact = Any
+
+
+class RunsByInput(Protocol):
+    """What answering runs in parallel needs of a store (:class:`subzero.store.Store`):
+    its folder, for workers to open it again, the driver's vouchers for the runs'
+    signatures, and a scope in which runs share their trust checks."""
+
+    @property
+    def path(self) -> Any: ...
+
+    def checks_shared(self) -> AbstractContextManager[Any]: ...
+
+    def vouchers(self, run_ids: Any) -> Any: ...
 
 
 #: one run's answer: ``answer(store, run id, input name, question)``

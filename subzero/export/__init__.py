@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from subzero.errors import ExportError
 from subzero.export.mask import MASK_SUFFIXES, write_mask
 
 if TYPE_CHECKING:
-    from subzero.api import Run
-    from subzero.impact import Impact
     from subzero.query.trace import TraceResult
-    from subzero.store import Store
+    from subzero.run import Run
+
+#: an impact answer and the store it came from (:class:`subzero.impact.Impact`,
+#: :class:`subzero.store.Store`): the layers above call these writers, so this
+#: package does not import them back
+Impact = Any
+Store = Any
 
 #: what a path's suffix exports
 FORMATS = {".zarr": "mask", ".nc": "mask", ".prov.json": "prov",

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from subzero.api import Run
     from subzero.query.trace import TraceResult
+    from subzero.run import Run
 
 #: SubZero's home: the producer of OpenLineage events, the base of its vocabulary and of
 #: the URLs of the custom facets' JSON Schemas (shipped in ``subzero/export/schemas``)

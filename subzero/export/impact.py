@@ -27,15 +27,19 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from subzero.errors import ExportError
 from subzero.export.output import check_target, write_atomic, write_text
 
-if TYPE_CHECKING:
-    from subzero.impact import Impact, RunImpact, TargetImpact
+#: an impact answer and its parts (:class:`subzero.impact.Impact`, ``RunImpact``,
+#: ``TargetImpact``), read here as plain data: the query layer calls these writers
+#: (``Impact.to_table``, ``Impact.plot``), so this module does not import it back
+Impact = Any
+RunImpact = Any
+TargetImpact = Any
 
 #: table formats, by suffix
 TABLE_SUFFIXES = (".csv", ".parquet")

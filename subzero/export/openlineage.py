@@ -46,8 +46,8 @@ from subzero.export import ids, regions
 from subzero.export.output import write_text
 
 if TYPE_CHECKING:
-    from subzero.api import Run as SubZeroRun
     from subzero.query.trace import TraceResult
+    from subzero.run import Run as SubZeroRun
 
 SCHEMA_VERSION = "1-0-0"
 SCHEMA_DIR = Path(__file__).parent / "schemas" / SCHEMA_VERSION

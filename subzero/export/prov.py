@@ -29,9 +29,9 @@ from subzero.export import ids, regions
 from subzero.export.output import write_text
 
 if TYPE_CHECKING:
-    from subzero.api import Run
     from subzero.model.cellset import CellSet
     from subzero.query.trace import TraceResult
+    from subzero.run import Run
 
 
 def prov_document(run: Run, result: TraceResult | None = None) -> ProvDocument:
