@@ -37,6 +37,7 @@ from subzero.model.workflow import Workflow
 from subzero.runs import record, share
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.catalog import Catalog
+from subzero.storage.files import fsync_dir
 from subzero.storage.lineage import sweep_shard_attempts
 from subzero.storage.liveness import Heartbeat, heartbeat_path
 from subzero.storage.pickles import save_workflow
@@ -264,14 +265,6 @@ def recover(catalog: Catalog, runs_dir: Path, run_id: int) -> bool:
 
 
 def _fsync_dir(path: Path) -> None:
-    """Make a folder's entries durable (a rename into it, files made in it)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass            # not every file system syncs folders
-    finally:
-        os.close(fd)
+    """Make a folder's entries durable: a step of the commit of its own, which the crash
+    tests name (:func:`subzero.storage.files.fsync_dir`)."""
+    fsync_dir(path)

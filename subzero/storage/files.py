@@ -106,3 +106,18 @@ def read_regular(path: str | os.PathLike[str], limit: int, what: str, follow: bo
         raise UnsafeFile(f"{what} {os.fspath(path)} holds {max(size, len(data))} bytes, more "
                          f"than SubZero ever writes there (at most {limit}{bound})")
     return data
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a folder's entries durable (a rename into it, files made in it); a file
+    system that cannot sync folders is left as it is."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from subzero.errors import CorruptArray, StoreError, UnsafeFile
-from subzero.storage.files import read_regular
+from subzero.storage.files import fsync_dir, read_regular
 from subzero.tuning import METADATA_BYTES
 
 #: the store's folder of inputs stored once
@@ -128,19 +128,6 @@ def write_ref(path: Path, ref: Ref) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     fsync_dir(path.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class SharedInputs:
