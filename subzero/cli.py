@@ -662,6 +662,70 @@ def cmd_impact(a) -> int:
     return 0
 
 
+def cmd_rerun(a) -> int:
+    """``rerun RUN --input NAME=PATH`` or ``rerun --using OLD --input NAME=PATH``."""
+    from subzero.api import open_store
+    given = _kv(a.input, "--input")
+    if not given:
+        raise SubZeroError("rerun needs the corrected input: --input NAME=PATH")
+    if (a.run is None) == (a.using is None):
+        raise SubZeroError("rerun needs a run (subzero rerun RUN --input NAME=PATH) or --using "
+                           "OLD (every run that read OLD), not both")
+    if a.using is not None and len(given) != 1:
+        raise SubZeroError("rerun --using OLD takes one --input NAME=PATH: the file that replaces OLD")
+    for name, path in given.items():
+        if not os.path.exists(path):
+            raise SubZeroError(f"--input {name}: file not found: {path}")
+    with open_store(a.store, create=False) as store:
+        progress = False if a.json else None
+        if a.run is not None:
+            runs = [store.rerun(a.run, given, progress=progress)]
+        else:
+            (name, path), = given.items()
+            runs = store.rerun_using(a.using, path, name=name, progress=progress)
+        infos = [(r, r.rerun_info() or {}) for r in runs]
+        if a.json:
+            print(json.dumps([{"run_id": r.id, **info} for r, info in infos], default=str))
+            return 0
+        for r, info in infos:
+            print(_rerun_line(r.id, info))
+            if a.verbose:
+                _rerun_table(info, [o["name"] for o in r.ops()])
+        if not a.verbose:
+            print("per operator: `subzero show RUN` (or rerun -v)")
+    return 0
+
+
+def _rerun_line(run_id: int, info: dict) -> str:
+    """One re-run in a line: its parent, and what it recomputed."""
+    ops = [v for v in info.get("ops", {}).values() if v.get("kind") != "input"]
+    tiles = sum(int(v.get("tiles") or 0) for v in ops)
+    ran = sum(int(v.get("ran") or 0) for v in ops)
+    kept = sum(v.get("kind") == "kept" for v in ops)
+    changed = sum(bool(v["changed"]["chunks"]) for v in ops)
+    return (f"run {run_id}: re-run of run {info.get('parent')} with new "
+            f"{', '.join(info.get('inputs', []))}: {ran} of {tiles} tiles recomputed; "
+            f"{kept} of {len(ops)} operators untouched; {changed} outputs changed")
+
+
+def _rerun_table(info: dict, order: list[str] | None = None) -> None:
+    """Per operator (in ``order``, the run's, when given): how it was made, the tiles that
+    ran, the chunks whose values changed, and its statistic."""
+    ops = info.get("ops", {})
+    names = [n for n in (order or []) if n in ops] + [n for n in ops if n not in (order or [])]
+    print(f"    {'operator':<20} {'how':<6} {'tiles run':>12} {'chunks changed':>15}  statistic")
+    for name in names:
+        v = ops[name]
+        if v.get("kind") == "input":
+            continue
+        st = v.get("statistic") or {}
+        stat = "" if not st else ("recomputed" if "changed" not in st else
+                                  "changed" if st["changed"] else "unchanged") + (
+            f", reaches {st['tiles_using']} more tiles" if st.get("tiles_using") else "")
+        ran = f"{v.get('ran', 0)} of {v.get('tiles', 1)}"
+        print(f"    {name:<20} {v['kind']:<6} {ran:>12} {v['changed']['chunks']:>15}  {stat}")
+
+
 def _ids_text(ids: list) -> str:
     shown = ", ".join(map(str, ids[:8]))
     return shown + (f" and {len(ids) - 8} more" if len(ids) > 8 else "")
@@ -726,6 +790,13 @@ def cmd_show(a) -> int:
             print(f"  lineage total {_fmt_bytes(total)} ({total / max(inb, 1):.3f}x the input bytes)")
         for d in store.catalog.downgrades(row.id):
             print(f"  downgraded: {d['reason']}")
+        info = store.catalog.rerun_of(row.id)
+        if info is not None:
+            print("  " + _rerun_line(row.id, info))
+            _rerun_table(info, [o["name"] for o in ops])
+        children = sorted(k for k, v in store.catalog.reruns().items() if v == row.id)
+        if children:
+            print(f"  re-run as run{'s' if len(children) > 1 else ''} {', '.join(map(str, children))}")
         coords = _coordinates(store, row)
         if coords:
             sky = [k for k, v in coords.items() if v.get("sky")]
@@ -867,7 +938,8 @@ def _run_json(store, run_id: int) -> dict:
             "strategies": store.catalog.strategy_stats(row.id),
             "downgrades": store.catalog.downgrades(row.id),
             "coordinates": _coordinates(store, row),
-            "input_digests": store.input_digests(row) if row.status == "complete" else {}}
+            "input_digests": store.input_digests(row) if row.status == "complete" else {},
+            "rerun": store.catalog.rerun_of(row.id)}
 
 
 def _version() -> str:
@@ -1037,6 +1109,21 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("--force", action="store_true", help="replace existing files")
     common(im)
     im.set_defaults(fn=cmd_impact, command_parser=im)
+
+    rr = sub.add_parser("rerun", help="make runs again with a corrected input, recomputing only what it reaches",
+                        description="Makes a complete run again with corrected inputs (a new "
+                                    "run; the old one stays), running again only the tiles the "
+                                    "correction can reach and keeping the rest of the old run. "
+                                    "The new run is bit-identical to a full run on the new "
+                                    "inputs. With --using OLD, re-runs every run that read OLD.")
+    rr.add_argument("run", nargs="?", help="the run to make again (an id, or latest)")
+    rr.add_argument("--using", metavar="FILE|DIGEST",
+                    help="re-run every complete run that read this input")
+    rr.add_argument("--input", action="append", metavar="NAME=PATH",
+                    help="a corrected input file (repeatable without --using)")
+    rr.add_argument("-v", "--verbose", action="store_true", help="per operator: tiles run, chunks changed")
+    common(rr)
+    rr.set_defaults(fn=cmd_rerun, command_parser=rr)
 
     c = sub.add_parser("clean", help="remove what interrupted and failed runs left behind",
                        description="Removes the folders of interrupted runs (their driver is "

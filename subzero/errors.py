@@ -177,6 +177,12 @@ class WholeArray(InternalSignal):
     """A tile-limited re-execution must read the whole array instead."""
 
 
+class ParentUnavailable(InternalSignal):
+    """A re-run cannot reuse what its parent run stored of an operator (its lineage is
+    not stored in a form that reads back, or fails its checks): the operator runs every
+    tile again."""
+
+
 # -- warnings --------------------------------------------------------------------------
 
 class SubZeroWarning(UserWarning):

@@ -136,6 +136,17 @@ class Run:
     def ops(self) -> list[dict]:
         return self.steering().ops
 
+    def rerun_info(self) -> dict[str, Any] | None:
+        """For a re-run (:meth:`subzero.store.Store.rerun`): its parent run, the inputs it
+        corrected and, per operator, how it was made (``kept``: the parent's; ``tiles``:
+        the tiles a change reached ran again; ``whole``: run whole), the tiles that ran,
+        where its output changed and whether its statistic did.  From the run's signed
+        record when it verifies, else its catalog row; None for a run that is no re-run."""
+        steer = self.steering()
+        if steer.record is not None and steer.verified:
+            return steer.record.get("rerun")
+        return self.store.catalog.rerun_of(self.id)
+
     def strategy_stats(self) -> list[dict]:
         return self.store.catalog.strategy_stats(self.id)
 

@@ -210,6 +210,60 @@ class Store:
         self._workflows[run_id] = wf
         return self.get(run_id)
 
+    def rerun(self, run: int | str, inputs: Mapping[str, Any], options: RunOptions | None = None,
+              **given: Any) -> Run:
+        """Make run ``run`` again with ``inputs`` corrected (names to arrays, DataArrays or
+        file paths; the other inputs are the run's own), recomputing only the tiles the
+        correction can reach (:mod:`subzero.engines.incremental`); returns the new run,
+        bit-identical to a full run on the new inputs, in every array and in its stored
+        lineage.  It keeps the run's workflow, strategies, parameters and tile size, and
+        its record names its parent and, per operator, what ran and what changed
+        (:meth:`Run.rerun_info`).  Of the options, ``progress``, ``log`` and ``announce``
+        apply.  A run whose code this user's key does not vouch for is refused."""
+        from subzero.runs.rerun import rerun
+        opts = RunOptions.of(options, **given)
+        self.require_writable("a re-run")
+        parent = self.get(run)
+        with full_disk_named(self.path, f"a re-run of run {parent.id}"):
+            run_id, wf, _ = rerun(self.catalog, self.runs_dir, parent, dict(inputs), opts)
+        self._workflows[run_id] = wf
+        return self.get(run_id)
+
+    def rerun_using(self, old: Any, new: Any, name: str | None = None,
+                    options: RunOptions | None = None, **given: Any) -> list[Run]:
+        """Re-run every complete run that read input ``old`` (a file, an array, a digest,
+        as :meth:`runs_using` takes it; as input ``name``, when given) with ``new`` in its place, one run after another,
+        each committed on its own (an interruption keeps the re-runs done; running the
+        same call again re-runs only the runs whose re-run on ``new`` is not yet there).
+        Returns the new runs."""
+        runs = [(r, n) for r, n in self.runs_using(old) if name is None or n == name]
+        if not runs:
+            what = "that array" if hasattr(old, "shape") else str(old)
+            raise QueryError(f"no complete run of this store read {what}"
+                             + (f" as input {name!r}" if name is not None else ""))
+        target = self.digest_of(new) if not isinstance(new, (str, os.PathLike)) or Path(new).exists() \
+            else None
+        done = self._reruns_on(target) if target is not None else {}
+        out = []
+        for rid, input_name in runs:
+            if (rid, input_name) in done:
+                out.append(self.get(done[(rid, input_name)]))
+                continue
+            out.append(self.rerun(rid, {input_name: new}, options, **given))
+        return out
+
+    def _reruns_on(self, digest: str) -> dict[tuple[int, str], int]:
+        """(parent, input) -> the complete re-run of it whose input is ``digest``."""
+        found: dict[tuple[int, str], int] = {}
+        for rid, parent in self.catalog.reruns().items():
+            info = self.catalog.rerun_of(rid) or {}
+            if self.catalog.get_run(rid).status != "complete":
+                continue
+            for n, d in self.input_digests(rid).items():
+                if d == digest and n in info.get("inputs", ()):
+                    found[(parent, n)] = rid
+        return found
+
     def run_many(self, workflow: str | os.PathLike | Workflow, manifest: str | os.PathLike,
                  options: RunOptions | None = None, **given: Any) -> list[InstanceResult]:
         """One run per row of a CSV manifest (columns = workflow inputs, values =

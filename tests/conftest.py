@@ -118,7 +118,7 @@ LONG_FILES = ("test_commit_crash.py", "test_spark_cluster.py", "test_spark.py", 
               "test_components.py", "test_faults.py", "test_astronomy.py", "test_resume.py",
               "test_binding.py", "test_bench_optimizer_scale.py", "test_cli_errors.py",
               "test_integrity.py", "test_stages.py", "test_statistic.py", "test_spark_failures.py",
-              "test_shards.py", "test_explore.py", "test_optimizer.py")
+              "test_shards.py", "test_explore.py", "test_optimizer.py", "test_rerun.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -207,7 +207,7 @@ def test_run_json_and_show_json_print_one_run_object(cli, tmp_path):
     shown = json.loads(out)
     assert set(ran) == set(shown) == {"run_id", "workflow", "run", "ops", "arrays", "strategies",
                                       "downgrades", "trust", "binding", "coordinates",
-                                      "input_digests"}
+                                      "input_digests", "rerun"}
     assert ran["trust"] == shown["trust"] == "trusted"
     assert ran["run_id"] == shown["run"]["id"] == 1 and ran["workflow"] == "example"
     assert set(ran["run"]) == set(shown["run"]) and ran["ops"] == shown["ops"]

@@ -280,6 +280,8 @@ class CosmicRays(WindowComposite):
     tiling = stencil(CR_HALO)
     radius = CR_RADIUS
     deterministic_lineage = True       # the flagged pixels are the output mask itself
+    #: the working mask reaches 7 pixels (SkyFill.halo), and a window 2 beyond its centre
+    statistic_margin = 7 + 2
 
     def __init__(self, sky: float = 600.0, satlevel: float = 50000.0, sigclip: float = 5.0,
                  sigfrac: float = 0.5, objlim: float = 5.0, readnoise: float = 5.0,
@@ -300,6 +302,27 @@ class CosmicRays(WindowComposite):
             flagged = out.astype(bool)
         self.write_lineage(ctx, np.asarray(flagged, bool), self.radius)
         return out
+
+    def uses_statistic(self, inputs, output, block, read, shape):
+        """L.A.Cosmic reads the sky median (the fill) only to clean a flagged pixel whose
+        whole 5x5 window is masked (flagged, or in its working mask).  Flags and mask
+        only grow from one iteration to the next, so the final ones hold every window
+        any iteration saw: a tile none of whose flagged pixels (within its read region)
+        has a 5x5 window all flagged or masked in the parent run never read the fill,
+        and comes out the same whatever its value.  Cells outside the image count as
+        masked, so the answer can only err towards running a tile again."""
+        flagged = np.asarray(output).astype(bool)
+        inner = tuple(slice(a - b0, b - b0) for (a, b), (b0, _) in zip(read, block))
+        if not flagged[inner].any():
+            return False
+        indat = np.asarray(inputs[0], np.float32) + np.float32(self.sky)
+        origin = tuple(a for a, _ in block)
+        masked = la_cosmic_mask(indat, non_science(indat.shape, origin), self.satlevel).astype(bool)
+        masked |= flagged
+        pad = np.pad(masked, 2, constant_values=True)
+        full = np.lib.stride_tricks.sliding_window_view(pad, 5, axis=0).all(axis=-1)
+        full = np.lib.stride_tricks.sliding_window_view(full, 5, axis=1).all(axis=-1)
+        return bool((full & flagged)[inner].any())
 
     def compute_flagged(self, img):
         img = np.asarray(img, dtype=np.float32)

@@ -41,6 +41,11 @@ class StepResult:
     #: engine); the optimizer's profiling hook needs them
     inputs: list | None = None
     output: Any = None
+    #: the digest of the operator's statistic's value (:func:`subzero.model.statistic.value_digest`),
+    #: when the engine computed one: a re-run compares its own with it
+    statistic: str | None = None
+    #: the digest of the file of its statistic's merged states (:mod:`subzero.storage.rounds`)
+    rounds: str | None = None
 
 
 class Engine(Protocol):

@@ -239,7 +239,8 @@ def _finish_step(name: str, wf: Workflow, res: StepResult, strat: tuple[Strategy
     kept = strat if capture else (tuple(s for s in strat if not s.stored) or (BLACKBOX,))
     st = OpStats(name, type(op).__name__, list(step.inputs), [str(s) for s in kept],
                  res.out_shape, dtype=res.dtype, nbytes=res.nbytes, run_s=res.run_s,
-                 lwrite_s=res.lwrite_s, tiles=res.tiles)
+                 lwrite_s=res.lwrite_s, tiles=res.tiles, statistic=res.statistic,
+                 rounds=res.rounds)
     t0 = time.perf_counter()
     if capture and lineage is not None:
         st.pairs = res.pairs if res.pairs is not None else \

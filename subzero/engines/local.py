@@ -37,9 +37,10 @@ from subzero.engines.base import Engine, StepResult
 from subzero.engines.progress import Progress
 from subzero.errors import OperatorError, SubZeroError
 from subzero.model.operator import Operator
-from subzero.model.statistic import over_blocks
+from subzero.model.statistic import over_blocks, value_digest
 from subzero.model.strategy import Strategy
 from subzero.model.workflow import Step, Workflow
+from subzero.storage import rounds
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.inputs import RegionReadable, is_region_source
 
@@ -244,12 +245,13 @@ class LocalEngine(Engine):
         run_s = lwrite_s = 0.0
         dtype: np.dtype | None = None
         stat = None
+        states: list = []
         if op.statistic is not None:      # the whole array's, computed over the tiles first
             first = step.inputs[0]
             try:
                 stat = over_blocks(op.statistic,
                                    lambda box: self._slice(first, tuple(slice(a, b) for a, b in box)),
-                                   [t.core for t in tiles], tuple(in_shapes[0]))
+                                   [t.core for t in tiles], tuple(in_shapes[0]), states)
             except SubZeroError:
                 raise
             except Exception as e:
@@ -283,7 +285,16 @@ class LocalEngine(Engine):
         self.dtypes[name] = dtype
         return StepResult(tuple(out_shape), str(dtype), int(np.prod(out_shape)) * dtype.itemsize,
                           list(in_shapes), concat_pairs(fulls, len(in_shapes)),
-                          concat_pairs(pays, len(in_shapes)), run_s, lwrite_s, tiles=len(tiles))
+                          concat_pairs(pays, len(in_shapes)), run_s, lwrite_s, tiles=len(tiles),
+                          statistic=None if op.statistic is None else value_digest(stat),
+                          rounds=self._keep_rounds(name, op, states))
+
+    def _keep_rounds(self, name: str, op: Operator, states: list) -> str | None:
+        """A subtractive statistic's merged states, kept in the run for a re-run
+        (:mod:`subzero.storage.rounds`); their file's digest."""
+        if op.statistic is None or not op.statistic.subtractive:
+            return None
+        return rounds.save(self.arrays.dir.parent, name, states)
 
     def bind(self, names: list[str]) -> None:
         for name in names:

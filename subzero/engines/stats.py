@@ -27,6 +27,10 @@ class OpStats:
     lineage_bytes: int = 0
     per_strategy: list[dict] = field(default_factory=list)
     tiles: int = 1              # tasks the engine ran the operator as
+    #: the digest of its statistic's value, when the engine computed one over tiles
+    statistic: str | None = None
+    #: the digest of the file keeping its statistic's merged states, when kept
+    rounds: str | None = None
 
     def as_dict(self) -> dict:
         return {"name": self.name, "class": self.cls, "inputs": self.inputs,
@@ -61,3 +65,5 @@ class RunStats:
 
     inputs: list[ArrayInfo] = field(default_factory=list)
     ops: list[OpStats] = field(default_factory=list)
+    #: a re-run's parent and what it recomputed (:mod:`subzero.runs.rerun`); None otherwise
+    rerun: dict[str, Any] | None = None

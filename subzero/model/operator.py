@@ -247,6 +247,9 @@ class Operator:
     labels_objects the output names objects by value: 0 is none, k is object k
                    (a star's id in a label image).  An impact query then lists
                    the ids of the objects its answer touches.
+    statistic_margin  cells beyond a tile's read region that :meth:`uses_statistic`
+                   is shown (what it needs to decide exactly, such as the reach of
+                   a mask its statistic grows).
     """
 
     all_to_all: bool | Sequence[bool] | None = None
@@ -257,6 +260,7 @@ class Operator:
     default_strategy: str | None = None
     statistic: Statistic | None = None
     labels_objects: bool = False
+    statistic_margin: int = 0
 
     # -- what the operator does -------------------------------------------
     def run(self, ctx: OperatorContext, *inputs: Any, **kwargs: Any) -> Any:  # pragma: no cover - abstract
@@ -281,6 +285,21 @@ class Operator:
         public API allows, without an incompatible-override error.
         """
         return tuple(input_shapes[0]) if input_shapes else None
+
+    def uses_statistic(self, inputs: Sequence[np.ndarray], output: np.ndarray, block: Box,
+                       read: Box, shape: tuple[int, ...]) -> bool:
+        """Whether a tile could come out differently if its :attr:`statistic` had another
+        value, all its inputs unchanged: a re-run whose statistic changed runs again only
+        the tiles that say so (:mod:`subzero.engines.incremental`).
+
+        ``inputs`` and ``output`` are the parent run's values over ``block`` (the
+        tile's read region ``read`` grown by :attr:`statistic_margin`, clipped at the
+        array's edges ``shape``); ``output`` is what the tile computed with the old
+        value.  The default, True, is always right: every tile runs again.  An
+        operator that uses its statistic only somewhere (L.A.Cosmic's sky median only
+        fills fully masked windows) says so, and must never answer False for a tile
+        whose output the value can reach: the re-run would keep a stale tile."""
+        return True
 
     # -- lineage ----------------------------------------------------------
     def supported_modes(self) -> set[Mode]:

@@ -42,6 +42,9 @@ class Statistic:
 
     halo: int = 0
     rounds: int = 1
+    #: :meth:`merge` is a sum that :meth:`subtract` undoes exactly (integer counts): a
+    #: re-run then updates the parent's merged state with the tiles that changed only
+    subtractive: bool = False
 
     def partial(self, block: np.ndarray, core: Slices, origin: tuple[int, ...],
                 shape: tuple[int, ...], prior: Any) -> Any:  # pragma: no cover - abstract
@@ -58,6 +61,23 @@ class Statistic:
         """The round's result from the merged partials."""
         return state
 
+    def subtract(self, a: Any, b: Any) -> Any:
+        """``a`` without the partial ``b`` merged into it (for :attr:`subtractive` ones)."""
+        raise NotImplementedError(f"{type(self).__name__} is not subtractive")
+
+
+def value_digest(value: Any) -> str | None:
+    """A statistic's value as a digest (SHA-256 of its pickle): two runs whose digests
+    agree saw the same value, bit for bit.  (Digests that differ may still be one value
+    pickled by two numpy versions: a re-run then only runs more than it must.)  None
+    when the value cannot be pickled."""
+    import hashlib
+    import pickle
+    try:
+        return hashlib.sha256(pickle.dumps(value, protocol=5)).hexdigest()
+    except Exception:
+        return None
+
 
 def whole(stat: Statistic, values: np.ndarray) -> Any:
     """The statistic of a whole array: every round over one block."""
@@ -73,19 +93,69 @@ def block_around(core: Box, halo: int, shape: Sequence[int]) -> tuple[Box, Slice
 
 
 def over_blocks(stat: Statistic, read: Callable[[Box], np.ndarray], cores: Sequence[Box],
-                shape: tuple[int, ...]) -> Any:
+                shape: tuple[int, ...], states: list | None = None) -> Any:
     """The statistic over tiles in one process: each round reads every core (``(lo,
     hi)`` per axis) grown by ``stat.halo`` through ``read`` and merges the partials,
-    as the Spark engine does across its tasks."""
+    as the Spark engine does across its tasks.  ``states``, when given, receives each
+    round's merged state (what a re-run updates: :func:`updated`)."""
     prior = None
     for _ in range(stat.rounds):
-        acc: Any = None
-        for k, core in enumerate(cores):
-            box, inner = block_around(core, int(stat.halo), shape)
-            part = stat.partial(read(box), inner, tuple(a for a, _ in box), tuple(shape), prior)
-            acc = part if k == 0 else stat.merge(acc, part)
+        acc = _merged(stat, read, cores, shape, prior)
+        if states is not None:
+            states.append(acc)
         prior = stat.finish(acc, prior)
     return prior
+
+
+def _merged(stat: Statistic, read: Callable[[Box], np.ndarray], cores: Sequence[Box],
+            shape: tuple[int, ...], prior: Any) -> Any:
+    acc: Any = None
+    for k, core in enumerate(cores):
+        part = _partial(stat, read, core, shape, prior)
+        acc = part if k == 0 else stat.merge(acc, part)
+    return acc
+
+
+def _partial(stat: Statistic, read: Callable[[Box], np.ndarray], core: Box, shape: tuple[int, ...],
+             prior: Any) -> Any:
+    box, inner = block_around(core, int(stat.halo), shape)
+    return stat.partial(read(box), inner, tuple(a for a, _ in box), tuple(shape), prior)
+
+
+def updated(stat: Statistic, old_states: Sequence[Any], read_old: Callable[[Box], np.ndarray],
+            read_new: Callable[[Box], np.ndarray], changed: Sequence[Box], cores: Sequence[Box],
+            shape: tuple[int, ...], states: list | None = None) -> tuple[Any, Any]:
+    """(the new value, the old value) of a :attr:`~Statistic.subtractive` statistic whose
+    input changed only in the tiles ``changed`` (cores whose blocks, halo included, meet a
+    change): each round's merged state is the old one (``old_states``, as
+    :func:`over_blocks` gave them) without those tiles' old partials and with their new
+    ones -- while the new rounds' priors are the old ones; from the first round whose
+    prior differs, every tile (``cores``) of the new input is merged again.  ``states``
+    receives the new merged states."""
+    old_prior = new_prior = None
+    same = True
+    for r in range(stat.rounds):
+        if same:
+            acc = old_states[r]
+            for core in changed:
+                acc = stat.subtract(acc, _partial(stat, read_old, core, shape, old_prior))
+                acc = stat.merge(acc, _partial(stat, read_new, core, shape, new_prior))
+        else:
+            acc = _merged(stat, read_new, cores, shape, new_prior)
+        if states is not None:
+            states.append(acc)
+        old_prior = stat.finish(old_states[r], old_prior)
+        new_prior = stat.finish(acc, new_prior)
+        same = same and _same(old_prior, new_prior)
+    return new_prior, old_prior
+
+
+def _same(a: Any, b: Any) -> bool:
+    import pickle
+    try:
+        return pickle.dumps(a, protocol=5) == pickle.dumps(b, protocol=5)
+    except Exception:
+        return False
 
 
 # --- an exact order statistic in rounds of histograms ------------------------------------------
@@ -136,6 +206,10 @@ class _RadixSelect(Statistic):
     takes part with, checked, and 65,536-bin histograms of their next 16 bits."""
 
     dtype: np.dtype = np.dtype(np.float64)
+    subtractive = True
+
+    def subtract(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return a - b
 
     def values(self, block: np.ndarray, core: Slices, origin: tuple[int, ...],
                shape: tuple[int, ...]) -> np.ndarray:

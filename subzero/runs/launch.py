@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import numpy as np
 import xarray as xr
 
 from subzero.capture.runner import shape_of
+from subzero.engines.base import Engine
 from subzero.engines.choice import Choice, choose_engine, make_engine, open_session, resume_engine
 from subzero.engines.driver import run_workflow
 from subzero.engines.progress import progress_for
@@ -131,16 +132,23 @@ def resume(catalog: Catalog, runs_dir: Path, run: int | str,
 def execute(tx: RunTransaction, wf: Workflow, values: Mapping[str, Any],
             strat: Mapping[str, tuple[Strategy, ...]], budget: DiskBudget | None, choice: Choice,
             spark: Any, opts: RunOptions, journal: Journal, done: RunStats | None = None,
-            resuming: bool = False) -> None:
-    """Drive the run's operators on the chosen engine into ``tx``'s folder, and commit."""
+            resuming: bool = False, arrays: ArrayStore | None = None, engine: Engine | None = None,
+            annotate: Callable[[RunStats], None] | None = None) -> None:
+    """Drive the run's operators on the chosen engine into ``tx``'s folder, and commit.
+
+    ``engine`` (over ``arrays``, the run's array store) replaces the one ``choice``
+    names (a re-run's incremental engine); ``annotate`` adds to the run's statistics
+    what its record should say besides (a re-run's parent), before the commit."""
     reporter = progress_for(opts.progress)
     capture = opts.capture
     # the run's uid (None: a run begun before runs had uids, resumed) binds every array
     # and all lineage it writes to it; the engines and their tasks get it with ``arrays``
-    arrays = ArrayStore(tx.folder, tile=opts.tile_size, run_uid=tx.uid)
-    engine = make_engine(choice.engine, arrays, spark=spark, log=opts.log,
-                         lineage_dir=tx.folder / "lineage" if capture else None,
-                         profiling=opts.profiler is not None)
+    if arrays is None:
+        arrays = ArrayStore(tx.folder, tile=opts.tile_size, run_uid=tx.uid)
+    if engine is None:
+        engine = make_engine(choice.engine, arrays, spark=spark, log=opts.log,
+                             lineage_dir=tx.folder / "lineage" if capture else None,
+                             profiling=opts.profiler is not None)
     lineage = LineageStore(tx.folder / "lineage", run_uid=tx.uid) if capture else None
     # inputs the store keeps already are read from its copy, not stored again
     known = {} if done is not None else share.take(arrays, values, tx.catalog.meta("store_uid"))
@@ -159,6 +167,8 @@ def execute(tx: RunTransaction, wf: Workflow, values: Mapping[str, Any],
     # from the run's stored copy at commit (see RunTransaction.commit)
     held = {n: known.get(n) or input_digest(v, n) for n, v in values.items()
             if isinstance(v, (np.ndarray, xr.DataArray))}
+    if annotate is not None:
+        annotate(stats)
     tx.commit(wf, stats, budget.downgrades if budget is not None and capture else (), contents=held)
 
 

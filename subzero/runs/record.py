@@ -61,13 +61,17 @@ def build(row: RunRow, store_uid: str | None, stats: RunStats, downgrades: Itera
                     "dtype": st.dtype, "nbytes": int(st.nbytes), "run_s": st.run_s,
                     "lwrite_s": st.lwrite_s, "lineage_s": st.lineage_s, "pairs": int(st.pairs),
                     "lineage_bytes": int(st.lineage_bytes),
-                    "per_strategy": [_plain(ps) for ps in st.per_strategy]})
+                    "per_strategy": [_plain(ps) for ps in st.per_strategy],
+                    **({"statistic": st.statistic} if st.statistic is not None else {}),
+                    **({"rounds": st.rounds} if st.rounds is not None else {})})
     arrays: list[dict[str, Any]] = [{"name": a.name, "kind": "input", "shape": list(a.shape), "dtype": a.dtype,
                "nbytes": int(a.nbytes), "sidecar": sidecars.get(a.name),
                "digest": contents.get(a.name), "shared": shared.get(a.name)} for a in stats.inputs]
     arrays += [{"name": st.name, "kind": "output", "shape": list(st.shape), "dtype": st.dtype,
                 "nbytes": int(st.nbytes), "sidecar": sidecars.get(st.name)} for st in stats.ops]
+    extra = {} if stats.rerun is None else {"rerun": _plain(stats.rerun)}
     return {
+        **extra,
         "format": FORMAT,
         "store": store_uid,
         "run": {"id": row.id, "uid": row.uid, "workflow": row.workflow, "source": row.source,
@@ -173,7 +177,10 @@ def steering(rec: Record) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any
     ops = [{"name": o["name"], "class": o["class"], "inputs": list(o["inputs"]),
             "strategies": list(o["strategies"]), "shape": list(o["shape"]), "run_s": o["run_s"],
             "lwrite_s": o["lwrite_s"], "lineage_s": o["lineage_s"], "pairs": o["pairs"],
-            "lineage_bytes": o["lineage_bytes"]} for o in sorted(rec["ops"], key=lambda o: o["seq"])]
+            "lineage_bytes": o["lineage_bytes"],
+            **({"statistic": o["statistic"]} if o.get("statistic") else {}),
+            **({"rounds": o["rounds"]} if o.get("rounds") else {})}
+           for o in sorted(rec["ops"], key=lambda o: o["seq"])]
     arrays = {a["name"]: {"kind": a["kind"], "shape": tuple(a["shape"]), "dtype": a["dtype"],
                           "nbytes": a["nbytes"]} for a in rec["arrays"]}
     return ops, arrays
@@ -264,6 +271,9 @@ def insert_rows(catalog: Catalog, rec: Record, status: str = "complete") -> None
                                       ps["pairs"])
             if "spaces" in ps:
                 catalog.add_strategy_space(rid, o["name"], ps["strategy"], ps["spaces"])
+    db.execute("DELETE FROM reruns WHERE run_id=?", (rid,))
+    if rec.get("rerun") is not None:
+        catalog.add_rerun(rid, rec["rerun"])
     for d in rec["downgrades"]:
         catalog.add_downgrade(rid, d["op"], d["strategy"], d["predicted_bytes"], d["needed_bytes"],
                               d["reason"])

@@ -41,6 +41,8 @@ def take(arrays: ArrayStore, values: Mapping[str, Any], store_uid: str | None) -
              if n.endswith(".zarr") and not n.startswith(".")}
     digests: dict[str, str] = {}
     for name, v in values.items():
+        if arrays.is_shared(name):
+            continue                   # referenced already (a re-run's unchanged input)
         form = value_form(v, name, arrays.tile)
         if form not in forms:
             continue

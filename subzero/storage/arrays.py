@@ -38,6 +38,7 @@ from subzero.storage.chunks import (
     bad_chunk,
     bind,
     check_present,
+    share_chunks,
     checksum_codecs,
     open_nodes,
     read_metadata,
@@ -418,6 +419,19 @@ class ArrayStore:
         _, _, z = self._zarr(name, "r+")
         # every chunk is written, even one of fill values: a missing chunk means damage
         z.with_config({"write_empty_chunks": True})[region] = np.asarray(values)
+
+    def share_region(self, name: str, other: ArrayStore, region: tuple[slice, ...]) -> int:
+        """Take the chunks ``region`` covers (whole chunks) of array ``name`` of another
+        run (``other``, verified as it is read) as this run's, without decoding them:
+        hard links where the file system allows, else byte copies (:func:`.chunks.share_chunks`).
+        The array must have been made with :meth:`create` with the same shape and dtype.
+        A re-run's unchanged tiles; returns the chunks linked."""
+        src_root, src_nodes = other._open(name)
+        dst_root, dst_nodes = self._open(name)
+        if src_nodes is None or dst_nodes is None or "data" not in src_nodes:
+            raise CorruptArray(f"{other.label(name)}: its chunks cannot be shared (no checksums)")
+        return share_chunks(src_root, src_nodes["data"], dst_root, dst_nodes["data"], region,
+                            other.label(name))
 
     def chunk_shape(self, name: str) -> tuple[int, ...]:
         """The array's chunk shape as stored: the run's tile, clipped to the shape."""

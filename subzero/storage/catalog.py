@@ -395,6 +395,19 @@ class Catalog:
         self.db.execute("INSERT INTO downgrades VALUES (?, ?, ?, ?, ?, ?, ?)",
                         (run_id, op, strategy, predicted_bytes, needed_bytes, reason, time.time()))
 
+    def add_rerun(self, run_id: int, summary: Mapping[str, Any]) -> None:
+        self.db.execute("INSERT OR REPLACE INTO reruns VALUES (?, ?, ?)",
+                        (run_id, int(summary["parent"]), json.dumps(summary, default=str)))
+
+    def rerun_of(self, run_id: int) -> dict[str, Any] | None:
+        """A re-run's parent and what it recomputed (None: the run is no re-run)."""
+        r = self.db.execute("SELECT summary FROM reruns WHERE run_id=?", (run_id,)).fetchone()
+        return None if r is None else json.loads(r[0])
+
+    def reruns(self) -> dict[int, int]:
+        """Every re-run's parent: run id -> parent run id."""
+        return {int(a): int(b) for a, b in self.db.execute("SELECT run_id, parent FROM reruns")}
+
     def downgrades(self, run_id: int) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT op, strategy, predicted_bytes, needed_bytes, reason FROM"
                                " downgrades WHERE run_id=? ORDER BY rowid", (run_id,)).fetchall()

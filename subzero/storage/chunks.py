@@ -410,6 +410,75 @@ def check_present(root: Path, node: ArrayNode, region: tuple[slice, ...] | None,
         raise CorruptArray(f"{label} is damaged: chunk file {f} fails its checksum")
 
 
+def _sound(fd: int, want: bytes | None) -> bool:
+    """Whether the open chunk file ``fd`` is a regular file whose body matches its crc32c
+    trailer, and whose trailer is ``want`` (the manifest's; None: not bound)."""
+    import google_crc32c
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    data = os.pread(fd, st.st_size, 0)
+    return len(data) >= TRAILER and (want is None or data[-TRAILER:] == want) and \
+        google_crc32c.value(data[:-TRAILER]) == int.from_bytes(data[-TRAILER:], "little")
+
+
+def share_chunks(src_root: Path, src: ArrayNode, dst_root: Path, dst: ArrayNode,
+                 region: tuple[slice, ...], label: str) -> int:
+    """Make the chunks ``region`` covers in array ``src`` (another run's, verified) the
+    chunks of array ``dst`` (of the same shape, chunks and codecs): hard links where the
+    file system allows, else byte copies; never decoded and encoded again.  Each source
+    chunk must be the one its manifest names and sound (else :class:`CorruptArray`,
+    and nothing of it is taken); each linked file is checked again once it is ours, so a
+    file swapped in between is not kept.  Returns the chunks linked (not copied)."""
+    if src.shape != dst.shape or src.chunks != dst.chunks or not (src.checksummed and dst.checksummed):
+        raise CorruptArray(f"{label}: its chunks cannot be shared (another layout)")
+    grid = src.grid()
+    linked = 0
+    for idx in src.touched(region):
+        k = 0
+        for i, n in zip(idx, grid):
+            k = k * n + i
+        want = src.trailers[TRAILER * k:TRAILER * (k + 1)] if src.trailers is not None else None
+        f, g = src.chunk_file(src_root, idx), dst.chunk_file(dst_root, idx)
+        g.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(f, g, follow_symlinks=False)
+            linked += 1
+        except OSError as e:
+            if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EACCES):
+                raise CorruptArray(f"{label} cannot be read: chunk file {f}: {e.strerror or e}") from e
+            _copy_chunk(f, g, want, label)
+            continue
+        try:
+            fd = os.open(g, _OPEN_CHUNK)
+        except OSError as e:
+            g.unlink(missing_ok=True)
+            raise CorruptArray(f"{label} cannot be read: chunk file {f}: {e.strerror or e}") from e
+        try:
+            ok = _sound(fd, want)
+        finally:
+            os.close(fd)
+        if not ok:
+            g.unlink(missing_ok=True)
+            raise CorruptArray(f"{label}: chunk file {f} is damaged or not the chunk its place names")
+    return linked
+
+
+def _copy_chunk(f: Path, g: Path, want: bytes | None, label: str) -> None:
+    try:
+        fd = os.open(f, _OPEN_CHUNK)
+    except OSError as e:
+        raise CorruptArray(f"{label} cannot be read: chunk file {f}: {e.strerror or e}") from e
+    try:
+        if not _sound(fd, want):
+            raise CorruptArray(f"{label}: chunk file {f} is damaged or not the chunk its place names")
+        data = os.pread(fd, os.fstat(fd).st_size, 0)
+    finally:
+        os.close(fd)
+    with open(g, "xb") as out:
+        out.write(data)
+
+
 def _self_consistent(f: Path) -> bool:
     """Whether a chunk file's body matches its own crc32c trailer (after its trailer did not
     match the manifest's: a misplaced chunk, not a damaged one)."""

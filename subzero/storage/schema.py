@@ -92,6 +92,13 @@ def _add_digests(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS arrays_digest ON arrays (digest)")
 
 
+def _add_reruns(db: sqlite3.Connection) -> None:
+    # a re-run's parent and what it recomputed (the run's record holds the same, signed)
+    db.execute("CREATE TABLE IF NOT EXISTS reruns (run_id INTEGER PRIMARY KEY, parent INTEGER,"
+               " summary TEXT)")
+    db.execute("CREATE INDEX IF NOT EXISTS reruns_parent ON reruns (parent)")
+
+
 @dataclass(frozen=True)
 class Migration:
     """Brings a catalog from version ``to - 1`` to ``to``."""
@@ -114,6 +121,7 @@ MIGRATIONS: tuple[Migration, ...] = (
               _add_identity),
     Migration(5, "arrays.digest: each input's content digest, indexed (older runs have none "
                  "until it is computed)", _add_digests),
+    Migration(6, "reruns: each re-run's parent run and what it recomputed", _add_reruns),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].to
 assert [m.to for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))

@@ -1,0 +1,148 @@
+"""What a re-run reads of its parent run: its arrays, and the lineage it stored,
+as the pairs the operators wrote.
+
+A re-run keeps the parent's tiles that its change cannot reach; their lineage
+is the parent's, read back from the parent's stored backward strategies (keyed
+by output cells, so a pair's output cells and what they depend on come back
+whole) and handed to the driver with the pairs of the tiles that ran again, so
+the re-run stores the relation a full run would.  Everything is read through
+the parent's checked readers: lineage that fails its checks is
+:class:`ParentUnavailable`, and the operator then runs every tile again (what cannot
+be verified in the parent is recomputed, never reused).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+import dataclasses
+from pathlib import Path
+from dataclasses import dataclass
+
+import numpy as np
+
+from subzero.capture.buffer import Pairs, empty_pairs
+from subzero.capture.tiles import concat_pairs
+from subzero.errors import ParentUnavailable
+from subzero.errors import StoreError
+from subzero.model.cells import csr_rows, csr_take, lengths_to_offsets
+from subzero.model.modes import Mode
+from subzero.model.strategy import Direction, Strategy, modes_needed
+from subzero.storage.arrays import ArrayStore
+from subzero.storage.lineage import LineageStore
+
+#: Which output cells (packed ids) a re-run keeps from the parent: a boolean per cell.
+Keep = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass
+class Parent:
+    """The parent run of a re-run, opened and verified by its caller."""
+
+    run_id: int
+    arrays: ArrayStore
+    lineage: LineageStore | None
+    #: per operator, the strategies the parent kept (after its disk budget)
+    strategies: Mapping[str, tuple[Strategy, ...]]
+    shapes: Mapping[str, tuple[int, ...]]
+    #: per operator, the digest of its statistic's value as the parent's record gives it
+    statistics: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: per operator, the digest of the file of its statistic's merged states
+    rounds: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def dir(self) -> Path:
+        """The parent run's folder."""
+        return self.arrays.dir.parent
+
+    def pairs(self, op: str, wanted: tuple[Strategy, ...], n_inputs: int, keep: Keep
+              ) -> tuple[Pairs | None, Pairs | None]:
+        """The parent's (full, payload) pairs of operator ``op`` whose output cells
+        ``keep`` keeps (a pair keeps those of its output cells), for the modes the
+        strategies ``wanted`` capture; (None, None) when they capture none."""
+        modes = modes_needed(wanted)
+        if not modes:
+            return None, None
+        pay_modes = modes & {Mode.PAY, Mode.COMP}
+        if len(pay_modes) > 1:
+            raise ParentUnavailable(f"{op!r} captures both Pay and Comp pairs")
+        if self.lineage is None:
+            raise ParentUnavailable(f"run {self.run_id} stored no lineage")
+        full = pay = None
+        for mode in modes:
+            try:
+                s = self._stored(op, mode)
+                reader = self.lineage.reader(op, s)
+                got = _read_pairs(reader, s.payload, n_inputs, keep) \
+                    if s.direction is Direction.BACKWARD else _read_forward(reader, n_inputs, keep)
+            except (StoreError, OSError, ValueError) as e:
+                raise ParentUnavailable(f"the lineage of {op!r} in run {self.run_id} cannot be "
+                                  f"read ({e})") from e
+            if mode is Mode.FULL:
+                full = got
+            else:
+                pay = got
+        return full, pay
+
+    def _stored(self, op: str, mode: Mode) -> Strategy:
+        """The parent's strategy of ``mode`` to read pairs back from: a backward one (a
+        pair comes back whole), else, for Full pairs, a forward one (each input's space
+        gives its part of the relation); payload pairs stored forward keep no payloads."""
+        kept = [s for s in self.strategies.get(op, ()) if s.stored and s.mode is mode
+                and self.lineage is not None and self.lineage.meta(op, s) is not None]
+        for s in kept:
+            if s.direction is Direction.BACKWARD:
+                return s
+        for s in kept:
+            if not s.payload:
+                return s
+        raise ParentUnavailable(f"run {self.run_id} keeps no {mode} lineage of {op!r} it can read back")
+
+
+def _read_pairs(reader: object, payload: bool, n_inputs: int, keep: Keep) -> Pairs:
+    """Every pair of a backward strategy's key space, its output cells cut to ``keep``."""
+    pids = reader.all_pairs("b")  # type: ignore[attr-defined]
+    if pids.size == 0:
+        return empty_pairs(n_inputs, payload)
+    keys, koff = reader.scan_keys("b", pids)  # type: ignore[attr-defined]
+    fields = ["pay"] if payload else [f"v{i}" for i in range(n_inputs)]
+    recs = reader.records("b", pids, fields)  # type: ignore[attr-defined]
+    m = keep(keys)
+    n_keep = np.bincount(csr_rows(koff)[m], minlength=len(pids))
+    live = np.flatnonzero(n_keep > 0)
+    out, out_off = keys[m], lengths_to_offsets(n_keep[live])
+    if payload:
+        ids, table = recs["pay"]
+        return Pairs(out, out_off, pay_ids=np.asarray(ids, np.int64)[live], payloads=list(table))
+    ins, offs = [], []
+    for i in range(n_inputs):
+        cells, off = recs[f"v{i}"]
+        ins.append(csr_take(cells, off, live))
+        offs.append(lengths_to_offsets(np.diff(off)[live]))
+    return Pairs(out, out_off, ins, offs)
+
+
+def _read_forward(reader: object, n_inputs: int, keep: Keep) -> Pairs:
+    """The pairs of a forward Full strategy, one input's space at a time: pair k of space
+    ``f{i}`` relates its value cells (output) to its key cells of input i.  Together
+    they are the relation the operator stored (a pair without cells of an input has no
+    edge there, as a forward strategy stores it)."""
+    parts = []
+    for i in range(n_inputs):
+        space = f"f{i}"
+        if not reader.has_space(space):  # type: ignore[attr-defined]
+            continue
+        pids = reader.all_pairs(space)  # type: ignore[attr-defined]
+        if pids.size == 0:
+            continue
+        keys, koff = reader.scan_keys(space, pids)  # type: ignore[attr-defined]
+        out, ooff = reader.records(space, pids, ["v"])["v"]  # type: ignore[attr-defined]
+        m = keep(out)
+        n_keep = np.bincount(csr_rows(ooff)[m], minlength=len(pids))
+        live = np.flatnonzero(n_keep > 0)
+        z = np.zeros(0, np.int64)
+        ins = [z] * n_inputs
+        offs = [np.zeros(len(live) + 1, np.int64)] * n_inputs
+        ins[i] = csr_take(keys, koff, live)
+        offs[i] = lengths_to_offsets(np.diff(koff)[live])
+        parts.append(Pairs(out[m], lengths_to_offsets(n_keep[live]), ins, offs))
+    return concat_pairs(parts, n_inputs) or empty_pairs(n_inputs, False)

@@ -1,0 +1,389 @@
+"""Incremental re-runs (issue 30): a corrected input recomputes only the tiles it can
+reach, and the re-run is bit-identical to a full run on the new inputs -- every
+array and the stored lineage relation -- whatever the edit, strategy or operator."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as hs
+from relations import stored_relation
+
+from subzero import ExactMedian, Mode, Operator, Workflow, stencil
+from subzero.errors import UntrustedRun
+from subzero.model.operator import ELEMENTWISE
+from subzero.operators import Add, Mean, MeanFilter, Slice, Sub, WindowComposite
+from subzero.operators.components import ConnectedComponents
+
+SHAPE = (40, 36)
+TILE = 8
+
+
+class Median64(ExactMedian):
+    dtype = np.dtype(np.float64)
+
+
+class Centre(Operator):
+    """The input minus the whole array's median: elementwise, with a statistic."""
+
+    tiling = ELEMENTWISE
+
+    def __init__(self):
+        self.statistic = Median64()
+
+    def supported_modes(self):
+        return {Mode.FULL, Mode.MAP, Mode.BLACKBOX}
+
+    def run(self, ctx, x):
+        if Mode.FULL in ctx.modes:
+            cells = np.argwhere(np.ones(np.shape(x), bool))
+            ctx.lwrite(cells, cells, each=True)
+        return np.asarray(x, np.float64) - ctx.statistic
+
+    def map_b(self, cells, i, ctx):
+        return cells
+
+    def map_f(self, cells, i, ctx):
+        return cells
+
+
+class Spikes(WindowComposite):
+    """Cells above 3 take the mean of their 3x3 window: composite lineage, a stencil."""
+
+    tiling = stencil(1)
+    radius = 1
+    lineage_modes = frozenset({Mode.FULL, Mode.COMP, Mode.PAY, Mode.BLACKBOX})
+
+    def compute_flagged(self, x):
+        from scipy import ndimage
+        x = np.asarray(x, np.float64)
+        flagged = x > 3.0
+        mean = ndimage.correlate(x, np.full((3, 3), 1 / 9), mode="reflect")
+        return np.where(flagged, mean, x), flagged
+
+
+class Above(ConnectedComponents):
+    def __init__(self):
+        self.connectivity, self.min_size = "full", 1
+
+    def foreground(self, values, stat):
+        return np.asarray(values) > 1.0
+
+
+def mixed():
+    """Every kind of operator a re-run treats differently."""
+    wf = Workflow("mixed")
+    x, y = wf.input("x"), wf.input("y")
+    a = wf.add("smooth", MeanFilter(3), x)                 # stencil
+    b = wf.add("spikes", Spikes(), a)                      # stencil, composite lineage
+    c = wf.add("centre", Centre(), b)                      # elementwise with a statistic
+    m = wf.add("level", Mean(), c)                         # aggregation to one cell
+    d = wf.add("minus", Sub(broadcast="scalar"), c, m)     # a one-cell input
+    e = wf.add("plus", Add(), d, y)                        # an input no edit touches
+    wf.add("blobs", Above(), e)                            # connected components
+    wf.add("corner", Slice(np.s_[3:20, 5:30]), e)          # a gather
+    return wf
+
+
+STRATEGIES = {
+    "backward": {"smooth": "full:fullone:backward", "spikes": "comp:payone:backward",
+                 "centre": "full:fullmany:backward", "plus": "full:fullone:backward",
+                 "blobs": "pay:payone:backward", "corner": "full:fullone:backward"},
+    "many": {"smooth": "full:fullmany:backward", "spikes": "comp:paymany:backward",
+             "centre": "full:fullone:backward+full:fullone:forward",
+             "plus": "full:fullmany:backward", "blobs": "pay:paymany:backward"},
+    "forward": {"smooth": "full:fullone:forward", "spikes": "comp:payone:forward",
+                "centre": "full:fullmany:forward", "plus": "map"},
+    "pay": {"spikes": "pay:payone:backward+full:fullone:backward", "smooth": "map"},
+}
+
+
+def data(seed=3):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 1, SHAPE)
+    x[10:13, 20:23] = 6.0                     # spikes
+    return x, rng.normal(0, 1, SHAPE)
+
+
+def same(a, b):
+    """Every array bit for bit, and the stored lineage relation."""
+    assert sorted(a.array_names()) == sorted(b.array_names())
+    for n in b.array_names():
+        sl = tuple(slice(0, s) for s in b.shapes()[n])
+        va, vb = a.read_region(n, sl), b.read_region(n, sl)
+        assert va.dtype == vb.dtype and va.shape == vb.shape, n
+        assert va.tobytes() == vb.tobytes(), f"array {n} differs"
+    assert stored_relation(a) == stored_relation(b)
+
+
+def edited(x, kind, where, size, scale):
+    x = x.copy()
+    r, c = where
+    if kind == "cell":
+        x[r, c] += scale
+    elif kind == "box":
+        x[r:r + size, c:c + size] *= 1 + scale
+    elif kind == "chunk":
+        r0, c0 = (r // TILE) * TILE, (c // TILE) * TILE
+        x[r0:r0 + TILE, c0:c0 + TILE] += scale
+    elif kind == "median":                    # moves the median: the statistic changes
+        x[: SHAPE[0] // 2] += 5 * abs(scale) + 1
+    return x                                  # "none": the same values
+
+
+EDITS = hs.tuples(hs.sampled_from(["cell", "box", "chunk", "median", "none"]),
+                  hs.tuples(hs.integers(0, SHAPE[0] - 1), hs.integers(0, SHAPE[1] - 1)),
+                  hs.integers(1, 9), hs.floats(0.5, 4.0))
+
+
+@pytest.mark.parametrize("strategies", list(STRATEGIES))
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+          phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(edit=EDITS)
+def test_a_rerun_is_a_full_run_on_the_new_inputs(store, strategies, edit):
+    x, y = data()
+    strat = STRATEGIES[strategies]
+    parent = store.run(mixed(), inputs={"x": x, "y": y}, tile=TILE, strategies=strat, progress=False)
+    new = edited(x, *edit)
+    re = store.rerun(parent.id, {"x": new}, progress=False)
+    full = store.run(mixed(), inputs={"x": new, "y": y}, tile=TILE, strategies=strat, progress=False)
+    same(re, full)
+    info = re.rerun_info()
+    assert info["parent"] == parent.id and info["inputs"] == ["x"]
+    ops = info["ops"]
+    if edit[0] == "none" and strategies != "forward":
+        assert all(v["kind"] == "kept" for n, v in ops.items() if n != "x")
+    if edit[0] in ("cell", "box") and strategies == "backward":
+        assert ops["smooth"]["ran"] < ops["smooth"]["tiles"]        # only what the edit reaches
+        assert ops["plus"]["kind"] != "whole"
+
+
+def test_only_the_tiles_a_change_reaches_run_and_unchanged_tiles_stop_it(store):
+    x, y = data()
+    parent = store.run(mixed(), inputs={"x": x, "y": y}, tile=TILE,
+                       strategies=STRATEGIES["backward"], progress=False)
+    new = x.copy()
+    new[21, 17] += 0.25                        # one cell, inside chunk (2, 2)
+    re = store.rerun(parent.id, {"x": new}, progress=False)
+    ops = re.rerun_info()["ops"]
+    assert ops["x"]["changed"] == {"everywhere": False, "chunks": 1, "cells": 1,
+                                   "bounds": [[21, 22], [17, 18]]}
+    # the 3x3 mean reaches the cell's 3x3 neighbourhood: one chunk, whose tile alone runs
+    assert ops["smooth"]["ran"] == 1 and ops["smooth"]["changed"]["cells"] == 9
+    # the median did not move: centre runs the one tile its input changed in
+    assert ops["centre"]["statistic"]["changed"] is False and ops["centre"]["ran"] == 1
+    full = store.run(mixed(), inputs={"x": new, "y": y}, tile=TILE,
+                     strategies=STRATEGIES["backward"], progress=False)
+    same(re, full)
+    # the median moves: every tile of centre runs (it does not say where it used it)
+    new[:5] += 3.0
+    re = store.rerun(parent.id, {"x": new}, progress=False)
+    ops = re.rerun_info()["ops"]
+    assert ops["centre"]["statistic"]["changed"] is True
+    assert ops["centre"]["ran"] == ops["centre"]["tiles"]
+    same(re, store.run(mixed(), inputs={"x": new, "y": y}, tile=TILE,
+                       strategies=STRATEGIES["backward"], progress=False))
+
+
+def test_an_edit_that_changes_nothing_downstream_is_cut_off(store):
+    x, y = data()
+    parent = store.run(mixed(), inputs={"x": x, "y": y}, tile=TILE,
+                       strategies=STRATEGIES["backward"], progress=False)
+    new = x.copy()
+    new[10:13, 20:23] = 7.0                    # the spikes only: replaced by their window mean
+    re = store.rerun(parent.id, {"x": new}, progress=False)
+    ops = re.rerun_info()["ops"]
+    assert ops["smooth"]["ran"] >= 1 and ops["smooth"]["changed"]["chunks"] >= 1
+    full = store.run(mixed(), inputs={"x": new, "y": y}, tile=TILE,
+                     strategies=STRATEGIES["backward"], progress=False)
+    same(re, full)
+    # an input no edit touched is one copy in the store still
+    assert len(store.inputs()) == 3            # x, the new x, y
+
+
+def test_the_parents_unchanged_chunks_are_shared_not_copied(store):
+    x, y = data()
+    parent = store.run(mixed(), inputs={"x": x, "y": y}, tile=TILE, progress=False)
+    new = x.copy()
+    new[0, 0] += 1
+    re = store.rerun(parent.id, {"x": new}, progress=False)
+    from conftest import stored_path
+    a = stored_path(parent.dir, "smooth") / "data" / "c" / "4" / "4"
+    b = stored_path(re.dir, "smooth") / "data" / "c" / "4" / "4"
+    assert a.stat().st_ino == b.stat().st_ino      # one file, two names
+    c = stored_path(re.dir, "smooth") / "data" / "c" / "0" / "0"
+    assert c.stat().st_ino != (stored_path(parent.dir, "smooth") / "data" / "c" / "0" / "0").stat().st_ino
+
+
+def test_a_damaged_parent_chunk_is_recomputed_never_reused(store):
+    x, y = data()
+    strat = STRATEGIES["backward"]
+    parent = store.run(mixed(), inputs={"x": x, "y": y}, tile=TILE, strategies=strat, progress=False)
+    from conftest import stored_path
+    f = stored_path(parent.dir, "plus") / "data" / "c" / "4" / "4"
+    raw = bytearray(f.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    f.write_bytes(bytes(raw))
+    new = x.copy()
+    new[0, 0] += 1                             # far from the damaged chunk
+    re = store.rerun(parent.id, {"x": new}, progress=False)
+    full = store.run(mixed(), inputs={"x": new, "y": y}, tile=TILE, strategies=strat, progress=False)
+    same(re, full)
+    assert re.rerun_info()["ops"]["plus"]["ran"] >= 2    # the edit's tile and the damaged one
+
+
+def test_damaged_parent_lineage_is_recomputed_never_reused(store):
+    x, y = data()
+    strat = STRATEGIES["backward"]
+    parent = store.run(mixed(), inputs={"x": x, "y": y}, tile=TILE, strategies=strat, progress=False)
+    import lmdb
+    env = lmdb.open(str(parent.dir / "lineage"), max_dbs=64, subdir=True)
+    with env.begin(write=True) as txn:
+        names = [k for k, _ in txn.cursor()]
+    spoiled = 0
+    for name in names:
+        if b"spikes" not in name:
+            continue
+        db = env.open_db(name)
+        with env.begin(write=True, db=db) as txn:
+            for k, v in list(txn.cursor()):
+                if len(v) > 16 and not k.startswith(b"__meta"):
+                    txn.put(k, bytes([v[0] ^ 0xFF]) + v[1:])
+                    spoiled += 1
+    env.close()
+    assert spoiled
+    new = x.copy()
+    new[0, 0] += 1
+    re = store.rerun(parent.id, {"x": new}, progress=False)
+    ops = re.rerun_info()["ops"]
+    assert ops["spikes"]["ran"] == ops["spikes"]["tiles"] and ops["spikes"]["lineage"] == "recomputed"
+    full = store.run(mixed(), inputs={"x": new, "y": y}, tile=TILE, strategies=strat, progress=False)
+    same(re, full)
+
+
+def test_a_rerun_of_an_untrusted_run_is_refused(tmp_path, monkeypatch):
+    import subzero
+    from subzero.storage.trust import CONFIG_ENV
+    st = subzero.open_store(tmp_path / "s")
+    x, y = data()
+    parent = st.run(mixed(), inputs={"x": x, "y": y}, tile=TILE, progress=False)
+    st.close()
+    monkeypatch.setenv(CONFIG_ENV, str(tmp_path / "someone-else"))
+    st = subzero.open_store(tmp_path / "s")
+    with pytest.raises(UntrustedRun, match=rf"run {parent.id} is not trusted .*a re-run runs its code"):
+        st.rerun(parent.id, {"x": x + 1}, progress=False)
+    assert [r.id for r in st.runs()] == [parent.id]        # nothing begun
+    st.close()
+
+
+def test_unknown_inputs_and_no_inputs_are_refused(store):
+    x, y = data()
+    parent = store.run(mixed(), inputs={"x": x, "y": y}, tile=TILE, progress=False)
+    with pytest.raises(Exception, match="has no input 'flat'"):
+        store.rerun(parent.id, {"flat": x})
+    with pytest.raises(Exception, match="needs at least one corrected input"):
+        store.rerun(parent.id, {})
+
+
+# -- cosmic rays: a statistic an operator says where it used -------------------------------
+def cr_workflow():
+    from workflows.astronomy import CosmicRays
+    wf = Workflow("cr")
+    wf.add("cr", CosmicRays(), wf.input("img"))
+    return wf
+
+
+@pytest.fixture(scope="module")
+def sky():
+    from test_statistic import sky_image
+    return sky_image()
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+          phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(where=hs.tuples(hs.integers(1, 290), hs.integers(4, 250)), scale=hs.sampled_from([1.5, 0.5, 40.0]))
+def test_cosmic_rays_rerun_where_the_sky_median_reaches(store, sky, where, scale):
+    parent = store.run(cr_workflow(), inputs={"img": sky}, tile=64, progress=False)
+    new = sky.copy()
+    r, c = where
+    new[r:r + 9, c:c + 9] *= scale             # changes the sky median, and maybe the hits
+    re = store.rerun(parent.id, {"img": new}, progress=False)
+    full = store.run(cr_workflow(), inputs={"img": new}, tile=64, progress=False)
+    same(re, full)
+
+
+# -- the command line -----------------------------------------------------------------------
+def test_rerun_from_the_command_line(tmp_path, cli):
+    x, y = data()
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    wf = tmp_path / "wf.py"
+    wf.write_text("import sys\nsys.path.insert(0, %r)\nfrom test_rerun import mixed as workflow\n"
+                  % str(__import__("pathlib").Path(__file__).parent))
+    s = tmp_path / "store"
+    code, out, err = cli("run", wf, "--input", f"x={tmp_path / 'x.npy'}", "--input",
+                         f"y={tmp_path / 'y.npy'}", "--tile", TILE, "--store", s)
+    assert code == 0, err
+    fixed = x.copy()
+    fixed[5, 5] = 0
+    np.save(tmp_path / "fixed.npy", fixed)
+    code, out, err = cli("rerun", "1", "--input", f"x={tmp_path / 'fixed.npy'}", "--store", s, "-v")
+    assert code == 0, err
+    assert "run 2: re-run of run 1 with new x:" in out and "smooth" in out
+    code, out, err = cli("show", "2", "--store", s)
+    assert code == 0 and "re-run of run 1" in out
+    code, out, err = cli("show", "1", "--store", s)
+    assert "re-run as run 2" in out
+    # every run that read x.npy, again; a second call finds the re-run already made
+    code, out, err = cli("rerun", "--using", tmp_path / "x.npy", "--input", f"x={tmp_path / 'fixed.npy'}",
+                         "--store", s, "--json")
+    assert code == 0, err
+    made = json.loads(out)
+    assert [m["parent"] for m in made] == [1]
+    code, out, err = cli("rerun", "--using", tmp_path / "x.npy", "--input", f"x={tmp_path / 'fixed.npy'}",
+                         "--store", s, "--json")
+    assert [m["run_id"] for m in json.loads(out)] == [m["run_id"] for m in made]
+    # mistakes: one line, exit 2
+    code, out, err = cli("rerun", "1", "--input", f"x={tmp_path / 'nope.npy'}", "--store", s)
+    assert code == 2 and "file not found" in err and len(err.strip().splitlines()) == 1
+    code, out, err = cli("rerun", "1", "--input", f"flat={tmp_path / 'fixed.npy'}", "--store", s)
+    assert code == 2 and "no input 'flat'" in err
+    code, out, err = cli("rerun", "--store", s, "--input", f"x={tmp_path / 'fixed.npy'}")
+    assert code == 2 and "needs a run" in err
+
+
+# -- the real astronomy workflow, and a parent made on Spark -------------------------------
+ASTRO = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "workflows" / "astronomy.py")
+
+
+def test_a_flat_fix_on_the_real_exposures_recomputes_a_few_tiles(store):
+    parent = store.run(ASTRO, progress=False)
+    flat = np.asarray(parent.array("flat").values).copy()
+    flat[700:764, 200:264] *= 1.01             # a 64x64 patch of the flat, corrected
+    re = store.rerun(parent.id, {"flat": flat}, progress=False)
+    ops = re.rerun_info()["ops"]
+    for name in ("linearity_1", "badpix_2", "overscanmean_1", "bias_2"):
+        assert ops[name]["kind"] == "kept"        # upstream of the flat: the parent's
+    for name in ("flat_1", "rmbg_2", "cr_1", "cr_2", "combine", "rmcr"):
+        assert ops[name]["ran"] < ops[name]["tiles"], name
+    assert ops["stars"]["kind"] == "whole"        # connected components run whole
+    full = store.run(ASTRO, inputs={"flat": flat}, progress=False)
+    same(re, full)
+    # the exposures and the other frames are still one copy each in the store
+    stored = {e["digest"]: e["stored"]["copies"] for e in store.inputs()}
+    assert len(stored) == 6 and set(stored.values()) == {1}
+
+
+def test_a_rerun_of_a_spark_run_equals_a_full_spark_run(spark, store):
+    x, y = data()
+    strat = STRATEGIES["backward"]
+    parent = store.run(mixed(), inputs={"x": x, "y": y}, tile=TILE, strategies=strat,
+                       engine="spark", spark=spark, progress=False)
+    new = x.copy()
+    new[30:33, 2:6] -= 2.0
+    re = store.rerun(parent.id, {"x": new}, progress=False)
+    full = store.run(mixed(), inputs={"x": new, "y": y}, tile=TILE, strategies=strat,
+                     engine="spark", spark=spark, progress=False)
+    same(re, full)
+    assert re.rerun_info()["ops"]["smooth"]["ran"] < re.rerun_info()["ops"]["smooth"]["tiles"]
