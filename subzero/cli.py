@@ -534,8 +534,10 @@ def cmd_runs(a) -> int:
         from subzero.storage.trust import load_key
         load_key()          # a key that cannot be read concerns every run: one line, here
         trust = {r.id: _trust_state(store, r) for r in rows if r.status == "complete"}
+        parents = store.catalog.reruns()
         if a.json:
-            print(json.dumps([{**r.__dict__, "trust": trust.get(r.id)} for r in rows], default=str))
+            print(json.dumps([{**r.__dict__, "trust": trust.get(r.id), "parent": parents.get(r.id)}
+                              for r in rows], default=str))
             return 0
         if not rows:
             print("no runs yet")
@@ -546,8 +548,9 @@ def cmd_runs(a) -> int:
             t = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started))
             dur = f"{r.ended - r.started:.1f}s" if r.ended else "-"
             err = f"  ({r.error})" if r.error and r.status != "complete" else ""
+            made = f"  re-run of {parents[r.id]}" if r.id in parents else ""
             print(f"{r.id:>5}  {r.status:<11} {r.workflow:<16} {t}  {dur:>8}  "
-                  f"{trust.get(r.id, '-'):<9}{err}")
+                  f"{trust.get(r.id, '-'):<9}{made}{err}")
         lost = [r.id for r in rows if r.status == "interrupted"]
         if lost:
             print(f"interrupted runs ({', '.join(map(str, lost))}) lost their driver: finish one "
@@ -676,13 +679,22 @@ def cmd_rerun(a) -> int:
     for name, path in given.items():
         if not os.path.exists(path):
             raise SubZeroError(f"--input {name}: file not found: {path}")
+    from subzero.engines.choice import EngineRequest
+    request = EngineRequest(a.engine or "auto", a.master, _kv(a.conf, "--conf"))
+    request.check()
+    if a.run is not None and (request.engine == "spark" or request.master or request.conf):
+        raise SubZeroError("a re-run of one run runs in this process; --engine spark, --master and "
+                           "--conf are for --using (many runs)")
     with open_store(a.store, create=False) as store:
         progress = False if a.json else None
         if a.run is not None:
             runs = [store.rerun(a.run, given, progress=progress)]
         else:
             (name, path), = given.items()
-            runs = store.rerun_using(a.using, path, name=name, progress=progress)
+            runs = store.rerun_using(a.using, path, name=name, progress=progress,
+                                     engine=request.engine if request.engine != "auto" else
+                                     ("spark" if request.master or request.conf else "local"),
+                                     master=request.master, conf=request.conf)
         infos = [(r, r.rerun_info() or {}) for r in runs]
         if a.json:
             print(json.dumps([{"run_id": r.id, **info} for r, info in infos], default=str))
@@ -716,7 +728,7 @@ def _rerun_table(info: dict, order: list[str] | None = None) -> None:
     print(f"    {'operator':<20} {'how':<6} {'tiles run':>12} {'chunks changed':>15}  statistic")
     for name in names:
         v = ops[name]
-        if v.get("kind") == "input":
+        if v.get("kind") in ("input", "kept"):
             continue
         st = v.get("statistic") or {}
         stat = "" if not st else ("recomputed" if "changed" not in st else
@@ -724,6 +736,9 @@ def _rerun_table(info: dict, order: list[str] | None = None) -> None:
             f", reaches {st['tiles_using']} more tiles" if st.get("tiles_using") else "")
         ran = f"{v.get('ran', 0)} of {v.get('tiles', 1)}"
         print(f"    {name:<20} {v['kind']:<6} {ran:>12} {v['changed']['chunks']:>15}  {stat}")
+    kept = [n for n in names if ops[n].get("kind") == "kept"]
+    if kept:
+        print(f"    the parent's, untouched: {_few(kept, 12)}")
 
 
 def _ids_text(ids: list) -> str:
@@ -1121,6 +1136,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="re-run every complete run that read this input")
     rr.add_argument("--input", action="append", metavar="NAME=PATH",
                     help="a corrected input file (repeatable without --using)")
+    rr.add_argument("--engine", choices=REQUESTS, default=None,
+                    help="with --using: local (one re-run after another, in this process), spark "
+                         "(a task per run, in jobs of runs), or auto (Spark for a --master)")
+    rr.add_argument("--master", metavar="URL", help="Spark master, e.g. spark://host:7077 or local[4]")
+    rr.add_argument("--conf", action="append", metavar="KEY=VALUE", help="Spark configuration")
     rr.add_argument("-v", "--verbose", action="store_true", help="per operator: tiles run, chunks changed")
     common(rr)
     rr.set_defaults(fn=cmd_rerun, command_parser=rr)

@@ -232,10 +232,17 @@ class Store:
     def rerun_using(self, old: Any, new: Any, name: str | None = None,
                     options: RunOptions | None = None, **given: Any) -> list[Run]:
         """Re-run every complete run that read input ``old`` (a file, an array, a digest,
-        as :meth:`runs_using` takes it; as input ``name``, when given) with ``new`` in its place, one run after another,
+        as :meth:`runs_using` takes it; as input ``name``, when given) with ``new`` in its
+        place, one run after another,
         each committed on its own (an interruption keeps the re-runs done; running the
         same call again re-runs only the runs whose re-run on ``new`` is not yet there).
-        Returns the new runs."""
+        Returns the new runs, in the order of the runs re-run.
+
+        ``engine="spark"`` (or ``master``/``conf``/``spark`` given) runs them on Spark, a
+        task per run, in jobs of ``tuning.RERUN_BATCH`` runs whose re-runs the driver
+        commits when each job ends (executors must see the store and ``new``, a file, at
+        the same paths).  Re-runs that fail are named in one error once the others are
+        committed."""
         runs = [(r, n) for r, n in self.runs_using(old) if name is None or n == name]
         if not runs:
             what = "that array" if hasattr(old, "shape") else str(old)
@@ -244,12 +251,39 @@ class Store:
         target = self.digest_of(new) if not isinstance(new, (str, os.PathLike)) or Path(new).exists() \
             else None
         done = self._reruns_on(target) if target is not None else {}
+        opts = RunOptions.of(options, **given)
+        request = opts.engine_request()
+        request.check()
+        todo = [(rid, n) for rid, n in runs if (rid, n) not in done]
+        if todo and choose_engine(request).engine == "spark":
+            self.require_writable("a re-run")
+            from subzero.runs.rerun import rerun_many
+            spark = open_session(choose_engine(request), request, self.path)
+            reporter = progress_for(opts.progress)
+            reporter.begin(len(todo), f"{len(todo)} re-runs on Spark", unit="run")
+            failed = []
+            try:
+                for input_name in sorted({n for _, n in todo}):
+                    parents = [self.get(rid) for rid, n in todo if n == input_name]
+                    with full_disk_named(self.path, f"re-runs of {len(parents)} runs"):
+                        for pid, new_id, error in rerun_many(self.catalog, self.runs_dir, parents,
+                                                             {input_name: new}, spark, reporter):
+                            if new_id is None:
+                                failed.append(f"run {pid}: {error}")
+                            else:
+                                done[(pid, input_name)] = new_id
+            finally:
+                reporter.close()
+            if failed:
+                raise StoreError(f"{len(failed)} of {len(todo)} re-runs failed (the others are "
+                                 f"committed): {'; '.join(failed[:3])}")
         out = []
         for rid, input_name in runs:
             if (rid, input_name) in done:
                 out.append(self.get(done[(rid, input_name)]))
                 continue
-            out.append(self.rerun(rid, {input_name: new}, options, **given))
+            out.append(self.rerun(rid, {input_name: new}, RunOptions.of(opts, engine="local", spark=None,
+                                                                        master=None, conf=None)))
         return out
 
     def _reruns_on(self, digest: str) -> dict[tuple[int, str], int]:

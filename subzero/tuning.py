@@ -86,6 +86,12 @@ SPARK_PAYS_CELLS = 64_000_000
 #: tens of milliseconds in-process, so Spark pays only for a night of thousands of runs
 #: or a cluster's cores (``engine='spark'`` or a master asks for it at any count).
 SPARK_PAYS_RUNS = 2000
+
+#: Re-runs on Spark (``rerun --using OLD --engine spark``) run as jobs of this many runs,
+#: a task per run: the driver commits and signs each job's re-runs when it ends, so a
+#: job that dies loses at most this many runs' work, while a job still has enough tasks
+#: to keep a cluster's executors busy.
+RERUN_BATCH = 64
 #: Runs per in-process worker of an impact query: fewer runs than twice this are answered
 #: in this process alone (forking a worker costs about as much as answering a few runs).
 IMPACT_RUNS_PER_WORKER = 8

@@ -288,7 +288,7 @@ def test_unknown_inputs_and_no_inputs_are_refused(store):
 
 # -- cosmic rays: a statistic an operator says where it used -------------------------------
 def cr_workflow():
-    from workflows.astronomy import CosmicRays
+    from subzero.workflows.astronomy import CosmicRays
     wf = Workflow("cr")
     wf.add("cr", CosmicRays(), wf.input("img"))
     return wf
@@ -319,8 +319,8 @@ def test_rerun_from_the_command_line(tmp_path, cli):
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "y.npy", y)
     wf = tmp_path / "wf.py"
-    wf.write_text("import sys\nsys.path.insert(0, %r)\nfrom test_rerun import mixed as workflow\n"
-                  % str(__import__("pathlib").Path(__file__).parent))
+    here = str(__import__("pathlib").Path(__file__).parent)
+    wf.write_text(f"import sys\nsys.path.insert(0, {here!r})\nfrom test_rerun import mixed as workflow\n")
     s = tmp_path / "store"
     code, out, err = cli("run", wf, "--input", f"x={tmp_path / 'x.npy'}", "--input",
                          f"y={tmp_path / 'y.npy'}", "--tile", TILE, "--store", s)
@@ -387,3 +387,74 @@ def test_a_rerun_of_a_spark_run_equals_a_full_spark_run(spark, store):
                      engine="spark", spark=spark, progress=False)
     same(re, full)
     assert re.rerun_info()["ops"]["smooth"]["ran"] < re.rerun_info()["ops"]["smooth"]["tiles"]
+
+
+def test_a_replaced_statistics_file_is_not_used(store):
+    """The parent's kept merged states are bound by its signed record: a file that is
+    not the one the record names is ignored (the statistic is computed whole)."""
+    x, y = data()
+    strat = STRATEGIES["backward"]
+    parent = store.run(mixed(), inputs={"x": x, "y": y}, tile=TILE, strategies=strat, progress=False)
+    f = parent.dir / "statistics" / "centre.npz"
+    assert f.is_file()
+    other = store.run(mixed(), inputs={"x": x * 2, "y": y}, tile=TILE, strategies=strat, progress=False)
+    f.write_bytes((other.dir / "statistics" / "centre.npz").read_bytes())
+    new = x.copy()
+    new[3, 3] -= 1
+    re = store.rerun(parent.id, {"x": new}, progress=False)
+    assert re.rerun_info()["ops"]["centre"]["statistic"]["recomputed"] is True    # not "updated"
+    same(re, store.run(mixed(), inputs={"x": new, "y": y}, tile=TILE, strategies=strat,
+                       progress=False))
+
+
+def test_runs_show_and_the_explorer_say_a_run_is_a_rerun(store, cli):
+    x, y = data()
+    parent = store.run(mixed(), inputs={"x": x, "y": y}, tile=TILE, progress=False)
+    new = x.copy()
+    new[1, 1] += 1
+    re = store.rerun(parent.id, {"x": new}, progress=False)
+    code, out, err = cli("runs", "--store", store.path)
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith(str(re.id)))
+    assert f"re-run of {parent.id}" in line
+    code, out, err = cli("runs", "--store", store.path, "--json")
+    assert {r["id"]: r["parent"] for r in json.loads(out)} == {parent.id: None, re.id: parent.id}
+    from subzero.explore.session import Session
+    s = Session(store.path, re.id)
+    info = s.describe()
+    assert info["rerun"]["parent"] == parent.id and info["rerun"]["inputs"] == ["x"]
+    assert 0 < info["rerun"]["recomputed"] < info["rerun"]["tiles"]
+    by = {a["name"]: a["rerun"] for a in info["arrays"]}
+    assert by["x"] == {"how": "input", "tiles": None, "recomputed": None, "changed_chunks": 1}
+    assert by["y"] is None and by["smooth"]["how"] == "tiles" and by["smooth"]["recomputed"] == 1
+    assert Session(store.path, parent.id).describe()["rerun"] is None
+
+
+def test_many_reruns_as_a_spark_job_equal_reruns_in_process(spark, tmp_path):
+    """Every run that read an input, re-run as one Spark job (a task per run), equals the
+    same re-runs made one by one in this process; a second call finds them all done."""
+    import subzero
+    x, y = data()
+    old = tmp_path / "x.npy"
+    np.save(old, x)
+    fixed = x.copy()
+    fixed[17:20, 9:12] += 1.5
+    np.save(tmp_path / "fixed.npy", fixed)
+    strat = STRATEGIES["backward"]
+    stores = []
+    for where in ("spark", "local"):
+        st = subzero.open_store(tmp_path / where)
+        for k in range(3):
+            st.run(mixed(), inputs={"x": str(old), "y": y + k}, tile=TILE, strategies=strat, progress=False)
+        stores.append(st)
+    on_spark = stores[0].rerun_using(old, tmp_path / "fixed.npy", name="x", engine="spark",
+                                     spark=spark, progress=False)
+    local = stores[1].rerun_using(old, tmp_path / "fixed.npy", name="x", progress=False)
+    assert [r.rerun_info()["parent"] for r in on_spark] == [1, 2, 3]
+    for a, b in zip(on_spark, local):
+        same(a, b)
+        assert a.rerun_info()["ops"]["smooth"]["ran"] == b.rerun_info()["ops"]["smooth"]["ran"]
+    again = stores[0].rerun_using(old, tmp_path / "fixed.npy", name="x", engine="spark",
+                                  spark=spark, progress=False)
+    assert [r.id for r in again] == [r.id for r in on_spark]
+    for st in stores:
+        st.close()

@@ -225,7 +225,9 @@ class IncrementalEngine(LocalEngine):
         dtype = _native(np.dtype(pdtype))
         changed = [self.changes[a] for a in step.inputs]
         run = [any(ch.meets(self._read_box(t, s)) for ch, s in zip(changed, in_shapes)) for t in tiles]
-        stat, stat_info, states = None, None, []
+        stat: Any = None
+        stat_info: dict[str, Any] | None = None
+        states: list = []
         if op.statistic is not None:
             stat, stat_info, states = self._statistic(name, step, tiles, in_shapes)
             if stat_info["changed"]:
@@ -373,8 +375,9 @@ class IncrementalEngine(LocalEngine):
                 new = over_blocks(stat, read_new, cores, shape, states) if stat.subtractive \
                     else over_blocks(stat, read_new, cores, shape)
                 return new, {"changed": False, "recomputed": True}, states
-            if kept is not None:
-                changed = [c for c in cores if self.changes[first].meets(_grow(c, int(stat.halo), shape))]
+            changed = [c for c in cores if self.changes[first].meets(_grow(c, int(stat.halo), shape))]
+            # an update reads each changed tile twice (old and new): worth it below half
+            if kept is not None and 2 * len(changed) < len(cores):
                 try:
                     new, old = updated(stat, kept, read_old, read_new, changed, cores, shape, states)
                 except CorruptArray:

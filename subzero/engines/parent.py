@@ -13,17 +13,17 @@ be verified in the parent is recomputed, never reused).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 import dataclasses
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from subzero.capture.buffer import Pairs, empty_pairs
 from subzero.capture.tiles import concat_pairs
-from subzero.errors import ParentUnavailable
-from subzero.errors import StoreError
+from subzero.errors import ParentUnavailable, StoreError
 from subzero.model.cells import csr_rows, csr_take, lengths_to_offsets
 from subzero.model.modes import Mode
 from subzero.model.strategy import Direction, Strategy, modes_needed
@@ -126,7 +126,7 @@ def _read_forward(reader: object, n_inputs: int, keep: Keep) -> Pairs:
     ``f{i}`` relates its value cells (output) to its key cells of input i.  Together
     they are the relation the operator stored (a pair without cells of an input has no
     edge there, as a forward strategy stores it)."""
-    parts = []
+    parts: list[Pairs | None] = []
     for i in range(n_inputs):
         space = f"f{i}"
         if not reader.has_space(space):  # type: ignore[attr-defined]
@@ -146,3 +146,82 @@ def _read_forward(reader: object, n_inputs: int, keep: Keep) -> Pairs:
         offs[i] = lengths_to_offsets(np.diff(koff)[live])
         parts.append(Pairs(out[m], lengths_to_offsets(n_keep[live]), ins, offs))
     return concat_pairs(parts, n_inputs) or empty_pairs(n_inputs, False)
+
+
+@dataclass
+class ParentPlan:
+    """A parent run as plain data (what a Spark task gets to open it): its folder, uid,
+    the input digests and strategies of its verified record, and what its statistics
+    were.  The driver verified the run's signature before making this; the arrays and
+    lineage opened from it check that every byte read is bound to that uid and those
+    inputs."""
+
+    run_id: int
+    dir: str
+    uid: str | None
+    #: input name -> content digest, from the verified record (None: an unsigned run,
+    #: whose references are checked against their own seal only)
+    digests: dict[str, str | None] | None
+    #: operator -> strategies (their text), as the parent kept them
+    strategies: dict[str, list[str]]
+    shapes: dict[str, tuple[int, ...]]
+    statistics: dict[str, str]
+    rounds: dict[str, str]
+    tile: int
+    #: how the parent's catalog row describes each input
+    described: dict[str, str]
+
+    def strategy_map(self) -> dict[str, tuple[Strategy, ...]]:
+        from subzero.model.strategy import parse
+        return {n: parse("+".join(ss)) for n, ss in self.strategies.items()}
+
+    def open(self) -> Parent:
+        """The parent's arrays and lineage, opened for reading (close its lineage)."""
+        arrays = ArrayStore(self.dir, run_uid=self.uid, inputs=self.digests)
+        lin = Path(self.dir) / "lineage"
+        lineage = LineageStore(lin, readonly=True, run_uid=self.uid) if lin.is_dir() else None
+        return Parent(self.run_id, arrays, lineage, self.strategy_map(), self.shapes,
+                      dict(self.statistics), dict(self.rounds))
+
+    def inputs(self, parent: Parent, names: list[str], given: Mapping[str, Any]) -> dict[str, Any]:
+        """A re-run's input values: the ``given`` ones, and the parent's own for the
+        others (a DataArray as a DataArray, with its labels; else read region by region
+        from the parent's verified store)."""
+        values: dict[str, Any] = {}
+        for name in names:
+            if name in given:
+                values[name] = given[name]
+                continue
+            _, _, numpy = parent.arrays.describe(name)
+            values[name] = StoredInput(parent.arrays, name) if numpy else parent.arrays.read_value(name)
+        return values
+
+    def share_unchanged(self, parent: Parent, arrays: ArrayStore, names: list[str],
+                        given: Mapping[str, Any]) -> None:
+        """The re-run reads each unchanged input from the store's copy the parent reads
+        (one copy still), when the parent has one in this store."""
+        for name in names:
+            if name in given:
+                continue
+            ref = parent.arrays.ref(name)
+            if ref is not None and ref.store == arrays.store_uid():
+                arrays.refer(name, ref.digest, ref.form, ref.numpy)
+
+
+class StoredInput:
+    """An input of the parent run, read region by region from its verified store (with
+    the dims and attributes it was stored with, so the re-run stores it in the same
+    form, and shares the store's one copy of it)."""
+
+    def __init__(self, arrays: ArrayStore, name: str):
+        self.arrays, self.name = arrays, name
+        shape, dtype, _ = arrays.describe(name)
+        self.shape, self.dtype = tuple(int(n) for n in shape), np.dtype(dtype)
+        dims, _, attrs = arrays.grid_parts(name)
+        self.dims, self.attrs = tuple(dims), dict(attrs)
+
+    def read_region(self, region: tuple[slice, ...]) -> np.ndarray:
+        return self.arrays.read_region(self.name, region)
+
+    def __repr__(self) -> str:
+        return f"StoredInput({self.name!r} of {self.arrays.label(self.name)})"

@@ -83,6 +83,8 @@ class Session:
         return self._do(self._describe)
 
     def _describe(self) -> dict:
+        rerun = self.run.rerun_info()
+        made = (rerun or {}).get("ops", {})
         arrays = []
         for name, shape in self._shapes.items():
             _, dtype, dims = self.run.array_info(name)
@@ -94,10 +96,15 @@ class Session:
                 "operator": op["class"] if op else None,
                 "inputs": list(op["inputs"]) if op else [],
                 "strategies": list(op["strategies"]) if op else [],
-                "view": list(view.size), "projection": view.projection})
+                "view": list(view.size), "projection": view.projection,
+                "rerun": _made(made.get(name))})
         row = self.run.row
         return {"run_id": self.run.id, "workflow": row.workflow, "arrays": arrays,
-                "trusted": self.run.trusted}
+                "trusted": self.run.trusted, "rerun": None if rerun is None else {
+                    "parent": rerun.get("parent"), "inputs": rerun.get("inputs", []),
+                    "tiles": sum(int(v.get("tiles") or 0) for v in made.values() if v.get("kind") != "input"),
+                    "recomputed": sum(int(v.get("ran") or 0) for v in made.values()
+                                      if v.get("kind") != "input")}}
 
     def image(self, name: str, region: Sequence[int] | None, size: Sequence[int] | None,
               ) -> tuple[bytes, dict]:
@@ -239,3 +246,12 @@ def _plain(v):
     if isinstance(v, (np.integer, int, np.bool_, bool)):
         return v.item() if hasattr(v, "item") else v
     return str(v)
+
+
+def _made(op: dict | None) -> dict | None:
+    """How a re-run made one array (None: the run is no re-run): kept from its parent,
+    some tiles run, or run whole; and the chunks where it differs from the parent's."""
+    if op is None:
+        return None
+    return {"how": op.get("kind"), "tiles": op.get("tiles"), "recomputed": op.get("ran"),
+            "changed_chunks": (op.get("changed") or {}).get("chunks")}

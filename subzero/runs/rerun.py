@@ -9,11 +9,19 @@ store keeps once stays one copy).  Its record names its parent and, per
 operator, what ran again and where the output changed.  A re-run of a run
 whose code this user's key does not vouch for is refused: it would run that
 code.
+
+Many re-runs (:func:`rerun_many`) run as one Spark job per batch of runs, a task
+per run (:mod:`subzero.engines.spark.instances`); the driver verifies every
+parent before, and commits and signs every re-run after its batch, so a job
+that dies loses at most its batch, and the same call made again re-runs only
+what is not done.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,41 +29,22 @@ import numpy as np
 
 from subzero.engines.choice import Choice
 from subzero.engines.incremental import IncrementalEngine
-from subzero.engines.parent import Parent
+from subzero.engines.parent import ParentPlan
 from subzero.engines.stats import RunStats
 from subzero.errors import StoreError, UntrustedRun, UsageError
-from subzero.model.strategy import Strategy, parse
 from subzero.model.workflow import Workflow
 from subzero.runs.journal import Journal
 from subzero.runs.launch import bind_inputs, execute
 from subzero.runs.options import RunOptions
-from subzero.runs.transaction import RunTransaction
+from subzero.runs.transaction import RunTransaction, failure_message
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.catalog import Catalog
-from subzero.storage.lineage import LineageStore
-from subzero.tuning import DEFAULT_TILE
+from subzero.storage.liveness import Heartbeat
+from subzero.tuning import DEFAULT_TILE, RERUN_BATCH
 
 if TYPE_CHECKING:
+    from subzero.engines.progress import Progress
     from subzero.run import Run
-
-
-class StoredInput:
-    """An input of the parent run, read region by region from its verified store (with
-    the dims and attributes it was stored with, so the re-run stores it in the same
-    form, and shares the store's one copy of it)."""
-
-    def __init__(self, arrays: ArrayStore, name: str):
-        self.arrays, self.name = arrays, name
-        shape, dtype, _ = arrays.describe(name)
-        self.shape, self.dtype = tuple(int(n) for n in shape), np.dtype(dtype)
-        dims, _, attrs = arrays.grid_parts(name)
-        self.dims, self.attrs = tuple(dims), dict(attrs)
-
-    def read_region(self, region: tuple[slice, ...]) -> np.ndarray:
-        return self.arrays.read_region(self.name, region)
-
-    def __repr__(self) -> str:
-        return f"StoredInput({self.name!r} of {self.arrays.label(self.name)})"
 
 
 def parent_tile(arrays: ArrayStore, shapes: Mapping[str, tuple[int, ...]]) -> int:
@@ -72,10 +61,11 @@ def parent_tile(arrays: ArrayStore, shapes: Mapping[str, tuple[int, ...]]) -> in
     return DEFAULT_TILE
 
 
-def rerun(catalog: Catalog, runs_dir: Path, parent: Run, inputs: Mapping[str, Any],
-          opts: RunOptions) -> tuple[int, Workflow, dict[str, Any]]:
-    """Make ``parent`` again with ``inputs`` (names to arrays, DataArrays or file paths)
-    in place of its own; returns the new run's id, its workflow and what it recomputed."""
+def plan(parent: Run, inputs: Mapping[str, Any], tile: int | None = None
+         ) -> tuple[Workflow, ParentPlan, dict[str, Any], dict[str, Any]]:
+    """Check that ``parent`` can be re-run with ``inputs`` and describe it as plain data:
+    (its workflow, the parent plan, the given inputs bound as a run binds them, how the
+    catalog describes every input)."""
     row = parent.row
     if row.status != "complete":
         raise StoreError(f"run {row.id} is {row.status}; only a complete run can be re-run")
@@ -89,8 +79,7 @@ def rerun(catalog: Catalog, runs_dir: Path, parent: Run, inputs: Mapping[str, An
                          f"(--input NAME=PATH)")
     wf = parent.workflow
     steer = parent.steering()
-    strategies: dict[str, tuple[Strategy, ...]] = {
-        o["name"]: parse("+".join(o["strategies"])) for o in steer.ops}
+    strategies = {o["name"]: list(o["strategies"]) for o in steer.ops}
     missing = [n for n in wf.steps if n not in strategies]
     if missing:
         raise StoreError(f"run {row.id} records no strategies for operator {missing[0]!r}; its "
@@ -101,48 +90,98 @@ def rerun(catalog: Catalog, runs_dir: Path, parent: Run, inputs: Mapping[str, An
                          f"inputs: {', '.join(wf.inputs)}")
     p_arrays = parent._arrays
     shapes = {k: tuple(v) for k, v in parent.shapes().items()}
-    given, described_given = bind_inputs(wf, {**{n: _placeholder for n in wf.inputs}, **inputs})
-    values: dict[str, Any] = {}
-    described: dict[str, Any] = {}
-    for name in wf.inputs:
-        if name in inputs:
-            values[name], described[name] = given[name], described_given[name]
-        else:
-            # the parent's own: a DataArray as a DataArray (its labels), else read by region
-            _, _, numpy = p_arrays.describe(name)
-            values[name] = StoredInput(p_arrays, name) if numpy else p_arrays.read_value(name)
-            described[name] = row.inputs.get(name, f"<input {name!r} of run {row.id}>")
-    tile = opts.tile if opts.tile is not None else parent_tile(p_arrays, shapes)
-    opts = RunOptions.of(opts, tile=tile, capture=True, engine="local")
-    lin_dir = parent.dir / "lineage"
-    p_lineage = LineageStore(lin_dir, readonly=True, run_uid=parent.uid) if lin_dir.is_dir() else None
+    bound, described_given = bind_inputs(wf, {**{n: _placeholder for n in wf.inputs}, **inputs})
+    given = {n: bound[n] for n in inputs}
+    described = {n: described_given[n] if n in inputs else
+                 row.inputs.get(n, f"<input {n!r} of run {row.id}>") for n in wf.inputs}
+    digests = {a["name"]: a.get("digest") for a in steer.record["arrays"] if a.get("kind") == "input"} \
+        if steer.record is not None and steer.verified else None
+    pp = ParentPlan(row.id, str(parent.dir), parent.uid, digests, strategies, shapes,
+                    {o["name"]: o["statistic"] for o in steer.ops if o.get("statistic")},
+                    {o["name"]: o["rounds"] for o in steer.ops if o.get("rounds")},
+                    tile if tile is not None else parent_tile(p_arrays, shapes), described)
+    return wf, pp, given, described
+
+
+def summary(pp: ParentPlan, given: Sequence[str], engine: IncrementalEngine) -> dict[str, Any]:
+    """What a re-run's record says of it: its parent, the inputs corrected, and per
+    input and operator how it was made and where it differs from the parent's."""
+    return {"parent": pp.run_id, "parent_uid": pp.uid, "inputs": sorted(given), "ops": engine.report}
+
+
+def rerun(catalog: Catalog, runs_dir: Path, parent: Run, inputs: Mapping[str, Any],
+          opts: RunOptions) -> tuple[int, Workflow, dict[str, Any]]:
+    """Make ``parent`` again with ``inputs`` (names to arrays, DataArrays or file paths)
+    in place of its own, in this process; returns the new run's id, its workflow and
+    what it recomputed."""
+    wf, pp, given, described = plan(parent, inputs, opts.tile)
+    strategies = pp.strategy_map()
+    opts = RunOptions.of(opts, tile=pp.tile, capture=True, engine="local")
+    handle = pp.open()
+    out: dict[str, Any] = {}
     try:
-        handle = Parent(row.id, p_arrays, p_lineage, strategies, shapes,
-                        {o["name"]: o["statistic"] for o in steer.ops if o.get("statistic")},
-                        {o["name"]: o["rounds"] for o in steer.ops if o.get("rounds")})
         choice = Choice("local", asked=True, fallback=False, reason="a re-run runs in this process")
         with RunTransaction.begin(catalog, runs_dir, wf, described, "local") as tx:
             journal = Journal(tx.folder)
-            journal.begin(tx.run_id, wf, described, "local", strategies, True, tile, None)
-            arrays = ArrayStore(tx.folder, tile=tile, run_uid=tx.uid)
-            for name in wf.inputs:      # the store's copy of an unchanged input: one copy still
-                ref = p_arrays.ref(name) if name not in inputs else None
-                if ref is not None and ref.store == arrays.store_uid():
-                    arrays.refer(name, ref.digest, ref.form, ref.numpy)
-            engine = IncrementalEngine(arrays, handle, list(inputs))
-            summary: dict[str, Any] = {}
+            journal.begin(tx.run_id, wf, described, "local", strategies, True, pp.tile, None)
+            arrays = ArrayStore(tx.folder, tile=pp.tile, run_uid=tx.uid)
+            pp.share_unchanged(handle, arrays, list(wf.inputs), given)
+            values = pp.inputs(handle, list(wf.inputs), given)
+            engine = IncrementalEngine(arrays, handle, list(given))
 
             def annotate(stats: RunStats) -> None:
-                summary.update(parent=row.id, parent_uid=parent.uid, inputs=sorted(inputs),
-                               ops=engine.report)
-                stats.rerun = summary
+                out.update(summary(pp, list(given), engine))
+                stats.rerun = out
 
             execute(tx, wf, values, strategies, None, choice, None, opts, journal,
                     arrays=arrays, engine=engine, annotate=annotate)
     finally:
-        if p_lineage is not None:
-            p_lineage.close()
-    return tx.run_id, wf, summary
+        if handle.lineage is not None:
+            handle.lineage.close()
+    return tx.run_id, wf, out
+
+
+def rerun_many(catalog: Catalog, runs_dir: Path, parents: Sequence[Run], inputs: Mapping[str, Any],
+               spark: Any, progress: Progress | None = None, batch: int = RERUN_BATCH,
+               done: Callable[[int, int], None] | None = None) -> list[tuple[int, int | None, str]]:
+    """Re-run every run of ``parents`` with ``inputs`` on Spark, a task per run, in jobs
+    of ``batch`` runs; each batch's re-runs are committed (and signed) by this driver
+    once its job ends.  Returns (parent id, new run id or None, error) per parent, in
+    order; ``done(parent, new)`` is told each re-run committed."""
+    from subzero.engines.spark.engine import SparkEngine
+    from subzero.engines.spark.instances import rerun_instances
+    planned = [plan(p, inputs) for p in parents]       # every parent checked before any job
+    # files are read by the tasks (at the same absolute path); arrays travel with them
+    shipped = {n: str(Path(v).resolve()) if isinstance(v, (str, os.PathLike)) else v
+               for n, v in inputs.items()}
+    results: list[tuple[int, int | None, str]] = []
+    for start in range(0, len(planned), max(1, batch)):
+        part = planned[start:start + max(1, batch)]
+        heart = Heartbeat()         # one thread beats every re-run's heartbeat file
+        with ExitStack() as stack:  # a re-run not committed when it closes is failed
+            stack.callback(heart.close)
+            txs = [stack.enter_context(RunTransaction.begin(catalog, runs_dir, wf, described,
+                                                            SparkEngine.name, folder=False,
+                                                            heartbeat=heart))
+                   for wf, _, _, described in part]
+            got = rerun_instances(spark, runs_dir, [(tx.run_id, tx.uid, wf, pp, shipped)
+                                                    for tx, (wf, pp, _, _) in zip(txs, part)])
+            for tx, (wf, pp, _, _), res in zip(txs, part, got):
+                if res.ok:
+                    try:
+                        tx.commit(wf, res.run, folder=res.folder)
+                        results.append((pp.run_id, tx.run_id, ""))
+                        if done is not None:
+                            done(pp.run_id, tx.run_id)
+                        if progress is not None:
+                            progress.finished("re-run")
+                        continue
+                    except Exception as e:
+                        res.ok, res.error = False, failure_message(e)
+                else:
+                    tx.fail(res.error)
+                results.append((pp.run_id, None, res.error))
+    return results
 
 
 _placeholder = np.zeros(1)      # an input bind_inputs need not resolve (the parent's is used)

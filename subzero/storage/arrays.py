@@ -38,11 +38,11 @@ from subzero.storage.chunks import (
     bad_chunk,
     bind,
     check_present,
-    share_chunks,
     checksum_codecs,
     open_nodes,
     read_metadata,
     seal,
+    share_chunks,
     sums_file,
 )
 from subzero.tuning import DEFAULT_TILE

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from subzero.engines.driver import run_workflow
+from subzero.engines.incremental import IncrementalEngine
 from subzero.engines.local import LocalEngine
+from subzero.engines.parent import ParentPlan
 from subzero.engines.spark.jobs import TaskCallback, collect
 from subzero.engines.spark.session import ship_workflow_modules
 from subzero.engines.stats import OpStats, RunStats
@@ -96,3 +98,61 @@ def run_instances(spark: Any, runs_dir: str | Path, wf: Workflow,
     fn = partial(instance_task, str(runs_dir), tile, wf, strategies, capture, dict(defaults))
     rdd = spark.sparkContext.parallelize(items, len(items))
     return collect(rdd.map(fn), "(instances)", on_tasks)
+
+
+def rerun_task(runs_dir: str, item: tuple[int, str | None, Workflow, ParentPlan, dict[str, Any]]
+               ) -> InstanceResult:
+    """One re-run on an executor (``item`` = (run id, run uid, workflow, parent plan,
+    corrected inputs)): the incremental engine over the parent run, through the shared
+    driver loop, in this attempt's own folder, bound to the run's uid."""
+    run_id, run_uid, wf, plan, given = item
+    attempt = _attempt()
+    folder = Path(runs_dir) / f"{run_id}.partial-a{attempt}"
+    shutil.rmtree(folder, ignore_errors=True)
+    t0 = time.perf_counter()
+    try:
+        folder.mkdir(parents=True)
+        parent = plan.open()
+        lineage = LineageStore(folder / "lineage", run_uid=run_uid)
+        try:
+            arrays = ArrayStore(folder, tile=plan.tile, run_uid=run_uid)
+            values = {n: load_path(v, n) if isinstance(v, str) else v for n, v in given.items()}
+            plan.share_unchanged(parent, arrays, list(wf.inputs), values)
+            engine = IncrementalEngine(arrays, parent, list(values))
+            try:
+                stats = run_workflow(engine, wf, plan.inputs(parent, list(wf.inputs), values),
+                                     plan.strategy_map(), lineage)
+            finally:
+                engine.close()
+            stats.rerun = {"parent": plan.run_id, "parent_uid": plan.uid, "inputs": sorted(values),
+                           "ops": engine.report}
+        finally:
+            lineage.close()
+            if parent.lineage is not None:
+                parent.lineage.close()
+    except SubZeroError as e:                 # the re-run's own failure: report, do not retry
+        shutil.rmtree(folder, ignore_errors=True)
+        return InstanceResult(run_id, False, error=str(e))
+    return InstanceResult(run_id, True, str(folder), run=stats, seconds=time.perf_counter() - t0)
+
+
+def _attempt() -> int:
+    try:
+        from pyspark import TaskContext
+        ctx = TaskContext.get()
+        return ctx.attemptNumber() if ctx is not None else 0
+    except ImportError:
+        return 0
+
+
+def rerun_instances(spark: Any, runs_dir: str | Path,
+                    items: list[tuple[int, str | None, Workflow, ParentPlan, dict[str, Any]]],
+                    on_tasks: TaskCallback | None = None) -> list[InstanceResult]:
+    """Re-runs as one Spark job, a task per ``(run id, run uid, workflow, parent plan,
+    corrected inputs)`` item (a corrected input given as a file path is read by the task;
+    executors must see it, and the store, at the same paths); one result per item, in
+    order."""
+    for wf in {id(it[2]): it[2] for it in items}.values():
+        ship_workflow_modules(wf)
+    rdd = spark.sparkContext.parallelize(items, len(items))
+    return collect(rdd.map(partial(rerun_task, str(runs_dir))), "(re-runs)", on_tasks)

@@ -431,12 +431,17 @@ async function init() {
   explorer.run = run;
   for (const a of run.arrays) explorer.arrays[a.name] = a;
   $("#runinfo").textContent = `run ${run.run_id} · ${run.workflow} · ${run.arrays.length} arrays`
-    + (run.trusted ? "" : " · untrusted: stored lineage only");
+    + (run.trusted ? "" : " · untrusted: stored lineage only")
+    + (run.rerun ? ` · re-run of run ${run.rerun.parent} with new ${run.rerun.inputs.join(", ")}:`
+       + ` ${run.rerun.recomputed} of ${run.rerun.tiles} tiles recomputed` : "");
   const sel = $("#array");
   for (const a of run.arrays) {
     const o = document.createElement("option");
     o.value = a.name;
-    o.textContent = `${a.name} (${a.shape.join("×")})`;
+    o.textContent = `${a.name} (${a.shape.join("×")})` + (!a.rerun ? "" : a.rerun.how === "kept"
+      ? " · the parent's" : a.rerun.how === "input" ? ` · corrected in ${a.rerun.changed_chunks} chunks`
+      : ` · ${a.rerun.recomputed} of ${a.rerun.tiles} tiles recomputed,`
+      + ` ${a.rerun.changed_chunks} chunks changed`);
     sel.append(o);
   }
   sel.addEventListener("change", () => select(sel.value).catch(() => {}));
