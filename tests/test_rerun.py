@@ -458,3 +458,47 @@ def test_many_reruns_as_a_spark_job_equal_reruns_in_process(spark, tmp_path):
     assert [r.id for r in again] == [r.id for r in on_spark]
     for st in stores:
         st.close()
+
+
+def test_a_rerun_killed_midway_resumes_or_cleans_and_its_parent_stays_whole(tmp_path, cli):
+    """SIGKILL in the middle of a re-run (some chunks already linked to the parent's):
+    `run --resume` finishes it into the run a full run makes; `clean` of another killed
+    one removes only its own folder -- the parent's chunks it linked stay the parent's."""
+    import subprocess
+    import sys
+
+    import subzero
+    here = __import__("pathlib").Path(__file__).parent
+    x, y = data()
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    fixed = x.copy()
+    fixed[30:35, 25:30] *= 2
+    np.save(tmp_path / "fixed.npy", fixed)
+    wf = tmp_path / "wf.py"
+    wf.write_text(f"import sys\nsys.path.insert(0, {str(here)!r})\nfrom test_rerun import mixed as workflow\n")
+    s = tmp_path / "store"
+    code, out, err = cli("run", wf, "--input", f"x={tmp_path / 'x.npy'}", "--input",
+                         f"y={tmp_path / 'y.npy'}", "--tile", TILE, "--store", s)
+    assert code == 0, err
+    parent_before = {n: subzero.open_store(s).get(1).read_region(n, (slice(None),) * 2).tobytes()
+                     for n in ("smooth", "plus")}
+    kill = [sys.executable, str(here / "crashpoint.py"),
+            "subzero.engines.incremental:IncrementalEngine._run_some", "3", "--",
+            "rerun", "1", "--input", f"x={tmp_path / 'fixed.npy'}", "--store", str(s)]
+    for _ in range(2):
+        p = subprocess.run(kill, capture_output=True, text=True, timeout=300)
+        assert p.returncode == -9, p.stderr
+    code, out, err = cli("run", "--resume", "2", "--store", s)
+    assert code == 0, err
+    code, out, err = cli("clean", "--store", s)
+    assert code == 0, err
+    st = subzero.open_store(s)
+    assert [(r.id, r.status) for r in st.runs()] == [(1, "complete"), (2, "complete"), (3, "failed")]
+    full = st.run(wf, inputs={"x": fixed, "y": y}, tile=TILE, progress=False)
+    same(st.get(2), full)
+    for n, raw in parent_before.items():
+        assert st.get(1).read_region(n, (slice(None),) * 2).tobytes() == raw
+    code, out, err = cli("fsck", "--store", s)
+    assert code == 0, out + err
+    st.close()

@@ -188,7 +188,7 @@ class IncrementalEngine(LocalEngine):
                 self._hold(name, value)
             else:
                 dtype = _native(np.dtype(dtype))
-                self.arrays.create(name, shape, dtype)
+                self._create(name, shape, dtype)
                 self._take(name, tuple(slice(0, int(n)) for n in shape), self._same_layout(name))
                 self.shapes[name], self.dtypes[name] = tuple(shape), dtype
                 if self._wanted(name):
@@ -247,7 +247,7 @@ class IncrementalEngine(LocalEngine):
                 lineage = "recomputed"
         else:
             parent_pairs = (None, None)
-        self.arrays.create(name, out_shape, dtype)
+        self._create(name, out_shape, dtype)
         layout = self._same_layout(name)
         ch = Changes.none(out_shape, self.arrays.tile)
         fulls: list[Pairs | None] = []
@@ -306,6 +306,19 @@ class IncrementalEngine(LocalEngine):
                           concat_pairs(pays, len(in_shapes)), run_s, lwrite_s, tiles=ran,
                           statistic=None if op.statistic is None else value_digest(stat),
                           rounds=self._keep_rounds(name, op, states))
+
+    def _create(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        """The output array, made like the parent's (its metadata copied, not written by
+        xarray again) when it can be, else as the local engine makes it."""
+        if self.arrays.tile == self.parent.arrays.tile or True:
+            try:
+                self.arrays.create_like(name, self.parent.arrays)
+                if self.arrays.chunk_shape(name) == tuple(min(int(n), self.arrays.tile) for n in shape):
+                    return
+                self.arrays.remove(name)
+            except (StoreError, OSError):
+                self.arrays.remove(name)
+        self.arrays.create(name, shape, dtype)
 
     def _same_layout(self, name: str) -> bool:
         """Whether the parent's array ``name`` is chunked as this run's (its chunks can then

@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -44,7 +44,33 @@ from subzero.tuning import DEFAULT_TILE, RERUN_BATCH
 
 if TYPE_CHECKING:
     from subzero.engines.progress import Progress
-    from subzero.run import Run
+    from subzero.storage.catalog import RunRow
+
+
+class Run(Protocol):
+    """What a re-run needs of its parent run (:class:`subzero.run.Run` is one): the
+    runs layer does not import the API's Run."""
+
+    row: RunRow
+    dir: Path
+
+    @property
+    def uid(self) -> str | None: ...
+
+    @property
+    def trusted(self) -> bool: ...
+
+    @property
+    def workflow(self) -> Workflow: ...
+
+    @property
+    def _arrays(self) -> ArrayStore: ...
+
+    def verdict(self) -> Any: ...
+
+    def steering(self) -> Any: ...
+
+    def shapes(self) -> dict[str, tuple[int, ...]]: ...
 
 
 def parent_tile(arrays: ArrayStore, shapes: Mapping[str, tuple[int, ...]]) -> int:

@@ -39,6 +39,7 @@ from subzero.storage.chunks import (
     bind,
     check_present,
     checksum_codecs,
+    metadata_files,
     open_nodes,
     read_metadata,
     seal,
@@ -419,6 +420,28 @@ class ArrayStore:
         _, _, z = self._zarr(name, "r+")
         # every chunk is written, even one of fill values: a missing chunk means damage
         z.with_config({"write_empty_chunks": True})[region] = np.asarray(values)
+
+    def create_like(self, name: str, other: ArrayStore) -> None:
+        """An empty array made as :meth:`create` makes it, with the metadata of array
+        ``name`` of another run (``other``, verified as it is read): the same shape,
+        dtype, dims, attributes and chunks, without xarray writing it again (a re-run's
+        arrays, whose chunks come from its parent or its tiles).  Only for arrays with
+        no coordinate arrays (what :meth:`create` makes); else :class:`StoreError`."""
+        src, _ = other._open(name)
+        files = metadata_files(src)
+        if sorted(files) != ["data/zarr.json", "zarr.json"]:
+            raise StoreError(f"{other.label(name)} has coordinate arrays: it cannot be made like")
+        p = self._own(name)
+        if p.exists():
+            raise StoreError(f"array {name!r} already stored in this run")
+        (p / "data").mkdir(parents=True)
+        for rel in files:
+            try:
+                data = read_metadata(src / rel)
+            except (OSError, UnsafeFile) as e:
+                raise CorruptArray(f"{other.label(name)} is damaged: {src / rel}: {e}") from e
+            (p / rel).write_bytes(data)
+        seal(p, name, self.run_uid)
 
     def share_region(self, name: str, other: ArrayStore, region: tuple[slice, ...]) -> int:
         """Take the chunks ``region`` covers (whole chunks) of array ``name`` of another

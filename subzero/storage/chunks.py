@@ -133,7 +133,7 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _metadata_files(root: Path) -> list[str]:
+def metadata_files(root: Path) -> list[str]:
     """The group's and its arrays' ``zarr.json`` (xarray writes a flat group)."""
     out = ["zarr.json"] if (root / "zarr.json").exists() else []
     for child in sorted(root.iterdir()):
@@ -163,7 +163,7 @@ def seal(root: Path, array: str | None = None, run_uid: str | None = None,
     sidecar also names the run and the array (format 2); :func:`bind` adds the chunk
     manifest once the chunks are final.  ``owner`` says what ``run_uid`` is the uid of:
     a run, or the store for an input stored once (:mod:`.shared`)."""
-    meta = {rel: _digest((root / rel).read_bytes()) for rel in _metadata_files(root)}
+    meta = {rel: _digest((root / rel).read_bytes()) for rel in metadata_files(root)}
     body: dict = {"format": UNBOUND_SUMS_FORMAT, "metadata": meta,
                   "digest": _digest(json.dumps(meta, sort_keys=True).encode())}
     if run_uid is not None:
