@@ -155,20 +155,17 @@ def genomics_case(st, replicate: int, repeats: int) -> list[dict]:
     wf = G.workflow(replicate)
     log(f"genomics x{replicate}: parent run")
     parent = st.run(wf, progress=False)
-    matrix = parent.array("matrix")
-    values = np.asarray(matrix.values).copy()
-    # three patients' values corrected (columns 1.. are patients; row 0 and column 0 are labels)
-    fixed = matrix.copy(data=values)
-    rng = np.random.default_rng(30)
-    cols = [5, 40, 77]
-    rows = rng.choice(np.arange(1, values.shape[0]), size=20, replace=False)
-    for c in cols:
-        for r in rows:
-            try:
-                v = float(values[r, c])
-            except (TypeError, ValueError):
-                continue
-            fixed.values[r, c] = type(values[r, c])(v * 1.5 + 1) if values.dtype != object else str(v * 1.5 + 1)
+    values = np.asarray(parent.array("matrix").values)
+    # three patients' values corrected: in each of their columns (column 4 on are patients;
+    # row 0 names them), every feature the model reads takes the next level its row has
+    fixed = values.copy()
+    for c in (10, 40, 77):
+        for r in [r for r in range(1, values.shape[0]) if values[r, 0] in G.FEATURES]:
+            levels = sorted(set(values[r, 4:].tolist()) - {""})
+            if len(levels) > 1:
+                k = levels.index(values[r, c]) if values[r, c] in levels else -1
+                fixed[r, c] = levels[(k + 1) % len(levels)]
+    log(f"  patients: {int((fixed != values).sum())} values corrected")
     log(f"  patients: incremental re-run x{repeats}")
     t_inc, re = timed(lambda: st.rerun(parent.id, {"matrix": fixed}, progress=False), repeats)
     log(f"  patients: full re-run x{repeats}")

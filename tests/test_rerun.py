@@ -502,3 +502,22 @@ def test_a_rerun_killed_midway_resumes_or_cleans_and_its_parent_stays_whole(tmp_
     code, out, err = cli("fsck", "--store", s)
     assert code == 0, out + err
     st.close()
+
+
+def test_genomics_a_few_patients_corrected(store):
+    """A table of strings (the medulloblastoma features): a correction a feature the model
+    does not read stops at the operator that reads it; one it reads reaches the model."""
+    from subzero.workflows import genomics as G
+    parent = store.run(G.workflow(), progress=False)
+    values = np.asarray(parent.array("matrix").values)
+    unused = next(r for r in range(2, values.shape[0]) if values[r, 0] not in G.FEATURES)
+    used = next(r for r in range(2, values.shape[0]) if values[r, 0] in G.FEATURES)
+    for r, reaches in ((unused, False), (used, True)):
+        fixed = values.copy()
+        levels = sorted(set(values[r, 4:].tolist()) - {""})
+        fixed[r, 10] = next(v for v in levels if v != values[r, 10])
+        re = store.rerun(parent.id, {"matrix": fixed}, progress=False)
+        ops = re.rerun_info()["ops"]
+        assert ops["matrix"]["changed"]["cells"] == 1
+        assert (ops["model"]["kind"] != "kept") is reaches
+        same(re, store.run(G.workflow(), inputs={"matrix": fixed}, progress=False))

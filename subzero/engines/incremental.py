@@ -13,8 +13,9 @@ the parent's stored input) and are pushed forward operator by operator:
   computed again over the whole new input: unchanged, nothing more runs; changed,
   every tile runs that :meth:`~subzero.Operator.uses_statistic` says the value can
   reach (all of them, unless the operator says where it used it).
-* **every other** operator (aggregations, connected components, gathers, global)
-  runs whole when any input changed, and is the parent's when none did.
+* **every other** operator (aggregations, connected components, gathers, global,
+  and operators declared not deterministic) runs whole when any input changed, and
+  is the parent's when none did.
 * every tile that ran is compared with the parent's, chunk by chunk: where it came
   out the same, the change stops there (early cut-off, as Bazel and Shake do for
   files, at tile granularity).
@@ -139,7 +140,9 @@ class IncrementalEngine(LocalEngine):
         in_shapes = [self.shapes[a] for a in step.inputs]
         changed = [self.changes[a] for a in step.inputs]
         op = step.operator
-        tiles = self._rerun_tiles(step, in_shapes)
+        # an operator that is not deterministic runs whole: tiles of two of its runs may
+        # not fit together (its output is still any of its runs', so it may be kept whole)
+        tiles = self._rerun_tiles(step, in_shapes) if op.deterministic else None
         res: StepResult | None = None
         if not any(changed) and self.parent.shapes.get(name) is not None:
             res = self._keep_whole(name, step, strategies, capture, in_shapes, tiles)

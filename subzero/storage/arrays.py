@@ -95,6 +95,22 @@ def value_form(value: Any, name: str, tile: int) -> str:
 _ENCODING_ATTRS = ("_FillValue", "coordinates", "_ARRAY_DIMENSIONS")
 
 
+def _zarr_dtype(data_type: Any) -> np.dtype:
+    """The numpy dtype of a zarr v3 ``data_type``: a name (``"float32"``), or a named
+    type with a configuration (fixed-length strings: ``fixed_length_utf32`` of
+    ``length_bytes``, ``fixed_length_ascii`` / ``null_terminated_bytes`` of ``length_bytes``)."""
+    if isinstance(data_type, str):
+        return np.dtype(data_type)
+    if isinstance(data_type, dict):
+        name, n = data_type.get("name"), (data_type.get("configuration") or {}).get("length_bytes")
+        if isinstance(n, int):
+            if name == "fixed_length_utf32":
+                return np.dtype(f"<U{n // 4}")
+            if name in ("fixed_length_ascii", "null_terminated_bytes"):
+                return np.dtype(f"S{n}")
+    raise ValueError(f"unknown data type {data_type!r}")
+
+
 def _decoded(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
     """An array node's stored attributes as a read gives them back."""
     return {k: v for k, v in (attrs or {}).items() if k not in _ENCODING_ATTRS}
@@ -256,7 +272,7 @@ class ArrayStore:
             meta = json.loads(read_metadata(p / "zarr.json"))
             arr = json.loads(read_metadata(p / "data" / "zarr.json"))
             shape = tuple(int(n) for n in arr["shape"])
-            dtype = np.dtype(arr["data_type"])
+            dtype = _zarr_dtype(arr["data_type"])
         except (OSError, ValueError, KeyError, TypeError, UnsafeFile) as e:
             raise CorruptArray(f"{self.label(name)} is damaged: cannot read its metadata in "
                                f"{p}: {e}") from e
