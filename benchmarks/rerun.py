@@ -293,7 +293,7 @@ def main() -> None:
     ap.add_argument("--only", choices=("astro", "night", "genomics"))
     ap.add_argument("--mpix", type=float, nargs="*", default=None, help="astronomy sizes (default 1 16)")
     ap.add_argument("--night", type=int, default=None, help="runs in the night (default 20)")
-    ap.add_argument("--replicate", type=int, default=20, help="genomics replication")
+    ap.add_argument("--replicate", type=int, default=100, help="genomics replication (patients x 96)")
     ap.add_argument("--column", type=int, default=200, help="the flat's corrected column")
     ap.add_argument("--repeats", type=int, default=None, help="default 3 (quick: 1)")
     ap.add_argument("--workdir", help="where the stores are made (default a new temp folder)")

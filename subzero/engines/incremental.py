@@ -435,13 +435,16 @@ class IncrementalEngine(LocalEngine):
         block = _grow(tile.read, int(op.statistic_margin), shape)
         p = self.parent.arrays
         try:
-            ins = [p.read_region(a, _slices(block)) if not one_cell(s) else p.read_region(
-                a, tuple(slice(0, int(n)) for n in s)) for a, s in zip(step.inputs, in_shapes)]
             out = p.read_region(name, _slices(block))
         except CorruptArray:
             return True
+        regions = [_slices(block) if not one_cell(s) else tuple(slice(0, int(n)) for n in s)
+                   for s in in_shapes]
         try:
-            return bool(op.uses_statistic(ins, out, block, tile.read, shape))
+            return bool(op.uses_statistic(_Inputs(p, list(step.inputs), regions), out, block,
+                                          tile.read, shape))
+        except CorruptArray:
+            return True
         except Exception as e:
             raise OperatorError(f"operator {name!r} ({type(op).__name__}) failed in "
                                 f"uses_statistic: {type(e).__name__}: {e}") from e
@@ -471,6 +474,47 @@ class IncrementalEngine(LocalEngine):
                 continue
             ch.compare(t.core, old, new)
         return ch
+
+
+class _Inputs(Sequence["_Region"]):
+    """The parent's inputs over a block, read only where the operator looks
+    (:meth:`~subzero.Operator.uses_statistic` often decides from the output alone, or
+    from small boxes of an input): each item reads its block whole with ``np.asarray``,
+    and a box of it with ``item[slices]``."""
+
+    def __init__(self, arrays: ArrayStore, names: list[str], regions: list[tuple[slice, ...]]):
+        self.items = [_Region(arrays, n, r) for n, r in zip(names, regions)]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.items[i]
+
+
+class _Region:
+    """One stored array over a block, read when (and where) it is indexed."""
+
+    def __init__(self, arrays: ArrayStore, name: str, region: tuple[slice, ...]):
+        self.arrays, self.name, self.region = arrays, name, region
+        self.shape = tuple(s.stop - s.start for s in region)
+        self._whole: np.ndarray | None = None
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        if self._whole is None:
+            self._whole = self.arrays.read_region(self.name, self.region)
+        return self._whole if dtype is None else self._whole.astype(dtype)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        if self._whole is not None or not (isinstance(key, tuple) and len(key) == len(self.shape)
+                                           and all(isinstance(k, slice) and k.step in (None, 1)
+                                                   for k in key)):
+            return np.asarray(self)[key]
+        sub = []
+        for k, r, n in zip(key, self.region, self.shape):
+            a, b, _ = k.indices(n)
+            sub.append(slice(r.start + a, r.start + max(a, b)))
+        return self.arrays.read_region(self.name, tuple(sub))
 
 
 def _finished(stat: Any, states: list) -> Any:

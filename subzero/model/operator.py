@@ -286,7 +286,7 @@ class Operator:
         """
         return tuple(input_shapes[0]) if input_shapes else None
 
-    def uses_statistic(self, inputs: Sequence[np.ndarray], output: np.ndarray, block: Box,
+    def uses_statistic(self, inputs: Sequence[Any], output: np.ndarray, block: Box,
                        read: Box, shape: tuple[int, ...]) -> bool:
         """Whether a tile could come out differently if its :attr:`statistic` had another
         value, all its inputs unchanged: a re-run whose statistic changed runs again only
@@ -295,7 +295,8 @@ class Operator:
         ``inputs`` and ``output`` are the parent run's values over ``block`` (the
         tile's read region ``read`` grown by :attr:`statistic_margin`, clipped at the
         array's edges ``shape``); ``output`` is what the tile computed with the old
-        value.  The default, True, is always right: every tile runs again.  An
+        value.  Each input is read only where it is looked at: ``np.asarray(x)`` reads
+        it over the whole block, ``x[box]`` (slices) only that box.  The default, True, is always right: every tile runs again.  An
         operator that uses its statistic only somewhere (L.A.Cosmic's sky median only
         fills fully masked windows) says so, and must never answer False for a tile
         whose output the value can reach: the re-run would keep a stale tile."""

@@ -65,6 +65,23 @@ class Statistic:
         """``a`` without the partial ``b`` merged into it (for :attr:`subtractive` ones)."""
         raise NotImplementedError(f"{type(self).__name__} is not subtractive")
 
+    def prepared(self, block: np.ndarray, core: Slices, origin: tuple[int, ...],
+                 shape: tuple[int, ...]) -> Any:
+        """What of a tile every round's partial starts from (None: nothing; each round
+        calls :meth:`partial`).  A re-run keeps it for the few tiles that changed, so a
+        costly step before the partial (a mask) is taken once, not once per round."""
+        return None
+
+    def partial_of(self, prepared: Any, prior: Any) -> Any:
+        """This tile's partial from what :meth:`prepared` gave."""
+        raise NotImplementedError(f"{type(self).__name__} keeps nothing between rounds")
+
+    def partial_key(self, prior: Any) -> Any:
+        """What of a round's ``prior`` its partials depend on (two priors with one key give
+        every tile the same partial): a re-run updates a round's merged state as long as
+        its new prior has the old one's key.  Default: all of it."""
+        return prior
+
 
 def value_digest(value: Any) -> str | None:
     """A statistic's value as a digest (SHA-256 of its pickle): two runs whose digests
@@ -122,6 +139,24 @@ def _partial(stat: Statistic, read: Callable[[Box], np.ndarray], core: Box, shap
     return stat.partial(read(box), inner, tuple(a for a, _ in box), tuple(shape), prior)
 
 
+class _Prepared:
+    """A tile's :meth:`Statistic.prepared` data, taken once and used every round."""
+
+    def __init__(self, stat: Statistic, read: Callable[[Box], np.ndarray], shape: tuple[int, ...]):
+        self.stat, self.read, self.shape = stat, read, shape
+        self.kept: dict[Box, Any] = {}
+
+    def partial(self, core: Box, prior: Any) -> Any:
+        if core not in self.kept:
+            box, inner = block_around(core, int(self.stat.halo), self.shape)
+            self.kept[core] = self.stat.prepared(self.read(box), inner, tuple(a for a, _ in box),
+                                                 tuple(self.shape))
+        data = self.kept[core]
+        if data is None:
+            return _partial(self.stat, self.read, core, self.shape, prior)
+        return self.stat.partial_of(data, prior)
+
+
 def updated(stat: Statistic, old_states: Sequence[Any], read_old: Callable[[Box], np.ndarray],
             read_new: Callable[[Box], np.ndarray], changed: Sequence[Box], cores: Sequence[Box],
             shape: tuple[int, ...], states: list | None = None) -> tuple[Any, Any]:
@@ -134,19 +169,21 @@ def updated(stat: Statistic, old_states: Sequence[Any], read_old: Callable[[Box]
     receives the new merged states."""
     old_prior = new_prior = None
     same = True
+    olds, news = _Prepared(stat, read_old, shape), _Prepared(stat, read_new, shape)
     for r in range(stat.rounds):
         if same:
             acc = old_states[r]
             for core in changed:
-                acc = stat.subtract(acc, _partial(stat, read_old, core, shape, old_prior))
-                acc = stat.merge(acc, _partial(stat, read_new, core, shape, new_prior))
+                acc = stat.subtract(acc, olds.partial(core, old_prior))
+                acc = stat.merge(acc, news.partial(core, new_prior))
         else:
             acc = _merged(stat, read_new, cores, shape, new_prior)
         if states is not None:
             states.append(acc)
         old_prior = stat.finish(old_states[r], old_prior)
         new_prior = stat.finish(acc, new_prior)
-        same = same and _same(old_prior, new_prior)
+        if r + 1 < stat.rounds:
+            same = same and _same(stat.partial_key(old_prior), stat.partial_key(new_prior))
     return new_prior, old_prior
 
 
@@ -254,8 +291,18 @@ class ExactMedian(_RadixSelect):
 
     def partial(self, block: np.ndarray, core: Slices, origin: tuple[int, ...],
                 shape: tuple[int, ...], prior: MedianRound | None) -> np.ndarray:
-        keys = order_keys(self._taking_part(block, core, origin, shape))
+        return self.partial_of(self.prepared(block, core, origin, shape), prior)
+
+    def prepared(self, block: np.ndarray, core: Slices, origin: tuple[int, ...],
+                 shape: tuple[int, ...]) -> np.ndarray:
+        return order_keys(self._taking_part(block, core, origin, shape))
+
+    def partial_of(self, keys: np.ndarray, prior: MedianRound | None) -> np.ndarray:
         return digit_counts(keys, 0, 0) if prior is None else digit_counts(keys, prior[0], prior[1])
+
+    def partial_key(self, prior: MedianRound | None) -> Any:
+        """A round's histogram depends on the bits settled, not the rank left in them."""
+        return None if prior is None else (prior[0], prior[1])
 
     def finish(self, counts: np.ndarray, prior: MedianRound | None) -> MedianRound | Any:
         """Round results: ``(bits settled, their prefix, rank left within it)``;
@@ -305,7 +352,22 @@ class ExactMAD(_RadixSelect):
 
     def partial(self, block: np.ndarray, core: Slices, origin: tuple[int, ...],
                 shape: tuple[int, ...], prior: MADRound | None) -> np.ndarray:
-        v = self._taking_part(block, core, origin, shape)
+        return self.partial_of(self.prepared(block, core, origin, shape), prior)
+
+    def prepared(self, block: np.ndarray, core: Slices, origin: tuple[int, ...],
+                 shape: tuple[int, ...]) -> np.ndarray:
+        return self._taking_part(block, core, origin, shape)
+
+    def partial_key(self, prior: MADRound | None) -> Any:
+        """A round's histograms depend on the centre, the bits settled and their prefixes,
+        not the ranks left in them."""
+        if prior is None:
+            return None
+        targets = prior["targets"]
+        return (prior["center"], prior["done"],
+                None if targets is None else tuple(sorted({p for p, _ in targets})))
+
+    def partial_of(self, v: np.ndarray, prior: MADRound | None) -> np.ndarray:
         state: MADRound = prior or {"center": None, "done": 0, "targets": None}
         if state["center"] is not None:
             with np.errstate(invalid="ignore"):     # inf - inf: nan, as numpy gives
