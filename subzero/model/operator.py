@@ -296,9 +296,11 @@ class Operator:
         tile's read region ``read`` grown by :attr:`statistic_margin`, clipped at the
         array's edges ``shape``); ``output`` is what the tile computed with the old
         value.  Each input is read only where it is looked at: ``np.asarray(x)`` reads
-        it over the whole block, ``x[box]`` (slices) only that box.  The default, True, is always right: every tile runs again.  An
-        operator that uses its statistic only somewhere (L.A.Cosmic's sky median only
-        fills fully masked windows) says so, and must never answer False for a tile
+        it over the whole block, ``x[box]`` (slices) only that box.
+
+        The default, True, is always right: every tile runs again.  An operator that
+        uses its statistic only somewhere (L.A.Cosmic's sky median only fills fully
+        masked windows) says so, and must never answer False for a tile
         whose output the value can reach: the re-run would keep a stale tile."""
         return True
 
