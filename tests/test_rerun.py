@@ -491,6 +491,10 @@ def test_a_rerun_killed_midway_resumes_or_cleans_and_its_parent_stays_whole(tmp_
         assert p.returncode == -9, p.stderr
     code, out, err = cli("run", "--resume", "2", "--store", s)
     assert code == 0, err
+    info = subzero.open_store(s).get(2).rerun_info()        # still a re-run, of its parent
+    assert info["parent"] == 1 and info["inputs"] == ["x"]
+    kinds = {v["kind"] for v in info["ops"].values()}
+    assert "resumed" in kinds and kinds & {"tiles", "kept", "whole"}
     code, out, err = cli("clean", "--store", s)
     assert code == 0, err
     st = subzero.open_store(s)

@@ -134,6 +134,19 @@ class IncrementalEngine(LocalEngine):
             ch.compare(t.core, old, new)
         return ch
 
+    def resume(self, wf: Workflow, stored: list[str]) -> None:
+        """Go on with a re-run whose driver was lost: what it stored (its inputs, the
+        operators done) is compared with the parent's, to know where it changed."""
+        super().resume(wf, stored)
+        for name in stored:
+            shape = self.shapes[name]
+            if name in wf.inputs and name not in self.given:
+                self.changes[name] = Changes.none(shape, self.arrays.tile)
+                continue
+            self.changes[name] = self._compare_whole(name)
+            self.report[name] = {"kind": "input" if name in wf.inputs else "resumed",
+                                 "changed": self.changes[name].as_dict()}
+
     # -- operators ------------------------------------------------------------------------
     def run_step(self, name: str, step: Step, strategies: tuple[Strategy, ...], capture: bool,
                  progress: Progress) -> StepResult:

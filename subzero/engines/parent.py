@@ -171,6 +171,19 @@ class ParentPlan:
     #: how the parent's catalog row describes each input
     described: dict[str, str]
 
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON data (a re-run's journal keeps it, to resume as a re-run)."""
+        d = dataclasses.asdict(self)
+        d["shapes"] = {k: list(v) for k, v in self.shapes.items()}
+        return d
+
+    @classmethod
+    def of(cls, d: Mapping[str, Any]) -> ParentPlan:
+        """A plan from :meth:`as_dict`'s data."""
+        kw = {f.name: d[f.name] for f in dataclasses.fields(cls)}
+        kw["shapes"] = {k: tuple(int(n) for n in v) for k, v in d["shapes"].items()}
+        return cls(**kw)
+
     def strategy_map(self) -> dict[str, tuple[Strategy, ...]]:
         from subzero.model.strategy import parse
         return {n: parse("+".join(ss)) for n, ss in self.strategies.items()}

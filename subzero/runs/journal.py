@@ -127,9 +127,11 @@ class Journal:
 
     def begin(self, run_id: int, wf: Workflow, inputs: Mapping[str, Any], engine: str,
               strategies: Mapping[str, tuple[Strategy, ...]], capture: bool, tile: int,
-              budget: DiskBudget | None) -> None:
+              budget: DiskBudget | None, rerun: Mapping[str, Any] | None = None) -> None:
         """The first line: what resume needs, signed with this user's key (made on first
-        use).  Without a usable key the run still runs; it cannot be resumed."""
+        use).  Without a usable key the run still runs; it cannot be resumed.  ``rerun``:
+        a re-run's parent (:class:`~subzero.engines.parent.ParentPlan` as plain data) and
+        the inputs it corrects, so a resumed re-run goes on as one."""
         event = _plain({
             "event": "begin", "version": VERSION, "run": run_id, "workflow": wf.name,
             "source": wf.source, "params": wf.params, "inputs": dict(inputs), "engine": engine,
@@ -138,7 +140,8 @@ class Journal:
             "capture": capture, "tile": tile,
             "budget": None if budget is None else {
                 "max_bytes": budget.max_bytes,
-                "predicted": [[op, s, b] for (op, s), b in budget.predicted.items()]}})
+                "predicted": [[op, s, b] for (op, s), b in budget.predicted.items()]},
+            **({"rerun": dict(rerun)} if rerun is not None else {})})
         try:
             key = load_key(create=True)
         except StoreError as e:

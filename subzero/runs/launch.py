@@ -27,6 +27,8 @@ from subzero.capture.runner import shape_of
 from subzero.engines.base import Engine
 from subzero.engines.choice import Choice, choose_engine, make_engine, open_session, resume_engine
 from subzero.engines.driver import run_workflow
+from subzero.engines.incremental import IncrementalEngine
+from subzero.engines.parent import ParentPlan
 from subzero.engines.progress import progress_for
 from subzero.engines.stats import RunStats
 from subzero.errors import StoreError, StrategyError, WorkflowError, warn
@@ -124,9 +126,39 @@ def resume(catalog: Catalog, runs_dir: Path, run: int | str,
             discard_unfinished(tx.folder, wf, strat, state, tx.uid)
             journal, values = Journal(tx.folder), {}
             done = RunStats(inputs=list(state.inputs), ops=list(state.ops))
-        execute(tx, wf, values, strat, state.disk_budget(), choice, spark, opts, journal, done,
-                resuming=True)
+        rerun = state.begun.get("rerun")
+        if rerun is not None:
+            if done is None:
+                raise StoreError(f"re-run {row.id} was lost before its inputs were stored; make "
+                                 f"the re-run again")
+            _resume_rerun(tx, wf, strat, opts, journal, done, rerun)
+        else:
+            execute(tx, wf, values, strat, state.disk_budget(), choice, spark, opts, journal, done,
+                    resuming=True)
     return tx.run_id, wf
+
+
+def _resume_rerun(tx: RunTransaction, wf: Workflow, strat: Mapping[str, tuple[Strategy, ...]],
+                  opts: RunOptions, journal: Journal, done: RunStats, rerun: Mapping[str, Any]) -> None:
+    """Go on with a re-run whose driver was lost: the incremental engine again, over its
+    parent (as its signed journal names it), from the first operator not done; the
+    operators done are compared with the parent's to know what changed."""
+    pp = ParentPlan.of(rerun["parent"])
+    given = list(rerun["inputs"])
+    handle = pp.open()
+    try:
+        arrays = ArrayStore(tx.folder, tile=pp.tile, run_uid=tx.uid)
+        engine = IncrementalEngine(arrays, handle, given)
+
+        def annotate(stats: RunStats) -> None:
+            stats.rerun = {"parent": pp.run_id, "parent_uid": pp.uid, "inputs": sorted(given),
+                           "ops": engine.report}
+        choice = Choice("local", asked=True, reason="a re-run runs in this process")
+        execute(tx, wf, {}, strat, None, choice, None, RunOptions.of(opts, tile=pp.tile), journal,
+                done, resuming=True, arrays=arrays, engine=engine, annotate=annotate)
+    finally:
+        if handle.lineage is not None:
+            handle.lineage.close()
 
 
 def execute(tx: RunTransaction, wf: Workflow, values: Mapping[str, Any],

@@ -149,7 +149,8 @@ def rerun(catalog: Catalog, runs_dir: Path, parent: Run, inputs: Mapping[str, An
         choice = Choice("local", asked=True, fallback=False, reason="a re-run runs in this process")
         with RunTransaction.begin(catalog, runs_dir, wf, described, "local") as tx:
             journal = Journal(tx.folder)
-            journal.begin(tx.run_id, wf, described, "local", strategies, True, pp.tile, None)
+            journal.begin(tx.run_id, wf, described, "local", strategies, True, pp.tile, None,
+                          rerun={"parent": pp.as_dict(), "inputs": sorted(given)})
             arrays = ArrayStore(tx.folder, tile=pp.tile, run_uid=tx.uid)
             pp.share_unchanged(handle, arrays, list(wf.inputs), given)
             values = pp.inputs(handle, list(wf.inputs), given)
