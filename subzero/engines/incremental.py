@@ -326,14 +326,15 @@ class IncrementalEngine(LocalEngine):
     def _create(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
         """The output array, made like the parent's (its metadata copied, not written by
         xarray again) when it can be, else as the local engine makes it."""
-        if self.arrays.tile == self.parent.arrays.tile or True:
-            try:
-                self.arrays.create_like(name, self.parent.arrays)
-                if self.arrays.chunk_shape(name) == tuple(min(int(n), self.arrays.tile) for n in shape):
-                    return
-                self.arrays.remove(name)
-            except (StoreError, OSError):
-                self.arrays.remove(name)
+        try:
+            self.arrays.create_like(name, self.parent.arrays)
+            got, got_dtype, _ = self.arrays.describe(name)
+            if tuple(got) == tuple(shape) and _native(np.dtype(got_dtype)) == dtype and \
+                    self.arrays.chunk_shape(name) == tuple(min(int(n), self.arrays.tile) for n in shape):
+                return
+        except (StoreError, OSError):
+            pass
+        self.arrays.remove(name)
         self.arrays.create(name, shape, dtype)
 
     def _same_layout(self, name: str) -> bool:
