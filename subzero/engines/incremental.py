@@ -97,6 +97,12 @@ class IncrementalEngine(LocalEngine):
         #: chunk files shared with the parent by hard links
         self.linked = 0
 
+    def summary(self) -> dict[str, Any]:
+        """What the re-run's record says of it: its parent, the inputs corrected, and per
+        input and operator how it was made and where it differs from the parent's."""
+        return {"parent": self.parent.run_id, "parent_uid": self.parent.arrays.run_uid,
+                "inputs": sorted(self.given), "ops": self.report}
+
     # -- inputs ---------------------------------------------------------------------------
     def load_inputs(self, wf: Workflow, values: Mapping[str, Any]) -> None:
         super().load_inputs(wf, values)

@@ -151,8 +151,7 @@ def _resume_rerun(tx: RunTransaction, wf: Workflow, strat: Mapping[str, tuple[St
         engine = IncrementalEngine(arrays, handle, given)
 
         def annotate(stats: RunStats) -> None:
-            stats.rerun = {"parent": pp.run_id, "parent_uid": pp.uid, "inputs": sorted(given),
-                           "ops": engine.report}
+            stats.rerun = engine.summary()
         choice = Choice("local", asked=True, reason="a re-run runs in this process")
         execute(tx, wf, {}, strat, None, choice, None, RunOptions.of(opts, tile=pp.tile), journal,
                 done, resuming=True, arrays=arrays, engine=engine, annotate=annotate)

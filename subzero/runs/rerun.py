@@ -129,12 +129,6 @@ def plan(parent: Run, inputs: Mapping[str, Any], tile: int | None = None
     return wf, pp, given, described
 
 
-def summary(pp: ParentPlan, given: Sequence[str], engine: IncrementalEngine) -> dict[str, Any]:
-    """What a re-run's record says of it: its parent, the inputs corrected, and per
-    input and operator how it was made and where it differs from the parent's."""
-    return {"parent": pp.run_id, "parent_uid": pp.uid, "inputs": sorted(given), "ops": engine.report}
-
-
 def rerun(catalog: Catalog, runs_dir: Path, parent: Run, inputs: Mapping[str, Any],
           opts: RunOptions) -> tuple[int, Workflow, dict[str, Any]]:
     """Make ``parent`` again with ``inputs`` (names to arrays, DataArrays or file paths)
@@ -157,7 +151,7 @@ def rerun(catalog: Catalog, runs_dir: Path, parent: Run, inputs: Mapping[str, An
             engine = IncrementalEngine(arrays, handle, list(given))
 
             def annotate(stats: RunStats) -> None:
-                out.update(summary(pp, list(given), engine))
+                out.update(engine.summary())
                 stats.rerun = out
 
             execute(tx, wf, values, strategies, None, choice, None, opts, journal,

@@ -124,8 +124,7 @@ def rerun_task(runs_dir: str, item: tuple[int, str | None, Workflow, ParentPlan,
                                      plan.strategy_map(), lineage)
             finally:
                 engine.close()
-            stats.rerun = {"parent": plan.run_id, "parent_uid": plan.uid, "inputs": sorted(values),
-                           "ops": engine.report}
+            stats.rerun = engine.summary()
         finally:
             lineage.close()
             if parent.lineage is not None:
