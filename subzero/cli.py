@@ -980,6 +980,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--sel", action="append", metavar="NAME=LABEL",
                         help="labelled cells, e.g. time=2020-01-03 or lat=10:20 (repeatable)")
 
+    def spark_args(sp, engine_help):
+        """Where a command runs: --engine (its own help), --master, --conf."""
+        sp.add_argument("--engine", choices=REQUESTS, default=None, help=engine_help)
+        sp.add_argument("--master", metavar="URL", help="Spark master, e.g. spark://host:7077 or local[4]")
+        sp.add_argument("--conf", action="append", metavar="KEY=VALUE", help="Spark configuration")
+
     def common(sp):
         sp.add_argument("--store", default=os.environ.get("SUBZERO_STORE", ".subzero"),
                         help="store directory (default ./.subzero)")
@@ -1002,11 +1008,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--param", action="append", metavar="KEY=VALUE",
                    help="keyword argument for the module's workflow() (JSON values allowed)")
     r.add_argument("--no-lineage", action="store_true", help="run without capturing lineage")
-    r.add_argument("--engine", choices=REQUESTS, default=None,
-                   help="spark (local mode unless --master), local (in-process), or auto "
-                        "(default: Spark for a --master or big inputs, else in-process)")
-    r.add_argument("--master", metavar="URL", help="Spark master, e.g. spark://host:7077 or local[4]")
-    r.add_argument("--conf", action="append", metavar="KEY=VALUE", help="Spark configuration")
+    spark_args(r, "spark (local mode unless --master), local (in-process), or auto "
+                  "(default: Spark for a --master or big inputs, else in-process)")
     r.add_argument("--tile", type=_positive, metavar="N", help="tile size per axis (default 512)")
     r.add_argument("--inputs-from", metavar="MANIFEST.csv",
                    help="one workflow instance per row (columns = inputs, values = paths), "
@@ -1111,11 +1114,8 @@ def build_parser() -> argparse.ArgumentParser:
     region_args(im)
     im.add_argument("--to", action="append", metavar="ARRAY",
                     help="an array to trace to (repeatable; default: the workflow's outputs)")
-    im.add_argument("--engine", choices=REQUESTS, default=None,
-                    help="local (this process and its forks), spark (one job over runs), or auto "
-                         "(default: Spark for a --master or many runs, else local)")
-    im.add_argument("--master", metavar="URL", help="Spark master, e.g. spark://host:7077 or local[4]")
-    im.add_argument("--conf", action="append", metavar="KEY=VALUE", help="Spark configuration")
+    spark_args(im, "local (this process and its forks), spark (one job over runs), or auto "
+                   "(default: Spark for a --master or many runs, else local)")
     im.add_argument("--table", metavar="FILE", help="one row per run and array: .csv or .parquet")
     im.add_argument("--plot", metavar="FILE.png", help="draw every run's affected regions, by workflow")
     im.add_argument("--prov", metavar="FILE", help="the answer as W3C PROV-JSON")
@@ -1136,11 +1136,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="re-run every complete run that read this input")
     rr.add_argument("--input", action="append", metavar="NAME=PATH",
                     help="a corrected input file (repeatable without --using)")
-    rr.add_argument("--engine", choices=REQUESTS, default=None,
-                    help="with --using: local (one re-run after another, in this process), spark "
-                         "(a task per run, in jobs of runs), or auto (Spark for a --master)")
-    rr.add_argument("--master", metavar="URL", help="Spark master, e.g. spark://host:7077 or local[4]")
-    rr.add_argument("--conf", action="append", metavar="KEY=VALUE", help="Spark configuration")
+    spark_args(rr, "with --using: local (one re-run after another, in this process), spark "
+                   "(a task per run, in jobs of runs), or auto (Spark for a --master)")
     rr.add_argument("-v", "--verbose", action="store_true", help="per operator: tiles run, chunks changed")
     common(rr)
     rr.set_defaults(fn=cmd_rerun, command_parser=rr)

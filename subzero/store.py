@@ -255,10 +255,11 @@ class Store:
         request = opts.engine_request()
         request.check()
         todo = [(rid, n) for rid, n in runs if (rid, n) not in done]
-        if todo and choose_engine(request).engine == "spark":
+        choice = choose_engine(request)
+        if todo and choice.engine == "spark":
             self.require_writable("a re-run")
             from subzero.runs.rerun import rerun_many
-            spark = open_session(choose_engine(request), request, self.path)
+            spark = open_session(choice, request, self.path)
             reporter = progress_for(opts.progress)
             reporter.begin(len(todo), f"{len(todo)} re-runs on Spark", unit="run")
             failed = []

@@ -126,6 +126,16 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda it: rank.get(it.path.name, len(LONG_FILES)))      # stable within a file
 
 
+def copied_store(src: Path, dest: Path):
+    """A copy of a store built once for a module (``src``), opened at ``dest``, for one
+    test to change; closed after it (``yield from copied_store(...)`` in a fixture)."""
+    import subzero
+    shutil.copytree(src, dest)
+    st = subzero.open_store(dest)
+    yield st
+    st.close()
+
+
 def stored_path(run_dir, name: str) -> Path:
     """Where a run keeps array ``name``: its own folder, or the store's copy of an input it
     shares with other runs (``runs/<id>/arrays/<name>.input.json`` names it)."""

@@ -4,11 +4,10 @@ finds the runs that read a file, an array or a digest, whatever format or path
 they came in; older runs get their digest when first needed."""
 
 import json
-import shutil
 
 import numpy as np
 import pytest
-from conftest import EXAMPLE, stored_path
+from conftest import EXAMPLE, copied_store, stored_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
@@ -35,11 +34,7 @@ def night(tmp_path_factory):
 
 @pytest.fixture
 def store(night, tmp_path):
-    d, _, _ = night
-    shutil.copytree(d / "store", tmp_path / "store")
-    st = subzero.open_store(tmp_path / "store")
-    yield st
-    st.close()
+    yield from copied_store(night[0] / "store", tmp_path / "store")
 
 
 def test_one_flat_in_three_forms_is_one_input_read_by_three_runs(night, store):

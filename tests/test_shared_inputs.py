@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import EXAMPLE, ROOT, java_ok, subzero_exe
+from conftest import EXAMPLE, ROOT, copied_store, java_ok, subzero_exe
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
@@ -58,11 +58,7 @@ def night(tmp_path_factory):
 
 @pytest.fixture
 def store(night, tmp_path):
-    d, _, _ = night
-    shutil.copytree(d / "store", tmp_path / "store")
-    st = subzero.open_store(tmp_path / "store")
-    yield st
-    st.close()
+    yield from copied_store(night[0] / "store", tmp_path / "store")
 
 
 def test_a_night_keeps_one_copy_of_its_shared_flat(night, store):

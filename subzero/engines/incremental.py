@@ -34,13 +34,11 @@ size a full run used: the smallest unit that can be kept or recomputed whole.
 
 from __future__ import annotations
 
-import pickle
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import xarray as xr
 
 from subzero.capture.buffer import Pairs
 from subzero.capture.runner import NOT_GIVEN, run_tile
@@ -53,23 +51,11 @@ from subzero.engines.progress import Progress
 from subzero.errors import CorruptArray, OperatorError, ParentUnavailable, StoreError, SubZeroError
 from subzero.model.cells import unpack
 from subzero.model.operator import Operator
-from subzero.model.statistic import over_blocks, updated, value_digest
+from subzero.model.statistic import finished, over_blocks, same_value, updated, value_digest
 from subzero.model.strategy import Strategy
 from subzero.model.workflow import Step, Workflow
 from subzero.storage import rounds
 from subzero.storage.arrays import ArrayStore
-
-
-def same_value(a: Any, b: Any) -> bool:
-    """Whether two statistic values are the same, bit for bit (numbers, arrays, and
-    the plain containers statistics are made of)."""
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        a, b = np.asarray(a), np.asarray(b)
-        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
-    try:
-        return pickle.dumps(a, protocol=5) == pickle.dumps(b, protocol=5)
-    except Exception:
-        return False
 
 
 def _slices(box: Box) -> tuple[slice, ...]:
@@ -112,33 +98,9 @@ class IncrementalEngine(LocalEngine):
             if name not in self.given:
                 self.changes[name] = Changes.none(shape, tile)
                 continue
-            ch = self._input_changes(name, shape)
+            ch = self._compare(name)
             self.changes[name] = ch
             self.report[name] = {"kind": "input", "changed": ch.as_dict()}
-
-    def _input_changes(self, name: str, shape: tuple[int, ...]) -> Changes:
-        """Where a new input differs from the parent's, cell by cell, chunk by chunk (an
-        input of another shape or dtype, or a parent chunk that fails its checks,
-        counts as changed there)."""
-        tile = self.arrays.tile
-        p = self.parent.arrays
-        try:
-            pshape, pdtype, _ = p.describe(name)
-        except (StoreError, OSError):
-            return Changes.all(shape, tile)
-        if tuple(pshape) != tuple(shape) or _native(np.dtype(pdtype)) != self.dtypes[name]:
-            return Changes.all(shape, tile)
-        ch = Changes.none(shape, tile)
-        for t in tiles_for(shape, tile):
-            region = t.core_slices()
-            new = np.asarray(self._slice(name, region))
-            try:
-                old = p.read_region(name, region)
-            except CorruptArray:
-                ch.add(t.core)
-                continue
-            ch.compare(t.core, old, new)
-        return ch
 
     def resume(self, wf: Workflow, stored: list[str]) -> None:
         """Go on with a re-run whose driver was lost: what it stored (its inputs, the
@@ -149,7 +111,7 @@ class IncrementalEngine(LocalEngine):
             if name in wf.inputs and name not in self.given:
                 self.changes[name] = Changes.none(shape, self.arrays.tile)
                 continue
-            self.changes[name] = self._compare_whole(name)
+            self.changes[name] = self._compare(name)
             self.report[name] = {"kind": "input" if name in wf.inputs else "resumed",
                                  "changed": self.changes[name].as_dict()}
 
@@ -170,7 +132,7 @@ class IncrementalEngine(LocalEngine):
         if res is None:
             t0 = time.perf_counter()
             res = self._run_whole(name, step, strategies, capture)
-            ch = self._compare_whole(name)
+            ch = self._compare(name)
             self.changes[name] = ch
             self.report[name] = {"kind": "whole", "tiles": 1, "ran": 1,
                                  "changed": ch.as_dict(), "lineage": "recomputed",
@@ -366,7 +328,7 @@ class IncrementalEngine(LocalEngine):
         the kept tiles: start the operator over, every tile run."""
         self.arrays.remove(name)
         res = self._run_tiles(name, step, strategies, capture, progress, tiles, in_shapes)
-        ch = self._compare_whole(name)
+        ch = self._compare(name)
         self.changes[name] = ch
         self.report[name] = {"kind": "tiles", "tiles": len(tiles), "ran": len(tiles),
                              "changed": ch.as_dict(), "statistic": None, "lineage": "recomputed",
@@ -405,7 +367,7 @@ class IncrementalEngine(LocalEngine):
             kept = self._kept_rounds(name, stat)
             if not self.changes[first]:
                 if kept is not None:     # the parent's value, from its merged states
-                    new = _finished(stat, kept)
+                    new = finished(stat, kept)
                     if recorded is None or value_digest(new) == recorded:
                         return new, {"changed": False, "recomputed": False}, list(kept)
                 new = over_blocks(stat, read_new, cores, shape, states) if stat.subtractive \
@@ -469,8 +431,12 @@ class IncrementalEngine(LocalEngine):
             raise OperatorError(f"operator {name!r} ({type(op).__name__}) failed in "
                                 f"uses_statistic: {type(e).__name__}: {e}") from e
 
-    # -- an operator run whole: compared with the parent's --------------------------------
-    def _compare_whole(self, name: str) -> Changes:
+    # -- an array compared with the parent's ----------------------------------------------
+    def _compare(self, name: str) -> Changes:
+        """Where this run's array ``name`` (a corrected input, an operator's output run
+        whole) differs from the parent's, cell by cell, chunk by chunk: held in memory or
+        read back.  Another shape or dtype counts as changed everywhere, a parent chunk
+        that fails its checks as changed there."""
         shape, tile = self.shapes[name], self.arrays.tile
         p = self.parent.arrays
         try:
@@ -480,13 +446,9 @@ class IncrementalEngine(LocalEngine):
         if tuple(pshape) != tuple(shape) or _native(np.dtype(pdtype)) != self.dtypes[name]:
             return Changes.all(shape, tile)
         ch = Changes.none(shape, tile)
-        held = self.values.get(name)
         for t in tiles_for(shape, tile):
             region = t.core_slices()
-            if held is not None:
-                new = np.asarray(held.data if isinstance(held, xr.DataArray) else held).reshape(shape)[region]
-            else:
-                new = self.arrays.read_region(name, region)
+            new = np.asarray(self._slice(name, region))
             try:
                 old = p.read_region(name, region)
             except CorruptArray:
@@ -535,14 +497,6 @@ class _Region:
             a, b, _ = k.indices(n)
             sub.append(slice(r.start + a, r.start + max(a, b)))
         return self.arrays.read_region(self.name, tuple(sub))
-
-
-def _finished(stat: Any, states: list) -> Any:
-    """A statistic's value from its rounds' merged states."""
-    prior = None
-    for acc in states:
-        prior = stat.finish(acc, prior)
-    return prior
 
 
 def _all(keys: np.ndarray) -> np.ndarray:

@@ -29,9 +29,13 @@ from subzero.model.modes import Mode
 from subzero.model.strategy import Direction, Strategy, modes_needed
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.lineage import LineageStore
+from subzero.storage.reader import StrategyReader
+from subzero.storage.shards import ShardedReader
 
 #: Which output cells (packed ids) a re-run keeps from the parent: a boolean per cell.
 Keep = Callable[[np.ndarray], np.ndarray]
+#: What reads a stored strategy back (the run's LMDB, or the shards Spark tasks wrote).
+Reader = StrategyReader | ShardedReader
 
 
 @dataclass
@@ -76,7 +80,7 @@ class Parent:
                     if s.direction is Direction.BACKWARD else _read_forward(reader, n_inputs, keep)
             except (StoreError, OSError, ValueError) as e:
                 raise ParentUnavailable(f"the lineage of {op!r} in run {self.run_id} cannot be "
-                                  f"read ({e})") from e
+                                        f"read ({e})") from e
             if mode is Mode.FULL:
                 full = got
             else:
@@ -98,18 +102,24 @@ class Parent:
         raise ParentUnavailable(f"run {self.run_id} keeps no {mode} lineage of {op!r} it can read back")
 
 
-def _read_pairs(reader: object, payload: bool, n_inputs: int, keep: Keep) -> Pairs:
+def _cut(cells: np.ndarray, off: np.ndarray, keep: Keep) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each pair's cells (CSR ``cells``/``off``) cut to those ``keep`` keeps: (the cells
+    kept, their offsets, the pairs that keep any)."""
+    m = keep(cells)
+    n_keep = np.bincount(csr_rows(off)[m], minlength=len(off) - 1)
+    live = np.flatnonzero(n_keep > 0)
+    return cells[m], lengths_to_offsets(n_keep[live]), live
+
+
+def _read_pairs(reader: Reader, payload: bool, n_inputs: int, keep: Keep) -> Pairs:
     """Every pair of a backward strategy's key space, its output cells cut to ``keep``."""
-    pids = reader.all_pairs("b")  # type: ignore[attr-defined]
+    pids = reader.all_pairs("b")
     if pids.size == 0:
         return empty_pairs(n_inputs, payload)
-    keys, koff = reader.scan_keys("b", pids)  # type: ignore[attr-defined]
+    keys, koff = reader.scan_keys("b", pids)
     fields = ["pay"] if payload else [f"v{i}" for i in range(n_inputs)]
-    recs = reader.records("b", pids, fields)  # type: ignore[attr-defined]
-    m = keep(keys)
-    n_keep = np.bincount(csr_rows(koff)[m], minlength=len(pids))
-    live = np.flatnonzero(n_keep > 0)
-    out, out_off = keys[m], lengths_to_offsets(n_keep[live])
+    recs = reader.records("b", pids, fields)
+    out, out_off, live = _cut(keys, koff, keep)
     if payload:
         ids, table = recs["pay"]
         return Pairs(out, out_off, pay_ids=np.asarray(ids, np.int64)[live], payloads=list(table))
@@ -121,7 +131,7 @@ def _read_pairs(reader: object, payload: bool, n_inputs: int, keep: Keep) -> Pai
     return Pairs(out, out_off, ins, offs)
 
 
-def _read_forward(reader: object, n_inputs: int, keep: Keep) -> Pairs:
+def _read_forward(reader: Reader, n_inputs: int, keep: Keep) -> Pairs:
     """The pairs of a forward Full strategy, one input's space at a time: pair k of space
     ``f{i}`` relates its value cells (output) to its key cells of input i.  Together
     they are the relation the operator stored (a pair without cells of an input has no
@@ -129,22 +139,19 @@ def _read_forward(reader: object, n_inputs: int, keep: Keep) -> Pairs:
     parts: list[Pairs | None] = []
     for i in range(n_inputs):
         space = f"f{i}"
-        if not reader.has_space(space):  # type: ignore[attr-defined]
+        if not reader.has_space(space):
             continue
-        pids = reader.all_pairs(space)  # type: ignore[attr-defined]
+        pids = reader.all_pairs(space)
         if pids.size == 0:
             continue
-        keys, koff = reader.scan_keys(space, pids)  # type: ignore[attr-defined]
-        out, ooff = reader.records(space, pids, ["v"])["v"]  # type: ignore[attr-defined]
-        m = keep(out)
-        n_keep = np.bincount(csr_rows(ooff)[m], minlength=len(pids))
-        live = np.flatnonzero(n_keep > 0)
-        z = np.zeros(0, np.int64)
-        ins = [z] * n_inputs
+        keys, koff = reader.scan_keys(space, pids)
+        out, ooff = reader.records(space, pids, ["v"])["v"]
+        out, out_off, live = _cut(out, ooff, keep)
+        ins = [np.zeros(0, np.int64)] * n_inputs
         offs = [np.zeros(len(live) + 1, np.int64)] * n_inputs
         ins[i] = csr_take(keys, koff, live)
         offs[i] = lengths_to_offsets(np.diff(koff)[live])
-        parts.append(Pairs(out[m], lengths_to_offsets(n_keep[live]), ins, offs))
+        parts.append(Pairs(out, out_off, ins, offs))
     return concat_pairs(parts, n_inputs) or empty_pairs(n_inputs, False)
 
 

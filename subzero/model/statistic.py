@@ -183,12 +183,26 @@ def updated(stat: Statistic, old_states: Sequence[Any], read_old: Callable[[Box]
         old_prior = stat.finish(old_states[r], old_prior)
         new_prior = stat.finish(acc, new_prior)
         if r + 1 < stat.rounds:
-            same = same and _same(stat.partial_key(old_prior), stat.partial_key(new_prior))
+            same = same and same_value(stat.partial_key(old_prior), stat.partial_key(new_prior))
     return new_prior, old_prior
 
 
-def _same(a: Any, b: Any) -> bool:
+def finished(stat: Statistic, states: Sequence[Any]) -> Any:
+    """A statistic's value from its rounds' merged states (as :func:`over_blocks` gave
+    them)."""
+    prior = None
+    for acc in states:
+        prior = stat.finish(acc, prior)
+    return prior
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two statistic values (or priors) are the same, bit for bit: numbers,
+    arrays, and the plain containers statistics are made of."""
     import pickle
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a, b = np.asarray(a), np.asarray(b)
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
     try:
         return pickle.dumps(a, protocol=5) == pickle.dumps(b, protocol=5)
     except Exception:

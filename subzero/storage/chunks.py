@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from subzero.errors import CorruptArray, UnsafeFile
-from subzero.storage.files import read_regular
+from subzero.storage.files import read_array_file, read_regular
 from subzero.tuning import METADATA_BYTES
 
 #: suffix of the sidecar file beside an array's ``.zarr`` folder: its metadata digests
@@ -282,14 +282,10 @@ def _read_sums(root: Path, label: str, run_uid: str | None, array: str | None,
     """The array's sidecar, verified (its own digests) and checked to be of this run and
     array; None when there is none."""
     sums_path = sums_file(root)
-    try:
-        raw = read_metadata(sums_path)
-    except FileNotFoundError:
+    raw = read_array_file(sums_path, METADATA_BYTES, "metadata file", label,
+                          limit_name="METADATA_BYTES")
+    if raw is None:
         return None
-    except UnsafeFile as e:
-        raise CorruptArray(f"{label} is damaged: {e}") from e
-    except OSError as e:
-        raise CorruptArray(f"{label} cannot be read: {sums_path}: {e.strerror or e}") from e
     try:
         body = json.loads(raw)
         meta = body["metadata"]

@@ -23,7 +23,7 @@ import errno
 import os
 import stat
 
-from subzero.errors import UnsafeFile
+from subzero.errors import CorruptArray, UnsafeFile
 
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -106,6 +106,22 @@ def read_regular(path: str | os.PathLike[str], limit: int, what: str, follow: bo
         raise UnsafeFile(f"{what} {os.fspath(path)} holds {max(size, len(data))} bytes, more "
                          f"than SubZero ever writes there (at most {limit}{bound})")
     return data
+
+
+def read_array_file(path: str | os.PathLike[str], limit: int, what: str, label: str,
+                    limit_name: str = "") -> bytes | None:
+    """A small file that belongs to a stored array (its checksum sidecar, a run's
+    reference to an input stored once): its bytes, or None when there is none.  A file
+    that is unsafe (a link, not a regular file, too big) or cannot be read is a
+    :class:`~subzero.errors.CorruptArray` naming the array (``label``)."""
+    try:
+        return read_regular(path, limit, what, limit_name=limit_name)
+    except FileNotFoundError:
+        return None
+    except UnsafeFile as e:
+        raise CorruptArray(f"{label} is damaged: {e}") from e
+    except OSError as e:
+        raise CorruptArray(f"{label} cannot be read: {path}: {e.strerror or e}") from e
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from subzero.errors import CorruptArray, StoreError, UnsafeFile
-from subzero.storage.files import fsync_dir, read_regular
+from subzero.storage.files import fsync_dir, read_array_file, read_regular
 from subzero.tuning import METADATA_BYTES
 
 #: the store's folder of inputs stored once
@@ -100,14 +100,9 @@ def ref_path(arrays_dir: Path, name: str) -> Path:
 def read_ref(path: Path, label: str) -> Ref | None:
     """The reference at ``path`` (None when there is none), checked against its own seal;
     a damaged one is a :class:`CorruptArray` naming it."""
-    try:
-        raw = read_regular(path, METADATA_BYTES, "input reference", limit_name="METADATA_BYTES")
-    except FileNotFoundError:
+    raw = read_array_file(path, METADATA_BYTES, "input reference", label, limit_name="METADATA_BYTES")
+    if raw is None:
         return None
-    except UnsafeFile as e:
-        raise CorruptArray(f"{label} is damaged: {e}") from e
-    except OSError as e:
-        raise CorruptArray(f"{label} cannot be read: {path}: {e.strerror or e}") from e
     try:
         body = json.loads(raw)
         if body.get("format") != REF_FORMAT or body.get("seal") != _seal(body):
