@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from scipy import ndimage
 
 from subzero import GLOBAL, stencil
 
@@ -99,6 +98,7 @@ class Correlate(Stencil):
 
     def compute(self, x):
         self._footprint(x.ndim)                               # a clear error on a bad ndim
+        from scipy import ndimage  # when filtering: a trace by index needs no scipy
         return ndimage.correlate(x, self.weights, **self._kw())
 
 
@@ -119,6 +119,7 @@ class Convolve(Correlate):
 
     def compute(self, x):
         self._footprint(x.ndim)
+        from scipy import ndimage  # when filtering: a trace by index needs no scipy
         return ndimage.convolve(x, self.weights, mode=self.mode, cval=self.cval,
                                 origin=self.conv_origin)
 
@@ -142,6 +143,7 @@ class Filter(Stencil):
 
     def compute(self, x):
         fp = self._footprint(x.ndim)
+        from scipy import ndimage  # when filtering: a trace by index needs no scipy
         kw = self._kw()
         if self.func == "mean":
             # a direct weighted sum per output cell (not uniform_filter's running sums):

@@ -10,16 +10,50 @@ program -> storage plan, and the query-time planner.
     run.planner = optimizer.planner_for(run)     # per-step cost-based method choice
 """
 
-from subzero.errors import BudgetError, OptimizerError
+from __future__ import annotations
 
-from .budgets import Budgets, parse_factor, parse_size
-from .calibration import calibrate, ensure_calibration
-from .costmodel import CostModel
-from .plan import Plan, load_plan, optimize
-from .planner import QueryPlanner, planner_for
-from .profile import profile_workflow
-from .progress import Progress
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from subzero.errors import BudgetError, OptimizerError
+
+    from .budgets import Budgets, parse_factor, parse_size
+    from .calibration import calibrate, ensure_calibration
+    from .costmodel import CostModel
+    from .plan import Plan, load_plan, optimize
+    from .planner import QueryPlanner, planner_for
+    from .profile import profile_workflow
+    from .progress import Progress
+
+#: where each public name lives: loaded on first use (PEP 562), so that a trace that
+#: only asks for the query-time planner does not import scipy (the calibration) or
+#: GLPK (the integer program)
+_HOME: dict[str, str] = {
+    "BudgetError": "subzero.errors", "OptimizerError": "subzero.errors",
+    "Budgets": ".budgets", "parse_factor": ".budgets", "parse_size": ".budgets",
+    "calibrate": ".calibration", "ensure_calibration": ".calibration",
+    "CostModel": ".costmodel",
+    "Plan": ".plan", "load_plan": ".plan", "optimize": ".plan",
+    "QueryPlanner": ".planner", "planner_for": ".planner",
+    "profile_workflow": ".profile",
+    "Progress": ".progress",
+}
 
 __all__ = ["optimize", "Plan", "load_plan", "planner_for", "QueryPlanner", "CostModel",
            "calibrate", "ensure_calibration", "profile_workflow", "Budgets", "parse_size",
            "parse_factor", "OptimizerError", "BudgetError", "Progress"]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use and kept here."""
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

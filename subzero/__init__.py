@@ -1,27 +1,66 @@
-"""SubZero: fine-grained region lineage for array workflows."""
+"""SubZero: fine-grained region lineage for array workflows.
 
-from subzero.api import Run, RunOptions, Store, fsck, open_store
-from subzero.errors import (
-    CodeError,
-    LineageError,
-    OperatorError,
-    QueryError,
-    SetupError,
-    StoreError,
-    StrategyError,
-    SubZeroError,
-    SubZeroWarning,
-    UsageError,
-    WorkflowError,
-)
-from subzero.model.cells import window
-from subzero.model.modes import Mode
-from subzero.model.operator import AGGREGATE, COMPONENTS, ELEMENTWISE, GATHER, GLOBAL, Operator, Tiling, stencil
-from subzero.model.statistic import ExactMAD, ExactMedian, Statistic
-from subzero.model.strategy import Direction, Encoding, Strategy
-from subzero.model.workflow import Node, Workflow, load_workflow
-from subzero.query.trace import TraceResult
+The names below are loaded when first used (PEP 562), not when ``subzero`` is
+imported: ``import subzero`` (and so the ``subzero`` command, which lives in this
+package) costs what Python's start-up does, and a command pays only for the
+libraries it needs (xarray, scipy, astropy, pyspark, matplotlib stay unloaded by
+a trace that does not use them; tests/test_imports.py holds this).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from subzero.version import __version__
+
+if TYPE_CHECKING:
+    from subzero.api import Run, RunOptions, Store, fsck, open_store
+    from subzero.errors import (
+        CodeError,
+        LineageError,
+        OperatorError,
+        QueryError,
+        SetupError,
+        StoreError,
+        StrategyError,
+        SubZeroError,
+        SubZeroWarning,
+        UsageError,
+        WorkflowError,
+    )
+    from subzero.model.cells import window
+    from subzero.model.modes import Mode
+    from subzero.model.operator import (
+        AGGREGATE,
+        COMPONENTS,
+        ELEMENTWISE,
+        GATHER,
+        GLOBAL,
+        Operator,
+        Tiling,
+        stencil,
+    )
+    from subzero.model.statistic import ExactMAD, ExactMedian, Statistic
+    from subzero.model.strategy import Direction, Encoding, Strategy
+    from subzero.model.workflow import Node, Workflow, load_workflow
+    from subzero.query.trace import TraceResult
+
+#: where each public name lives
+_HOME: dict[str, str] = {
+    **dict.fromkeys(["Run", "RunOptions", "Store", "fsck", "open_store"], "subzero.api"),
+    **dict.fromkeys(["CodeError", "LineageError", "OperatorError", "QueryError", "SetupError",
+                     "StoreError", "StrategyError", "SubZeroError", "SubZeroWarning",
+                     "UsageError", "WorkflowError"], "subzero.errors"),
+    "window": "subzero.model.cells",
+    "Mode": "subzero.model.modes",
+    **dict.fromkeys(["AGGREGATE", "COMPONENTS", "ELEMENTWISE", "GATHER", "GLOBAL", "Operator",
+                     "Tiling", "stencil"], "subzero.model.operator"),
+    **dict.fromkeys(["ExactMAD", "ExactMedian", "Statistic"], "subzero.model.statistic"),
+    **dict.fromkeys(["Direction", "Encoding", "Strategy"], "subzero.model.strategy"),
+    **dict.fromkeys(["Node", "Workflow", "load_workflow"], "subzero.model.workflow"),
+    "TraceResult": "subzero.query.trace",
+}
 
 __all__ = ["Operator", "Statistic", "ExactMedian", "ExactMAD", "Workflow", "Mode", "Node", "Tiling", "ELEMENTWISE",
            "AGGREGATE", "COMPONENTS", "GATHER",
@@ -31,3 +70,17 @@ __all__ = ["Operator", "Statistic", "ExactMedian", "ExactMAD", "Workflow", "Mode
            "Encoding", "window", "SubZeroWarning",
            "SubZeroError", "WorkflowError", "OperatorError", "LineageError", "StrategyError",
            "QueryError", "StoreError", "UsageError", "CodeError", "SetupError", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use and kept here."""
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'subzero' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

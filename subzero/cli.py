@@ -18,8 +18,6 @@ import time
 import warnings
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from subzero.engines.choice import REQUESTS
 from subzero.errors import SubZeroError, SubZeroWarning, warn
 from subzero.tuning import EXIT_GRACE_S
@@ -479,6 +477,7 @@ def _print_where(where: dict) -> None:
 
 
 def _v(v) -> str:
+    import numpy as np
     return f"{v:.4g}" if isinstance(v, (float, np.floating)) else str(v)
 
 

@@ -6,7 +6,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import xarray as xr
 from numpy.typing import ArrayLike
 
 from subzero.coords import cells_at as sky_cells
@@ -27,6 +26,7 @@ from subzero.storage.trust import untrusted_message
 if TYPE_CHECKING:
     from pathlib import Path
 
+    import xarray as xr
     from astropy.coordinates import SkyCoord
     from astropy.units import Quantity
 

@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import ndimage
 
 Box = tuple[tuple[int, int], ...]
 
@@ -36,6 +35,7 @@ Box = tuple[tuple[int, int], ...]
 def structure(ndim: int, connectivity: str) -> np.ndarray:
     """``"full"``: cells touching by a face, an edge or a corner are connected (8 in
     2-D); ``"faces"``: by a face only (4 in 2-D)."""
+    from scipy import ndimage
     if connectivity not in ("full", "faces"):
         raise ValueError(f"connectivity must be 'full' or 'faces', not {connectivity!r}")
     return ndimage.generate_binary_structure(ndim, ndim if connectivity == "full" else 1)
@@ -43,6 +43,7 @@ def structure(ndim: int, connectivity: str) -> np.ndarray:
 
 def label(mask: np.ndarray, connectivity: str = "full", min_size: int = 1) -> tuple[np.ndarray, int]:
     """Whole-array labels (int32; 0 = background) and their number."""
+    from scipy import ndimage
     mask = np.asarray(mask, bool)
     labels, n = ndimage.label(mask, structure=structure(mask.ndim, connectivity))
     if n and min_size > 1:
@@ -73,6 +74,7 @@ def tile_components(mask: np.ndarray, core: Box, shape: Sequence[int], connectiv
                     index: tuple[int, ...] = ()) -> tuple[np.ndarray, TileComponents]:
     """Label one tile's core (``mask`` is the core's foreground) on its own; return
     the local labels and the tile's summary."""
+    from scipy import ndimage
     mask = np.asarray(mask, bool)
     labels, n = ndimage.label(mask, structure=structure(mask.ndim, connectivity))
     origin = np.array([a for a, _ in core], np.int64)
@@ -201,6 +203,7 @@ def region_cells(mask: np.ndarray, lo: Sequence[int], first: int, shape: Sequenc
 
     Why the box is enough: every path inside the box between foreground cells is a
     path of the region, and every cell of the region lies in the box."""
+    from scipy import ndimage
     labels, _ = ndimage.label(np.asarray(mask, bool), structure=structure(mask.ndim, connectivity))
     at = np.array(np.unravel_index(int(first), tuple(int(s) for s in shape))) - np.asarray(lo)
     mine = labels[tuple(at)]

@@ -7,26 +7,29 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
 from subzero.capture.buffer import LineageBuffer, Pairs
 from subzero.capture.context import Context
 from subzero.capture.tiles import Shape, Tile, globalize
 from subzero.errors import OperatorError, SubZeroError
 from subzero.model.exits import described, ends_process
+from subzero.model.labelled import is_dataarray
 from subzero.model.modes import Mode
 from subzero.model.operator import Operator
 from subzero.model.statistic import whole
 from subzero.model.strategy import Strategy, modes_needed
 
+if TYPE_CHECKING:
+    import xarray as xr
+
 NOT_GIVEN: Any = object()      # run_operator's statistic was not computed by the engine
 
 
 def _plain(value: Any) -> np.ndarray:
-    return np.asarray(value.data if isinstance(value, xr.DataArray) else value)
+    return np.asarray(value.data if is_dataarray(value) else value)
 
 
 def _known(value: Any) -> Any:
@@ -65,7 +68,7 @@ def normalise_output(name: str, op: Operator, value: Any) -> np.ndarray | xr.Dat
     if value is None:
         raise OperatorError(f"operator {name!r} ({type(op).__name__}) returned None; run() must "
                             f"return its output array")
-    if isinstance(value, xr.DataArray):
+    if is_dataarray(value):
         return value if value.ndim else value.expand_dims("dim_0")
     # C order, as arrays come back from the store: numpy's sums depend on memory layout,
     # and both engines (and re-execution) must see bit-identical inputs
@@ -164,7 +167,7 @@ def run_tile(name: str, op: Operator, ins: Sequence[np.ndarray], strategies: tup
     out, full, pay, ctx = run_operator(name, op, ins, strategies, capture, origin=tile.origin,
                                        array_shape=tuple(out_shape), statistic=statistic)
     run_s = time.perf_counter() - t0
-    out = np.asarray(out.data if isinstance(out, xr.DataArray) else out)
+    out = np.asarray(out.data if is_dataarray(out) else out)
     if out.shape != tile.read_shape():
         raise OperatorError(f"operator {name!r} is declared {op.tiling.kind} but returned shape "
                             f"{out.shape} for an input tile of shape {tile.read_shape()}; "

@@ -9,14 +9,16 @@ Axes not named are taken whole, so a selection is always a box of cells.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from subzero.errors import QueryError
 from subzero.model.cells import box
 from subzero.model.grid import Grid
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def parse_sel(items: Iterable[str]) -> dict[str, Any]:
@@ -61,6 +63,7 @@ def cells_for(grid: Grid | None, shape: Sequence[int], sel: Mapping[str, Any], a
         if name not in grid.coords:
             raise QueryError(f"axis {name!r} of array {array!r} has no labels to select by; "
                              f"use `cells` with indices")
+        import pandas as pd  # labels only: pandas costs a trace by index nothing
         index = pd.Index(np.asarray(grid.coords[name]))
         a, b = _positions(index, want, name, array)
         lo[d], hi[d] = a, b
@@ -107,6 +110,7 @@ def _typed(index: pd.Index, value, name: str):
     or a time where the axis holds those)."""
     if not isinstance(value, str):
         return value
+    import pandas as pd
     kind = index.dtype.kind
     typed: Any = value
     try:
@@ -152,8 +156,10 @@ def labels_of(grid: Grid | None, cells: np.ndarray) -> dict[str, list]:
 def _plain(v):
     """A label as JSON-friendly plain data."""
     if isinstance(v, np.datetime64):
+        import pandas as pd
         return str(pd.Timestamp(v).isoformat())
     if isinstance(v, np.timedelta64):
+        import pandas as pd
         return str(pd.Timedelta(v))
     if isinstance(v, np.generic):
         return v.item()

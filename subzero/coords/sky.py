@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from subzero.coords.tan import hmsdms, simple_tan
 from subzero.errors import QueryError
 from subzero.model.cells import box
 from subzero.model.grid import Grid
@@ -149,19 +150,25 @@ def cells_at(grid: Grid | None, shape: Sequence[int], position, radius, array: s
 def footprint(grid: Grid | None, lo: Sequence[int], hi: Sequence[int], array: str) -> dict[str, Any]:
     """The sky region of the cell box ``[lo, hi)`` (its last two axes): centre,
     the four outer corners, and RA/Dec ranges in degrees (RA unwrapped around the
-    centre, so a box across RA 0 reads 359.9..360.1)."""
-    w = celestial(grid, array)
+    centre, so a box across RA 0 reads 359.9..360.1).  A plain TAN WCS in ICRS is
+    computed in numpy (:mod:`.tan`); any other goes through astropy."""
     (y0, x0), (y1, x1) = (int(v) for v in lo[-2:]), (int(v) for v in hi[-2:])
     xs = np.array([x0 - 0.5, x1 - 0.5, x1 - 0.5, x0 - 0.5, (x0 + x1 - 1) / 2])
     ys = np.array([y0 - 0.5, y0 - 0.5, y1 - 0.5, y1 - 0.5, (y0 + y1 - 1) / 2])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        sky = w.pixel_to_world(xs, ys).icrs
-    ra, dec = sky.ra.deg, sky.dec.deg
+    tan = simple_tan(grid.wcs) if grid is not None else None
+    if tan is not None:
+        ra, dec = tan.pixel_to_world(xs, ys)
+        centre = hmsdms(float(ra[4]), float(dec[4]), precision=2)
+    else:
+        w = celestial(grid, array)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sky = w.pixel_to_world(xs, ys).icrs
+        ra, dec = sky.ra.deg, sky.dec.deg
+        centre = sky[4].to_string("hmsdms", precision=2)
     ra = ra[4] + (ra - ra[4] + 180.0) % 360.0 - 180.0
-    centre = sky[4]
     return {"frame": "icrs", "center": [float(ra[4] % 360.0), float(dec[4])],
-            "center_hmsdms": centre.to_string("hmsdms", precision=2),
+            "center_hmsdms": centre,
             "corners": [[float(a % 360.0), float(d)] for a, d in zip(ra[:4], dec[:4])],
             "ra": [float(ra[:4].min()), float(ra[:4].max())],
             "dec": [float(dec[:4].min()), float(dec[:4].max())]}

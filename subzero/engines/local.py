@@ -25,10 +25,9 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
 from subzero.capture.buffer import Pairs
 from subzero.capture.runner import run_operator, run_tile, shape_of
@@ -36,6 +35,7 @@ from subzero.capture.tiles import Tile, concat_pairs, input_slices, task_tile, t
 from subzero.engines.base import Engine, StepResult
 from subzero.engines.progress import Progress
 from subzero.errors import OperatorError, SubZeroError
+from subzero.model.labelled import is_dataarray
 from subzero.model.operator import Operator
 from subzero.model.statistic import over_blocks, value_digest
 from subzero.model.strategy import Strategy
@@ -43,6 +43,9 @@ from subzero.model.workflow import Step, Workflow
 from subzero.storage import rounds
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.inputs import RegionReadable, is_region_source
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 def _tile_parallel(op: Operator) -> bool:
@@ -98,7 +101,7 @@ class LocalEngine(Engine):
                 else:
                     self._copy_source(name, v)
                 continue
-            v = v if isinstance(v, xr.DataArray) else np.asarray(v)
+            v = v if is_dataarray(v) else np.asarray(v)
             if not shared:
                 self.arrays.write(name, v)
             self._inputs.add(name)
@@ -146,7 +149,7 @@ class LocalEngine(Engine):
     def _hold(self, name: str, value: np.ndarray | xr.DataArray) -> None:
         self.shapes[name] = shape_of(value)
         self.dtypes[name] = _native(np.dtype(value.dtype))
-        if isinstance(value, xr.DataArray):
+        if is_dataarray(value):
             self._xarray.add(name)
         if self._wanted(name):
             self.values[name] = value
@@ -227,7 +230,7 @@ class LocalEngine(Engine):
         t0 = time.perf_counter()
         out, full, pay, ctx = run_operator(name, step.operator, ins, strategies, capture)
         run_s = time.perf_counter() - t0
-        arr = out.data if isinstance(out, xr.DataArray) else out
+        arr = out.data if is_dataarray(out) else out
         self._store(name, out)
         self._hold(name, out)
         keep = self.profiling

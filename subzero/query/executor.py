@@ -33,9 +33,9 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 from numpy.typing import ArrayLike
 
 from subzero.capture.context import Context
@@ -56,6 +56,9 @@ from subzero.query.trace import GridLookup, TraceOptions, TraceResult
 from subzero.query.untrusted import DataOnlyMethods, refused
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.lineage import LineageStore, ShardedReader, StrategyReader
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 __all__ = ["Executor", "RunView", "TraceOptions", "TraceResult", "StepStat", "StepInfo",
            "blocks_spanned", "runs_of"]

@@ -14,12 +14,13 @@ layer (:mod:`subzero.export.mask`) writes it to Zarr and NetCDF.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from typing import Any
-
-import xarray as xr
+from typing import TYPE_CHECKING, Any
 
 from subzero.errors import StoreError
 from subzero.model.cellset import CellSet
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 #: attrs of the target that describe its values, not its cells: not copied to the mask
 VALUE_ATTRS = frozenset({
@@ -34,6 +35,7 @@ def labelled_mask(cells: CellSet, like: xr.DataArray | None, name: str, target: 
     array ``target`` opened lazily: its dims, coords and attrs; None: plain
     ``dim_<k>`` dims), with ``attrs`` (what the mask answers) over the target's own.
     Costs the target's size in memory; the target's data is not read."""
+    import xarray as xr
     mask = cells.bitmap()
     dims: tuple[Hashable, ...]
     if like is None:

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
-import xarray as xr
 from numpy.typing import ArrayLike
 
 from subzero.capture.buffer import LineageBuffer, Pairs
@@ -48,6 +47,9 @@ from subzero.model.operator import Operator, own_code
 from subzero.model.operator import rerun_mode as capture_mode
 from subzero.storage.arrays import as_dataarray
 from subzero.storage.encodings import MapPPairs
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 __all__ = ["QueryBuffer", "Rerun", "capture_mode", "check_deterministic", "check_region", "compare",
            "differs", "rerun", "run_with_buffer", "same_lineage", "verify_output"]

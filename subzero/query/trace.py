@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 from numpy.typing import ArrayLike
 
 from subzero.errors import QueryError, warn
@@ -19,6 +18,9 @@ from subzero.model.cellset import CellSet, spec
 from subzero.model.grid import Grid
 from subzero.query.mask import labelled_mask
 from subzero.query.planner import Planner, StepStat
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 #: ``read(region)``: a region of an array (one slice per axis; None: all of it)
 RegionReader = Callable[[tuple[slice, ...] | None], ArrayLike]

@@ -30,14 +30,16 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import xarray as xr
 
 from subzero.errors import QueryError, WorkloadError
 from subzero.model.cells import outside, union_of_boxes
 from subzero.query.trace import TraceResult
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 _OPS = {"==": _op.eq, "!=": _op.ne, ">=": _op.ge, "<=": _op.le, ">": _op.gt, "<": _op.lt}
 _WHERE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.\-]*)\s*(==|!=|>=|<=|>|<)\s*(-?[0-9.eE+\-]+)\s*$")

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xarray as xr
 
 from subzero.capture.runner import shape_of
 from subzero.engines.base import Engine
@@ -32,6 +31,7 @@ from subzero.engines.parent import ParentPlan
 from subzero.engines.progress import progress_for
 from subzero.engines.stats import RunStats
 from subzero.errors import StoreError, StrategyError, WorkflowError, warn
+from subzero.model.labelled import is_dataarray
 from subzero.model.strategy import Strategy, check_supported, default_for, parse
 from subzero.model.workflow import Workflow, check_reexecution, load_workflow
 from subzero.runs import share
@@ -197,7 +197,7 @@ def execute(tx: RunTransaction, wf: Workflow, values: Mapping[str, Any],
     # inputs held in memory are digested from there (a pass over memory); the others
     # from the run's stored copy at commit (see RunTransaction.commit)
     held = {n: known.get(n) or input_digest(v, n) for n, v in values.items()
-            if isinstance(v, (np.ndarray, xr.DataArray))}
+            if (isinstance(v, np.ndarray) or is_dataarray(v))}
     if annotate is not None:
         annotate(stats)
     tx.commit(wf, stats, budget.downgrades if budget is not None and capture else (), contents=held)
@@ -277,7 +277,7 @@ def bind_inputs(wf: Workflow, given: Mapping[str, Any]) -> tuple[dict[str, Any],
         if is_region_source(v):
             if np.dtype(v.dtype).kind not in "biuf":
                 raise WorkflowError(f"input {name!r} is not a numeric array")
-        elif not isinstance(v, xr.DataArray):
+        elif not is_dataarray(v):
             v = np.asarray(v)
             if v.dtype == object:
                 raise WorkflowError(f"input {name!r} is not a numeric array")

@@ -15,8 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import xarray as xr
-
+from subzero.model.labelled import is_dataarray
 from subzero.storage.arrays import ArrayStore, value_form
 from subzero.storage.inputs import input_digest
 from subzero.storage.shared import SharedInputs
@@ -51,7 +50,7 @@ def take(arrays: ArrayStore, values: Mapping[str, Any], store_uid: str | None) -
             if pool.has(digest, form):
                 # operators see it as they would have seen the run's own copy: a DataArray
                 # as a DataArray, anything else (arrays, inputs read by region) as numpy
-                arrays.refer(name, digest, form, numpy=not isinstance(v, xr.DataArray))
+                arrays.refer(name, digest, form, numpy=not is_dataarray(v))
     return digests
 
 

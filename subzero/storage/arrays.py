@@ -22,16 +22,17 @@ import shutil
 import warnings
 from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 from numpy.typing import ArrayLike, DTypeLike
 
 from subzero.errors import CorruptArray, StoreError, UnsafeFile
 from subzero.model import content
 from subzero.model.grid import stored_grid
-from subzero.storage import shared
+from subzero.model.labelled import is_dataarray
+from subzero.storage import chunkread, shared
+from subzero.storage.chunkread import plain_layout
 from subzero.storage.chunks import (
     SUMS,
     ArrayNode,
@@ -48,9 +49,13 @@ from subzero.storage.chunks import (
 )
 from subzero.tuning import DEFAULT_TILE
 
+if TYPE_CHECKING:
+    import xarray as xr
+
 
 def as_dataarray(value: ArrayLike | xr.DataArray, name: str) -> xr.DataArray:
-    if isinstance(value, xr.DataArray):
+    import xarray as xr
+    if is_dataarray(value):
         da = value
     else:
         arr = np.asarray(value)
@@ -79,7 +84,7 @@ def value_form(value: Any, name: str, tile: int) -> str:
     read region by region as :meth:`ArrayStore.create` does.  Equal to the stored
     array's :meth:`ArrayStore.form` for what SubZero writes; where it is not, the run
     only misses sharing before it stores the input (its commit still shares it)."""
-    if hasattr(value, "read_region") and not isinstance(value, (np.ndarray, xr.DataArray)):
+    if hasattr(value, "read_region") and not (isinstance(value, np.ndarray) or is_dataarray(value)):
         shape = tuple(int(n) for n in value.shape)
         dims = list(getattr(value, "dims", None) or [f"dim_{k}" for k in range(len(shape))])
         attrs = json.loads(json.dumps(_clean_attrs(getattr(value, "attrs", None) or {})))
@@ -87,7 +92,7 @@ def value_form(value: Any, name: str, tile: int) -> str:
     da = as_dataarray(value, name)
     attrs = json.loads(json.dumps(_clean_attrs(da.attrs)))
     coords = {str(c): json.loads(json.dumps(_clean_attrs(da[c].attrs))) for c in da.coords}
-    return form_digest(list(da.dims), attrs, coords, not isinstance(value, xr.DataArray),
+    return form_digest(list(da.dims), attrs, coords, not is_dataarray(value),
                        [min(n, tile) for n in da.shape])
 
 
@@ -235,7 +240,7 @@ class ArrayStore:
         self.dir.mkdir(parents=True, exist_ok=True)
         ds = da.to_dataset(name="data")
         ds["data"].attrs = _clean_attrs(da.attrs)
-        ds.attrs = {"subzero_name": name, "subzero_numpy": not isinstance(value, xr.DataArray)}
+        ds.attrs = {"subzero_name": name, "subzero_numpy": not is_dataarray(value)}
         chunks = tuple(min(n, self.tile) for n in da.shape) if da.ndim else ()
         enc = {"data": {"chunks": chunks, "compressors": checksum_codecs()}}
         for c in ds.coords:
@@ -300,6 +305,7 @@ class ArrayStore:
         Its metadata is final here (region writes add chunk files only), so it is
         sealed now; every region must then be written for the array to read."""
         import dask.array as da
+        import xarray as xr
         p = self._own(name)
         if p.exists():
             raise StoreError(f"array {name!r} already stored in this run")
@@ -478,7 +484,11 @@ class ArrayStore:
         return tuple(int(k) for k in z.chunks)
 
     def read_region(self, name: str, region: tuple[slice, ...]) -> np.ndarray:
-        """A region of the array, checking only the chunks it touches."""
+        """A region of the array, checking only the chunks it touches: decoded here
+        when the array has SubZero's own layout (:mod:`.chunkread`), else by zarr."""
+        direct = self._read_direct(name, region)
+        if direct is not None:
+            return direct
         p, nodes, z = self._zarr(name, "r")
         node = nodes["data"] if nodes is not None else None
         if node is not None:
@@ -489,6 +499,23 @@ class ArrayStore:
             raise
         except Exception as e:
             raise self._damage(name, p, node, region, e) from e
+
+    def _read_direct(self, name: str, region: tuple[slice, ...]) -> np.ndarray | None:
+        """:meth:`read_region` without zarr, or None when the array or the region is not
+        one :mod:`.chunkread` decodes (zarr then reads it)."""
+        p, nodes = self._open(name)
+        node = nodes.get("data") if nodes is not None else None
+        if (node is None or not isinstance(region, tuple) or len(region) != len(node.shape)
+                or not all(isinstance(s, slice) and s.step in (None, 1) for s in region)):
+            return None
+        try:
+            meta = json.loads(read_metadata(p / "data" / "zarr.json"))
+        except (OSError, ValueError, UnsafeFile) as e:
+            raise self._damage(name, p, None, None, e) from e
+        dtype = plain_layout(meta, node) if isinstance(meta, dict) else None
+        if dtype is None or tuple(meta.get("shape") or ()) != node.shape:
+            return None
+        return chunkread.read_region(p, node, dtype, region, self.label(name))
 
     def _damage(self, name: str, p: Path, node: ArrayNode | None,
                 region: tuple[slice, ...] | None, err: Exception) -> CorruptArray:
@@ -503,6 +530,7 @@ class ArrayStore:
     def _dataset(self, name: str) -> xr.Dataset:
         """The whole array, loaded and verified (every chunk of every node present and
         passing its checksum)."""
+        import xarray as xr
         p, nodes = self._open(name)
         if nodes is not None:
             for node in nodes.values():
@@ -536,6 +564,7 @@ class ArrayStore:
             for key, node in (nodes or {}).items():
                 if key.strip("/") in labelled:
                     check_present(p, node, None, self.label(name))
+            import xarray as xr
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -571,6 +600,7 @@ class ArrayStore:
         """The array with its dims, coordinates and attrs, its data left unread (a dask
         array): the coordinates are loaded and verified, the data chunks are not
         touched.  For labelling a result over this array without reading it."""
+        import xarray as xr
         p, nodes = self._open(name)
         for key, node in (nodes or {}).items():
             if key != "data":

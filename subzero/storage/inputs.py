@@ -8,15 +8,18 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeGuard
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 import numpy as np
-import xarray as xr
 from numpy.typing import ArrayLike, DTypeLike
 
 from subzero.errors import SubZeroError
 from subzero.model import content
 from subzero.model.grid import stored_grid
+from subzero.model.labelled import is_dataarray
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 def load_path(path: str | os.PathLike[str], input_name: str = "input") -> np.ndarray | xr.DataArray:
@@ -31,8 +34,10 @@ def load_path(path: str | os.PathLike[str], input_name: str = "input") -> np.nda
         if name.endswith((".fits", ".fit", ".fits.gz", ".fts")):
             return _load_fits(p, input_name)
         if name.endswith(".zarr"):
+            import xarray as xr
             return _single_var(xr.open_zarr(p), p, input_name).load()
         if name.endswith((".nc", ".nc4", ".cdf")):
+            import xarray as xr
             return _single_var(xr.open_dataset(p), p, input_name).load()
         if name.endswith((".txt", ".tsv", ".csv")):
             return _load_table(p, "," if name.endswith(".csv") else "\t")
@@ -75,6 +80,7 @@ def _single_var(ds: xr.Dataset, p: Path, input_name: str) -> xr.DataArray:
 
 
 def _load_fits(p: Path, input_name: str) -> xr.DataArray:
+    import xarray as xr
     from astropy.io import fits
     with fits_errors(p, input_name), fits.open(p, memmap=False) as hdul:
         for hdu in hdul:
@@ -277,7 +283,7 @@ def input_digest(value: Any, input_name: str = "input") -> str:
     if isinstance(value, (str, os.PathLike)):
         value = open_input(value, input_name)
     grid = None
-    if isinstance(value, xr.DataArray):
+    if is_dataarray(value):
         grid = stored_grid(tuple(str(d) for d in value.dims),
                            {str(k): np.asarray(v.values) for k, v in value.coords.items()
                             if k in value.dims}, dict(value.attrs))

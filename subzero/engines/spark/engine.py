@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import xarray as xr
 
 from subzero.capture.components import TileComponents, merge_tiles
 from subzero.capture.runner import array_context, normalise_output, run_operator, shape_of
@@ -65,6 +64,7 @@ from subzero.engines.spark.tasks import (
     tile_task,
 )
 from subzero.errors import OperatorError, SubZeroError, TaskFailed
+from subzero.model.labelled import is_dataarray
 from subzero.model.operator import Aggregating, Gathering, Labelling, Operator, TilingKind
 from subzero.model.statistic import Statistic
 from subzero.model.strategy import BLACKBOX, Strategy
@@ -121,7 +121,7 @@ def _aggregate(sc: SparkContext, name: str, op: Operator, inputs: Sequence[str],
         ctx.lwrite(np.argwhere(np.ones(out.shape, bool)), *every)
         assert ctx.buffer is not None
         full, _ = ctx.buffer.finish(out.shape, in_shapes)
-    arr = out.data if isinstance(out, xr.DataArray) else out
+    arr = out.data if is_dataarray(out) else out
     return [TaskResult((0,), full, None, shape_of(out), str(arr.dtype), time.perf_counter() - t0, 0.0,
                        pairs=full.n if full is not None else 0)]
 
@@ -502,4 +502,4 @@ def _probe_dtype(name: str, op: Operator, arrays: ArrayStore, inputs: Sequence[s
     except Exception as e:
         raise OperatorError(f"operator {name!r} failed on tile {tile.describe()}: "
                             f"{type(e).__name__}: {e}") from e
-    return np.asarray(out.data if isinstance(out, xr.DataArray) else out).dtype
+    return np.asarray(out.data if is_dataarray(out) else out).dtype

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import xarray as xr
 
 from subzero.capture.buffer import Pairs
 from subzero.capture.components import TileComponents, TileLabels, region_cells, tile_components
@@ -35,6 +34,7 @@ from subzero.capture.tiles import Shape, Tile, input_slices
 from subzero.engines.lineage import TileShard, write_tile_shards
 from subzero.engines.spark.failures import failed
 from subzero.engines.spark.stages import Box, Member, last_readers, plan_boxes, within
+from subzero.model.labelled import is_dataarray
 from subzero.model.modes import Mode
 from subzero.model.operator import Aggregating, Gathering, Labelling, Operator, OperatorContext
 from subzero.model.statistic import Statistic, block_around
@@ -184,7 +184,7 @@ def global_task(run_dir: str, tile_size: int, run_uid: str | None, lineage_dir: 
         run_s = time.perf_counter() - t0
         attempt = attempt_id()
         arrays.write(name, out, attempt=attempt)     # moved into place by the driver
-        arr = out.data if isinstance(out, xr.DataArray) else out
+        arr = out.data if is_dataarray(out) else out
         lin = _lineage(lineage_dir, (0,), name, op, strategies, full, pay, shape_of(out),
                        [shape_of(v) for v in ins], run_uid)
     except Exception as e:
