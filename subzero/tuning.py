@@ -302,3 +302,12 @@ MAX_RUNS = 1024
 #: than this to succeed (chosen, not measured: 1 MiB is well above a file system's block
 #: and SQLite's 32 KiB shared-memory file, and far below any disk one works on).
 DISK_FULL_BYTES = 1 << 20
+
+#: How long a reader of a run's LMDB file waits to lease it again when, having held a
+#: lease, it finds the file opened for writing or being truncated by someone else (s).
+#: A truncation takes that write access for microseconds after the reader gives its
+#: lease back; the reader must not map the file in between (SIGBUS), so it waits for
+#: the lease and then sees the new size.  A writer that keeps the file open longer
+#: costs one wait, after which reads go on with size checks alone.  Chosen, not
+#: measured: far above a truncation's time under load, far below a user's patience.
+LEASE_WAIT_S = 2.0

@@ -16,9 +16,12 @@ transaction is running.  :class:`MappedFile` makes sure of that, in layers:
    is held, anyone who opens the file for writing or truncates it waits (up to
    ``/proc/sys/fs/lease-break-time``, 45 s by default) until the transaction
    ends and the lease is given back; the next transaction then finds the file
-   short and refuses to read it (:class:`~subzero.errors.CorruptLineage`).  No
-   window remains as long as one transaction lasts less than the lease-break
-   time.  A lease is only held during a transaction, so a process that keeps a
+   short and refuses to read it (:class:`~subzero.errors.CorruptLineage`).  A
+   truncation keeps write access from before it breaks the lease until the file
+   is cut, and no lease can be taken meanwhile: a reader refused a lease right
+   after holding one waits for it (:meth:`MappedFile._take_lease`) rather than
+   read unleased into the cut.  No window remains as long as one transaction
+   lasts less than the lease-break time.  A lease is only held during a transaction, so a process that keeps a
    run open (the explorer) delays nobody while it is idle.
 3. *Without a lease* -- the file is another user's (leases need its owner or
    ``CAP_LEASE``), it is open for writing elsewhere, or the file system has no
@@ -40,6 +43,7 @@ import fcntl
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,6 +53,7 @@ from typing import Any
 from subzero.errors import CorruptLineage, UnsafeFile
 from subzero.storage.files import open_regular
 from subzero.storage.integrity import lmdb_extent_of
+from subzero.tuning import LEASE_WAIT_S
 
 #: Linux's lease and lease-signal commands (0 where there are none: size checks only)
 _LEASE: int = getattr(fcntl, "F_SETLEASE", 0)
@@ -78,6 +83,8 @@ class MappedFile:
         self._depth = 0
         self._leased = False
         self._can_lease = bool(_LEASE and _SETSIG and _BREAK_SIGNAL)
+        #: whether the last lease asked for was granted (see :meth:`_take_lease`)
+        self._had_lease = False
 
     @property
     def open_path(self) -> str:
@@ -125,15 +132,32 @@ class MappedFile:
                     pass
 
     def _take_lease(self) -> bool:
-        try:
-            # before every lease: giving a lease back forgets the signal (Linux 6.18)
-            fcntl.fcntl(self.fd, _SETSIG, _BREAK_SIGNAL)
-            fcntl.fcntl(self.fd, _LEASE, fcntl.F_RDLCK)
-        except OSError as e:
-            if e.errno != errno.EAGAIN:      # not ours (EACCES), no leases here (EINVAL...):
-                self._can_lease = False      # that does not change; open for writing might
-            return False
-        return True
+        """Lease the file for one transaction.  Refused because someone has it open for
+        writing (EAGAIN) right after this reader held a lease, the refusal is most
+        likely the one who broke that lease: a truncation holds write access from
+        before it breaks the lease until after the file is cut, so reading now would
+        map a file that shrinks under the read.  Then wait (up to
+        :data:`~subzero.tuning.LEASE_WAIT_S`) for the lease; once it is granted the
+        size check sees the cut.  A writer that stays costs that wait once."""
+        delay, waited = 0.0005, 0.0
+        while True:
+            try:
+                # before every lease: giving a lease back forgets the signal (Linux 6.18)
+                fcntl.fcntl(self.fd, _SETSIG, _BREAK_SIGNAL)
+                fcntl.fcntl(self.fd, _LEASE, fcntl.F_RDLCK)
+            except OSError as e:
+                if e.errno != errno.EAGAIN:      # not ours (EACCES), no leases here (EINVAL...):
+                    self._can_lease = False      # that does not change; open for writing might
+                    return False
+                if not self._had_lease or waited >= LEASE_WAIT_S:
+                    self._had_lease = False
+                    return False
+                time.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, 0.05)
+                continue
+            self._had_lease = True
+            return True
 
     def close(self) -> None:
         if self.fd >= 0:
