@@ -91,7 +91,7 @@ def measure(pythons: dict[str, str], store: Path, repeats: int) -> dict:
     env = {**os.environ, "SUBZERO_ENGINE": "local", "PYTHONDONTWRITEBYTECODE": "1"}
     trace = ["trace", "--store", str(store), "--from", "stars", "--cells", STAR, "--to", "raw_1"]
     rows: dict[str, dict[str, list]] = {}
-    for label, py in pythons.items():
+    for py in pythons.values():
         _timed([py, "-m", "subzero.cli", *trace], env)          # warm the page cache
     for k in range(repeats):
         for label, py in pythons.items():
