@@ -69,11 +69,26 @@ def java_ok() -> bool:
 
 
 @pytest.fixture(scope="session")
-def calibration():
+def calibration(tmp_path_factory):
     """One real calibration of the optimizer's cost model (quick: one repeat), shared by
-    every test that optimizes or plans (it takes tens of seconds)."""
+    every test that optimizes or plans (it takes tens of seconds): under xdist, by
+    every worker of this session too (the first makes it, under a lock, in the
+    session's own temporary folder; the others read it), as the catalog keeps it (JSON)."""
+    import fcntl
+    import json
+
     from subzero.optimizer.calibration import calibrate
-    return calibrate(repeats=1)
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return json.loads(json.dumps(calibrate(repeats=1)))
+    shared = tmp_path_factory.getbasetemp().parent      # this session's, all workers'
+    made = shared / "calibration.json"
+    with open(shared / "calibration.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if made.exists():
+            return json.loads(made.read_text())
+        cal = calibrate(repeats=1)
+        made.write_text(json.dumps(cal))
+        return cal
 
 
 @pytest.fixture(scope="session")
