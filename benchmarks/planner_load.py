@@ -20,6 +20,7 @@ cost more than staying on the stored read?
 from __future__ import annotations
 
 import argparse
+import copy
 import multiprocessing as mp
 import os
 import shutil
@@ -128,20 +129,26 @@ def main() -> None:
             for r in range(a.repeats):
                 variants = ["planner", "staying", "off"] if (k + r) % 2 == 0 else \
                     ["staying", "planner", "off"]
+                planner = optimizer.planner_for(run)       # as the CLI makes it, per trace
+                use = {"planner": planner, "staying": Staying(copy.deepcopy(planner)),
+                       "off": None}                       # staying decides from the same model
                 for v in variants:
-                    planner = optimizer.planner_for(run)
-                    use = {"planner": planner, "staying": Staying(planner), "off": None}[v]
-                    timed[v].append(trace(run, q, cells[q.name], use, record=(v == "planner")))
+                    timed[v].append(trace(run, q, cells[q.name], use[v], record=(v == "planner")))
             ref = timed["staying"][0][1].bitmap
             assert all((res.bitmap == ref).all() for runs in timed.values() for _, res in runs)
             tp, ts, to = (statistics.median(t for t, _ in timed[v])
                           for v in ("planner", "staying", "off"))
             # a switch is judged by its own run, against staying's median: never hidden
-            switched = [(t, s) for t, res in timed["planner"] for s in res.steps if s.abandoned]
+            switched = [(t, s) for t, res in timed["planner"] for s in res.steps
+                        if "switched to re-execution" in s.note]
+            same = all([st.method for st in rp.steps] == [st.method for st in rs.steps]
+                       for (_, rp), (_, rs) in zip(timed["planner"], timed["staying"]))
             rows.append(dict(k=k, q=q.name, planner=tp, staying=ts, off=to, ratio=tp / ts,
+                             same=same,
                              switches=len(switched),
                              switch_ratios=[t / ts for t, _ in switched],
-                             warmup=sum(s.warmup for s in timed["planner"][0][1].steps),
+                             warmup=sum(getattr(s, "warmup", 0.0)
+                                        for s in timed["planner"][0][1].steps),
                              notes=[s.note for _, s in switched]))
             print(f"{k:3d} {q.name:4s} planner {tp * 1000:8.1f} ms  staying {ts * 1000:8.1f} ms  "
                   f"off {to * 1000:8.1f} ms  ratio {tp / ts:5.2f}"
@@ -198,7 +205,10 @@ def main() -> None:
         f"{len(rows)} traces" + (f"; worst switched trace {worst_sw:.2f}x staying" if sw else "")
         + f".  Per-trace ratio over all traces: median {statistics.median(ratios):.2f}, 95th "
         f"percentile {q95:.2f}, worst {worst['ratio']:.2f} ({worst['q']}, trace {worst['k']}"
-        f"{', with a switch' if worst['switches'] else ', no switch: the same methods ran'}).  "
+        f"{', with a switch' if worst['switches'] else ''}"
+        f"{', the same methods ran' if worst['same'] else ''}).  Traces where the planner ran "
+        f"other methods than staying: {sum(not r['same'] for r in rows)} (a switch, or a "
+        "decision made differently).  "
         f"First trace of the process: {rows[0]['warmup'] * 1000:.0f} ms of first-use costs "
         "(imports, opening the lineage store and the arrays), reported apart from its steps.",
         "",

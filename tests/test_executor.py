@@ -199,6 +199,12 @@ def test_deadline_source_reads_in_chunks_like_one_read_and_gives_up_late(store):
         assert [tab2[k] for k in ids2] == [tab1[k] for k in ids1]
         assert len(tab2) == len(set(tab2)) == 7
         assert timed.progress() == 1.0 and timed.spent >= 0
+        looked = TimedSource(reader, ReadBudget(after=float("inf")), 50)
+        looked.CHUNK = 3
+        hit = looked.lookup("b", CellSet.everything((50,)))
+        assert looked.progress() is None                  # looked up, nothing fetched yet
+        looked.records("b", hit, ["key"])
+        assert looked.progress() == 1.0
         late = TimedSource(reader, ReadBudget(after=0.0), 50)
         with pytest.raises(Deadline):
             late.records("b", pids, ["key"])

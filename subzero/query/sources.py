@@ -105,12 +105,14 @@ class TimedSource:
     :class:`Deadline`) when the budget says re-execution now costs less than what is
     left.  ``spent`` and ``done`` say where it stopped.
 
-    Progress is the share of the query's cells looked up and their pairs fetched (a
-    lookup's pairs count for half of each chunk of cells), or for a scan of the other
-    index the share of its pairs read; None until a first piece tells."""
+    Progress is the share of the query's cells looked up and their pairs fetched (the
+    lookup counts for ``LOOKUP_SHARE`` of each chunk of cells, fetching its pairs for the
+    rest: for a cell or two the pairs are the read), or for a scan of the other index the
+    share of its pairs read; None until a first piece tells."""
 
     CHUNK = TIMED_RECORD_PAIRS        # pairs per records() call
     QUERY_CHUNK = TIMED_QUERY_CELLS   # query cells per lookup() call (R-tree probes are slow)
+    LOOKUP_SHARE = 0.2                # of a chunk of cells' work (chosen, not measured)
 
     def __init__(self, source: PairSource, budget: ReadBudget, cells: int):
         self.source, self.budget, self.cells = source, budget, max(int(cells), 1)
@@ -153,7 +155,7 @@ class TimedSource:
         ids = []                  # pairs hit by any chunk of the query are hit by the query
         cells = q.ids()
         for a in range(0, len(cells), self.QUERY_CHUNK):
-            self._part = 0.5 * a / len(cells)
+            self._part = self.LOOKUP_SHARE * a / len(cells)
             self._check()
             ids.append(self.source.lookup(space, CellSet.of_sorted(cells[a:a + self.QUERY_CHUNK],
                                                                    q.shape)))
@@ -175,7 +177,7 @@ class TimedSource:
         parts = []
         for a in range(0, max(len(pids), 1), self.CHUNK):
             if not scan and len(pids):
-                self._part = 0.5 + 0.5 * a / len(pids)
+                self._part = self.LOOKUP_SHARE + (1 - self.LOOKUP_SHARE) * a / len(pids)
             self._check()
             parts.append(self.source.records(space, pids[a:a + self.CHUNK], fields))
             if scan:
