@@ -23,6 +23,7 @@ import argparse
 import copy
 import multiprocessing as mp
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -98,6 +99,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3,
                     help="runs of each variant per trace (their median is the trace's time)")
     ap.add_argument("--no-results", action="store_true", help="do not update RESULTS.md")
+    ap.add_argument("--before", metavar="LOG",
+                    help="this script's output on older code, summarised next to this run's")
     ap.add_argument("--setup", help=argparse.SUPPRESS)       # the setup, in its own process
     a = ap.parse_args()
     if a.setup:
@@ -208,7 +211,10 @@ def main() -> None:
         f"{', with a switch' if worst['switches'] else ''}"
         f"{', the same methods ran' if worst['same'] else ''}).  Traces where the planner ran "
         f"other methods than staying: {sum(not r['same'] for r in rows)} (a switch, or a "
-        "decision made differently).  "
+        "decision made differently).  Where the same methods ran, a ratio away from 1 is the "
+        "load: a trace of a millisecond or two either finishes within its time slice or waits "
+        "tens of milliseconds for a core behind the busy loops, so per-trace wall ratios of "
+        "identical work spread from about 0.03x to 30x.  "
         f"First trace of the process: {rows[0]['warmup'] * 1000:.0f} ms of first-use costs "
         "(imports, opening the lineage store and the arrays), reported apart from its steps.",
         "",
@@ -217,7 +223,30 @@ def main() -> None:
         + ("met" if worst_sw is None or worst_sw <= TARGET else "NOT met")
         + (" (no switch was made)." if not sw else "."),
     ]
+    if a.before:
+        lines += ["", before(Path(a.before))]
     update_section("planner-load", "\n".join(lines))
+
+
+def before(log: Path) -> str:
+    """A summary of this script's per-trace lines in ``log`` (a run on older code)."""
+    pat = re.compile(r"^\s*(\d+) (\w+)\s+planner\s+([\d.]+) ms\s+staying\s+([\d.]+) ms\s+"
+                     r"off\s+([\d.]+) ms\s+ratio\s+([\d.]+)(?:\s+SWITCHED x(\d+))?")
+    text = log.read_text()
+    rows = [m.groups() for m in map(pat.match, text.splitlines()) if m]
+    budgets = [float(b) for b in re.findall(r"its budget \(([\d.]+) ms", text)]
+    sw = [r for r in rows if r[6]]
+    ratios = sorted(float(r[5]) for r in rows)
+    worst = max(sw, key=lambda r: float(r[5])) if sw else None
+    return (f"Before (the same command on the code before this change, commit 75a7e51, in "
+            f"the same session): {sum(int(r[6]) for r in sw)} switches into re-execution in "
+            f"{len(sw)} of {len(rows)} traces"
+            + (f", after reads overran wall-clock budgets of {min(budgets):.1f}-"
+               f"{max(budgets):.1f} ms" if budgets else "") + "; median per-trace ratio "
+            f"{statistics.median(ratios):.2f}, worst {ratios[-1]:.2f}"
+            + (f"; worst trace with a switch {float(worst[5]):.2f}x staying ({worst[1]}, "
+               f"trace {worst[0]}: planner {float(worst[2]):.1f} ms, staying "
+               f"{float(worst[3]):.1f} ms)" if worst else "") + ".")
 
 
 if __name__ == "__main__":

@@ -395,7 +395,7 @@ class CostModel:
             if pred:
                 r, floor = read_ratio(*read, pred) if read is not None else (own / pred, 0.0)
                 ratios[(st["op"], st["input"], correction_key(method, backward))].append(
-                    floor if r is None else max(r, floor))
+                    max(1.0, floor) if r is None else max(r, floor))   # a floor: no faster
         for st in steps:
             method = st["method"]
             if method in ("all-to-all", "empty") or st["op"] not in self.stats.ops:

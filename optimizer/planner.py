@@ -120,7 +120,7 @@ class QueryPlanner:
         lo, hi = CORRECTION_RANGE
         r, floor = read_ratio(*read, pred) if read is not None else (own / pred, 0.0)
         if r is None:                     # only a floor: what it cost at least
-            new = max(old or lo, floor)
+            new = max(1.0 if old is None else old, floor)
         else:
             r = min(hi, max(lo, r))
             new = r if old is None else CORRECTION_KEEP * old + (1 - CORRECTION_KEEP) * r

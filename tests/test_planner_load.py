@@ -222,6 +222,10 @@ def test_an_abandoned_read_with_no_measured_progress_only_raises_its_price(cstor
     planner.observe(_stat("model", "reexec:full", 1, 1, 0.001,
                           abandoned=f"stored:{FORWARD}", abandoned_s=1e-6, done=0.0))
     assert model.corrections[read] == 4.0
+    del model.corrections[read]                    # none yet: it is not made cheaper either
+    planner.observe(_stat("model", "reexec:full", 1, 1, 0.001,
+                          abandoned=f"stored:{FORWARD}", abandoned_s=1e-6, done=0.0))
+    assert model.corrections[read] == 1.0
 
 
 def test_first_use_costs_are_kept_out_of_the_steps_and_the_trace_log(cstore):
