@@ -178,6 +178,7 @@ def main() -> None:
     if a.no_results:
         return
     q95 = sorted(ratios)[int(0.95 * (len(ratios) - 1))]
+    same_r = [r["ratio"] for r in rows if r["same"]]
     lines = [
         "## Query-time planner under load (issue 33)", "",
         f"Machine: {machine()}; load: {a.load} busy-loop processes (the machine was shared "
@@ -214,7 +215,8 @@ def main() -> None:
         "decision made differently).  Where the same methods ran, a ratio away from 1 is the "
         "load: a trace of a millisecond or two either finishes within its time slice or waits "
         "tens of milliseconds for a core behind the busy loops, so per-trace wall ratios of "
-        "identical work spread from about 0.03x to 30x.  "
+        f"identical work spread from {min(same_r, default=1):.2f}x to "
+        f"{max(same_r, default=1):.2f}x here.  "
         f"First trace of the process: {rows[0]['warmup'] * 1000:.0f} ms of first-use costs "
         "(imports, opening the lineage store and the arrays), reported apart from its steps.",
         "",
