@@ -195,15 +195,15 @@ def test_abandoned_reads_and_slow_reexecutions_teach_the_planner_both_ways(cstor
     planner.observe(_stat("model", "reexec:full", 1, int(n_out), 0.002,
                           abandoned=f"stored:{FORWARD}", abandoned_s=base, done=0.9))
     assert model.corrections[read] < hi               # it would have cost ~1.1x predicted
-    model.corrections[read], model.corrections[reexec] = hi, lo
-    methods = run.executor().methods("model", True, None)
-    _, before = planner.plan(_info(1), methods)
+    model.corrections[read], model.corrections[reexec] = 1.0, lo
+    price = model.cost("model", "reexec", 0, True, 1, n_out)
     for _ in range(8):                             # re-execution that takes 5 s each time
         planner.observe(_stat("model", "reexec:full", 1, int(n_out), 5.0))
     assert model.corrections[reexec] > 4.0
-    order, after = planner.plan(_info(1), methods)
-    assert isinstance(order[0], Stored) and before is not None and after is not None
-    assert after.reexec > before.reexec            # a switch is now priced that slow
+    assert model.cost("model", "reexec", 0, True, 1, n_out) > price
+    order, budget = planner.plan(_info(1), run.executor().methods("model", True, None))
+    assert isinstance(order[0], Stored) and budget is not None
+    assert budget.reexec >= model.cost("model", "reexec", 0, True, 1, n_out)  # priced that slow
 
 
 def _info(cells):

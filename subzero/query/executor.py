@@ -253,10 +253,11 @@ class Executor:
     # -- one step --------------------------------------------------------------------------
     def _step(self, e: Edge, q: CellSet, opts: TraceOptions, stats: list[StepStat]) -> CellSet:
         """One step: the cells of the step's target array reached from ``q``.  Its
-        seconds and CPU time leave out the first-use costs it paid (``warmup``)."""
+        seconds and CPU time leave out the first-use costs it paid (``warmup``); its CPU
+        time, what the planner's model learns from, the planner's own pricing too."""
         t0, c0, w0 = time.perf_counter(), time.thread_time(), self.warmup.mark()
         tgt_shape = self.v.shapes[e.dst]
-        shape_in, note, gave_up = (0, 0), "", _GaveUp()
+        shape_in, note, gave_up, plan_cpu = (0, 0), "", _GaveUp(), 0.0
         if not q:
             res, method = CellSet.empty(tgt_shape), "empty"
         else:
@@ -264,11 +265,12 @@ class Executor:
             if opts.shortcut and sc.op.is_all_to_all(e.input):
                 res, method = CellSet.everything(tgt_shape), "all-to-all"
             else:
-                res, method, note, shape_in, gave_up = self._choose_and_run(e, sc, q, opts)
+                res, method, note, shape_in, gave_up, plan_cpu = \
+                    self._choose_and_run(e, sc, q, opts)
         warm, warm_cpu = self.warmup.since(w0)
         st = StepStat(e.op, e.input, e.direction, method, len(q), len(res),
                       max(time.perf_counter() - t0 - warm, 0.0), shape_in[0], note, shape_in[1],
-                      cpu=max(time.thread_time() - c0 - warm_cpu, 0.0), warmup=warm,
+                      cpu=max(time.thread_time() - c0 - warm_cpu - plan_cpu, 0.0), warmup=warm,
                       abandoned=gave_up.method, abandoned_s=gave_up.spent, done=gave_up.done)
         stats.append(st)
         planner = opts.pricing
@@ -277,17 +279,18 @@ class Executor:
         return res
 
     def _choose_and_run(self, e: Edge, sc: StepContext, q: CellSet, opts: TraceOptions
-                        ) -> tuple[CellSet, str, str, tuple[int, int], _GaveUp]:
+                        ) -> tuple[CellSet, str, str, tuple[int, int], _GaveUp, float]:
         """The first method that works, in the simple rule's or the planner's order;
         returns (target cells, method, note, (blocks, runs) of the input cells, the
-        stored read given up for re-execution if one was)."""
+        stored read given up for re-execution if one was, the CPU seconds of planning)."""
         name, i, backward = e.op, e.input, e.backward
         methods: Sequence[Method] = self.methods(name, backward, opts.prefer)
         budget: ReadBudget | None = None
-        blocks, runs, note, gave_up = 0, 0, "", _GaveUp()
+        blocks, runs, note, gave_up, plan_cpu = 0, 0, "", _GaveUp(), 0.0
         tiles = self._tiles(name)
         planner = opts.pricing
         if planner is not None:
+            c0, w0 = time.thread_time(), self.warmup.cpu
             blocks, runs = blocks_of(q), runs_of(q)
             info = StepInfo(name, i, backward, len(q), blocks,
                             all(a in self._values for a in self.v.inputs_of[name]),
@@ -295,6 +298,7 @@ class Executor:
                             if q.form == "sparse" else 1.0, runs)
             methods, asked = planner.plan(info, methods)
             budget = as_budget(asked)
+            plan_cpu = time.thread_time() - c0 - (self.warmup.cpu - w0)   # not first uses
 
         def inputs() -> list[object]:
             self.warmup.first("arrays", import_arrays)
@@ -337,7 +341,8 @@ class Executor:
                 res, method = run_step.mapping(sc, q, i, backward), m.name
             else:
                 res, method = reexec()
-            return run_step.settle(res, self.v.shapes[e.dst]), method, note, (blocks, runs), gave_up
+            return (run_step.settle(res, self.v.shapes[e.dst]), method, note, (blocks, runs),
+                    gave_up, plan_cpu)
         raise QueryError(f"cannot trace through operator {name!r}: its stored lineage is damaged "
                          f"({', '.join(damaged) or 'none offered'}) and no other method is left "
                          f"(a planner must keep re-execution)")

@@ -45,8 +45,9 @@ class StepStat:
     blocks_in: int = 0          # key blocks the input cells span (taken when a planner runs)
     note: str = ""              # e.g. why the planner switched to re-execution
     runs_in: int = 0            # runs of consecutive cells of the input (taken with blocks_in)
-    #: CPU seconds of the step's own work (this thread's): what the cost model learns
-    #: from, since waiting for a busy machine's cores is not the method's cost
+    #: CPU seconds of the step's method (this thread's, without the planner's pricing):
+    #: what the cost model learns from, since waiting for a busy machine's cores is not
+    #: the method's cost
     cpu: float = 0.0
     #: seconds of first-use costs the step waited for (imports, opening the lineage store,
     #: a reader or an array), left out of ``seconds`` and ``cpu``
