@@ -240,8 +240,9 @@ def before(log: Path) -> str:
     sw = [r for r in rows if r[6]]
     ratios = sorted(float(r[5]) for r in rows)
     worst = max(sw, key=lambda r: float(r[5])) if sw else None
-    return (f"Before (the same command on the code before this change, commit 75a7e51, in "
-            f"the same session): {sum(int(r[6]) for r in sw)} switches into re-execution in "
+    return (f"Before (this script without `--before`, run on the code before this change, "
+            "commit 75a7e51, put first on PYTHONPATH, in the same session; its output is the "
+            f"`--before` log): {sum(int(r[6]) for r in sw)} switches into re-execution in "
             f"{len(sw)} of {len(rows)} traces"
             + (f", after reads overran wall-clock budgets of {min(budgets):.1f}-"
                f"{max(budgets):.1f} ms" if budgets else "") + "; median per-trace ratio "
