@@ -380,25 +380,55 @@ class CostModel:
     def learn(self, steps: list[dict], min_obs: int = CORRECTION_MIN_STEPS,
               recent: int = CORRECTION_RECENT_STEPS) -> None:
         """Per operator, input and method (``correction_key``): the median of observed /
-        predicted over the latest traced steps corrects the calibration (clamped)."""
+        predicted over the latest traced steps corrects the calibration (clamped).  A step
+        counts the CPU seconds of its own work when the log has them; a switched step
+        counts twice: its abandoned read by what it would have cost by its progress (at
+        least what it ran), its re-execution by its own time without the read's."""
         ratios: dict[tuple[str, int, str], list[float]] = defaultdict(list)
         self.corrections = {}
+
+        def add(st: dict, method, backward: bool, own: float,
+                read: tuple[float, float] | None = None) -> None:
+            pred = self.cost(st["op"], method, st["input"], backward, st["cells_in"],
+                             st["cells_out"], loaded=True, blocks=st.get("blocks_in") or 0,
+                             runs=st.get("runs_in") or 0)
+            if pred:
+                r, floor = read_ratio(*read, pred) if read is not None else (own / pred, 0.0)
+                ratios[(st["op"], st["input"], correction_key(method, backward))].append(
+                    max(1.0, floor) if r is None else max(r, floor))   # a floor: no faster
         for st in steps:
             method = st["method"]
             if method in ("all-to-all", "empty") or st["op"] not in self.stats.ops:
                 continue
             fam = method_family(method)
             m, backward = (method if fam == "stored" else fam), st["direction"] == "backward"
-            pred = self.cost(st["op"], m, st["input"], backward, st["cells_in"], st["cells_out"],
-                             loaded=True, blocks=st.get("blocks_in") or 0,
-                             runs=st.get("runs_in") or 0)
-            if pred and st["seconds"] > 0:
-                ratios[(st["op"], st["input"], correction_key(m, backward))].append(
-                    st["seconds"] / pred)
+            own = own_seconds(st.get("cpu_s") or 0.0, st["seconds"])
+            if st.get("abandoned"):
+                spent, done = float(st.get("abandoned_s") or 0.0), float(st.get("done") or 0.0)
+                add(st, st["abandoned"], backward, 0.0, read=(spent, done))
+                own -= spent
+            if own > 0:
+                add(st, m, backward, own)
         lo, hi = CORRECTION_RANGE
         for key, rs in ratios.items():
             if len(rs) >= min_obs:
                 self.corrections[key] = min(hi, max(lo, statistics.median(rs[-recent:])))
+
+
+def own_seconds(cpu: float, seconds: float) -> float:
+    """What a step's own work cost: its CPU seconds when measured (a busy machine
+    stretches wall time, not the work), else (an older trace log) its wall seconds."""
+    return cpu if cpu > 0 else seconds
+
+
+def read_ratio(spent: float, done: float, pred: float) -> tuple[float | None, float]:
+    """What an abandoned read teaches, against its prediction ``pred``: (its measured /
+    predicted cost, extrapolated from the CPU seconds it ran and the share of its work
+    done; None when its progress was not measured) and the floor (it cost at least what
+    it ran).  A read abandoned early by a noisy clock but nearly done extrapolates to
+    cheap, and moves its correction down again."""
+    floor = spent / pred
+    return (spent / done / pred if done > 0 else None), floor
 
 
 def _stored_family(s: Strategy, backward: bool) -> str:

@@ -1,25 +1,32 @@
 """The query-time planner: per trace step, price every available method with
 the cost model and current statistics, run the cheapest first, and give up on
-stored lineage for re-execution only when the read has plainly outrun what
-the model could have got wrong.
+stored lineage for re-execution only when switching cannot cost more than
+staying.
 
 Every prediction carries the error the calibration measured for steps of its
 kind and size (``CostModel.margin``: the 90th percentile of measured /
-predicted, wider beyond the largest calibrated step).  A read whose pessimistic
-price is at most a small share of re-execution (``SAFE_SHARE``) may take that
-share: if it overruns it, it is far beyond what the model could have got wrong,
-and re-execution costs little more than the time already spent, so the step
-stays within about 1 + SAFE_SHARE of black-box.  A read that is not clearly faster than
-re-execution is committed to: it is abandoned only after it has taken its own
-pessimistic price plus re-execution's, where switching can no longer make the
-step much slower than it already is.  That replaces a fixed share of the
-predicted re-execution, which at scale switched reads that were merely
-mispredicted into re-executions slower than the read would have been.
+predicted, wider beyond the largest calibrated step).  A stored read gets a
+:class:`~subzero.query.planner.ReadBudget`: it is left alone within its own
+pessimistic price, and never given up once half done; past that it switches
+when its CPU time alone has reached five times re-execution's pessimistic price
+(switching then costs at most 1.2x staying, whatever is left of the read), or
+when its measured progress says the rest of it costs at least twice that
+price.  Budgets count the CPU time of the read's own work, so a busy machine,
+which stretches wall time, does not trip them; first-use costs (imports,
+opening the lineage store) are never counted (``subzero.query.warmup``).  That
+replaces a share of the predicted re-execution measured in wall time, which on
+a loaded machine gave up 2-10 ms reads for re-executions of seconds.
 
-A read that was abandoned is not retried blindly: its correction is raised to
-at least the time it was given over its prediction, so the next step of its kind
-prices it as at least that slow.  Observed step times feed corrections per
-operator input and method while the process runs.
+The planner learns from every step, in CPU seconds: observed / predicted corrects
+the model per operator input and method while the process runs
+(``CORRECTION_KEEP``), clamped to ``CORRECTION_RANGE``.  A switched step teaches
+both ways: the abandoned read by what it would have cost by its progress (at
+least the time it ran), the re-execution by its own time, without the read's.
+A read abandoned but nearly cheap moves its correction down again; a re-execution
+that proved slow moves its own up, so the next step of the kind stays on the
+read.  The trace log keeps both (``StepStat.abandoned``), and ``planner_for``
+learns them back as the median of the latest ratios per key
+(``CostModel.learn``): bounded, and robust to one odd step.
 """
 
 from __future__ import annotations
@@ -28,12 +35,11 @@ import os
 from collections import deque
 from collections.abc import Sequence
 
-from subzero.model.strategy import Strategy
 from subzero.query.methods import Method, Reexec, Stored
-from subzero.query.planner import StepInfo, StepStat
-from subzero.tuning import CORRECTION_KEEP, CORRECTION_RANGE, DECISIONS_KEPT, MIN_BUDGET_S, SAFE_SHARE
+from subzero.query.planner import ReadBudget, StepInfo, StepStat
+from subzero.tuning import CORRECTION_KEEP, CORRECTION_RANGE, DECISIONS_KEPT, MIN_BUDGET_S
 
-from .costmodel import FEATURES, CostModel, correction_key, method_family
+from .costmodel import FEATURES, CostModel, correction_key, method_family, own_seconds, read_ratio
 from .stats import for_run
 
 
@@ -41,15 +47,11 @@ class QueryPlanner:
     """The executor's planner (``Run.trace(planner=...)``) for one run; implements
     :class:`subzero.query.planner.Planner`."""
 
-    def __init__(self, model: CostModel, safe_share: float = SAFE_SHARE,
-                 min_budget_s: float = MIN_BUDGET_S):
+    def __init__(self, model: CostModel, min_budget_s: float = MIN_BUDGET_S):
         self.model = model
-        self.safe_share = safe_share
         self.min_budget_s = min_budget_s
         # the latest steps' priced methods, for inspection
         self.decisions: deque[tuple[str, list[tuple[str, float]]]] = deque(maxlen=DECISIONS_KEPT)
-        # step -> (the stored method it tries first, its predicted seconds, its budget)
-        self._tried: dict[tuple, tuple[Strategy, float, float]] = {}
         # step -> the share of its operator's tiles a re-execution runs (as planned)
         self._tiles: dict[tuple, float] = {}
 
@@ -65,9 +67,9 @@ class QueryPlanner:
                                              step.cells_in, n_out)
 
     def plan(self, step: StepInfo,
-             methods: Sequence[Method]) -> tuple[Sequence[Method], float | None]:
-        """Methods cheapest first, and the seconds after which reading stored lineage
-        should switch to re-execution (None: never)."""
+             methods: Sequence[Method]) -> tuple[Sequence[Method], ReadBudget | None]:
+        """Methods cheapest first, and when reading stored lineage first should switch to
+        re-execution (None: never)."""
         n_out = self.model.predict_out(step.op, step.input, step.backward, step.cells_in)
         self._tiles[(step.op, step.input, step.backward)] = step.tiles
         priced: list[tuple[float, int, Method]] = []
@@ -83,44 +85,46 @@ class QueryPlanner:
         first_cost, _, first = priced[0]
         if not isinstance(first, Stored) or reexec is None:
             return order, None
-        hi = self._high(step, first, first_cost, n_out)
-        if hi <= self.safe_share * reexec[0]:
-            # clearly faster: all the time a switch can afford (the read is then far
-            # beyond its own error, and the step within 1 + SAFE_SHARE of re-execution)
-            budget = max(self.safe_share * reexec[0], self.min_budget_s)
-        else:                                             # not clearly: commit to the read
-            budget = max(hi + self._high(step, reexec[1], reexec[0], n_out), self.min_budget_s)
-        self._tried[(step.op, step.input, step.backward)] = (first.strategy, first_cost, budget)
-        return order, budget
+        return order, ReadBudget(
+            after=max(self._high(step, first, first_cost, n_out), self.min_budget_s),
+            reexec=self._high(step, reexec[1], reexec[0], n_out))
 
     def observe(self, st: StepStat) -> None:
-        """Keep a running correction per operator input and method from what steps took."""
-        fam = method_family(st.method)
-        method, backward = (st.method if fam == "stored" else fam), st.direction == "backward"
-        corr = self.model.corrections
-        lo, hi = CORRECTION_RANGE
+        """Correct the model from what a step's own work took (CPU seconds); a switched
+        step corrects its abandoned read and its re-execution apart."""
+        backward = st.direction == "backward"
         tiles = self._tiles.pop((st.op, st.input, backward), 1.0)
-        tried = self._tried.pop((st.op, st.input, backward), None)
-        if st.note and tried is not None:
-            # the read ran out of time: it costs at least its budget, whatever the model
-            # said — so the next step of its kind is priced that slow, not retried blindly
-            strategy, predicted, budget = tried
-            key = (st.op, st.input, correction_key(strategy, backward))
-            had = corr.get(key, 1.0)
-            if predicted > 0:
-                corr[key] = min(hi, max(had, had * budget / predicted))
-            return
+        own = own_seconds(st.cpu, st.seconds)
+        if st.abandoned:
+            self._learn(st, st.abandoned, backward, 1.0, read=(st.abandoned_s, st.done))
+            own = max(own - st.abandoned_s, 0.0)
+        fam = method_family(st.method)
+        if own > 0:
+            self._learn(st, st.method if fam == "stored" else fam, backward,
+                        tiles if fam == "reexec" else 1.0, own=own)
+
+    def _learn(self, st: StepStat, method, backward: bool, tiles: float, own: float = 0.0,
+               read: tuple[float, float] | None = None) -> None:
+        """Move the correction of (operator, input, method) toward measured / predicted
+        (``own`` seconds, or for an abandoned ``read`` its (CPU seconds, share done):
+        ``read_ratio``), by CORRECTION_KEEP, within CORRECTION_RANGE."""
+        corr = self.model.corrections
         key = (st.op, st.input, correction_key(method, backward))
         old = corr.pop(key, None)
         pred = self.model.cost(st.op, method, st.input, backward, st.cells_in, st.cells_out,
-                               loaded=True, blocks=st.blocks_in, runs=st.runs_in,
-                               tiles=tiles if fam == "reexec" else 1.0)
+                               loaded=True, blocks=st.blocks_in, runs=st.runs_in, tiles=tiles)
         if old is not None:
             corr[key] = old
-        if not pred or st.seconds <= 0 or st.note:
+        if not pred:
             return
-        ratio = min(hi, max(lo, st.seconds / pred))
-        corr[key] = ratio if old is None else CORRECTION_KEEP * old + (1 - CORRECTION_KEEP) * ratio
+        lo, hi = CORRECTION_RANGE
+        r, floor = read_ratio(*read, pred) if read is not None else (own / pred, 0.0)
+        if r is None:                     # only a floor: what it cost at least
+            new = max(1.0 if old is None else old, floor)
+        else:
+            r = min(hi, max(lo, r))
+            new = r if old is None else CORRECTION_KEEP * old + (1 - CORRECTION_KEEP) * r
+        corr[key] = min(hi, max(lo, new, floor))
 
 
 def planner_for(run, calibration: dict | None = None) -> QueryPlanner | None:

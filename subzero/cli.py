@@ -462,8 +462,11 @@ def _print_trace(res, cells, n_in) -> None:
         first = ", ".join(f"{tuple(int(x) for x in c)}={_v(v)}" for c, v in zip(cells[:8], vals[:8]))
         print(f"  first cells: {first}{' ...' if len(cells) > 8 else ''}")
     for s in res.steps:
+        warm = f" (+{s.warmup * 1000:.1f} ms first use)" if s.warmup >= 0.0005 else ""
         print(f"  step {s.op}:{s.input} {s.direction:<8} {s.method:<30} {s.cells_in:>8} -> "
-              f"{s.cells_out:<8} {s.seconds * 1000:8.2f} ms")
+              f"{s.cells_out:<8} {s.seconds * 1000:8.2f} ms{warm}")
+        if s.note:
+            print(f"    {s.note}")
 
 
 def _print_where(where: dict) -> None:

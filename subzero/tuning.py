@@ -130,12 +130,20 @@ TIMED_RECORD_PAIRS = 4096
 TIMED_QUERY_CELLS = 1024
 
 # -- query-time planner (subzero.optimizer.planner) --------------------------------------
-#: Never give up on stored lineage sooner than this (seconds).
+#: Never reconsider a stored read sooner than this (CPU seconds of its own work).
 MIN_BUDGET_S = 0.002
-#: A stored read whose pessimistic price is at most this share of the predicted
-#: re-execution is abandoned once it overruns that price (a query then costs at most
-#: about 1 + SAFE_SHARE times black-box); a read not that clearly faster is committed to.
-SAFE_SHARE = 0.2
+#: A stored read that has outrun its pessimistic price is given up for re-execution once
+#: switching can cost at most this many times staying, whatever is left of the read: its
+#: CPU time so far is at least 1 / (SWITCH_WORST - 1) times re-execution's pessimistic
+#: price (the target of issue 33: no switch costs more than 1.2x staying).
+SWITCH_WORST = 1.2
+#: ... or sooner, when its measured progress says what is left of it costs at least this
+#: many times re-execution's pessimistic price (a progress estimate off by 2x still leaves
+#: the switch no slower than staying).  Chosen, not measured.
+SWITCH_MARGIN = 2.0
+#: A read at least this far through its work is never given up: what is left of it costs
+#: at most what it has cost so far.  Chosen, not measured.
+MOST_DONE = 0.5
 #: Learned corrections of predicted step costs are clipped to this range.
 CORRECTION_RANGE = (0.25, 8.0)
 #: The calibration's error model buckets steps by size (cells in or out) at these edges.

@@ -161,11 +161,13 @@ def test_every_pair_source_implements_the_declared_protocol(store):
     import inspect
 
     from subzero.capture.buffer import empty_pairs
+    from subzero.query.planner import ReadBudget
     from subzero.query.sources import MemoryPairs, PairSource, TimedSource
     from subzero.storage.lineage import StrategyReader
     _run, lineage, reader = _shifted_reader(store)
     try:
-        sources = [reader, MemoryPairs(empty_pairs(1, False)), TimedSource(reader, float("inf"))]
+        sources = [reader, MemoryPairs(empty_pairs(1, False)),
+                   TimedSource(reader, ReadBudget(after=float("inf")), 1)]
         assert all(isinstance(s, PairSource) for s in sources)
         for cls in (StrategyReader, MemoryPairs, TimedSource):
             for name in ("has_space", "lookup", "records", "all_pairs", "scan_keys", "covered"):
@@ -177,16 +179,18 @@ def test_every_pair_source_implements_the_declared_protocol(store):
 
 def test_deadline_source_reads_in_chunks_like_one_read_and_gives_up_late(store):
     """Chunked records merge their payload tables into one: every pair keeps its own
-    payload; once the deadline has passed the next chunk raises instead of reading."""
-    import time
-
+    payload, and a scan's progress is the share of its pairs read; once the budget is
+    spent the next chunk raises instead of reading."""
     from subzero.errors import Deadline
+    from subzero.query.planner import ReadBudget
     from subzero.query.sources import TimedSource
     _run, lineage, reader = _shifted_reader(store)
     try:
         pids = reader.all_pairs("b")
         one = reader.records("b", pids, ["key", "pay"])
-        timed = TimedSource(reader, float("inf"))
+        timed = TimedSource(reader, ReadBudget(after=float("inf")), 50)
+        assert timed.progress() is None
+        assert np.array_equal(timed.all_pairs("b"), pids)
         timed.CHUNK = 3                        # 17 chunks, each with its own payload table
         chunked = timed.records("b", pids, ["key", "pay"])
         for got, want in zip(chunked["key"], one["key"]):
@@ -194,7 +198,14 @@ def test_deadline_source_reads_in_chunks_like_one_read_and_gives_up_late(store):
         (ids1, tab1), (ids2, tab2) = one["pay"], chunked["pay"]
         assert [tab2[k] for k in ids2] == [tab1[k] for k in ids1]
         assert len(tab2) == len(set(tab2)) == 7
-        late = TimedSource(reader, time.perf_counter() - 1)
+        assert timed.progress() == 1.0 and timed.spent >= 0
+        looked = TimedSource(reader, ReadBudget(after=float("inf")), 50)
+        looked.CHUNK = 3
+        hit = looked.lookup("b", CellSet.everything((50,)))
+        assert looked.progress() is None                  # looked up, nothing fetched yet
+        looked.records("b", hit, ["key"])
+        assert looked.progress() == 1.0
+        late = TimedSource(reader, ReadBudget(after=0.0), 50)
         with pytest.raises(Deadline):
             late.records("b", pids, ["key"])
         with pytest.raises(Deadline):

@@ -11,7 +11,12 @@ rule gives (``methods.py``: stored lineage indexed in the step's direction,
 then mapping functions, then stored lineage indexed the other way, then
 black-box re-execution), or the order a query-time planner gives
 (``planner.py``; the optimizer implements one), which may also give reading
-stored lineage a deadline after which the step re-executes instead.
+stored lineage a budget after which the step re-executes instead: counted in the
+read's own CPU time against its measured progress (``sources.TimedSource``).
+First-use costs (opening the lineage store and a reader, importing and opening
+the array store's backend) are timed apart (``warmup.py``) and left out of a
+step's seconds, its CPU time and any budget, so a cold process neither gives up
+a read nor teaches the planner's model that a method is slow.
 ``steps.py`` runs one method.  Operators declared all-to-all on an input
 short-cut to the entire array.  Damaged stored lineage (a checksum that does
 not match, a missing block or file) falls back with a warning naming what was
@@ -48,12 +53,22 @@ from subzero.model.workflow import Workflow
 from subzero.query import steps as run_step
 from subzero.query.graph import Edge, RunGraph
 from subzero.query.methods import Mapping, Method, MethodTable, Stored, fallback_order
-from subzero.query.planner import Planner, StepInfo, StepStat, blocks_of, blocks_spanned, runs_of
+from subzero.query.planner import (
+    Planner,
+    ReadBudget,
+    StepInfo,
+    StepStat,
+    as_budget,
+    blocks_of,
+    blocks_spanned,
+    runs_of,
+)
 from subzero.query.relation import StepContext
 from subzero.query.sources import PairSource, TimedSource
 from subzero.query.tilerun import TileAccess, share
 from subzero.query.trace import GridLookup, TraceOptions, TraceResult
 from subzero.query.untrusted import DataOnlyMethods, refused
+from subzero.query.warmup import Warmup, import_arrays
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.lineage import LineageStore, ShardedReader, StrategyReader
 
@@ -99,6 +114,8 @@ class Executor:
         self._values: dict[str, np.ndarray | xr.DataArray] = {}
         self._contexts: dict[str, StepContext] = {}
         self._tile_access: dict[str, TileAccess] = {}
+        #: first-use costs paid so far: left out of the steps that paid them
+        self.warmup = Warmup()
 
     # -- public -----------------------------------------------------------------------
     def close(self) -> None:
@@ -238,10 +255,12 @@ class Executor:
 
     # -- one step --------------------------------------------------------------------------
     def _step(self, e: Edge, q: CellSet, opts: TraceOptions, stats: list[StepStat]) -> CellSet:
-        """One step: the cells of the step's target array reached from ``q``."""
-        t0 = time.perf_counter()
+        """One step: the cells of the step's target array reached from ``q``.  Its
+        seconds and CPU time leave out the first-use costs it paid (``warmup``); its CPU
+        time, what the planner's model learns from, the planner's own pricing too."""
+        t0, c0, w0 = time.perf_counter(), time.thread_time(), self.warmup.mark()
         tgt_shape = self.v.shapes[e.dst]
-        shape_in, note = (0, 0), ""
+        shape_in, note, gave_up, plan_cpu = (0, 0), "", _GaveUp(), 0.0
         if not q:
             res, method = CellSet.empty(tgt_shape), "empty"
         else:
@@ -249,34 +268,48 @@ class Executor:
             if opts.shortcut and sc.op.is_all_to_all(e.input):
                 res, method = CellSet.everything(tgt_shape), "all-to-all"
             else:
-                res, method, note, shape_in = self._choose_and_run(e, sc, q, opts, t0)
+                res, method, note, shape_in, gave_up, plan_cpu = \
+                    self._choose_and_run(e, sc, q, opts)
+        warm, warm_cpu = self.warmup.since(w0)
         st = StepStat(e.op, e.input, e.direction, method, len(q), len(res),
-                      time.perf_counter() - t0, shape_in[0], note, shape_in[1])
+                      max(time.perf_counter() - t0 - warm, 0.0), shape_in[0], note, shape_in[1],
+                      cpu=max(time.thread_time() - c0 - warm_cpu - plan_cpu, 0.0), warmup=warm,
+                      abandoned=gave_up.method, abandoned_s=gave_up.spent, done=gave_up.done)
         stats.append(st)
         planner = opts.pricing
         if planner is not None and method not in ("empty", "all-to-all"):
             planner.observe(st)
         return res
 
-    def _choose_and_run(self, e: Edge, sc: StepContext, q: CellSet, opts: TraceOptions,
-                        t0: float) -> tuple[CellSet, str, str, tuple[int, int]]:
+    def _choose_and_run(self, e: Edge, sc: StepContext, q: CellSet, opts: TraceOptions
+                        ) -> tuple[CellSet, str, str, tuple[int, int], _GaveUp, float]:
         """The first method that works, in the simple rule's or the planner's order;
-        returns (target cells, method, note, (blocks, runs) of the input cells)."""
+        returns (target cells, method, note, (blocks, runs) of the input cells, the
+        stored read given up for re-execution if one was, the CPU seconds of planning)."""
         name, i, backward = e.op, e.input, e.backward
         methods: Sequence[Method] = self.methods(name, backward, opts.prefer)
-        budget, blocks, runs, note = None, 0, 0, ""
+        budget: ReadBudget | None = None
+        blocks, runs, note, gave_up, plan_cpu = 0, 0, "", _GaveUp(), 0.0
         tiles = self._tiles(name)
         planner = opts.pricing
         if planner is not None:
+            c0, w0 = time.thread_time(), self.warmup.cpu
             blocks, runs = blocks_of(q), runs_of(q)
             info = StepInfo(name, i, backward, len(q), blocks,
                             all(a in self._values for a in self.v.inputs_of[name]),
                             share(sc, tiles, q.ids(), i, backward)
                             if q.form == "sparse" else 1.0, runs)
-            methods, budget = planner.plan(info, methods)
+            methods, asked = planner.plan(info, methods)
+            budget = as_budget(asked)
+            plan_cpu = time.thread_time() - c0 - (self.warmup.cpu - w0)   # not first uses
 
         def inputs() -> list[object]:
+            self.warmup.first("arrays", import_arrays)
             return [self._value(a) for a in self.v.inputs_of[name]]
+
+        def reexec() -> tuple[np.ndarray | CellSet, str]:
+            self.warmup.first("arrays", import_arrays)
+            return run_step.reexec(sc, i, backward, q, inputs, stored, tiles)
 
         def stored(region: tuple[slice, ...]) -> np.ndarray:   # a re-run proves itself on it
             return self.v.arrays.read_region(name, region)
@@ -290,10 +323,11 @@ class Executor:
                     damaged.append(str(m.strategy))
                     order = fallback_order(order)
                     continue
+                timed: TimedSource | None = None
                 try:
                     src: PairSource = self._reader(name, m.strategy)
-                    if budget is not None:
-                        src = TimedSource(src, t0 + budget)
+                    if budget is not None:        # its clock starts once the reader is open
+                        src = timed = TimedSource(src, budget, len(q))
                     res, method = run_step.stored(src, m.strategy, sc, i, backward, q), m.name
                 except CorruptLineage as err:
                     self._broken.add(key)
@@ -302,15 +336,16 @@ class Executor:
                     self.warn(f"{err}; answering this step another way")
                     continue
                 except Deadline:
-                    assert budget is not None
-                    note = (f"{m.name} took longer than its budget ({budget * 1000:.1f} ms, "
-                            f"from the predicted re-execution); switched to re-execution")
-                    res, method = run_step.reexec(sc, i, backward, q, inputs, stored, tiles)
+                    assert budget is not None and timed is not None
+                    gave_up = _GaveUp(m.name, timed.spent, timed.done or 0.0)
+                    note = _switch_note(m.name, budget, timed)
+                    res, method = reexec()
             elif isinstance(m, Mapping):
                 res, method = run_step.mapping(sc, q, i, backward), m.name
             else:
-                res, method = run_step.reexec(sc, i, backward, q, inputs, stored, tiles)
-            return run_step.settle(res, self.v.shapes[e.dst]), method, note, (blocks, runs)
+                res, method = reexec()
+            return (run_step.settle(res, self.v.shapes[e.dst]), method, note, (blocks, runs),
+                    gave_up, plan_cpu)
         raise QueryError(f"cannot trace through operator {name!r}: its stored lineage is damaged "
                          f"({', '.join(damaged) or 'none offered'}) and no other method is left "
                          f"(a planner must keep re-execution)")
@@ -336,13 +371,14 @@ class Executor:
         if r is None:
             if self._lineage is None:
                 try:
-                    self._lineage = LineageStore(self.v.lineage_path, readonly=True,
-                                                 run_uid=self.v.run_uid)
+                    self._lineage = self.warmup.first("lineage", lambda: LineageStore(
+                        self.v.lineage_path, readonly=True, run_uid=self.v.run_uid))
                 except CorruptLineage as err:   # the whole file: name what this step wanted
                     raise CorruptLineage(f"stored lineage of operator {name!r} ({s}) is "
                                          f"unreadable: {err}") from err
                 weakref.finalize(self, self._lineage.close)   # released with the executor
-            r = self._readers[key] = self._lineage.reader(name, s)
+            lin = self._lineage
+            r = self._readers[key] = self.warmup.first(("reader", key), lambda: lin.reader(name, s))
         return r
 
     def _tiles(self, name: str) -> TileAccess:
@@ -354,12 +390,37 @@ class Executor:
             def region(a: str, r: tuple[slice, ...]) -> np.ndarray:
                 v = self._values.get(a)
                 return v[r] if isinstance(v, np.ndarray) else self.v.arrays.read_region(a, r)
-            chunks = functools.cache(lambda: self.v.arrays.chunk_shape(name))
+            chunks = functools.cache(lambda: self.warmup.first(
+                ("chunks", name), lambda: self._first_array(name)))
             t = self._tile_access[name] = TileAccess(self.v.inputs_of[name], region, chunks)
         return t
+
+    def _first_array(self, name: str) -> tuple[int, ...]:
+        """The chunk shape of array ``name``, importing the array store's backend first."""
+        self.warmup.first("arrays", import_arrays)
+        return self.v.arrays.chunk_shape(name)
 
     def _value(self, name: str) -> np.ndarray | xr.DataArray:
         v = self._values.get(name)
         if v is None:
             v = self._values[name] = self.v.arrays.read_value(name)
         return v
+
+
+@dataclass(frozen=True)
+class _GaveUp:
+    """A stored read given up for re-execution: its method, the CPU seconds it ran and
+    the share of its work it had done (0: not measured); empty when none was."""
+
+    method: str = ""
+    spent: float = 0.0
+    done: float = 0.0
+
+
+def _switch_note(method: str, budget: ReadBudget, timed: TimedSource) -> str:
+    """Why a step gave up its stored read, in the user's terms."""
+    done = "" if timed.done is None else f", {timed.done:.0%} done"
+    why = (f"re-execution (at most {budget.reexec * 1000:.1f} ms predicted) costs less than "
+           f"the rest of the read" if budget.reexec > 0 else "the planner's limit")
+    return (f"{method} had run {timed.spent * 1000:.1f} ms of CPU{done}, past its budget of "
+            f"{budget.after * 1000:.1f} ms; {why}: switched to re-execution")

@@ -2,10 +2,15 @@
 
 Before a step the executor tells the planner what it knows (:class:`StepInfo`)
 and the step's methods in the simple rule's order; the planner answers with
-the order to try them in and, when the first reads stored lineage, the seconds
-after which to give up on it for re-execution.  After the step it observes
+the order to try them in and, when the first reads stored lineage, when to give
+up on it for re-execution (a :class:`ReadBudget`).  After the step it observes
 what happened (:class:`StepStat`).  The optimizer implements it
 (``subzero.optimizer.planner.QueryPlanner``); the core never imports that.
+
+Times a planner sees are the step's own work: first-use costs (imports, opening
+the lineage store, a reader, an array) are kept apart (``StepStat.warmup``), and
+a read's budget is counted in the CPU time of its own thread, which a busy
+machine does not stretch.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import numpy as np
 from subzero.model.cells import run_starts
 from subzero.model.cellset import CellSet
 from subzero.query.methods import Method
-from subzero.tuning import KEY_BITS
+from subzero.tuning import KEY_BITS, MOST_DONE, SWITCH_MARGIN, SWITCH_WORST
 
 KEY_BLOCK = 1 << KEY_BITS
 
@@ -40,6 +45,19 @@ class StepStat:
     blocks_in: int = 0          # key blocks the input cells span (taken when a planner runs)
     note: str = ""              # e.g. why the planner switched to re-execution
     runs_in: int = 0            # runs of consecutive cells of the input (taken with blocks_in)
+    #: CPU seconds of the step's method (this thread's, without the planner's pricing):
+    #: what the cost model learns from, since waiting for a busy machine's cores is not
+    #: the method's cost
+    cpu: float = 0.0
+    #: seconds of first-use costs the step waited for (imports, opening the lineage store,
+    #: a reader or an array), left out of ``seconds`` and ``cpu``
+    warmup: float = 0.0
+    #: the stored method given up for re-execution ("" when none) ...
+    abandoned: str = ""
+    #: ... the CPU seconds it ran first (part of ``cpu``) ...
+    abandoned_s: float = 0.0
+    #: ... and the share of its work it had done (0: not measured)
+    done: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -59,17 +77,57 @@ class StepInfo:
     runs_in: int = 0
 
 
+@dataclass(frozen=True)
+class ReadBudget:
+    """When a stored read should be given up for re-execution.  Counted in CPU seconds
+    of the read's own work (its thread's), so a busy machine does not trip it.
+
+    Nothing is given up before ``after`` (the read's pessimistic price: within it the
+    model chose well), nor once the read is ``most_done`` through its work.  Past
+    ``after`` the read switches when switching costs at most ``worst`` times staying
+    whatever is left of it (its time so far is at least ``reexec / (worst - 1)``), or
+    when its measured progress says that what is left costs at least ``margin`` times
+    ``reexec`` (the pessimistic price of the re-execution a switch runs)."""
+
+    after: float
+    reexec: float = 0.0
+    worst: float = SWITCH_WORST
+    margin: float = SWITCH_MARGIN
+    most_done: float = MOST_DONE
+
+    def switch(self, spent: float, done: float | None) -> bool:
+        """Whether a read that has run ``spent`` CPU seconds and done the share
+        ``done`` of its work (None: not measured yet) should be given up now."""
+        if spent < self.after or (done is not None and done >= self.most_done):
+            return False
+        if spent + self.reexec <= self.worst * spent:
+            return True
+        if done:
+            return spent * (1.0 - done) / done >= self.margin * self.reexec
+        return False
+
+
+def as_budget(budget: ReadBudget | float | None) -> ReadBudget | None:
+    """A planner's answer as a budget: a number is the CPU seconds after which the read is
+    given up (with nothing else to weigh)."""
+    if budget is None or isinstance(budget, ReadBudget):
+        return budget
+    return ReadBudget(after=float(budget))
+
+
 class Planner(Protocol):
     """Orders a step's methods by predicted cost and learns from observed steps."""
 
     def plan(self, step: StepInfo,
-             methods: Sequence[Method]) -> tuple[Sequence[Method], float | None]:
-        """The methods to try, in order, and the seconds a stored read first in that
-        order may take before the step switches to re-execution (None: no limit)."""
+             methods: Sequence[Method]) -> tuple[Sequence[Method], ReadBudget | float | None]:
+        """The methods to try, in order, and when a stored read first in that order is
+        given up for re-execution: a :class:`ReadBudget`, or a number of CPU seconds
+        (None: never)."""
         ...
 
     def observe(self, stat: StepStat) -> None:
-        """A step that ran (not the empty and all-to-all ones)."""
+        """A step that ran (not the empty and all-to-all ones), a switched one with what
+        its abandoned read had cost and done."""
         ...
 
 

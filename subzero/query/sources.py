@@ -4,8 +4,9 @@ implementation per kind of source.
 * stored lineage: :class:`subzero.storage.lineage.StrategyReader` (LMDB and
   R-trees), which satisfies :class:`PairSource` structurally;
 * pairs regenerated in memory by re-execution: :class:`MemoryPairs`;
-* either of them under a deadline: :class:`TimedSource`, the query-time
-  planner's switch to re-execution.
+* stored lineage under a query-time planner's budget: :class:`TimedSource`,
+  which measures the read's CPU time and progress and gives it up for
+  re-execution when the budget says so.
 
 Pairs live in *spaces*: ``"b"`` is keyed by output cells, ``"f<i>"`` by the
 cells of input i.  The relation algorithms (``relation.py``) ask only this
@@ -23,6 +24,7 @@ from subzero.capture.buffer import Pairs
 from subzero.errors import Deadline
 from subzero.model.cells import csr_take, lengths_to_offsets, rows_hitting, unique
 from subzero.model.cellset import CellSet
+from subzero.query.planner import ReadBudget
 from subzero.storage.encodings import Records, concat_records
 from subzero.tuning import TIMED_QUERY_CELLS, TIMED_RECORD_PAIRS
 
@@ -97,18 +99,44 @@ class MemoryPairs:
 
 
 class TimedSource:
-    """A source that gives up (raises :class:`Deadline`) once ``until`` (a
-    ``time.perf_counter`` value) has passed, checked between chunks of pairs and of
-    query cells, so that a slow read is abandoned within one chunk."""
+    """A stored read under a query-time planner's :class:`ReadBudget`: between chunks of
+    pairs and of query cells it measures the CPU seconds of its own work (this thread's,
+    which a busy machine does not stretch) and how far it got, and gives up (raises
+    :class:`Deadline`) when the budget says re-execution now costs less than what is
+    left.  ``spent`` and ``done`` say where it stopped.
+
+    Progress is the share of the query's cells looked up and their pairs fetched (the
+    lookup counts for ``LOOKUP_SHARE`` of each chunk of cells, fetching its pairs for the
+    rest: for a cell or two the pairs are the read), or for a scan of the other index the
+    share of its pairs read; None until a first piece tells."""
 
     CHUNK = TIMED_RECORD_PAIRS        # pairs per records() call
     QUERY_CHUNK = TIMED_QUERY_CELLS   # query cells per lookup() call (R-tree probes are slow)
+    LOOKUP_SHARE = 0.2                # of a chunk of cells' work (chosen, not measured)
 
-    def __init__(self, source: PairSource, until: float):
-        self.source, self.until = source, until
+    def __init__(self, source: PairSource, budget: ReadBudget, cells: int):
+        self.source, self.budget, self.cells = source, budget, max(int(cells), 1)
+        self._cpu0 = time.thread_time()
+        self._looked = 0              # query cells whose pairs were all fetched
+        self._cur = 0                 # query cells of the latest lookup
+        self._part = 0.0              # how far the latest lookup's cells got (0..1)
+        self._scan_spaces: set[str] = set()
+        self._scan = 0                # pairs a scan reads ...
+        self._scanned = 0             # ... and has read
+        self.spent = 0.0
+        self.done: float | None = None
+
+    def progress(self) -> float | None:
+        """The share of the read's work done, or None while nothing says."""
+        if self._scan:
+            return min(1.0, self._scanned / self._scan)
+        if self._looked or self._part:
+            return min(1.0, (self._looked + self._cur * self._part) / self.cells)
+        return None
 
     def _check(self) -> None:
-        if time.perf_counter() > self.until:
+        self.spent, self.done = time.thread_time() - self._cpu0, self.progress()
+        if self.budget.switch(self.spent, self.done):
             raise Deadline()
 
     def has_space(self, space: str) -> bool:
@@ -119,12 +147,15 @@ class TimedSource:
         return self.source.covered(near)
 
     def lookup(self, space: str, q: CellSet) -> np.ndarray:
+        self._looked += self._cur
+        self._cur, self._part = len(q), 0.0
         self._check()
         if len(q) <= self.QUERY_CHUNK:
             return self.source.lookup(space, q)
         ids = []                  # pairs hit by any chunk of the query are hit by the query
         cells = q.ids()
         for a in range(0, len(cells), self.QUERY_CHUNK):
+            self._part = self.LOOKUP_SHARE * a / len(cells)
             self._check()
             ids.append(self.source.lookup(space, CellSet.of_sorted(cells[a:a + self.QUERY_CHUNK],
                                                                    q.shape)))
@@ -132,19 +163,25 @@ class TimedSource:
 
     def all_pairs(self, space: str) -> np.ndarray:
         self._check()
-        return self.source.all_pairs(space)
+        pids = self.source.all_pairs(space)
+        self._scan_spaces.add(space)
+        self._scan += len(pids)
+        return pids
 
     def scan_keys(self, space: str, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         self._check()
         return self.source.scan_keys(space, pids)
 
     def records(self, space: str, pids: np.ndarray, fields: list[str]) -> Records:
-        if len(pids) <= self.CHUNK:
-            self._check()
-            return self.source.records(space, pids, fields)
+        scan = space in self._scan_spaces
         parts = []
-        for a in range(0, len(pids), self.CHUNK):
+        for a in range(0, max(len(pids), 1), self.CHUNK):
+            if not scan and len(pids):
+                self._part = self.LOOKUP_SHARE + (1 - self.LOOKUP_SHARE) * a / len(pids)
             self._check()
             parts.append(self.source.records(space, pids[a:a + self.CHUNK], fields))
-        return concat_records(parts, fields)
-
+            if scan:
+                self._scanned += len(pids[a:a + self.CHUNK])
+        if not scan:
+            self._part = 1.0
+        return parts[0] if len(parts) == 1 else concat_records(parts, fields)

@@ -99,6 +99,15 @@ def _add_reruns(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS reruns_parent ON reruns (parent)")
 
 
+def _add_step_work(db: sqlite3.Connection) -> None:
+    # a step's own CPU time and the stored read it gave up (query-time planner)
+    have = _columns(db, "trace_steps")
+    for col, decl in (("cpu_s", "REAL DEFAULT 0"), ("abandoned", "TEXT DEFAULT ''"),
+                      ("abandoned_s", "REAL DEFAULT 0"), ("done", "REAL DEFAULT 0")):
+        if col not in have:
+            db.execute(f"ALTER TABLE trace_steps ADD COLUMN {col} {decl}")
+
+
 @dataclass(frozen=True)
 class Migration:
     """Brings a catalog from version ``to - 1`` to ``to``."""
@@ -122,6 +131,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "arrays.digest: each input's content digest, indexed (older runs have none "
                  "until it is computed)", _add_digests),
     Migration(6, "reruns: each re-run's parent run and what it recomputed", _add_reruns),
+    Migration(7, "trace_steps.cpu_s, abandoned, abandoned_s, done: a step's own CPU time and "
+                 "the stored read it gave up for re-execution (query-time planner; older "
+                 "steps have none)", _add_step_work),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].to
 assert [m.to for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))
