@@ -130,3 +130,30 @@ def test_a_plan_the_model_cannot_vouch_for_keeps_the_defaults(tmp_path, profiled
         assert {str(s) for s in default_for(steps[op].operator) if s.stored} <= mine, op
     kept = [n for n in plan.notes if n.startswith("kept ")]
     assert kept and all("calibrated prediction" in n for n in kept)
+
+
+def test_a_fresh_process_prices_its_first_re_execution_with_the_array_imports(profiled, calibration):
+    """A command-line trace is a fresh process: its first re-execution pays the array
+    store's imports, and the model says so until an array was read."""
+    import json
+    import subprocess
+    import sys
+    assert calibration["reexec_cold_s"] > 0
+    code = ("import json, os, sys\n"
+            "import subzero\n"
+            "from subzero.optimizer.costmodel import CostModel\n"
+            "from subzero.optimizer.stats import collect\n"
+            "st = subzero.open_store(sys.argv[1], create=False)\n"
+            "cal = json.loads(sys.argv[2])\n"
+            "m = CostModel(cal, collect(st, 'genomics', {}))\n"
+            "before = 'zarr' in sys.modules, m.cost('extract', 'reexec', 0, True, 10, 10)\n"
+            "run = st.get('latest')\n"
+            "run.trace('extract', [[0, 0]], path=[('extract', 0)], prefer='reexec', record=False)\n"
+            "after = m.cost('extract', 'reexec', 0, True, 10, 10)\n"
+            "print(json.dumps([before[0], before[1], after]))\n")
+    p = subprocess.run([sys.executable, "-c", code, str(profiled.path), json.dumps(calibration)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    loaded, cold, warm = json.loads(p.stdout.strip().splitlines()[-1])
+    assert not loaded
+    assert cold == pytest.approx(warm + calibration["reexec_cold_s"], rel=1e-6)
