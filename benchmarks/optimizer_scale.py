@@ -26,6 +26,13 @@ time, and the issue's targets, each met or missed.
     .venv/bin/python benchmarks/optimizer_scale.py --quick               # genomics 100,1000; astronomy 1
     .venv/bin/python benchmarks/optimizer_scale.py --genomics 10000 --add   # one size, kept with the others
 
+This sweep runs in one warm process per size.  The path a user takes -- ``subzero
+run --max-disk`` in a fresh store, then ``subzero trace --workload`` in fresh
+processes -- is measured by ``optimizer_cli.py`` (issue 33): there the
+calibration happens inside the budgeted run, every trace pays its own first
+imports and reader openings, and the query-time planner's switches into
+re-execution pay them too.
+
 Results: ``benchmarks/.work/optimizer_scale.json`` (``--work``), the plot
 ``benchmarks/optimizer_scale.png`` and (without ``--no-write``) the
 ``optimizer-scale`` section of RESULTS.md.

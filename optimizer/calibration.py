@@ -18,6 +18,14 @@ query-time planner use to decide how far to trust a prediction.  R-tree bulk
 loads are timed separately: they slow down as the file grows, which a sample
 cannot show.
 
+Every timing is CPU seconds where the work is CPU work (the wall clock when it is
+lower: threads), the median of several, so a calibration made while other
+processes share the cores prices steps as they cost on a quiet machine; a probe
+before and after (``busy.py``) records how busy the machine was, and a busy one
+gets a one-line warning.  The fitted model still prices one operator's lineage by
+the synthetic lineage's decode rates; the profiler's reads of each operator's own
+sample correct that (``sampleread.py``, ``CostModel.own_factor``).
+
 The result is stored in the catalog per host and reused until ``subzero optimize
 --recalibrate`` (or a new cost model version).
 """
@@ -34,18 +42,20 @@ import numpy as np
 from scipy.optimize import nnls
 
 from subzero import Mode, Operator, Workflow
+from subzero.errors import warn
 from subzero.model.cellset import CellSet
 from subzero.model.strategy import DIRECTIONS, ENCODINGS, Strategy
 from subzero.operators import WindowComposite, box_payloads
 from subzero.query.planner import blocks_spanned, runs_of
 from subzero.tuning import CALIBRATION_REPEATS, CAPTURE_OVERHEAD_REPEATS, LOAD_REPEATS, SLOW_OBSERVATION_S
 
+from . import busy
 from .costmodel import FEATURES, CostModel, error_kind, error_table, method_family
 from .profile import profile_workflow
 from .progress import Progress, ProgressArg
 from .stats import for_run, required
 
-VERSION = 5
+VERSION = 6
 
 
 class CalibrationPatches(WindowComposite):
@@ -139,33 +149,44 @@ def _queries(shape, rng, scattered=SCATTERED, boxes=BOXES) -> list[np.ndarray]:
 
 
 def _observe(run, start, cells, op, method, prefer, repeats):
-    """The best of ``repeats`` traces of one step by one method (one trace when it takes
-    over ``SLOW_OBSERVATION_S``: its timer noise is small and calibration time is not)."""
+    """One step by one method, timed ``repeats`` times or until its timings add up to
+    ``SLOW_OBSERVATION_S`` (a slow step's timer noise is small and calibration time is
+    not); the median is kept.  Each timing is the CPU seconds of the trace (a query step is CPU
+    work: decoding, set operations, ``map_p``), or the step's wall seconds when lower
+    (threads sharing the work): on a busy machine the wall clock also counts the time
+    other processes held the core, and a model fitted on that prices every step as the
+    load of the moment."""
     bm = np.zeros(run.shapes()[start], bool)
     bm[tuple(cells.T)] = True
     blocks = blocks_spanned(bm)
     runs = runs_of(CellSet.of_bitmap(bm))
-    best = None
+    times: list[float] = []
+    first = None
     for _ in range(repeats):
-        if best is not None and best["seconds"] > SLOW_OBSERVATION_S:
+        if sum(times) > SLOW_OBSERVATION_S:
             break
         run.executor().clear_cache()
+        c0 = time.process_time()
         res = run.trace(start, cells, path=[(op, 0)], prefer=prefer, record=False)
+        cpu = time.process_time() - c0
         st = res.steps[0]
         ok = st.method == method if method != "reexec" else st.method.startswith("reexec")
         if not ok:
             return None
-        if best is None or st.seconds < best["seconds"]:
-            best = {"op": op, "method": st.method, "input": 0, "direction": st.direction,
-                    "cells_in": st.cells_in, "cells_out": st.cells_out, "seconds": st.seconds,
-                    "blocks_in": blocks, "runs_in": runs}
-    return best
+        times.append(min(st.seconds, cpu))
+        if first is None:
+            first = {"op": op, "method": st.method, "input": 0, "direction": st.direction,
+                     "cells_in": st.cells_in, "cells_out": st.cells_out,
+                     "blocks_in": blocks, "runs_in": runs}
+    assert first is not None
+    return {**first, "seconds": float(np.median(times))}
 
 
 def _load_costs() -> tuple[float, float]:
     """(seconds per array, seconds per byte) to load an input array from the array
     store (re-execution reads its operator's inputs), from arrays of 1, 4 and 16 MB
-    (each the best of ``LOAD_REPEATS`` reads).
+    (each the median of ``LOAD_REPEATS`` reads, CPU seconds or wall when lower: the
+    arrays are in the page cache, so a read is decompression and copying).
     Opening a Zarr array costs milliseconds whatever its size, so both terms count."""
     from subzero.storage.arrays import ArrayStore
     tmp = Path(tempfile.mkdtemp(prefix="subzero-load-"))
@@ -178,19 +199,46 @@ def _load_costs() -> tuple[float, float]:
             store.read_value(f"a{k}")                         # first touch: imports, metadata
             ts = []
             for _ in range(LOAD_REPEATS):
-                t0 = time.perf_counter()
+                c0, t0 = time.process_time(), time.perf_counter()
                 store.read_value(f"a{k}")
-                ts.append(time.perf_counter() - t0)
+                ts.append(min(time.perf_counter() - t0, time.process_time() - c0))
             sizes.append(n * 8)
-            times.append(min(ts))
+            times.append(float(np.median(ts)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     slope, intercept = np.polyfit(np.asarray(sizes, float), np.asarray(times), 1)
     return float(max(intercept, 0.0)), float(max(slope, 0.0))
 
 
+def _cold_load_s() -> float:
+    """CPU seconds a fresh process pays on its first array read (the array store's
+    imports: zarr, dask, codecs), measured in a child process: a command-line trace is
+    such a process, and its first re-execution pays this on top of the warm price."""
+    import subprocess
+    import sys
+
+    from subzero.storage.arrays import ArrayStore
+    tmp = Path(tempfile.mkdtemp(prefix="subzero-cold-"))
+    code = ("import sys, time\n"
+            "from subzero.storage.arrays import ArrayStore\n"
+            "s = ArrayStore(sys.argv[1])\n"
+            "t = time.process_time()\n"
+            "s.read_value('a')\n"
+            "print(time.process_time() - t)\n")
+    try:
+        ArrayStore(tmp).write("a", np.zeros((8, 8)))
+        p = subprocess.run([sys.executable, "-c", code, str(tmp)], capture_output=True, text=True,
+                           timeout=120)
+        return max(0.0, float(p.stdout.strip().splitlines()[-1])) if p.returncode == 0 else 0.0
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return 0.0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _rtree_quadratic() -> float:
-    """b in t(n) = a n + b n^2 for an R-tree bulk load of n boxes (written to disk)."""
+    """b in t(n) = a n + b n^2 for an R-tree bulk load of n boxes (written to disk), in
+    CPU seconds (or wall, when lower)."""
     from rtree import index as rindex
     rng = np.random.default_rng(0)
     tmp = Path(tempfile.mkdtemp(prefix="subzero-rtree-"))
@@ -200,12 +248,12 @@ def _rtree_quadratic() -> float:
             lo = rng.random((n, 2)) * 1000
             props = rindex.Property()
             props.dimension = 2
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             idx = rindex.Index(str(tmp / f"t{k}"), (np.arange(n, dtype=np.int64), lo, lo + 1),
                                properties=props)
             idx.close()
             ns.append(n)
-            ts.append(time.perf_counter() - t0)
+            ts.append(min(time.perf_counter() - t0, time.process_time() - c0))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     x = np.asarray(ns, float)
@@ -319,6 +367,14 @@ def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
     import subzero  # the public API: the optimizer is its client
     t0 = time.perf_counter()
     prog = Progress.of(progress)
+    probes = [busy.probe()]
+    phases: dict[str, float] = {}
+    c0 = time.process_time()
+
+    def phase(name: str) -> None:         # CPU seconds per phase, for the record
+        nonlocal c0
+        phases[name] = time.process_time() - c0
+        c0 = time.process_time()
     tmp = Path(tempfile.mkdtemp(prefix="subzero-calibration-"))
     rng = np.random.default_rng(seed)
     inputs = {"small": rng.random((192, 192)), "big": rng.random((384, 384)),
@@ -338,12 +394,14 @@ def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
     store = subzero.open_store(tmp / "store")
     try:
         with prog.bar("calibrating", obs_weight + sum(share.values())) as advance:
-            profile_workflow(store, wf, inputs=inputs, all_ops=True)
+            profile_workflow(store, wf, inputs=inputs, all_ops=True, read_samples=False)
             advance(share["profile"])
+            phase("profile")
             runs = [(store.run(wf, inputs=inputs, progress=False,
                                strategies={o: tuple(group) for o in ops}), group)
                     for group in groups]
             advance(share["runs"])
+            phase("runs")
             obs = []
             for run, group in runs:
                 for op in ops:
@@ -364,6 +422,7 @@ def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
                                     obs.append(o)
                             advance(_observation_weight(wf.steps[op].operator, len(cells),
                                                         len(methods)))
+            phase("observations")
             load_fixed_s, load_byte_s = _load_costs()
             uncalibrated = {"coef": {f: [1.0] * len(v) for f, v in FEATURES.items()},
                             "load_fixed_s": load_fixed_s, "load_byte_s": load_byte_s}
@@ -372,18 +431,25 @@ def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
             for s, info in both.ops.items():                             # both runs' stored sizes
                 model.stats.ops[s].strategies.update(info.strategies)
             coef, quality, errors = fit(obs, model)
+            phase("load and fit")
             small = calibration_workflow(huge=False)
             capture_s, strategy_s = _capture_overheads(
                 store, small, {k: v for k, v in inputs.items() if k in ("small", "big")})
+            phase("capture overheads")
             rtree_quadratic = _rtree_quadratic()
+            cold_s = _cold_load_s()
             advance(share["tail"])
+            phase("rtree and cold start")
     finally:
         store.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    return {"version": VERSION, "coef": coef, "features": {f: list(v) for f, v in FEATURES.items()},
+    probes.append(busy.probe())
+    load = busy.summarise(probes)
+    return {"version": VERSION, "load": load, "cpu_s": phases, "coef": coef,
+            "features": {f: list(v) for f, v in FEATURES.items()},
             "rtree_quadratic": rtree_quadratic, "quality": quality, "errors": errors,
             "capture_fixed_s": capture_s, "strategy_fixed_s": strategy_s,
-            "load_fixed_s": load_fixed_s, "load_byte_s": load_byte_s,
+            "load_fixed_s": load_fixed_s, "load_byte_s": load_byte_s, "reexec_cold_s": cold_s,
             "seconds": time.perf_counter() - t0, "host": os.uname().nodename}
 
 
@@ -399,6 +465,9 @@ def ensure_calibration(store, recalibrate: bool = False, progress: ProgressArg =
     prog = Progress.of(progress)
     prog.note("calibrating this machine's cost model (once per host, or with --recalibrate)")
     cal = calibrate(progress=prog)
+    said = busy.warning(cal["load"])
+    if said:
+        warn(said)
     store.catalog.add_calibration(host, cal["seconds"], cal)
     return store.catalog.latest_calibration(host)
 

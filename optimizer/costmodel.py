@@ -20,8 +20,10 @@ err on the slow side, which keeps the planner conservative.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
+import sys
 from collections import defaultdict
 from functools import lru_cache
 
@@ -40,7 +42,9 @@ from subzero.tuning import (
     ERROR_BUCKET_MIN_STEPS,
     ERROR_BUCKETS,
     EXTRAPOLATION_GROWTH,
+    OWN_FACTOR_RANGE,
     PRICE_MEMO_ENTRIES,
+    VOUCH_FACTOR,
 )
 
 from .stats import OpInfo, WorkflowStats
@@ -155,9 +159,12 @@ class CostModel:
         self.load_in_seconds = "load_byte_s" in calibration
         self.load_fixed_s = float(calibration.get("load_fixed_s", 0.0))
         self.load_byte_s = float(calibration.get("load_byte_s", 0.0))
+        #: a fresh process's first array read: imports a warm process paid long ago
+        self.reexec_cold_s = float(calibration.get("reexec_cold_s", 0.0))
         self.stats = stats
         self.corrections = dict(corrections or {})
         self._memo: dict[tuple, tuple | None] = {}
+        self._own: dict[tuple[str, str, bool], list[tuple[float, float]]] = {}
 
     # -- how far predictions can be trusted ----------------------------------------------
     def margin(self, kind: str, cells: float) -> tuple[float, float]:
@@ -254,7 +261,18 @@ class CostModel:
         if compute is None:
             return 0.0
         corr = self.corrections.get((op, i, correction_key(method, backward)), 1.0)
-        return compute * corr + load
+        return compute * corr + load + self.cold_s(op, method, loaded)
+
+    def cold_s(self, op: str, method, loaded: bool = False) -> float:
+        """What a re-execution pays on top of its warm price in a process that has not
+        read an array yet (``reexec_cold_s``: the array store's imports).  Every
+        ``subzero trace`` is such a process: priced warm, a switch into re-execution
+        looked cheap and then took seconds on the command line (issue 33)."""
+        if loaded or not self.reexec_cold_s or method_family(method) != "reexec" \
+                or "zarr" in sys.modules:
+            return 0.0
+        info = self.stats.ops.get(op)
+        return self.reexec_cold_s if info is not None and info.reexec_mode is not None else 0.0
 
     def _base_cost(self, op, method, i, backward, n_in, n_out, loaded, blocks, tiles=1.0, runs=0):
         """(compute seconds before corrections, load seconds) or None."""
@@ -268,7 +286,84 @@ class CostModel:
         if fam == "reexec":            # loading inputs is I/O: corrections are for the compute
             k = FEATURES["reexec"].index("load")
             load = float(self.coef[fam][k] * x[k])
-        return max(float(self.coef[fam] @ x) - load, 1e-6), load
+        own = self.own_factor(op, method, backward, n_in)
+        return max(float(self.coef[fam] @ x) - load, 1e-6) * own, load
+
+    # -- the operator's own lineage sample ------------------------------------------------------
+    def sample_ratio(self, op: str, method, index: bool, n_in: float = 1.0) -> float | None:
+        """Measured / predicted seconds of reading this strategy's own sample through its
+        index (``index``) or by a scan, as the profile timed it (``sampleread``), for the
+        timed query nearest ``n_in`` cells in size (log scale); None when it was not
+        timed (an older profile, or not a stored method)."""
+        if method_family(method) != "stored":
+            return None
+        s = _strategy(method)
+        key = (op, str(s), index)
+        if key not in self._own:
+            self._own[key] = self._sample_ratios(op, s, index)
+        got = self._own[key]
+        if not got:
+            return None
+        size = math.log(max(n_in, 1.0))
+        return min(got, key=lambda t: abs(math.log(max(t[0], 1.0)) - size))[1]
+
+    def _sample_ratios(self, op: str, s: Strategy, index: bool) -> list[tuple[float, float]]:
+        """(cells in, measured / predicted) of each timed read of the sample."""
+        info = self.stats.ops.get(op)
+        si = info.strategies.get(str(s)) if info else None
+        smp = si.sample if si else None
+        reads = [r for r in (smp or {}).get("reads", ())
+                 if (r["backward"] == s.backward) == index and r["seconds"] > 0]
+        if info is None or si is None or smp is None or not reads:
+            return []
+        # the sample's own sizes; what the profile extrapolated to all pairs, cut back
+        frac = si.sample_frac
+        mode = dict(info.modes.get(s.mode.value, {}))
+        for k in ("payloads", "out_cells"):
+            if mode.get(k):
+                mode[k] = mode[k] * frac
+        if mode.get("expanded"):
+            mode["expanded"] = [e * frac for e in mode["expanded"]]
+        small = dataclasses.replace(info, modes={**info.modes, s.mode.value: mode})
+        out = []
+        for read in reads:
+            backward = bool(read["backward"])
+            src = math.prod(info.out_shape if backward else info.in_shapes[0])
+            tgt = math.prod(info.in_shapes[0] if backward else info.out_shape)
+            x = self._stored(small, s, smp["spaces"], 0, backward, read["cells_in"],
+                             read["cells_out"], src + tgt, read["blocks"], read["runs"])
+            pred = float(self.coef[_stored_family(s, backward)] @ x)
+            if pred > 0:
+                out.append((float(read["cells_in"]), read["seconds"] / pred))
+        return out
+
+    def own_factor(self, op: str, method, backward: bool, n_in: float = 1.0) -> float:
+        """The factor this operator's own lineage decodes at, against the calibration's
+        synthetic lineage: measured / predicted on its sample (clamped to
+        ``OWN_FACTOR_RANGE``), for the way a step reads it (index or scan) and the timed
+        query nearest its size; 1 when the profile did not time it."""
+        if method_family(method) != "stored":
+            return 1.0
+        r = self.sample_ratio(op, method, _strategy(method).backward == backward, n_in)
+        if r is None:
+            return 1.0
+        lo, hi = OWN_FACTOR_RANGE
+        return min(hi, max(lo, r))
+
+    def vouched(self, op: str, s: Strategy) -> tuple[bool, str]:
+        """Whether the calibration can vouch for its prices of ``s`` on this operator:
+        (ok, why not).  Not when reading the operator's own sample took more than
+        ``VOUCH_FACTOR`` times, or less than 1 / ``VOUCH_FACTOR`` of, what it predicted,
+        through the index or by a scan: the model then extrapolates from a sample of a
+        few thousand pairs, not from anything it was fitted on."""
+        for index in (True, False):
+            self.sample_ratio(op, s, index)              # fills self._own for (op, s, index)
+            for n, r in self._own.get((op, str(s), index), []):
+                if not 1.0 / VOUCH_FACTOR <= r <= VOUCH_FACTOR:
+                    how = "through its index" if index else "by a scan"
+                    return False, (f"reading {op}'s own {s} sample {how} ({n:.0f} cells) took "
+                                   f"{r:.1f}x the calibrated prediction")
+        return True, ""
 
     def features(self, op: str, method, i: int, backward: bool, n_in: float, n_out: float,
                  loaded: bool = False, blocks: int = 0, tiles: float = 1.0, runs: int = 0):

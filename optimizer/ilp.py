@@ -96,6 +96,8 @@ class Problem:
     eps_runtime: float = 0.0                     # ... per second of runtime overhead
     fixed_runtime_s: float = 0.0                 # paid once by a run that stores anything
     bounds: list[QueryBound] = field(default_factory=list)
+    #: candidates every plan stores (an operator's defaults the model cannot vouch against)
+    required: list[int] = field(default_factory=list)
 
     def cands_of(self, op: str) -> list[int]:
         return [k for k, c in enumerate(self.candidates) if c.op == op]
@@ -142,8 +144,10 @@ def brute_force(p: Problem) -> Solution:
             per_op.append([tuple(p.pinned[op])])
             continue
         ks = p.cands_of(op)
+        must = set(p.required) & set(ks)
         subsets = [s for r in range(len(ks) + 1) for s in itertools.combinations(ks, r)
-                   if not any(frozenset(pair) in excl for pair in itertools.combinations(s, 2))]
+                   if not any(frozenset(pair) in excl for pair in itertools.combinations(s, 2))
+                   and must <= set(s)]
         per_op.append(subsets)
     best = None
     for combo in itertools.product(*per_op):
@@ -200,6 +204,8 @@ def solve(p: Problem) -> Solution:
         if pins is not None:                       # pinned operator: exactly its pins
             fixed = 1.0 if k in pins else 0.0
             b.cols[x[k] - 1] = (*b.cols[x[k] - 1][:2], fixed, fixed, True)
+        elif k in p.required:
+            b.cols[x[k] - 1] = (*b.cols[x[k] - 1][:2], 1.0, 1.0, True)
         b.row({x[k]: 1.0, m[(c.op, c.mode)]: -1.0}, hi=0.0)
         b.row({x[k]: 1.0, z: -1.0}, hi=0.0)
         b.row({x[k]: 1.0, bb[c.op]: 1.0}, hi=1.0)

@@ -21,7 +21,7 @@ from .calibration import ensure_calibration
 from .costmodel import CostModel
 from .ilp import solve
 from .planner import QueryPlanner
-from .problem import build
+from .problem import build, unvouched
 from .profile import profile_workflow
 from .progress import Progress, ProgressArg
 from .stats import collect, for_run, required
@@ -190,6 +190,10 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
     defaults = {name: default_for(step.operator) for name, step in wf.steps.items()}
     built = build(model, queries, budgets, pins, defaults)
     sol = solve(built.problem)
+    keep = unvouched(model, built.problem, sol.chosen) if sol.status == "optimal" else {}
+    if keep:            # a plan the model cannot vouch for: keep those operators' defaults
+        built = build(model, queries, budgets, pins, defaults, keep_defaults=keep)
+        sol = solve(built.problem)
     if sol.status != "optimal":
         raise BudgetError(f"no plan fits {budgets.describe()}" + (" with the pinned strategies"
                                                                    if pins else ""))
@@ -242,6 +246,8 @@ def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) ->
                               "within the budgets")
     for reason, ks in built.pruned.items():
         plan.notes.append(f"pruned {len(ks)}: {reason}")
+    for op, why in built.kept_defaults.items():
+        plan.notes.append(f"kept {op}'s default strategies: {why}")
     if save:
         store.catalog.save_plan(name, wf.name, plan.as_dict())
     return plan

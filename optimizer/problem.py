@@ -12,6 +12,12 @@ reason (pinned strategies are exempt):
 * it is never faster than mapping functions or re-execution on any step;
 * another strategy of the same mode is at least as small, as fast to write
   and as fast on every step.
+
+An operator whose chosen strategy read its own lineage sample far from what
+the calibration predicts (``CostModel.vouched``, ``unvouched``) keeps its
+default strategies in the plan (``optimize`` solves again with them required
+and exempt from pruning): the plan may add to them, but a step the defaults
+answered well can still be answered that way.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from dataclasses import dataclass, field
 
 from subzero.errors import BudgetError, OptimizerError, StrategyError
 from subzero.model.modes import Mode
-from subzero.model.strategy import Strategy
+from subzero.model.strategy import Strategy, parse_one
 from subzero.tuning import DEFAULTS_TOLERANCE, TIE_BREAK
 
 from .budgets import Budgets, fmt_size
@@ -40,6 +46,8 @@ class Built:
     fixed_priced: float = 0.0      # the same steps' weighted pessimistic price
     query_steps: dict[str, list[tuple[str, list[Option], float]]] = field(default_factory=dict)
     smallest: tuple[float, str] | None = None                      # cheapest candidate on disk
+    #: op -> why its defaults are kept (the model cannot vouch for one of its strategies)
+    kept_defaults: dict[str, str] = field(default_factory=dict)
 
 
 def _supported(info, s: Strategy) -> bool:
@@ -96,11 +104,13 @@ def _priced(model: CostModel, op: str, method: str, args: tuple[int, bool, float
 
 def build(model: CostModel, queries: list[WorkloadQuery], budgets: Budgets,
           pins: dict[str, tuple[Strategy, ...]] | None = None,
-          defaults: dict[str, tuple[Strategy, ...]] | None = None) -> Built:
+          defaults: dict[str, tuple[Strategy, ...]] | None = None,
+          keep_defaults: dict[str, str] | None = None) -> Built:
     """The integer program for ``queries`` within ``budgets``.  ``defaults``: the
     strategies a run stores when none are given; each query is then bounded by its
     price under them (``DEFAULTS_TOLERANCE``), so a plan does not trade one query's
-    speed for another's beyond what the model can vouch for."""
+    speed for another's beyond what the model can vouch for.  ``keep_defaults``: op ->
+    why; those operators' stored defaults are required in the plan (``unvouched``)."""
     pins = dict(pins or {})
     check_pins(model, pins)
     stats = model.stats
@@ -143,7 +153,8 @@ def build(model: CostModel, queries: list[WorkloadQuery], budgets: Budgets,
             default_cost[q.name] += ent["default"]
             plan_steps.append((op, always + [o for o in ent["costs"].values() if o is not None],
                                q.weight))
-    keep = _prune(model, cands, raw, budgets, max_rt, pins, built)
+    required = _required_defaults(model, cands, budgets, pins, defaults, keep_defaults, built)
+    keep = _prune(model, cands, raw, budgets, max_rt, pins, built, required)
     index = {k: j for j, k in enumerate(keep)}
     p = built.problem
     p.candidates = [Candidate(cands[k][0], str(cands[k][1]), cands[k][1].mode.value,
@@ -154,6 +165,7 @@ def build(model: CostModel, queries: list[WorkloadQuery], budgets: Budgets,
     p.max_disk, p.max_runtime_s = budgets.max_disk, max_rt
     p.pinned = {op: [index[k] for k in keep if cands[k][0] == op and cands[k][1] in strats]
                 for op, strats in pins.items()}
+    p.required = [index[k] for k in required if k in index]
     p.exclusive = [(a, b) for a in range(len(p.candidates)) for b in range(a + 1, len(p.candidates))
                    if p.candidates[a].op == p.candidates[b].op
                    and {p.candidates[a].mode, p.candidates[b].mode} == {"pay", "comp"}]
@@ -207,7 +219,39 @@ def _c_inf(ent: dict, k: int) -> float:
     return math.inf if c is None else c
 
 
-def _prune(model, cands, raw, budgets, max_rt, pins, built) -> list[int]:
+def unvouched(model: CostModel, p: Problem, chosen) -> dict[str, str]:
+    """Operators whose chosen strategies (``chosen``: indices into ``p.candidates``) the
+    model cannot vouch for (``CostModel.vouched``): op -> why."""
+    out: dict[str, str] = {}
+    for k in chosen:
+        c = p.candidates[k]
+        ok, why = model.vouched(c.op, parse_one(c.strategy))
+        if not ok and c.op not in out:
+            out[c.op] = why
+    return out
+
+
+def _required_defaults(model, cands, budgets, pins, defaults, keep, built) -> set[int]:
+    """Candidates (indices into ``cands``) every plan must store: the stored defaults of
+    each operator in ``keep`` (op -> why), when they fit the disk budget together (else
+    the plan is left to the per-query bounds, and the note says so)."""
+    need: set[int] = set()
+    for op, why in (keep or {}).items():
+        mine = [s for s in (defaults or {}).get(op, ()) if s.stored]
+        if op in pins or not mine:
+            continue
+        ks = [k for k, (o, s) in enumerate(cands) if o == op and s in mine]
+        if len(ks) == len(mine):
+            need.update(ks)
+            built.kept_defaults[op] = why
+    if budgets.max_disk is not None and sum(model.disk(*cands[k]) for k in need) > budgets.max_disk:
+        for op in list(built.kept_defaults):
+            built.kept_defaults[op] += " (its defaults do not fit the disk budget: not kept)"
+        return set()
+    return need
+
+
+def _prune(model, cands, raw, budgets, max_rt, pins, built, required=frozenset()) -> list[int]:
     def drop(reason, k):
         built.pruned.setdefault(reason, []).append(f"{cands[k][0]} {cands[k][1]}")
 
@@ -220,6 +264,9 @@ def _prune(model, cands, raw, budgets, max_rt, pins, built) -> list[int]:
         if op in pins:
             if s in pins[op]:
                 keep.append(k)
+            continue
+        if k in required:
+            keep.append(k)
             continue
         size = model.disk(op, s)
         if built.smallest is None or size < built.smallest[0]:
@@ -241,7 +288,7 @@ def _prune(model, cands, raw, budgets, max_rt, pins, built) -> list[int]:
     survivors = []
     for k in keep:                                     # Pareto dominance within a mode
         op, s = cands[k]
-        if op in pins:
+        if op in pins or k in required:
             survivors.append(k)
             continue
         steps = by_op.get(op, [])

@@ -14,7 +14,10 @@ by re-execution.  After each operator runs, the profiler
   into a scratch store and extrapolates bytes and write time to all pairs.
   Sampling matters for operators with a million pairs; a small lineage is
   encoded whole, so its prediction is exact (a sample too small to extrapolate
-  grows in one step to the size it needs, or to all pairs).
+  grows in one step to the size it needs, or to all pairs);
+* reads each strategy's sample back through its index and by a scan, timed in
+  CPU seconds (``sampleread.py``): the operator's own decode rate, which the
+  cost model compares with its prediction (calibration is synthetic lineage).
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from subzero.query.reexec import capture_mode
 from subzero.storage.encodings import REC_PAIRS
 from subzero.storage.lineage import LineageStore
 from subzero.tuning import FAST_OP_REPEATS, FAST_OP_S, KEY_BITS, SAMPLE_PAIRS, SMALL_SAMPLE_BYTES
+
+from .sampleread import time_reads
 
 LWRITE_MODES = (Mode.FULL, Mode.PAY, Mode.COMP)
 
@@ -70,8 +75,10 @@ def _sample_rows(n: int, size: int) -> np.ndarray:
 class Profiler:
     """The driver loop's profiling hook (``store.run(..., profiler=...)``, local engine)."""
 
-    def __init__(self, scratch: Path, sample_pairs: int = SAMPLE_PAIRS, all_ops: bool = False):
+    def __init__(self, scratch: Path, sample_pairs: int = SAMPLE_PAIRS, all_ops: bool = False,
+                 read_samples: bool = True):
         self.scratch = LineageStore(scratch)
+        self.read_samples = read_samples
         self.all_ops = all_ops
         self.sample_pairs = sample_pairs
         self.ops: dict[str, dict] = {}
@@ -156,9 +163,16 @@ class Profiler:
         self._n += 1
         st = OpStats(name, "", [], [], out_shape)
         full, pay = (None, pairs) if s.payload else (pairs, None)
-        store_lineage(f"{name}#{self._n}", op, (s,), full, pay, out_shape, in_shapes,
-                      self.scratch, st)
-        return st.per_strategy[0]
+        key = f"{name}#{self._n}"
+        store_lineage(key, op, (s,), full, pay, out_shape, in_shapes, self.scratch, st)
+        return {**st.per_strategy[0], "key": key}
+
+    def _reads(self, name, op, s, w, pairs, out_shape, in_shapes) -> dict | None:
+        """The sample's own index read and scan, timed (``sampleread``)."""
+        if not self.read_samples:
+            return None
+        return time_reads(self.scratch, w["key"], name, op, s, pairs, out_shape, in_shapes,
+                          w["spaces"])
 
     def _encode(self, name, op, s, pairs, out_shape, in_shapes) -> dict:
         """Bytes, write seconds and space sizes of ``s`` over all pairs, from a sample."""
@@ -167,9 +181,11 @@ class Profiler:
             if n <= size:
                 w = self._write(name, op, s, pairs, out_shape, in_shapes)
                 return {"bytes": w["bytes"], "write_s": w["write_s"], "spaces": w["spaces"],
-                        "exact": True}
+                        "exact": True,
+                        "sample": self._reads(name, op, s, w, pairs, out_shape, in_shapes)}
             rows = _sample_rows(n, size)
-            big = self._write(name, op, s, take_pairs(pairs, rows), out_shape, in_shapes)
+            sample = take_pairs(pairs, rows)
+            big = self._write(name, op, s, sample, out_shape, in_shapes)
             if big["bytes"] >= SMALL_SAMPLE_BYTES:
                 break
             # a few LMDB pages extrapolate badly; small lineage is cheap to encode.  Grow
@@ -194,7 +210,8 @@ class Profiler:
                               "record_cells": int(d["record_cells"] * scale)}
         return {"bytes": int(_extrapolate(small["bytes"], big["bytes"], len(half), len(rows), n)),
                 "write_s": _extrapolate(small["write_s"], big["write_s"], len(half), len(rows), n),
-                "spaces": spaces, "exact": False, "sample_frac": len(rows) / n}
+                "spaces": spaces, "exact": False, "sample_frac": len(rows) / n,
+                "sample": self._reads(name, op, s, big, sample, out_shape, in_shapes)}
 
 
 def _extrapolate(y1: float, y2: float, n1: int, n2: int, n: int) -> float:
@@ -206,11 +223,13 @@ def _extrapolate(y1: float, y2: float, n1: int, n2: int, n: int) -> float:
 
 
 def profile_workflow(store, workflow, params: dict | None = None, inputs: dict | None = None,
-                     progress=None, all_ops: bool = False) -> dict:
+                     progress=None, all_ops: bool = False, read_samples: bool = True) -> dict:
     """Run ``workflow`` once in profiling mode; save the profile in the catalog and return it.
 
     ``progress`` as in ``Store.run``: by default the operators done (each profiled as
-    it runs) are shown when stderr is a terminal.
+    it runs) are shown when stderr is a terminal.  ``read_samples=False`` leaves out
+    the timed reads of each strategy's sample (the calibration's own profile, whose
+    lineage the calibration reads anyway).
 
     Operators with mapping functions are timed but their stored strategies are not
     priced (the optimizer prefers mapping there) unless ``all_ops``."""
@@ -218,7 +237,7 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
     plain = {n: ("map" if Mode.MAP in st.operator.supported_modes() and st.operator.has_mapping()
                  else "blackbox") for n, st in wf.steps.items()}
     tmp = Path(tempfile.mkdtemp(prefix="subzero-profile-"))
-    prof = Profiler(tmp / "scratch", all_ops=all_ops)
+    prof = Profiler(tmp / "scratch", all_ops=all_ops, read_samples=read_samples)
     try:
         t0 = time.perf_counter()
         run = store.run(wf, inputs=inputs, strategies=plain, profiler=prof, progress=progress)

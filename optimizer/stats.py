@@ -31,6 +31,8 @@ class StrategyInfo:
     spaces: dict                 # key side -> sizes (engine.space_stats)
     measured: bool = False       # from a real run (else predicted by the profile)
     sample_frac: float = 1.0     # share of the pairs the profile encoded (1 = all, exact)
+    #: the profile's timed reads of its own sample (``sampleread.time_reads``), or None
+    sample: dict | None = None
 
 
 @dataclass
@@ -97,7 +99,8 @@ def _op_info(name: str, inputs: list[str], rec: dict) -> OpInfo:
         modes=dict(rec.get("modes", {})), profiled=bool(rec.get("profiled", True)),
         reruns=int(rec.get("reruns", 1)),
         strategies={s: StrategyInfo(float(v["bytes"]), float(v["write_s"]), v["spaces"],
-                                    sample_frac=float(v.get("sample_frac", 1.0)))
+                                    sample_frac=float(v.get("sample_frac", 1.0)),
+                                    sample=v.get("sample"))
                     for s, v in rec.get("strategies", {}).items()})
 
 
@@ -147,8 +150,10 @@ def _apply_measured(store, stats: WorkflowStats, only_run: int | None = None) ->
             sp = spaces.get((st["op"], st["strategy"]))
             if op is None or sp is None:
                 continue
+            old = op.strategies.get(st["strategy"])
             op.strategies[st["strategy"]] = StrategyInfo(float(st["bytes"]), float(st["write_s"]),
-                                                         sp, measured=True)
+                                                         sp, measured=True,
+                                                         sample=old.sample if old else None)
 
 
 def for_run(store, run) -> WorkflowStats | None:

@@ -122,6 +122,22 @@ def test_pins_are_kept_even_when_costly():
     assert not [k for k in solve(p).chosen if p.candidates[k].op == op]
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_required_candidates_are_stored_and_others_still_chosen(seed):
+    """A required candidate (an operator's default the model cannot vouch against) is
+    in every plan; the rest is still the best plan around it, as brute force finds."""
+    rng = random.Random(100 + seed)
+    p = random_problem(rng, bounds=seed % 2 == 1)
+    p.max_disk = p.max_runtime_s = None
+    free = solve(p)
+    k = next((k for k in range(len(p.candidates)) if k not in free.chosen), 0)
+    p.required = [k]
+    ilp, brute = solve(p), brute_force(p)
+    assert ilp.status == brute.status == "optimal"
+    assert k in ilp.chosen and ilp.chosen == brute.chosen
+    assert ilp.objective >= free.objective - 1e-12
+
+
 def test_zero_budget_stores_nothing():
     p = random_problem(random.Random(3))
     p.max_disk = 0

@@ -1,0 +1,279 @@
+"""The storage-budget optimizer on the user's path (issue 33): the command lines a
+person types, not the library calls ``optimizer_scale.py`` makes.
+
+Per genomics size, in fresh stores (one for the defaults, one for the plan, as a
+user who tries both would make them):
+
+1. ``subzero run workflows/genomics.py --param replicate=N`` (the defaults);
+2. ``subzero run workflows/genomics.py --param replicate=N --max-disk 100MB`` (this
+   calibrates the machine in the fresh store, profiles, optimizes and runs the plan),
+   optionally with ``--load K`` busy-loop processes running while it does (a plan
+   chosen on a loaded machine);
+3. ``subzero trace --workload workflows/genomics_workload.json --json`` ``--traces``
+   times on each store, alternating (the load stopped), each query's best time kept.
+
+Every command is a fresh process, as a user's is.  Reported per query: the defaults,
+the plan, plan / defaults, and the plan's own prediction (``--json`` of the plan is
+read back from the store).  The per-query target is plan / defaults <= 1.2.
+
+    .venv/bin/python benchmarks/optimizer_cli.py --genomics 1,100,1000
+    .venv/bin/python benchmarks/optimizer_cli.py --genomics 100 --load 4
+
+Results: ``benchmarks/.work/optimizer_cli.json`` (merged by size and load) and,
+unless ``--no-write``, the ``optimizer-cli`` section of RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+WORK = HERE / ".work"
+sys.path.insert(0, str(HERE))
+from _common import command_line, machine, update_section  # noqa: E402
+
+WORKFLOW = "workflows/genomics.py"
+WORKLOAD = "workflows/genomics_workload.json"
+PLAN_VS_DEFAULTS = 1.2
+WORKLOAD_ERROR = 0.25
+
+
+def _cli(*args: str, cwd: Path = ROOT) -> tuple[str, float]:
+    """Run one ``subzero`` command in a fresh process; (stdout, wall seconds)."""
+    exe = Path(sys.executable).parent / "subzero"
+    t0 = time.perf_counter()
+    p = subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise RuntimeError(f"subzero {' '.join(args)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    return p.stdout, wall
+
+
+def _spin() -> None:           # a busy loop: one core's worth of load
+    while True:
+        pass
+
+
+class Load:
+    """``n`` busy-loop processes while the block runs."""
+
+    def __init__(self, n: int):
+        self.n, self.procs = n, []
+
+    def __enter__(self):
+        ctx = mp.get_context("fork")
+        self.procs = [ctx.Process(target=_spin, daemon=True) for _ in range(self.n)]
+        for p in self.procs:
+            p.start()
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            p.join()
+
+
+def _trace_once(store: Path, best: dict, planner: bool = True, workload: str = WORKLOAD) -> None:
+    """One ``subzero trace --workload`` process; keeps each query's best wall time (ms)
+    and the methods of that best, and its least CPU time (ms), in ``best``."""
+    args = ["trace", "--store", str(store), "--workload", workload, "--json"]
+    if not planner:
+        args.append("--no-planner")
+    out, _ = _cli(*args)
+    for q in json.loads(out)["queries"]:
+        ms, cpu = q["seconds"] * 1e3, q.get("cpu_seconds", q["seconds"]) * 1e3
+        had = best.get(q["name"])
+        if had is None or ms < had["ms"]:
+            best[q["name"]] = {"ms": ms, "methods": q.get("methods", []),
+                               "cpu_ms": min(cpu, had["cpu_ms"]) if had else cpu}
+        else:
+            had["cpu_ms"] = min(had["cpu_ms"], cpu)
+
+
+def _plan_of(store: Path) -> dict:
+    """The plan the budgeted run saved (its prediction per query) and its calibration."""
+    code = (
+        "import json, os, sys\n"
+        "import subzero\n"
+        "s = subzero.open_store(sys.argv[1], create=False)\n"
+        "names = s.catalog.plan_names()\n"
+        "p = s.catalog.get_plan(names[-1]) if names else None\n"
+        "cal = s.catalog.latest_calibration(os.uname().nodename) or {}\n"
+        "print(json.dumps({'plan': p, 'calibration': {k: cal.get(k) for k in "
+        "('seconds', 'load', 'cpu_s', 'quality')}}, default=str))\n")
+    p = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, text=True,
+                       cwd=ROOT)
+    return json.loads(p.stdout) if p.returncode == 0 and p.stdout.strip() else {}
+
+
+def measure(size: int, load: int, traces: int, max_disk: str, folder: Path) -> dict:
+    params = ["--param", f"replicate={size}"]
+    out: dict = {"size": size, "load": load, "max_disk": max_disk}
+    dstore, pstore = folder / "defaults", folder / "plan"
+    _, out["defaults_run_s"] = _cli("run", WORKFLOW, *params, "--store", str(dstore))
+    with Load(load):
+        text, out["plan_run_s"] = _cli("run", WORKFLOW, *params, "--max-disk", max_disk,
+                                       "--store", str(pstore))
+    out["plan_table"] = text
+    out["plan"] = _plan_of(pstore)
+    out["defaults"], out["planned"], out["planned_no_planner"] = {}, {}, {}
+    for _ in range(traces):            # alternating: both see the same moments of load
+        _trace_once(dstore, out["defaults"])
+        _trace_once(pstore, out["planned"])
+    _trace_once(pstore, out["planned_no_planner"], planner=False)
+    # one query per process, as a user asks one question at a time: no query finds the
+    # caches an earlier one filled (in a workload trace, whichever query first reads a
+    # strategy pays its block decoding, and that query differs between the stores)
+    spec = json.loads((ROOT / WORKLOAD).read_text())
+    out["alone_defaults"], out["alone_planned"] = {}, {}
+    for q in spec["queries"]:
+        one = folder / f"{q['name']}.json"
+        one.write_text(json.dumps({**spec, "queries": [q]}))
+        for _ in range(max(2, traces // 2)):
+            _trace_once(dstore, out["alone_defaults"], workload=str(one))
+            _trace_once(pstore, out["alone_planned"], workload=str(one))
+    return out
+
+
+def _predicted(r: dict) -> dict[str, float]:
+    plan = (r.get("plan") or {}).get("plan") or {}
+    return {k: v * 1e3 for k, v in (plan.get("queries") or {}).items()}
+
+
+def table(results: dict) -> list[str]:
+    lines = ["| size | load while optimizing | query | defaults ms | plan ms | plan / defaults "
+             "| defaults CPU ms | plan CPU ms | plan / defaults, CPU | predicted ms "
+             "| plan's methods |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in results.values():
+        pred = _predicted(r)
+        for q, d in r["defaults"].items():
+            p = r["planned"][q]
+            guess = f"{pred[q]:.1f}" if q in pred else "—"
+            methods = ", ".join(m for m in p["methods"] if m != "map") or "map"
+            lines.append(f"| {r['size']:,}x | {r['load']} | {q} | {d['ms']:.1f} | {p['ms']:.1f} | "
+                         f"{p['ms'] / d['ms']:.2f}x | {d['cpu_ms']:.1f} | {p['cpu_ms']:.1f} | "
+                         f"{p['cpu_ms'] / d['cpu_ms']:.2f}x | {guess} | {methods} |")
+    return lines
+
+
+def table_alone(results: dict) -> list[str]:
+    lines = ["| size | load while optimizing | query | defaults ms | plan ms | plan / defaults "
+             "| defaults CPU ms | plan CPU ms | plan / defaults, CPU | plan's methods |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in results.values():
+        for q, d in (r.get("alone_defaults") or {}).items():
+            p = r["alone_planned"][q]
+            methods = ", ".join(m for m in p["methods"] if m != "map") or "map"
+            lines.append(f"| {r['size']:,}x | {r['load']} | {q} | {d['ms']:.1f} | {p['ms']:.1f} | "
+                         f"{p['ms'] / d['ms']:.2f}x | {d['cpu_ms']:.1f} | {p['cpu_ms']:.1f} | "
+                         f"{p['cpu_ms'] / d['cpu_ms']:.2f}x | {methods} |")
+    return lines
+
+
+def _ok(met: bool) -> str:
+    return "met" if met else "**missed**"
+
+
+def targets(results: dict) -> list[str]:
+    lines = ["| size | load | target | measured (wall) | | measured (CPU) | |",
+             "| --- | ---: | --- | --- | --- | --- | --- |"]
+    for r in results.values():
+        d, p = r["defaults"], r["planned"]
+        row = [f"| {r['size']:,}x | {r['load']} | every query under the plan <= "
+               f"{PLAN_VS_DEFAULTS}x the defaults"]
+        for k in ("ms", "cpu_ms"):
+            worst = max(d, key=lambda q: p[q][k] / d[q][k])
+            ratio = p[worst][k] / d[worst][k]
+            row.append(f"worst {worst} {ratio:.2f}x | {_ok(ratio <= PLAN_VS_DEFAULTS)}")
+        lines.append(" | ".join(row) + " |")
+        if r.get("alone_defaults"):
+            ad, ap = r["alone_defaults"], r["alone_planned"]
+            row = [f"| {r['size']:,}x | {r['load']} | one query per process: every query "
+                   f"<= {PLAN_VS_DEFAULTS}x the defaults"]
+            for k in ("ms", "cpu_ms"):
+                worst = max(ad, key=lambda q: ap[q][k] / ad[q][k])
+                ratio = ap[worst][k] / ad[worst][k]
+                row.append(f"worst {worst} {ratio:.2f}x | {_ok(ratio <= PLAN_VS_DEFAULTS)}")
+            lines.append(" | ".join(row) + " |")
+        row = [f"| {r['size']:,}x | {r['load']} | workload total under the plan <= the defaults'"]
+        for k in ("ms", "cpu_ms"):
+            tp, td = sum(p[q][k] for q in p), sum(d[q][k] for q in d)
+            row.append(f"{tp:.0f} vs {td:.0f} ms | {_ok(tp <= td)}")
+        lines.append(" | ".join(row) + " |")
+        pred = _predicted(r)
+        if pred:
+            tot = sum(pred.values())
+            row = [f"| {r['size']:,}x | {r['load']} | predicted workload cost within "
+                   f"{WORKLOAD_ERROR:.0%} of measured"]
+            for k in ("ms", "cpu_ms"):
+                meas = sum(p[q][k] for q in pred if q in p)
+                err = abs(tot - meas) / meas
+                row.append(f"{tot:.0f} vs {meas:.0f} ms ({err:.0%}) | {_ok(err <= WORKLOAD_ERROR)}")
+            lines.append(" | ".join(row) + " |")
+        cal = ((r.get("plan") or {}).get("calibration") or {})
+        if cal.get("seconds") is not None:
+            cpu = sum((cal.get("cpu_s") or {}).values())
+            load = cal.get("load") or {}
+            lines.append(f"| {r['size']:,}x | {r['load']} | calibration under 30 s | "
+                         f"{cal['seconds']:.1f} s | {_ok(cal['seconds'] < 30)} | {cpu:.1f} s "
+                         f"(got {load.get('cpu_share', float('nan')):.0%} of a core; busy: "
+                         f"{load.get('busy')}) | {_ok(cpu < 30)} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="the optimizer on the CLI path (issue 33)")
+    ap.add_argument("--genomics", default="1,100,1000", help="replicates, comma-separated")
+    ap.add_argument("--load", type=int, default=0,
+                    help="busy-loop processes while `run --max-disk` calibrates and optimizes")
+    ap.add_argument("--traces", type=int, default=4, help="workload traces per store (best kept)")
+    ap.add_argument("--max-disk", default="100MB")
+    ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--work", default=str(WORK))
+    a = ap.parse_args(argv)
+    saved = Path(a.work) / "optimizer_cli.json"
+    results = json.loads(saved.read_text())["sizes"] if saved.is_file() else {}
+    for size in [int(s) for s in a.genomics.split(",") if s.strip()]:
+        folder = Path(tempfile.mkdtemp(prefix="sz-optimizer-cli-"))
+        try:
+            r = measure(size, a.load, a.traces, a.max_disk, folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        r["command"] = command_line()
+        results[f"{size}:{a.load}"] = r
+        print("\n".join(table({"x": r}) + [""] + table_alone({"x": r})), flush=True)
+        results = dict(sorted(results.items(), key=lambda kv: (kv[1]["load"], kv[1]["size"])))
+        saved.parent.mkdir(parents=True, exist_ok=True)     # kept size by size
+        saved.write_text(json.dumps({"machine": machine(), "sizes": results}, indent=1, default=str))
+    print("\n".join(targets(results)))
+    if not a.no_write:
+        cmds = sorted({r["command"] for r in results.values()})
+        update_section("optimizer-cli", "\n".join(
+            ["## Storage-budget optimizer on the command line (issue 33)", "",
+             "Commands: " + "; ".join(f"`{c}`" for c in cmds) + f" — machine: {machine()}, "
+             "shared with other work while measuring (absolute times inflated; ratios are "
+             "what count).", "",
+             "Per size, two fresh stores: `subzero run workflows/genomics.py --param replicate=N` "
+             "(the defaults) and the same with `--max-disk 100MB` (calibration in the fresh "
+             "store, profiling, the plan and its run; with `--load K`, K busy-loop processes ran "
+             "meanwhile), then `subzero trace --workload workflows/genomics_workload.json` on "
+             "each, best of the traces per query, every command a fresh process.", ""]
+            + targets(results) + ["", "Each query in one `trace --workload` process (best of "
+                                  "the traces; CPU: the least CPU seconds):", ""]
+            + table(results) + ["", "Each query in its own process (a workload file of that "
+                                "query alone):", ""] + table_alone(results)))
+
+
+if __name__ == "__main__":
+    main()

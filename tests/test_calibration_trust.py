@@ -1,0 +1,159 @@
+"""What the optimizer trusts (issue 33): a calibration that knows when the machine
+was busy, an operator's own lineage sample read back and compared with the
+calibrated prediction, and a plan that keeps an operator's defaults where the
+model cannot vouch for its choice.  Behaviour, not timings: real GLPK, real
+LMDB, the real profiler on genomics 1x."""
+
+import copy
+import multiprocessing as mp
+import os
+from pathlib import Path
+
+import pytest
+
+import subzero
+from subzero.model.strategy import default_for
+from subzero.optimizer import busy, optimize
+from subzero.optimizer.costmodel import STORED_FAMILIES, CostModel
+from subzero.optimizer.stats import collect
+
+ROOT = Path(__file__).resolve().parent.parent
+WF = str(ROOT / "workflows" / "genomics.py")
+WORKLOAD = str(ROOT / "workflows" / "genomics_workload.json")
+UDFS = ("extract", "model", "predict")
+
+
+def _store(path, calibration):
+    st = subzero.open_store(path)
+    st.catalog.add_calibration(os.uname().nodename, calibration["seconds"], calibration)
+    return st
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory, calibration):
+    st = _store(tmp_path_factory.mktemp("trust") / "store", calibration)
+    optimize(st, WF, workload=WORKLOAD, save=False)            # profiles genomics 1x once
+    yield st
+    st.close()
+
+
+def _spin():
+    while True:
+        pass
+
+
+def test_calibration_under_a_synthetic_load_says_the_machine_is_busy():
+    """Four busy loops on the probe's own core: the probe gets a fraction of it, the
+    load is called busy, and the user gets one line saying so."""
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("needs CPU affinity (Linux) to put the load on the probe's core")
+    core = sorted(os.sched_getaffinity(0))[0]
+    before = os.sched_getaffinity(0)
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_spin, daemon=True) for _ in range(4)]
+    try:
+        for p in procs:
+            p.start()
+            os.sched_setaffinity(p.pid, {core})
+        os.sched_setaffinity(0, {core})
+        load = busy.summarise([busy.probe(), busy.probe()])
+    finally:
+        os.sched_setaffinity(0, before)
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.join()
+    assert load["busy"] and load["cpu_share"] < 0.6
+    line = busy.warning(load)
+    assert line is not None and "\n" not in line and "busy" in line and "--recalibrate" in line
+
+
+def test_a_quiet_load_has_no_warning():
+    assert busy.warning({"cpu_share": 0.97, "load_per_core": 0.1, "busy": False}) is None
+
+
+def test_calibration_records_its_load(calibration):
+    load = calibration["load"]
+    assert 0.0 < load["cpu_share"] <= 1.0 and isinstance(load["busy"], bool)
+
+
+def test_the_profile_reads_each_strategy_s_own_sample(profiled, calibration):
+    """Every stored strategy the profile priced for the UDFs was read back through its
+    index and by a scan, and the model compares both with its own prediction."""
+    stats = collect(profiled, "genomics", {})
+    model = CostModel(calibration, stats)
+    for op in UDFS:
+        info = stats.ops[op]
+        assert info.strategies
+        for name, si in info.strategies.items():
+            reads = si.sample["reads"]
+            assert {r["backward"] for r in reads} == {True, False}
+            assert all(r["seconds"] > 0 for r in reads)
+            s = info.candidates()[list(info.strategies).index(name)]
+            assert model.sample_ratio(op, s, True) > 0 and model.sample_ratio(op, s, False) > 0
+
+
+def _fooled(calibration, factor: float) -> dict:
+    """A calibration whose stored-read coefficients are ``factor`` times too low: its
+    model prices every stored read that much too fast, as a calibration on other
+    lineage (or a machine mid-spike) can."""
+    cal = copy.deepcopy(calibration)
+    for fam in STORED_FAMILIES:
+        cal["coef"][fam] = [c / factor for c in cal["coef"][fam]]
+    return cal
+
+
+def test_own_sample_corrects_a_model_that_is_far_off(profiled, calibration):
+    stats = collect(profiled, "genomics", {})
+    right, wrong = CostModel(calibration, stats), CostModel(_fooled(calibration, 100.0), stats)
+    s = stats.ops["extract"].candidates()[0]
+    args = ("extract", s, 0, s.backward, 10, 10)
+    assert wrong.own_factor("extract", s, s.backward) > 10 * right.own_factor("extract", s, s.backward)
+    # corrected by its own sample, the fooled model prices the step within the clamp's
+    # reach of the right one, instead of 100x too fast
+    assert wrong.cost(*args) > right.cost(*args) / 5
+    assert not wrong.vouched("extract", s)[0]
+
+
+def test_a_plan_the_model_cannot_vouch_for_keeps_the_defaults(tmp_path, profiled, calibration):
+    """A model whose stored-read prices are 100x off its operators' own samples: the
+    plan still stores every UDF's default strategies, and says why."""
+    st = _store(tmp_path / "store", _fooled(calibration, 100.0))
+    try:
+        optimize(st, WF, workload=WORKLOAD, save=False)      # profile in this store
+        plan = optimize(st, WF, workload=WORKLOAD, max_disk="100MB", save=False)
+    finally:
+        st.close()
+    steps = subzero.load_workflow(WF, {}).steps
+    for op in UDFS:
+        mine = set(plan.strategies[op].split("+"))
+        assert {str(s) for s in default_for(steps[op].operator) if s.stored} <= mine, op
+    kept = [n for n in plan.notes if n.startswith("kept ")]
+    assert kept and all("calibrated prediction" in n for n in kept)
+
+
+def test_a_fresh_process_prices_its_first_re_execution_with_the_array_imports(profiled, calibration):
+    """A command-line trace is a fresh process: its first re-execution pays the array
+    store's imports, and the model says so until an array was read."""
+    import json
+    import subprocess
+    import sys
+    assert calibration["reexec_cold_s"] > 0
+    code = ("import json, os, sys\n"
+            "import subzero\n"
+            "from subzero.optimizer.costmodel import CostModel\n"
+            "from subzero.optimizer.stats import collect\n"
+            "st = subzero.open_store(sys.argv[1], create=False)\n"
+            "cal = json.loads(sys.argv[2])\n"
+            "m = CostModel(cal, collect(st, 'genomics', {}))\n"
+            "before = 'zarr' in sys.modules, m.cost('extract', 'reexec', 0, True, 10, 10)\n"
+            "run = st.get('latest')\n"
+            "run.trace('extract', [[0, 0]], path=[('extract', 0)], prefer='reexec', record=False)\n"
+            "after = m.cost('extract', 'reexec', 0, True, 10, 10)\n"
+            "print(json.dumps([before[0], before[1], after]))\n")
+    p = subprocess.run([sys.executable, "-c", code, str(profiled.path), json.dumps(calibration)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    loaded, cold, warm = json.loads(p.stdout.strip().splitlines()[-1])
+    assert not loaded
+    assert cold == pytest.approx(warm + calibration["reexec_cold_s"], rel=1e-6)
