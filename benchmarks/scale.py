@@ -244,7 +244,7 @@ def table(results: dict) -> list[str]:
         d = summarise(r)
 
         def err(x):
-            return x.get("error", "failed")[:40]
+            return x.get("error", "failed")[:40] if x else "not measured"
         cells = [f"{mp:g}", "x".join(map(str, s.get("shape", []))) or "—",
                  _f(p.get("run_s"), ".1f") + " s" if "run_s" in p else err(p),
                  _f(s.get("run_s"), ".1f") + " s" if "run_s" in s else err(s),
