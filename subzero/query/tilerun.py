@@ -99,12 +99,14 @@ class TileAccess:
         """The re-run for ``key`` and query ``q``, the last one's when both are the same:
         a backward trace reaches an operator of two inputs once per input with the same
         output cells, and a backward re-run keeps the pairs of every input (keyed on the
-        output), so the second step reuses the first's checked pairs."""
+        output), so the second step reuses the first's checked pairs.  Only a re-run of
+        boxes is kept (its pairs are the query's, small); a whole re-run holds the whole
+        output, which is not kept alive for later."""
         last = self.last
         if last is not None and last[0] == key and np.array_equal(last[1], q):
             return last[2]
         r = run()
-        self.last = (key, q, r)
+        self.last = (key, q, r) if r.output is None else None
         return r
 
 
