@@ -22,6 +22,12 @@ Per size, each measurement runs in a fresh child process (so its peak memory,
 
 Results: ``benchmarks/.work/scale.json``, the plot ``benchmarks/scale.png`` and
 (without ``--no-write``) a section of RESULTS.md.
+
+``--kinds subzero blackbox`` measures only those children (the black-box star
+traces need the ``subzero`` child's answers to check against): a focused run
+whose table is printed and kept in ``benchmarks/.work/scale-kinds.json``, while
+RESULTS.md's section, the plot and ``scale.json`` (which need every kind) are
+left alone.
 """
 
 from __future__ import annotations
@@ -214,6 +220,7 @@ def summarise(r: dict) -> dict:
         out["runtime_ratio"] = s["run_s"] / p["run_s"]
     if ok["blackbox"]:
         out["blackbox_med_s"] = statistics.median(b["star_s"])
+        out["blackbox_max_s"] = max(b["star_s"])
     if ok["peer"] and ok["subzero"]:
         out["peer_star_ratio"] = statistics.median(q["star_s"]) / statistics.median(s["star_s"])
         out["peer_forward_ratio"] = q["forward_s"] / s["forward_s"]
@@ -229,7 +236,7 @@ def _f(x, fmt: str, scale: float = 1.0) -> str:
 
 def table(results: dict) -> list[str]:
     head = ("| Mpix | shape | run no lineage | run lineage | ratio | peak GB (no lin. / lin.) | lineage MB "
-            "| star ms (med / max) | fwd box ms | black-box star s | FQ0 / FQ0Slow ms | short-cut "
+            "| star ms (med / max) | fwd box ms | black-box star s (med / max) | FQ0 / FQ0Slow ms | short-cut "
             "| peer capture+load s | peer MB | peer star ms | peer / SZ: star, fwd, FQ0, bytes | size took |")
     lines = [head, "|" + "|".join([" ---: "] * (head.count("|") - 1)) + "|"]
     for mp, r in results.items():
@@ -237,7 +244,7 @@ def table(results: dict) -> list[str]:
         d = summarise(r)
 
         def err(x):
-            return x.get("error", "failed")[:40]
+            return x.get("error", "failed")[:40] if x else "not measured"
         cells = [f"{mp:g}", "x".join(map(str, s.get("shape", []))) or "—",
                  _f(p.get("run_s"), ".1f") + " s" if "run_s" in p else err(p),
                  _f(s.get("run_s"), ".1f") + " s" if "run_s" in s else err(s),
@@ -246,7 +253,8 @@ def table(results: dict) -> list[str]:
                  _f(s.get("lineage_bytes"), ".3f", 1e-6),
                  f"{_f(d.get('star_med_ms'), '.1f')} / {_f(d.get('star_max_ms'), '.1f')}",
                  _f(d.get("forward_ms"), ".1f"),
-                 _f(d.get("blackbox_med_s"), ".2f") if "star_s" in b else err(b),
+                 f"{_f(d.get('blackbox_med_s'), '.2f')} / {_f(d.get('blackbox_max_s'), '.2f')}"
+                 if "star_s" in b else err(b),
                  f"{_f(s.get('fq0_s'), '.1f', 1e3)} / {_f(s.get('fq0slow_s'), '.1f', 1e3)}",
                  _f(d.get("fq0_speedup"), ".0f") + "x" if "fq0_speedup" in d else "—",
                  (f"{q['capture_s']:.1f}+{q['load_s']:.1f}" if "capture_s" in q else err(q)),
@@ -317,6 +325,9 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="leave RESULTS.md alone")
     ap.add_argument("--add", action="store_true",
                     help="keep the other sizes of the last results (benchmarks/.work/scale.json)")
+    ap.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS),
+                    help="measure only these children (a subset leaves RESULTS.md, the plot and "
+                         "scale.json alone; blackbox and peer need subzero)")
     ap.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)
     ap.add_argument("--megapixels", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--folder", help=argparse.SUPPRESS)
@@ -325,6 +336,11 @@ def main() -> None:
         return child_main(a)
     if a.quick:
         a.stars, a.blackbox_stars = min(a.stars, 3), 1
+    focused = set(a.kinds) != set(KINDS)
+    if focused and not {"blackbox", "peer"}.isdisjoint(a.kinds) and "subzero" not in a.kinds:
+        ap.error("--kinds: blackbox and peer check their answers against subzero's; add subzero")
+    if focused and a.add:
+        ap.error("--add keeps the sizes of a run of every kind; not with --kinds")
     work = Path(tempfile.mkdtemp(prefix="sz-scale-"))
     results: dict = {}
     last = HERE / ".work" / "scale.json"
@@ -339,7 +355,7 @@ def main() -> None:
             folder.mkdir()
             t0 = time.perf_counter()
             r: dict = {}
-            for kind in KINDS:
+            for kind in (k for k in KINDS if k in a.kinds):
                 if kind in ("blackbox", "peer") and "error" in r["subzero"]:
                     r[kind] = {"error": "skipped: the SubZero run failed"}
                     continue
@@ -357,6 +373,12 @@ def main() -> None:
     lines = table(results)
     print("\n".join(lines))
     (HERE / ".work").mkdir(exist_ok=True)
+    if focused:
+        (HERE / ".work" / "scale-kinds.json").write_text(json.dumps(
+            {"command": command_line(), "machine": machine(), "kinds": a.kinds,
+             "sizes": {f"{mp:g}": {**r, "summary": summarise(r)} for mp, r in results.items()}},
+            indent=1))
+        return
     (HERE / ".work" / "scale.json").write_text(json.dumps(
         {"command": command_line(), "machine": machine(),
          "sizes": {f"{mp:g}": {**r, "summary": summarise(r)} for mp, r in results.items()}}, indent=1))

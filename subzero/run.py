@@ -260,6 +260,8 @@ class Run:
                 strategies={o["name"]: parse("+".join(o["strategies"])) for o in ops},
                 shapes=self.shapes(), inputs_of={o["name"]: o["inputs"] for o in ops},
                 arrays=self._arrays, lineage_path=self.dir / "lineage", run_uid=self.uid,
+                statistics={o["name"]: o["statistic"] for o in ops if o.get("statistic")},
+                rounds={o["name"]: o["rounds"] for o in ops if o.get("rounds")},
                 untrusted=None if verdict.trusted else
                 untrusted_message(self.store.path, self.id, verdict))
             self._executor = Executor(view)

@@ -35,6 +35,10 @@ LMDB_MAX_DBS = 4096
 CHECKSUM_READ_BYTES = 1 << 22
 #: Zarr chunk (and Spark tile) size per axis.
 DEFAULT_TILE = 512
+#: Bytes of array regions a trace's executor keeps after reading them for re-execution:
+#: in a chain of elementwise operators one region is a step's output, checked, and the
+#: next step's input (a 4-column strip of a 16 Mpix image decodes 16 whole chunks).
+REGION_CACHE_BYTES = 64 << 20
 #: A stencil's Spark task covers enough Zarr tiles per axis (up to 4) that its core is
 #: at least this many times its halo: a 40-cell halo on 512-cell tiles would read 34%
 #: more than the core, on 1024-cell task tiles 16%.

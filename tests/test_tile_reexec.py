@@ -219,19 +219,28 @@ def seen_after(run, name, fn):
 
 def test_reruns_only_the_tiles_the_query_needs(runs):
     _, bb = runs
-    # backward, one cell in the core of the middle tile: one tile, read with its halo
+    # backward, one cell in the core of the middle tile: the cell's box, read with its halo
     seen = seen_after(bb, "box", lambda: bb.trace("box", [(20, 20)], to="scale",
                                                      prefer="reexec", record=False))
-    assert seen == [(16 + 2 * R, 16 + 2 * R)]
-    # an elementwise operator reads no halo; the edge tile is partial (45 = 2 * 16 + 13)
+    assert seen == [(1 + 2 * R, 1 + 2 * R)]
+    # an elementwise operator reads no halo
     seen = seen_after(bb, "scale", lambda: bb.trace("scale", [(40, 35)], to="x",
                                                        prefer="reexec", record=False))
-    assert seen == [(13, 5)]
+    assert seen == [(1, 1)]
+    # two cells of one tile: their bounding box
+    seen = seen_after(bb, "scale", lambda: bb.trace("scale", [(33, 20), (40, 22)], to="x",
+                                                       prefer="reexec", record=False))
+    assert seen == [(8, 3)]
     # forward, an input cell within R of a tile corner lies in the read region of the
-    # four tiles around the corner (clipped halos at the array's edge)
+    # four tiles around the corner; the output cells it reaches (within R) lie in the
+    # four tiles' cores, and their four boxes, side by side, are re-run as one
     seen = seen_after(bb, "box", lambda: bb.trace("scale", [(17, 15)], to="box",
                                                      prefer="reexec", record=False))
-    assert sorted(seen) == sorted([(18, 18), (18, 20), (20, 18), (20, 20)])
+    assert seen == [(1 + 4 * R, 1 + 4 * R)]
+    # cells in two distant tiles, at the array's edges: two boxes, halos clipped
+    seen = seen_after(bb, "box", lambda: bb.trace("box", [(0, 0), (44, 30)], to="scale",
+                                                     prefer="reexec", record=False))
+    assert sorted(seen) == [(1 + R, 1 + R), (1 + R, 1 + 2 * R)]
     # a whole re-run would have read the whole image
     seen = seen_after(bb, "box", lambda: whole(bb, "box", [(20, 20)], to="scale"))
     assert seen == [SHAPE]
@@ -255,7 +264,7 @@ def test_nondeterministic_tile_parallel_operator_is_caught(store):
     # a tile that differs is re-run whole (with a warning), and the whole re-run differs too
     with pytest.raises(QueryError, match=msg), \
             pytest.warns(SubZeroWarning, match=r"'n' is declared elementwise but its re-run "
-                                               r"on tile \[16:32, 16:32\] differs"):
+                                               r"on tile \[20:21, 20:21\] differs"):
         run.trace("n", [(20, 20)], to="x", record=False)
     with pytest.raises(QueryError, match=msg):              # then at once, forward too
         run.trace("x", [(3, 30)], to="n", record=False)
@@ -280,12 +289,12 @@ def test_misdeclared_position_dependent_operator_reruns_whole_and_answers(store)
     x = xr.DataArray(image(), dims=("y", "x"))
     bb = store.run(wf, inputs={"x": x}, strategies={"p": "blackbox"}, tile=TILE)
     full = store.run(wf, inputs={"x": x}, strategies={"p": "full"}, tile=TILE)
-    # the first tile is right: no warning, one tile re-run
-    got = bb.trace("p", [(3, 3)], to="x", record=False)
-    assert np.array_equal(got.bitmap, full.trace("p", [(3, 3)], to="x", record=False).bitmap)
+    # a box in the first row is right: no warning, one box re-run
+    got = bb.trace("p", [(0, 3)], to="x", record=False)
+    assert np.array_equal(got.bitmap, full.trace("p", [(0, 3)], to="x", record=False).bitmap)
     with pytest.warns(SubZeroWarning, match=r"'p' is declared elementwise but its re-run on tile "
-                                            r"\[16:32, 0:16\] differs from the stored output "
-                                            r"\(at cell \(16, 0\): .*must be declared global"):
+                                            r"\[20:21, 5:6\] differs from the stored output "
+                                            r"\(at cell \(20, 5\): .*must be declared global"):
         got = bb.trace("p", [(20, 5)], to="x", record=False)
     assert got.cells.tolist() == [[20, 5]]
     # the executor remembers: the next query re-runs it whole at once, without a warning

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from subzero.capture.buffer import Pairs
-from subzero.capture.runner import run_operator, run_tile, shape_of
+from subzero.capture.runner import NOT_GIVEN, run_operator, run_tile, shape_of
 from subzero.capture.tiles import Tile, concat_pairs, input_slices, task_tile, tile_plan, tiles_for
 from subzero.engines.base import Engine, StepResult
 from subzero.engines.progress import Progress
@@ -227,8 +227,10 @@ class LocalEngine(Engine):
     def _run_whole(self, name: str, step: Step, strategies: tuple[Strategy, ...],
                    capture: bool) -> StepResult:
         ins = [self._value(a) for a in step.inputs]
+        op = step.operator
         t0 = time.perf_counter()
-        out, full, pay, ctx = run_operator(name, step.operator, ins, strategies, capture)
+        stat, states = self._whole_statistic(name, op, ins)
+        out, full, pay, ctx = run_operator(name, op, ins, strategies, capture, statistic=stat)
         run_s = time.perf_counter() - t0
         arr = out.data if is_dataarray(out) else out
         self._store(name, out)
@@ -236,7 +238,29 @@ class LocalEngine(Engine):
         keep = self.profiling
         return StepResult(shape_of(out), str(arr.dtype), int(arr.nbytes),
                           [shape_of(x) for x in ins], full, pay, run_s, ctx.lwrite_seconds,
-                          inputs=ins if keep else None, output=out if keep else None)
+                          inputs=ins if keep else None, output=out if keep else None,
+                          statistic=None if stat is NOT_GIVEN else value_digest(stat),
+                          rounds=self._keep_rounds(name, op, states) if states else None)
+
+    def _whole_statistic(self, name: str, op: Operator, ins: list) -> tuple[Any, list]:
+        """The statistic of an operator run whole, over its whole first input as one
+        block (what ``ctx.statistic`` would compute), and its rounds' merged states:
+        recorded as a tiled run records them, so that a trace re-running a few of its
+        tiles or regions uses the value this run used (:mod:`subzero.query.statistic`).
+        ``NOT_GIVEN`` without a statistic or inputs."""
+        if op.statistic is None or not ins:
+            return NOT_GIVEN, []
+        values = np.asarray(ins[0].data if isinstance(ins[0], xr.DataArray) else ins[0])
+        states: list = []
+        try:
+            stat = over_blocks(op.statistic, lambda box: values,
+                               [tuple((0, int(n)) for n in values.shape)], values.shape, states)
+        except SubZeroError:
+            raise
+        except Exception as e:
+            raise OperatorError(f"operator {name!r} ({type(op).__name__}) failed computing its "
+                                f"statistic: {type(e).__name__}: {e}") from e
+        return stat, states
 
     def _run_tiles(self, name: str, step: Step, strategies: tuple[Strategy, ...], capture: bool,
                    progress: Progress, tiles: list[Tile], in_shapes: list[tuple[int, ...]]

@@ -32,13 +32,14 @@ step contexts.  A query's options travel down as a :class:`TraceOptions`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -63,14 +64,17 @@ from subzero.query.planner import (
     blocks_spanned,
     runs_of,
 )
+from subzero.query.regions import RegionCache
 from subzero.query.relation import StepContext
 from subzero.query.sources import PairSource, TimedSource
+from subzero.query.statistic import run_statistic
 from subzero.query.tilerun import TileAccess, share
 from subzero.query.trace import GridLookup, TraceOptions, TraceResult
 from subzero.query.untrusted import DataOnlyMethods, refused
 from subzero.query.warmup import Warmup, import_arrays
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.lineage import LineageStore, ShardedReader, StrategyReader
+from subzero.tuning import REGION_CACHE_BYTES
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -96,6 +100,10 @@ class RunView:
     #: Why the run's code must not be loaded (its signature does not verify), or None:
     #: then only steps its stored lineage answers without the operator work.
     untrusted: str | None = None
+    #: per operator with a statistic, the digest of the value the run used, and of the
+    #: file of its merged states (:mod:`subzero.storage.rounds`), as its record names them
+    statistics: dict[str, str] = dataclasses.field(default_factory=dict)
+    rounds: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class Executor:
@@ -116,6 +124,7 @@ class Executor:
         self._tile_access: dict[str, TileAccess] = {}
         #: first-use costs paid so far: left out of the steps that paid them
         self.warmup = Warmup()
+        self._regions = RegionCache(view.arrays.read_region, REGION_CACHE_BYTES)
 
     # -- public -----------------------------------------------------------------------
     def close(self) -> None:
@@ -126,10 +135,13 @@ class Executor:
             self._lineage = None
 
     def clear_cache(self) -> None:
-        """Drop decoded lineage blocks and loaded arrays (cold-query measurements)."""
+        """Drop decoded lineage blocks, loaded arrays and regions, and what re-runs learnt
+        of the run (statistics, tiles) (cold-query measurements)."""
         for r in self._readers.values():
             r.clear_cache()
         self._values.clear()
+        self._tile_access.clear()
+        self._regions.clear()
 
     def trace(self, start: str, cells: ArrayLike, to: str | None = None,
               path: list[tuple[str, int]] | None = None, prefer: str | None = None,
@@ -308,11 +320,12 @@ class Executor:
             return [self._value(a) for a in self.v.inputs_of[name]]
 
         def reexec() -> tuple[np.ndarray | CellSet, str]:
-            self.warmup.first("arrays", import_arrays)
+            # a tile-limited re-run reads regions straight from the chunk files (no
+            # zarr); a whole one loads its inputs through inputs(), which warms them
             return run_step.reexec(sc, i, backward, q, inputs, stored, tiles)
 
         def stored(region: tuple[slice, ...]) -> np.ndarray:   # a re-run proves itself on it
-            return self.v.arrays.read_region(name, region)
+            return self._regions.read(name, region)
         order = list(methods)
         damaged: list[str] = []
         while order:
@@ -389,16 +402,27 @@ class Executor:
         if t is None:
             def region(a: str, r: tuple[slice, ...]) -> np.ndarray:
                 v = self._values.get(a)
-                return v[r] if isinstance(v, np.ndarray) else self.v.arrays.read_region(a, r)
+                # its own copy: an operator may write into its input
+                return v[r] if isinstance(v, np.ndarray) else self._regions.read(a, r).copy()
             chunks = functools.cache(lambda: self.warmup.first(
                 ("chunks", name), lambda: self._first_array(name)))
-            t = self._tile_access[name] = TileAccess(self.v.inputs_of[name], region, chunks)
+            stat = functools.cache(lambda: self._statistic(name, region))
+            t = self._tile_access[name] = TileAccess(self.v.inputs_of[name], region, chunks, stat)
         return t
 
     def _first_array(self, name: str) -> tuple[int, ...]:
-        """The chunk shape of array ``name``, importing the array store's backend first."""
-        self.warmup.first("arrays", import_arrays)
+        """The chunk shape of array ``name`` (from its verified metadata: no zarr import)."""
         return self.v.arrays.chunk_shape(name)
+
+    def _statistic(self, name: str, region: Callable[[str, tuple[slice, ...]], np.ndarray]
+                   ) -> Any:
+        """The whole-array value of ``name``'s statistic as the run used it, for a
+        tile-limited re-run (:func:`subzero.query.statistic.run_statistic`)."""
+        first = self.v.inputs_of[name][0]
+        return run_statistic(name, self._operator(name), self.v.arrays.dir.parent,
+                             self.v.statistics.get(name), self.v.rounds.get(name),
+                             self.v.shapes[first], self.v.arrays.chunk_shape(first),
+                             lambda r: region(first, r))
 
     def _value(self, name: str) -> np.ndarray | xr.DataArray:
         v = self._values.get(name)

@@ -29,7 +29,7 @@ from numpy.typing import ArrayLike
 
 from subzero.capture.buffer import LineageBuffer, Pairs
 from subzero.capture.context import Context
-from subzero.capture.runner import statistic_source
+from subzero.capture.runner import NOT_GIVEN, statistic_source
 from subzero.errors import LineageError, OperatorError, QueryError, SubZeroError
 from subzero.model.cells import (
     csr_rows,
@@ -205,11 +205,19 @@ def rerun(name: str, op: Operator, inputs: Sequence[Any], out_shape: Sequence[in
 
 def run_with_buffer(name: str, op: Operator, inputs: Sequence[Any], in_shapes: list[tuple[int, ...]],
                     out_shape: tuple[int, ...], mode: Mode, backward: bool, i: int,
-                    hit: Callable[[np.ndarray], np.ndarray], where: str) -> Rerun:
+                    hit: Callable[[np.ndarray], np.ndarray], where: str,
+                    origin: Sequence[int] | None = None, array_shape: Sequence[int] | None = None,
+                    statistic: Any = NOT_GIVEN) -> Rerun:
     """Run ``op`` on ``inputs`` (of ``in_shapes``; the whole arrays, or one tile's read
     regions with ``where`` naming the tile) with a :class:`QueryBuffer` that keeps the
-    pairs whose key cells ``hit`` (packed ids in these shapes -> bool mask) holds."""
-    mctx = Context(name, op, frozenset(), in_shapes, out_shape)
+    pairs whose key cells ``hit`` (packed ids in these shapes -> bool mask) holds.
+
+    A tile's run sees what the run's own tile saw: its ``origin`` in the array, the
+    whole output's ``array_shape`` and the whole array's ``statistic`` (an operator
+    that places blocks on the image's grid or masks a region in array coordinates
+    computes something else without them)."""
+    mctx = Context(name, op, frozenset(), in_shapes, out_shape, tile_origin=origin,
+                   array_shape=array_shape)
 
     def mpp(cells: np.ndarray, off: np.ndarray, payloads: Sequence[bytes], pay_ids: np.ndarray,
             k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -219,8 +227,8 @@ def run_with_buffer(name: str, op: Operator, inputs: Sequence[Any], in_shapes: l
 
     buf = QueryBuffer(name, len(inputs), out_shape, in_shapes, backward, i, hit, mpp,
                       keep_covered=(mode is Mode.COMP))
-    ctx = Context(name, op, {mode}, in_shapes, out_shape, buf,
-                  statistic=statistic_source(op, inputs))
+    ctx = Context(name, op, {mode}, in_shapes, out_shape, buf, tile_origin=origin,
+                  array_shape=array_shape, statistic=statistic_source(op, inputs, statistic))
     try:
         output = op.run(ctx, *inputs)
     except SubZeroError:

@@ -21,7 +21,9 @@ from subzero.model.modes import Mode
 from subzero.model.operator import own_code, reruns
 from subzero.model.strategy import Direction, Strategy
 from subzero.query import relation
-from subzero.query.reexec import capture_mode, check_region, rerun, same_lineage, verify_output
+from subzero.query.gatherrun import rerun_gather
+from subzero.query.reexec import Rerun, capture_mode, check_region, rerun, same_lineage, verify_output
+from subzero.query.regionrun import rerun_components
 from subzero.query.relation import StepContext
 from subzero.query.sources import MemoryPairs, PairSource
 from subzero.query.tilerun import TileAccess, rerun_tiles
@@ -100,11 +102,13 @@ def reexec(sc: StepContext, i: int, backward: bool, q: CellSet,
     the method it amounts to: ``reexec:<mode>``, or ``map`` / ``all-to-all`` for an
     operator with no lineage to regenerate.
 
-    A tile-parallel operator re-runs on only the tiles the query touches, reading their
-    regions through ``tiles`` (``tilerun.py``); any other re-runs whole on its inputs
-    (``inputs()`` loads them).  The re-run must reproduce the stored output
-    (``stored(region)`` reads a region of it) on the output cells the step uses: each
-    re-run tile's core, or for a whole re-run the bounding box of the query's cells
+    A tile-parallel operator re-runs on only the boxes of the tiles the query touches,
+    reading their regions through ``tiles`` (``tilerun.py``), a connected-components
+    operator on a box enclosing the query's regions (``regionrun.py``), a structural
+    one going backward on the query's box and the input box it reads (``gatherrun.py``); any other
+    re-runs whole on its inputs (``inputs()`` loads them).  The re-run must reproduce
+    the stored output (``stored(region)`` reads a region of it) on the output cells the
+    step uses: each re-run box, or for a whole re-run the bounding box of the query's cells
     going backward, of the answer's going forward; otherwise the step stops with an
     error naming the operator as not deterministic.  Unless the operator declares its
     lineage deterministic, it is re-run twice and both answers must be the same cells
@@ -117,10 +121,19 @@ def reexec(sc: StepContext, i: int, backward: bool, q: CellSet,
             return (sc.map_b(ids, i) if backward else sc.map_f(ids, i)), "map"
         return CellSet.everything(target_shape(sc, i, backward)), "all-to-all"
 
-    def once() -> np.ndarray:
-        r = rerun_tiles(sc, mode, backward, i, ids, tiles, stored) if tiles is not None else None
-        if r is None:
-            r = rerun(sc.name, op, list(inputs()), sc.out_shape, mode, backward, i, q)
+    def fresh() -> Rerun:
+        r = None if tiles is None else (rerun_tiles(sc, mode, backward, i, ids, tiles, stored)
+                                        or rerun_components(sc, mode, backward, i, ids, tiles, stored)
+                                        or rerun_gather(sc, mode, backward, i, ids, tiles, stored,
+                                                        q.contains))
+        return r if r is not None else \
+            rerun(sc.name, op, list(inputs()), sc.out_shape, mode, backward, i, q)
+
+    def once(first: bool) -> np.ndarray:
+        # the first re-run of a step may be the last step's (same operator, same output
+        # cells, backward); a second one, proving the lineage deterministic, never is
+        r = tiles.recall((mode, backward, None if backward else i), ids, fresh) \
+            if first and tiles is not None else fresh()
         fn = relation.backward if backward else relation.forward
         if mode is Mode.FULL:
             res = fn(MemoryPairs(r.full), False, Direction.BACKWARD, sc, i, q) \
@@ -136,7 +149,7 @@ def reexec(sc: StepContext, i: int, backward: bool, q: CellSet,
             region = check_region(ids if backward else np.asarray(res), sc.out_shape)
             verify_output(sc.name, r.output, sc.out_shape, region, stored)
         return np.asarray(res)
-    res = once()
+    res = once(True)
     if reruns(op) > 1:         # lineage not declared deterministic: it must prove itself too
-        same_lineage(sc.name, res, once(), target_shape(sc, i, backward))
+        same_lineage(sc.name, res, once(False), target_shape(sc, i, backward))
     return res, f"reexec:{mode.value}"
