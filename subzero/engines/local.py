@@ -250,7 +250,7 @@ class LocalEngine(Engine):
         ``NOT_GIVEN`` without a statistic or inputs."""
         if op.statistic is None or not ins:
             return NOT_GIVEN, []
-        values = np.asarray(ins[0].data if isinstance(ins[0], xr.DataArray) else ins[0])
+        values = np.asarray(ins[0].data if is_dataarray(ins[0]) else ins[0])
         states: list = []
         try:
             stat = over_blocks(op.statistic, lambda box: values,
