@@ -109,19 +109,25 @@ def test_check_fails_exactly_when_a_pair_reaches_farther(case):
     out = unpack(np.array([o for p, _ in pairs for o in p], np.int64), shape)
     off = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
 
-    def map_p_pairs(cells, offsets, payloads, pay_ids, i):
-        ins = [np.array(x, np.int64) for _, x in pairs]
+    def map_p_pairs(cells, offsets, payloads, pay_ids, i):     # pay_ids: the pairs' numbers
+        ins = [np.array(pairs[k][1], np.int64) for k in pay_ids.tolist()]
         return (unpack(np.concatenate(ins), shape) if ins else np.zeros((0, len(shape)), np.int64),
-                np.repeat(np.arange(len(pairs)), [len(x) for x in ins]))
+                np.repeat(np.arange(len(ins)), [len(x) for x in ins]))
 
     def run():
-        reach.check("op", (r,), out, off, [b""], np.zeros(len(pairs), np.int64), map_p_pairs,
+        reach.check("op", (r,), out, off, [b""], np.arange(len(pairs)), map_p_pairs,
                     shape, [shape])
-    if true_reach(shape, pairs) > r:
-        with pytest.raises(LineageError, match="payload_reach"):
-            run()
-    else:
-        run()
+    saved = reach.CHECK_PAIRS
+    for piece in (saved, 1, 2):              # in one piece, and pair by pair
+        reach.CHECK_PAIRS = piece
+        try:
+            if true_reach(shape, pairs) > r:
+                with pytest.raises(LineageError, match="payload_reach"):
+                    run()
+            else:
+                run()
+        finally:
+            reach.CHECK_PAIRS = saved
 
 
 def test_check_refuses_a_reach_across_dimensions():

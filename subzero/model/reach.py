@@ -35,7 +35,9 @@ from subzero.model.operator import Operator
 #: ``map_p_pairs(out_cells, offsets, payloads, pay_ids, i) -> (incells, owner)``
 MapPPairs = Callable[[np.ndarray, np.ndarray, Sequence[bytes], np.ndarray, int],
                      tuple[np.ndarray, np.ndarray]]
-#: Cells of neighbourhood per piece of the exact check (bounds its memory).
+#: Pairs per piece of the check, and cells of neighbourhood per piece of its exact
+#: part: they bound its memory (tens of MB) whatever the operator's lineage.
+CHECK_PAIRS = 1 << 18
 CHECK_CELLS = 1 << 22
 
 
@@ -70,9 +72,23 @@ def check(name: str, reach: Sequence[int | None], out_cells: np.ndarray, out_off
 
     Vectorized: the distance to the pair's bounding box rules most cells in or out at
     once (exact for a pair of one cell); a cell of a larger pair that is not itself an
-    output cell of its pair is looked for in the pair's cells around it."""
+    output cell of its pair is looked for in the pair's cells around it.  Pairs go in
+    pieces of :data:`CHECK_PAIRS`, so the memory follows the piece."""
     out_cells = np.asarray(out_cells, np.int64).reshape(-1, len(out_shape))
     out_off = np.asarray(out_off, np.int64)
+    pay_ids = np.asarray(pay_ids, np.int64)
+    for a in range(0, len(out_off) - 1, CHECK_PAIRS):
+        b = min(len(out_off) - 1, a + CHECK_PAIRS)
+        off = out_off[a:b + 1]
+        _check_pairs(name, reach, out_cells[off[0]:off[-1]], off - off[0], payloads,
+                     pay_ids[a:b], map_p_pairs, out_shape, in_shapes)
+
+
+def _check_pairs(name: str, reach: Sequence[int | None], out_cells: np.ndarray,
+                 out_off: np.ndarray, payloads: Sequence[bytes], pay_ids: np.ndarray,
+                 map_p_pairs: MapPPairs, out_shape: Sequence[int],
+                 in_shapes: Sequence[Sequence[int]]) -> None:
+    """:func:`check` of one piece of pairs."""
     lens = np.diff(out_off)
     keep = np.flatnonzero(lens > 0)          # a pair without output cells is never stored
     if keep.size == 0:

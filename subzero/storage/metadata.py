@@ -52,6 +52,14 @@ runs had uids (their catalog row has none) are *unbound*: they keep reading
 and writing formats 2-4, and format 5 in them is foreign, while a run with a
 uid reads only format 5 (:meth:`StrategyMeta.check_bound`).
 
+A payload strategy whose pairs were checked against the operator's declared
+reach when they were captured (:mod:`subzero.model.reach`) records it under
+``reach`` (one number or null per input), in any format: a forward trace step
+then looks up only the pairs near its cells.  The key is optional and only ever
+narrows what a step reads to what the check proved, so a record without it
+(older lineage, an operator that declares none) is scanned as before, and a
+SubZero that does not know the key reads the record correctly.
+
 The JSON of each record has a typed shape (:class:`StrategyRecord`,
 :class:`SpaceRecord`, :class:`ShardRecord`).  Whether a record is sharded is
 its ``sharded`` key; records written before that key existed (formats 1-3, and
