@@ -180,6 +180,8 @@ def grown(ids: np.ndarray, in_shape: Sequence[int], r: int, out_shape: Sequence[
         return np.zeros(0, np.int64)
     if ids.size > limit:
         return None
+    if r == 0 and tuple(in_shape) == tuple(out_shape):     # a pair's own cells: the query itself
+        return ids
     cells = unpack(ids, tuple(in_shape))
     lo = cells.min(axis=0) - r
     ext = cells.max(axis=0) + r + 1 - lo
