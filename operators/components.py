@@ -46,6 +46,7 @@ class ConnectedComponents(Operator):
     tiling = COMPONENTS
     default_strategy = "comp:payone:backward"
     deterministic_lineage = True       # a region's pair is its cells in the output's labels
+    payload_reach = 0                  # map_p gives a region's pair its own cells
     labels_objects = True              # 0 = background, k = region k
     connectivity = "full"
     min_size = 1

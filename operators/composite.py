@@ -91,7 +91,11 @@ class WindowComposite(Operator):
     Subclasses implement ``compute_flagged(*arrays)`` returning the output and
     a boolean mask of flagged output cells; ``lineage_modes`` lists the modes
     offered (add ``Mode.PAY`` for an all-payload form, ``Mode.MAP`` when the
-    identity alone is an acceptable approximation).
+    identity alone is an acceptable approximation).  A subclass whose pairs are
+    the radius payloads :meth:`write_lineage` writes should declare
+    ``payload_reach = radius``, so that forward traces read only the pairs near
+    their cells (box payloads reach as far as their boxes: declare what they reach,
+    or nothing).
     """
 
     radius: int = 1

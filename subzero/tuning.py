@@ -128,6 +128,11 @@ DENSE_SET_RATIO = 16
 #: Pairs read per piece when a step scans every stored pair (a step against the
 #: direction lineage is indexed in): the scan's memory follows the piece.
 SCAN_PAIRS = 1 << 18
+#: A forward step over backward-keyed payload lineage with a recorded reach looks up
+#: only the output cells within the reach of its cells (subzero.model.reach.grown);
+#: beyond this many such cells (2**20: 8 MB of ids, a key lookup of about a
+#: megapixel) the query covers a good part of the image and it scans every pair.
+REACH_GROWN_CELLS = 1 << 20
 #: Pairs per records() call, and query cells per lookup() call, of a stored read that
 #: runs against the planner's deadline (it checks the clock between calls).
 TIMED_RECORD_PAIRS = 4096

@@ -12,13 +12,14 @@ from hypothesis import strategies as hst
 from relations import space_edges
 from test_spark import FailFirstAttempt, Twice
 
-from subzero import Mode, Operator, Workflow
+from subzero import Mode, Operator, Workflow, stencil
 from subzero.capture.buffer import Pairs
 from subzero.capture.tiles import concat_pairs
 from subzero.errors import SubZeroWarning
 from subzero.model.cells import lengths_to_offsets, pack
 from subzero.model.cellset import CellSet
 from subzero.model.strategy import parse_one
+from subzero.operators import ConnectedComponents, WindowComposite
 from subzero.storage.lineage import LineageStore, commit_shard_files, write_shard
 from subzero.storage.metadata import SHARDED_FORMAT
 from subzero.storage.shards import ShardedReader
@@ -249,3 +250,53 @@ def test_shards_of_late_attempts_are_swept_when_the_run_commits(spark, store, tm
     assert sorted(f.name for f in folder.glob("*/*")) == ["t0-0.szs", "t0-1.szs", "t1-0.szs",
                                                            "t1-1.szs"]
     assert run.trace("twice", [(5, 6)], to="x").cells.tolist() == [[5, 6]]
+
+
+class Spikes(WindowComposite):
+    """Cells above 60 flagged, each depending on its 3x3 window; per tile (halo 1)."""
+
+    radius = 1
+    payload_reach = 1
+    tiling = stencil(1)
+    deterministic_lineage = True
+
+    def compute_flagged(self, x):
+        x = np.asarray(x, float)
+        return np.where(x > 60, 0.0, x), x > 60
+
+
+class Blobs(ConnectedComponents):
+    """Regions above 30 (declares payload_reach = 0: a region's own cells)."""
+
+    def foreground(self, values, stat):
+        return np.asarray(values) > 30
+
+
+def test_spark_shards_record_the_checked_reach(spark, store):
+    """Tasks check their payload pairs against the declared reach; the sharded record
+    keeps it, and forward traces through it equal the in-process run's and the same
+    traces scanning every pair."""
+    wf = Workflow("reach")
+    s = wf.add("spikes", Spikes(), wf.input("x"))
+    wf.add("blobs", Blobs(), s)
+    x = (np.arange(120.0).reshape(12, 10) * 7919) % 97
+    strat = {"spikes": "comp:payone:backward", "blobs": "comp:paymany:backward"}
+    sp = store.run(wf, inputs={"x": x}, engine="spark", spark=spark, tile=4, strategies=strat,
+                   progress=False)
+    lo = store.run(wf, inputs={"x": x}, strategies=strat)
+    lin = LineageStore(sp.dir / "lineage", readonly=True, run_uid=sp.row.uid)
+    for name, want in (("spikes", (1,)), ("blobs", (0,))):
+        meta = lin.meta(name, parse_one(strat[name]))
+        assert meta.sharded and meta.reach == want
+    lin.close()
+    for cells in ([(0, 0)], [(5, 5), (5, 6), (6, 5)], [(11, 9)], [(3, 2), (8, 7)]):
+        a, b = sp.trace("x", cells, to="blobs"), lo.trace("x", cells, to="blobs")
+        assert np.array_equal(a.bitmap, b.bitmap)
+        saved = ShardedReader.reach
+        ShardedReader.reach = lambda self, i: None          # type: ignore[method-assign]
+        try:
+            sp.executor().clear_cache()
+            scanned = sp.trace("x", cells, to="blobs")
+        finally:
+            ShardedReader.reach = saved
+        assert np.array_equal(a.bitmap, scanned.bitmap)

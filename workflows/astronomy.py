@@ -279,6 +279,7 @@ class CosmicRays(WindowComposite):
     default_strategy = "comp:payone:backward"
     tiling = stencil(CR_HALO)
     radius = CR_RADIUS
+    payload_reach = CR_RADIUS          # a flagged pixel's window (forward traces look nearby)
     deterministic_lineage = True       # the flagged pixels are the output mask itself
     #: the working mask reaches 7 pixels (SkyFill.halo), and a window 2 beyond its centre
     statistic_margin = 7 + 2
@@ -410,6 +411,7 @@ class RemoveCosmicRays(WindowComposite):
     default_strategy = "comp:payone:backward"
     tiling = stencil(RMCR_RADIUS)
     radius = RMCR_RADIUS
+    payload_reach = RMCR_RADIUS        # a repaired pixel's window, in both inputs
     deterministic_lineage = True       # the flagged pixels are the input mask
 
     def compute_flagged(self, img, mask):

@@ -84,6 +84,7 @@ class HotPixels(WindowComposite):
 
     tiling = GLOBAL      # the noise level is estimated from the whole image
     radius = 1
+    payload_reach = 1    # a repaired pixel's window: 1 cell around it (forward traces look nearby)
     deterministic_lineage = True   # the repaired pixels follow from the image alone
 
     def __init__(self, nsigma: float = 8.0):
@@ -106,6 +107,7 @@ class Stars(Operator):
 
     deterministic_lineage = True   # the pairs are the stars of the output's labels
     labels_objects = True          # 0 = sky, k = star k: impact lists the stars it touches
+    payload_reach = 0              # map_p gives a pair its own pixels
 
     def __init__(self, threshold: float = 300.0):
         self.threshold = threshold

@@ -13,9 +13,10 @@ from subzero.capture.buffer import Pairs, empty_pairs
 from subzero.capture.runner import mapping_context
 from subzero.engines.stats import OpStats
 from subzero.errors import LineageError
-from subzero.model.cells import as_cells, first_out_of_bounds, fmt_cell, pack
+from subzero.model.cells import as_cells, first_out_of_bounds, fmt_cell, pack, unpack
 from subzero.model.modes import Mode
 from subzero.model.operator import Operator, own_code
+from subzero.model.reach import check, declared
 from subzero.model.strategy import BLACKBOX, MAP, Direction, Encoding, Strategy
 from subzero.storage.budget import DiskBudget
 from subzero.storage.encodings import KEY_BITS, MapPPairs
@@ -29,6 +30,7 @@ def store_lineage(name: str, op: Operator, strategies: tuple[Strategy, ...], ful
     """Encode and write every stored strategy of one operator; with a ``budget``, a
     strategy that would overflow it is not kept (see :class:`DiskBudget`)."""
     counted, expanded = _map_p_counting(name, op, in_shapes, out_shape)
+    reach = checked_reach(name, op, strategies, pay, out_shape, in_shapes)
 
     def write(s: Strategy) -> dict:
         pairs = pay if s.payload else full
@@ -36,7 +38,8 @@ def store_lineage(name: str, op: Operator, strategies: tuple[Strategy, ...], ful
             pairs = empty_pairs(len(in_shapes), s.payload)
         expanded.clear()
         with full_disk_named(lineage.path, f"the lineage of operator {name!r} ({s})"):
-            w = lineage.write(name, s, pairs, out_shape, in_shapes, counted)
+            w = lineage.write(name, s, pairs, out_shape, in_shapes, counted,
+                              reach if s.payload else None)
         return {"strategy": str(s), "bytes": w.bytes, "write_s": w.seconds, "pairs": w.pairs,
                 "spaces": space_stats(s, pairs, out_shape, in_shapes, expanded)}
 
@@ -81,6 +84,32 @@ def _keep(op: Operator, strategies: tuple[Strategy, ...], dropped: list[Strategy
         if not any(s.stored or s.mode is Mode.MAP for s in kept):
             kept = [MAP if Mode.MAP in op.supported_modes() and op.has_mapping() else BLACKBOX]
         stats.strategies = [str(s) for s in kept]
+
+
+def checked_reach(name: str, op: Operator, strategies: Sequence[Strategy], pay: Pairs | None,
+                  out_shape: tuple[int, ...], in_shapes: Sequence[tuple[int, ...]],
+                  ) -> tuple[int | None, ...] | None:
+    """The operator's declared payload reach, checked on every payload pair it wrote
+    (:func:`subzero.model.reach.check` raises a :class:`LineageError` naming the first
+    pair that reaches farther), or None when it declares none or stores no payload
+    strategy.  What this returns is recorded with the lineage, and only that: a
+    forward trace never trusts a reach that was not checked."""
+    if not any(s.stored and s.payload for s in strategies):
+        return None
+    reach = declared(op, len(in_shapes), name)
+    if reach is None or pay is None or pay.n == 0:
+        return reach
+    assert pay.pay_ids is not None and pay.payloads is not None, "payload pairs carry payloads"
+    mctx = mapping_context(name, op, in_shapes, out_shape)
+
+    def map_p_pairs(cells: np.ndarray, off: np.ndarray, payloads: Sequence[bytes],
+                    pay_ids: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+        with own_code(name, op, "map_p_pairs"):
+            return op.map_p_pairs(cells, off, payloads, pay_ids, i, mctx)
+
+    check(name, reach, unpack(pay.out, out_shape), pay.out_off, pay.payloads, pay.pay_ids,
+          map_p_pairs, out_shape, in_shapes)
+    return reach
 
 
 def _map_p_counting(name: str, op: Operator, in_shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...],
@@ -128,6 +157,7 @@ def write_tile_shards(lineage_dir: str, stem: str, attempt: int, name: str, op: 
     ``run_uid`` when it has one."""
     out = []
     out_shape, in_shapes = tuple(out_shape), [tuple(s) for s in in_shapes]
+    reach = checked_reach(name, op, strategies, pay, out_shape, in_shapes)
     for s in strategies:
         if not s.stored:
             continue
@@ -137,7 +167,7 @@ def write_tile_shards(lineage_dir: str, stem: str, attempt: int, name: str, op: 
         counted, expanded = _map_p_counting(name, op, in_shapes, out_shape)
         with full_disk_named(lineage_dir, f"the lineage of operator {name!r} ({s})"):
             w = write_shard(lineage_dir, stem, attempt, name, s, pairs, out_shape, in_shapes,
-                            counted, run_uid)
+                            counted, run_uid, reach if s.payload else None)
         if w is not None:
             out.append(TileShard(str(s), w, space_stats(s, pairs, out_shape, in_shapes, expanded)))
     return out
@@ -156,7 +186,9 @@ def commit_tile_shards(name: str, op: Operator, strategies: tuple[Strategy, ...]
         mine = [t for t in shards if t.strategy == str(s)]
         with full_disk_named(lineage.path, f"the lineage of operator {name!r} ({s})"):
             metas = commit_shard_files(lineage.path, name, s, [t.write.meta for t in mine])
-            size = lineage.commit_shards(name, s, out_shape, in_shapes, metas)
+            # every task checked its pairs against the declared reach before writing them
+            size = lineage.commit_shards(name, s, out_shape, in_shapes, metas,
+                                         declared(op, len(in_shapes), name) if s.payload else None)
         return {"strategy": str(s), "bytes": size,
                 "write_s": sum(t.write.seconds for t in mine) + time.perf_counter() - t0,
                 "pairs": sum(t.write.pairs for t in mine),

@@ -250,6 +250,14 @@ class Operator:
     statistic_margin  cells beyond a tile's read region that :meth:`uses_statistic`
                    is shown (what it needs to decide exactly, such as the reach of
                    a mask its statistic grows).
+    payload_reach  for payload lineage on inputs that share the output's coordinates:
+                   every input cell ``map_p`` gives a pair lies within this many cells
+                   (along every axis) of one of the pair's output cells -- an int, or
+                   one int (or None) per input.  A forward trace step then reads only
+                   the pairs near its cells instead of scanning them all
+                   (:mod:`subzero.model.reach`).  Checked on every pair a run stores:
+                   a pair that reaches farther stops the run with an error naming it.
+                   None (the default): not declared, forward steps scan.
     """
 
     all_to_all: bool | Sequence[bool] | None = None
@@ -261,6 +269,7 @@ class Operator:
     statistic: Statistic | None = None
     labels_objects: bool = False
     statistic_margin: int = 0
+    payload_reach: int | Sequence[int | None] | None = None
 
     # -- what the operator does -------------------------------------------
     def run(self, ctx: OperatorContext, *inputs: Any, **kwargs: Any) -> Any:  # pragma: no cover - abstract

@@ -32,9 +32,10 @@ from subzero.model.cells import (
 )
 from subzero.model.cellset import CellSet
 from subzero.model.operator import Operator, OperatorContext, own_code
+from subzero.model.reach import grown
 from subzero.model.strategy import Direction
 from subzero.query.sources import PairSource
-from subzero.tuning import SCAN_PAIRS
+from subzero.tuning import REACH_GROWN_CELLS, SCAN_PAIRS
 
 
 class StepContext:
@@ -141,13 +142,27 @@ def forward(src: PairSource, payload: bool, direction: Direction, sc: StepContex
     if not payload:
         return _scan(src, "b", f"v{i}", q)
     found = []
-    for pids in _chunks(src.all_pairs("b")):
+    for pids in _chunks(_payload_candidates(src, sc, i, q)):
         rec = src.records("b", pids, ["key", "pay"])
         keys, off = rec["key"]
         pay_ids, table = rec["pay"]
         hit = sc.payload_owners(keys, off, pay_ids, table, i, q)
         found.append(csr_take(keys, off, hit))
     return np.concatenate(found) if found else np.zeros(0, np.int64)
+
+
+def _payload_candidates(src: PairSource, sc: StepContext, i: int, q: CellSet) -> np.ndarray:
+    """The backward-keyed payload pairs a forward step from the input-i cells ``q``
+    must decode: with a reach recorded for input i (checked on every pair when they
+    were captured, :mod:`subzero.model.reach`), only those with an output cell within
+    the reach of a query cell -- a key lookup whose cost follows the query; otherwise,
+    or when the grown query would be too large to be worth it, every pair."""
+    r = src.reach(i)
+    if r is not None and not q.is_entire and len(sc.in_shapes[i]) == len(sc.out_shape):
+        near = grown(q.ids(), sc.in_shapes[i], r, sc.out_shape, REACH_GROWN_CELLS)
+        if near is not None:
+            return src.lookup("b", CellSet.of_sorted(near, sc.out_shape))
+    return src.all_pairs("b")
 
 
 def _chunks(pids: np.ndarray) -> Iterator[np.ndarray]:

@@ -37,6 +37,12 @@ class PairSource(Protocol):
         """Whether pairs keyed this way exist."""
         ...
 
+    def reach(self, i: int) -> int | None:
+        """How far (cells along any axis) an input-``i`` cell of a payload pair can be
+        from the pair's output cells, as checked when the pairs were captured; None
+        when unknown (a forward step then scans every pair)."""
+        ...
+
     def lookup(self, space: str, q: CellSet) -> np.ndarray:
         """Sorted ids of the pairs whose key cells meet the query cells ``q``."""
         ...
@@ -73,6 +79,9 @@ class MemoryPairs:
 
     def has_space(self, space: str) -> bool:
         return space == "b"
+
+    def reach(self, i: int) -> int | None:
+        return None        # pairs in memory are few; their reach was never checked
 
     def lookup(self, space: str, q: CellSet) -> np.ndarray:
         return rows_hitting(self.p.out, self.p.out_off, q)
@@ -141,6 +150,9 @@ class TimedSource:
 
     def has_space(self, space: str) -> bool:
         return self.source.has_space(space)
+
+    def reach(self, i: int) -> int | None:
+        return self.source.reach(i)
 
     def covered(self, near: np.ndarray | None = None) -> np.ndarray:
         self._check()

@@ -210,8 +210,10 @@ class LineageStore:
 
     # -- writing ----------------------------------------------------------------------
     def write(self, op: str, strategy: Strategy, pairs: Pairs, out_shape: Sequence[int],
-              in_shapes: Sequence[Sequence[int]], map_p_pairs: MapPPairs | None = None) -> WriteStats:
+              in_shapes: Sequence[Sequence[int]], map_p_pairs: MapPPairs | None = None,
+              reach: Sequence[int | None] | None = None) -> WriteStats:
         """Encode and store ``pairs`` under (op, strategy); appends if already present.
+        ``reach``: the payload reach the pairs were checked against, if they were.
 
         Raises :class:`NewerLineageFormat` (a one-line StoreError) rather than append
         to lineage a newer SubZero wrote."""
@@ -221,17 +223,19 @@ class LineageStore:
         with self.env.begin(write=True, db=db) as txn:
             encode_strategy(txn, name, strategy, pairs, out_shape, in_shapes, map_p_pairs,
                             lambda space: self.rtree_path(op, strategy, space),
-                            f"stored lineage of {op!r} ({strategy})", self.run_uid)
+                            f"stored lineage of {op!r} ({strategy})", self.run_uid, reach)
         return WriteStats(self.bytes_of(op, strategy), time.perf_counter() - t0, pairs.n)
 
     def commit_shards(self, op: str, strategy: Strategy, out_shape: Sequence[int],
-                      in_shapes: Sequence[Sequence[int]], shards: list[ShardMeta]) -> int:
+                      in_shapes: Sequence[Sequence[int]], shards: list[ShardMeta],
+                      reach: Sequence[int | None] | None = None) -> int:
         """Record (op, strategy) as sharded: the committed ``shards`` (files already in
         place under this store's folder), in one write transaction; returns the bytes
-        it holds."""
+        it holds.  ``reach``: the payload reach every shard's pairs were checked against."""
         name = self.db_name(op, strategy)
         db = self.database(name, create=True)
-        meta = StrategyMeta.sharded_index(strategy, out_shape, in_shapes, shards, self.run_uid)
+        meta = StrategyMeta.sharded_index(strategy, out_shape, in_shapes, shards, self.run_uid,
+                                          reach)
         with self.env.begin(write=True, db=db) as txn:
             if txn.get(META) is not None:
                 raise CorruptLineage(f"stored lineage of {op!r} ({strategy}) is already written")
@@ -345,13 +349,16 @@ class WriteTxn(Protocol):
 def encode_strategy(txn: WriteTxn, name: bytes, strategy: Strategy, pairs: Pairs,
                     out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]],
                     map_p_pairs: MapPPairs | None, rtree_base: Callable[[str], Path],
-                    where: str, run_uid: str | None = None) -> list[Space]:
+                    where: str, run_uid: str | None = None,
+                    reach: Sequence[int | None] | None = None) -> list[Space]:
     """Encode ``pairs`` of one strategy into a sub-database (``txn``: an LMDB write
     transaction opened on it, or anything with ``get``/``put``/``cursor().putmulti``),
     after what it already holds; ``rtree_base(space)`` is the base path of a space's
     R-tree files.  New sub-databases of a run with a uid (``run_uid``) are written
     bound to it (format 5), of an unbound run in :data:`metadata.WRITE_FORMAT
-    <subzero.storage.metadata.WRITE_FORMAT>`.  Returns the spaces written (their key cells)."""
+    <subzero.storage.metadata.WRITE_FORMAT>`.  ``reach``: the payload reach every pair was
+    checked against (:func:`subzero.model.reach.check`), recorded for forward steps; None
+    when they were not checked.  Returns the spaces written (their key cells)."""
     enc = stored_encoding(strategy)
     spaces = spaces_for(strategy, pairs, out_shape, in_shapes, map_p_pairs)
     raw = txn.get(META)
@@ -362,11 +369,12 @@ def encode_strategy(txn: WriteTxn, name: bytes, strategy: Strategy, pairs: Pairs
             raise CorruptLineage(f"{where} is sharded; it cannot be appended to")
         # an old store stays unchecked (its blocks have no checksums); format 1
         # becomes 2, which only makes its key-block size explicit
-        meta = meta.in_format(max(meta.version, 2))
+        meta = meta.in_format(max(meta.version, 2)).with_pairs_checked(reach, first=False)
     else:
         meta = StrategyMeta.new(strategy, out_shape, in_shapes)
         # WRITE_FORMAT read at each write: the one switch tests turn to write an older format
         meta = meta.in_format(metadata.WRITE_FORMAT) if run_uid is None else meta.bound(run_uid)
+        meta = meta.with_pairs_checked(reach, first=True)
     put: _Sealer | _Plain = _Sealer(seed_name(name, meta.run), name) if meta.checksummed else _plain
     run = meta.run
 
@@ -536,7 +544,8 @@ def shard_folder(lineage_dir: str | os.PathLike[str], op: str, strategy: Strateg
 def write_shard(lineage_dir: str | os.PathLike[str], stem: str, attempt: int, op: str,
                 strategy: Strategy, pairs: Pairs, out_shape: Sequence[int],
                 in_shapes: Sequence[Sequence[int]], map_p_pairs: MapPPairs | None = None,
-                run_uid: str | None = None) -> ShardWrite | None:
+                run_uid: str | None = None,
+                reach: Sequence[int | None] | None = None) -> ShardWrite | None:
     """Encode one task's ``pairs`` of (op, strategy) into a shard file named for the
     tile (``stem``) and the task ``attempt``, written whole then renamed into place;
     None when there is nothing to store.  A run with a uid (``run_uid``) writes it
@@ -549,7 +558,7 @@ def write_shard(lineage_dir: str | os.PathLike[str], stem: str, attempt: int, op
     with tempfile.TemporaryDirectory(prefix="subzero-shard-") as tmp:
         spaces = encode_strategy(txn, name, strategy, pairs, out_shape, in_shapes, map_p_pairs,
                                  lambda space: Path(tmp) / space, f"a shard of {op!r} ({strategy})",
-                                 run_uid)
+                                 run_uid, reach)
         if not stored_encoding(strategy).one:
             for sp in spaces:
                 for ext in RTREE_FILES if sp.n else ():

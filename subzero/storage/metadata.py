@@ -52,6 +52,14 @@ runs had uids (their catalog row has none) are *unbound*: they keep reading
 and writing formats 2-4, and format 5 in them is foreign, while a run with a
 uid reads only format 5 (:meth:`StrategyMeta.check_bound`).
 
+A payload strategy whose pairs were checked against the operator's declared
+reach when they were captured (:mod:`subzero.model.reach`) records it under
+``reach`` (one number or null per input), in any format: a forward trace step
+then looks up only the pairs near its cells.  The key is optional and only ever
+narrows what a step reads to what the check proved, so a record without it
+(older lineage, an operator that declares none) is scanned as before, and a
+SubZero that does not know the key reads the record correctly.
+
 The JSON of each record has a typed shape (:class:`StrategyRecord`,
 :class:`SpaceRecord`, :class:`ShardRecord`).  Whether a record is sharded is
 its ``sharded`` key; records written before that key existed (formats 1-3, and
@@ -205,6 +213,9 @@ class StrategyRecord(TypedDict):
     shards: NotRequired[list[ShardRecord]]
     #: format 5 on: the uid of the run the lineage belongs to
     run: NotRequired[str]
+    #: payload strategies whose pairs were checked against the operator's declared
+    #: reach: the reach per input (null: none); absent: not checked (forward steps scan)
+    reach: NotRequired[list[int | None]]
 
 
 # -- metadata records ------------------------------------------------------------------
@@ -335,6 +346,10 @@ class StrategyMeta:
     sharded: bool = False
     #: the uid of the run it belongs to (format 5 on; None before)
     run: str | None = None
+    #: the payload reach per input every stored pair was checked against at capture
+    #: (:mod:`subzero.model.reach`); None: not checked.  A reader that does not know
+    #: the key scans, as before it existed: the key changes speed, never answers.
+    reach: tuple[int | None, ...] | None = None
 
     @staticmethod
     def new(strategy: Strategy, out_shape: Sequence[int],
@@ -344,11 +359,14 @@ class StrategyMeta:
     @staticmethod
     def sharded_index(strategy: Strategy, out_shape: Sequence[int],
                       in_shapes: Sequence[Sequence[int]], shards: Sequence[ShardMeta],
-                      run_uid: str | None = None) -> StrategyMeta:
+                      run_uid: str | None = None,
+                      reach: Sequence[int | None] | None = None) -> StrategyMeta:
         """The record of a sharded strategy: the shards, no blocks of its own (format 5,
-        bound to run ``run_uid``, when the run has one)."""
+        bound to run ``run_uid``, when the run has one); ``reach``: what every shard's
+        pairs were checked against."""
         meta = StrategyMeta(strategy, _shape(out_shape), tuple(_shape(s) for s in in_shapes),
-                            version=SHARDED_FORMAT, shards=tuple(shards), sharded=True)
+                            version=SHARDED_FORMAT, shards=tuple(shards), sharded=True,
+                            reach=_reach(reach))
         return meta if run_uid is None else meta.bound(run_uid)
 
     def bound(self, run_uid: str) -> StrategyMeta:
@@ -403,6 +421,16 @@ class StrategyMeta:
         """This metadata as written in format ``version``."""
         return dataclasses.replace(self, version=version)
 
+    def with_pairs_checked(self, reach: Sequence[int | None] | None, first: bool) -> StrategyMeta:
+        """This metadata after a write whose pairs were checked against ``reach`` (None:
+        not checked).  The first write records it; an append keeps, per input, the
+        larger of the two, and loses it where either write was not checked."""
+        new = _reach(reach)
+        if first or self.reach is None or new is None or len(new) != len(self.reach):
+            return dataclasses.replace(self, reach=new if first else None)
+        both = tuple(None if a is None or b is None else max(a, b) for a, b in zip(self.reach, new))
+        return dataclasses.replace(self, reach=both if any(x is not None for x in both) else None)
+
     # -- serialisation ---------------------------------------------------------------
     def to_json(self) -> StrategyRecord:
         d: StrategyRecord = {
@@ -415,6 +443,8 @@ class StrategyMeta:
             d["shards"] = [sh.to_json() for sh in self.shards]
         if self.run is not None:
             d["run"] = self.run
+        if self.reach is not None:
+            d["reach"] = list(self.reach)
         return d
 
     def to_bytes(self, db: bytes = b"") -> bytes:
@@ -446,13 +476,18 @@ class StrategyMeta:
             raise CorruptLineage(f"{where} has malformed metadata (run {run!r} in format "
                                  f"{version})")
         try:
+            reach = rec.get("reach")
+            if reach is not None and (not isinstance(reach, list) or any(
+                    x is not None and (isinstance(x, bool) or not isinstance(x, int) or x < 0)
+                    for x in reach) or len(reach) != len(rec["in_shapes"])):
+                raise CorruptLineage(f"{where} has malformed metadata (reach {reach!r})")
             return StrategyMeta(
                 parse_one(rec["strategy"]), _shape(rec["out_shape"]),
                 tuple(_shape(s) for s in rec["in_shapes"]),
                 tuple(SpaceMeta.from_json(str(k), v, version) for k, v in rec["spaces"].items()),
                 int(rec.get("covered_chunks", 0)), version,
                 tuple(ShardMeta.from_json(sh) for sh in rec["shards"]) if sharded else (),
-                sharded, run)
+                sharded, run, _reach(reach))
         except (KeyError, TypeError, ValueError, AttributeError, StrategyError) as e:
             raise CorruptLineage(f"{where} has malformed metadata: {type(e).__name__}: {e}") from e
 
@@ -513,6 +548,14 @@ def decode_block_set(text: str, n: int) -> np.ndarray:
 def _is_uid(text: object) -> bool:
     """A run uid as records name it: 32 lower-case hex digits."""
     return isinstance(text, str) and len(text) == 32 and all(c in "0123456789abcdef" for c in text)
+
+
+def _reach(r: Sequence[int | None] | None) -> tuple[int | None, ...] | None:
+    """A reach as recorded: per input, or None when no input has one."""
+    if r is None:
+        return None
+    out = tuple(None if x is None else int(x) for x in r)
+    return out if any(x is not None for x in out) else None
 
 
 def _shape(s: Iterable[int]) -> Shape:

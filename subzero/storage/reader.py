@@ -227,6 +227,12 @@ class StrategyReader:
     def has_space(self, space: str) -> bool:
         return space in self._spaces
 
+    def reach(self, i: int) -> int | None:
+        """The payload reach of input ``i`` the pairs were checked against when they
+        were written (:mod:`subzero.model.reach`), or None (not checked)."""
+        r = self.meta.reach
+        return r[i] if r is not None and i < len(r) else None
+
     def spaces(self) -> list[str]:
         return list(self._spaces)
 

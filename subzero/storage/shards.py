@@ -187,6 +187,12 @@ class ShardedReader:
         self._bases: dict[str, np.ndarray] = {}
         self._spaces = list(dict.fromkeys(n for sh in self.shards for n, _, _ in sh.spaces))
 
+    def reach(self, i: int) -> int | None:
+        """The payload reach of input ``i`` every shard's pairs were checked against
+        (recorded in the index), or None."""
+        r = self.meta.reach
+        return r[i] if r is not None and i < len(r) else None
+
     # -- shards -----------------------------------------------------------------------
     @property
     def opened(self) -> int:
