@@ -1,5 +1,5 @@
 # The two commands of the README's Quickstart, and the checks `make test` runs.
-.PHONY: demo test check setup clean
+.PHONY: demo test test-slow test-all check setup clean
 
 setup:
 	@scripts/setup.sh
@@ -12,8 +12,16 @@ check: setup
 	@scripts/check.sh
 
 # two worker processes, a test file each at a time (its module fixtures built once):
-# the suite is mostly one core's work, and a CI machine has two
+# the suite is mostly one core's work, and a CI machine has two.  `test` leaves out
+# the long end-to-end sweeps (marked slow in tests/conftest.py); `test-slow` runs
+# them; CI (.ci/run) runs both: every test
 test: check
+	@.venv/bin/python -m pytest -n 2 --dist loadfile -m "not slow"
+
+test-slow: setup
+	@.venv/bin/python -m pytest -n 2 --dist loadfile -m slow
+
+test-all: check
 	@.venv/bin/python -m pytest -n 2 --dist loadfile
 
 clean:

@@ -136,9 +136,72 @@ LONG_FILES = ("test_commit_crash.py", "test_spark_cluster.py", "test_spark.py", 
               "test_shards.py", "test_explore.py", "test_optimizer.py", "test_rerun.py")
 
 
+#: the long end-to-end sweeps, marked ``slow``: `make test` leaves them out so that a
+#: developer's run takes minutes, `make test-slow` runs them, and CI runs both (every
+#: test).  Each took 15 s or more in a timed run of the whole suite (`--durations`, 2
+#: cores): whole workflows on Spark, real exposures, fault campaigns, the widest
+#: property sweeps.  A whole file is named by its name, a test by FILE::FUNCTION (every
+#: parameter of it).
+SLOW = frozenset({
+    "test_astronomy.py", "test_spark_cluster.py",
+    "test_array_integrity.py::test_spark_region_written_array_is_checksummed",
+    "test_bench_optimizer_scale.py::test_one_size_reports_every_query_under_every_strategy",
+    "test_binding.py::test_random_swaps_between_two_runs_never_change_an_answer_silently",
+    "test_binding.py::test_spark_writes_bound_arrays_and_shards",
+    "test_commit_crash.py::test_a_kill_at_any_point_of_the_commit_loses_nothing",
+    "test_commit_crash.py::test_spark_kill_at_the_commit_loses_nothing",
+    "test_components.py::test_spark_labels_and_lineage_equal_in_process",
+    "test_components.py::test_star_finding_on_a_real_exposure_per_tile",
+    "test_coords.py::test_inputs_and_derived_arrays_carry_the_files_wcs",
+    "test_equivalence.py::test_all_strategies_agree_on_example",
+    "test_explore.py::test_click_star_peak_highlights_exactly_its_raw_pixels",
+    "test_explore.py::test_go_to_a_sky_position_traces_the_cells_it_names",
+    "test_export.py::test_read_only_store_exports",
+    "test_faults.py::test_damaged_stores_answer_exactly_or_with_a_clear_error",
+    "test_impact_many.py::test_impact_from_the_command_line_on_both_engines",
+    "test_integrity.py::test_every_damaged_value_is_noticed_and_answered_exactly",
+    "test_lineage_capture.py::test_key_block_size_of_an_older_store_is_kept",
+    "test_optimizer.py::test_budget_sweep_fits_and_cost_falls",
+    "test_oracle_property.py::test_many_traced_runs_in_one_process",
+    "test_oracle_property.py::test_multi_step_traces_match_composed_oracle",
+    "test_rerun.py::test_a_flat_fix_on_the_real_exposures_recomputes_a_few_tiles",
+    "test_rerun.py::test_a_rerun_is_a_full_run_on_the_new_inputs",
+    "test_rerun.py::test_a_rerun_killed_midway_resumes_or_cleans_and_its_parent_stays_whole",
+    "test_rerun.py::test_a_rerun_of_a_spark_run_equals_a_full_spark_run",
+    "test_rerun.py::test_cosmic_rays_rerun_where_the_sky_median_reaches",
+    "test_rerun.py::test_many_reruns_as_a_spark_job_equal_reruns_in_process",
+    "test_resume.py::test_spark_driver_killed_then_resumed",
+    "test_shared_inputs.py::test_a_kill_while_publishing_an_input_loses_nothing",
+    "test_spark.py::test_a_spark_session_writes_and_prunes_only_its_own_log_folder",
+    "test_spark.py::test_an_operator_that_ends_the_process_is_an_operator_error",
+    "test_spark.py::test_cli_engine_flags",
+    "test_spark.py::test_ctrl_c_during_a_spark_run_is_one_line_and_marks_the_run",
+    "test_spark.py::test_example_identical_to_local",
+    "test_spark.py::test_operator_failure_names_operator_and_tile",
+    "test_spark.py::test_ready_workflows_identical_on_spark",
+    "test_spark.py::test_reductions_run_as_spark_aggregations",
+    "test_spark.py::test_spark_scratch_files_stay_in_subzeros_folder",
+    "test_statistic.py::test_a_wrong_fill_value_changes_the_cleaned_image",
+    "test_statistic.py::test_real_exposure_per_tile_in_process",
+    "test_statistic.py::test_spark_cosmic_rays_per_tile_equal_in_process",
+    "test_tile_reexec.py::test_spark_run_traces_through_tiles",
+})
+
+
+@pytest.hookimpl(tryfirst=True)          # before -m deselects by the marks set here
 def pytest_collection_modifyitems(config, items):
     rank = {name: k for k, name in enumerate(LONG_FILES)}
     items.sort(key=lambda it: rank.get(it.path.name, len(LONG_FILES)))      # stable within a file
+    named = set()
+    for it in items:
+        key = f"{it.path.name}::{getattr(it, 'originalname', it.name)}"
+        if it.path.name in SLOW or key in SLOW:
+            it.add_marker(pytest.mark.slow)
+            named.add(it.path.name if it.path.name in SLOW else key)
+    # a renamed or removed test must leave this list too, or it would silently run fast
+    stale = {k for k in SLOW if k.split("::")[0] in {it.path.name for it in items}} - named
+    if stale and not config.getoption("keyword"):
+        raise pytest.UsageError(f"tests/conftest.py SLOW names tests that do not exist: {sorted(stale)}")
 
 
 def copied_store(src: Path, dest: Path):
