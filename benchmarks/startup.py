@@ -15,7 +15,8 @@ than wall time):
 
 ``--python`` measures another interpreter (e.g. another checkout's
 ``.venv/bin/python``) in the same rounds, so the code before a change and after
-it are compared on the same machine state.
+it are compared on the same machine state; each interpreter traces its own copy
+of the store (make the store with the older code: a newer one may upgrade it).
 
     .venv/bin/python benchmarks/startup.py [--store .subzero-demo] [--repeats 15]
         [--python OTHER/.venv/bin/python] [--no-write]
@@ -31,6 +32,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -88,13 +90,21 @@ def _ensure_store(store: Path) -> None:
 
 
 def measure(pythons: dict[str, str], store: Path, repeats: int) -> dict:
-    env = {**os.environ, "SUBZERO_ENGINE": "local", "PYTHONDONTWRITEBYTECODE": "1"}
-    trace = ["trace", "--store", str(store), "--from", "stars", "--cells", STAR, "--to", "raw_1"]
+    """Each interpreter traces its own copy of ``store`` (a newer SubZero may upgrade a
+    store's catalog as it opens it, which an older one then refuses)."""
+    env = {**os.environ, "SUBZERO_ENGINE": "local"}
+    work = Path(tempfile.mkdtemp(prefix="sz-startup-"))
+    traces = {}
+    for k, (label, py) in enumerate(pythons.items()):
+        copy = work / f"store-{k}"
+        shutil.copytree(store, copy)
+        traces[label] = ["trace", "--store", str(copy), "--from", "stars", "--cells", STAR,
+                         "--to", "raw_1"]
+        _timed([py, "-m", "subzero.cli", *traces[label]], env)  # warm the page cache
     rows: dict[str, dict[str, list]] = {}
-    for py in pythons.values():
-        _timed([py, "-m", "subzero.cli", *trace], env)          # warm the page cache
     for k in range(repeats):
         for label, py in pythons.items():
+            trace = traces[label]
             r = rows.setdefault(label, {})
             for what, cmd in (("bare", [py, "-c", "pass"]),
                               ("version", [py, "-m", "subzero.cli", "--version"]),
@@ -108,8 +118,9 @@ def measure(pythons: dict[str, str], store: Path, repeats: int) -> dict:
     out: dict = {}
     for label, r in rows.items():
         med = {k: statistics.median(v) for k, v in r.items()}
-        med["imports"] = _imports(pythons[label], trace, env)
+        med["imports"] = _imports(pythons[label], traces[label], env)
         out[label] = med
+    shutil.rmtree(work, ignore_errors=True)
     return out
 
 
@@ -122,14 +133,14 @@ def report(result: dict, repeats: int, load: float) -> str:
              f"`raw_1`, text output (count, first values, sky region).",
              "",
              "| code | python -c pass | --version (CPU) | trace wall (CPU) | engine trace | "
-             "trace / (5 x engine + bare) | version target 0.15 s | trace target 0.5 s |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+             "5 x engine + bare | trace over that | version <= 0.15 s | trace <= 0.5 s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for label, m in result.items():
         bound = 5 * m["engine"] + m["bare"]
         lines.append(
             f"| {label} | {m['bare'] * 1000:.0f} ms | {m['version'] * 1000:.0f} ms "
             f"({m['version_cpu'] * 1000:.0f}) | {m['trace'] * 1000:.0f} ms "
-            f"({m['trace_cpu'] * 1000:.0f}) | {m['engine'] * 1000:.1f} ms | "
+            f"({m['trace_cpu'] * 1000:.0f}) | {m['engine'] * 1000:.1f} ms | {bound * 1000:.0f} ms | "
             f"{m['trace'] / bound:.2f}x | {'met' if m['version'] <= 0.15 else 'missed'} | "
             f"{'met' if m['trace'] <= 0.5 else 'missed'} |")
     lines += ["", "Import time of one cold trace, self time summed per package (ms, "
