@@ -188,24 +188,21 @@ def _ok(met: bool) -> str:
 def targets(results: dict) -> list[str]:
     lines = ["| size | load | target | measured (wall) | | measured (CPU) | |",
              "| --- | ---: | --- | --- | --- | --- | --- |"]
-    for r in results.values():
-        d, p = r["defaults"], r["planned"]
-        row = [f"| {r['size']:,}x | {r['load']} | every query under the plan <= "
-               f"{PLAN_VS_DEFAULTS}x the defaults"]
+    def worst_row(r: dict, what: str, d: dict, p: dict) -> str:
+        """The target row of the worst query, plan over defaults, in wall and CPU time."""
+        row = [f"| {r['size']:,}x | {r['load']} | {what} <= {PLAN_VS_DEFAULTS}x the defaults"]
         for k in ("ms", "cpu_ms"):
             worst = max(d, key=lambda q: p[q][k] / d[q][k])
             ratio = p[worst][k] / d[worst][k]
             row.append(f"worst {worst} {ratio:.2f}x | {_ok(ratio <= PLAN_VS_DEFAULTS)}")
-        lines.append(" | ".join(row) + " |")
+        return " | ".join(row) + " |"
+
+    for r in results.values():
+        d, p = r["defaults"], r["planned"]
+        lines.append(worst_row(r, "every query under the plan", d, p))
         if r.get("alone_defaults"):
-            ad, ap = r["alone_defaults"], r["alone_planned"]
-            row = [f"| {r['size']:,}x | {r['load']} | one query per process: every query "
-                   f"<= {PLAN_VS_DEFAULTS}x the defaults"]
-            for k in ("ms", "cpu_ms"):
-                worst = max(ad, key=lambda q: ap[q][k] / ad[q][k])
-                ratio = ap[worst][k] / ad[worst][k]
-                row.append(f"worst {worst} {ratio:.2f}x | {_ok(ratio <= PLAN_VS_DEFAULTS)}")
-            lines.append(" | ".join(row) + " |")
+            lines.append(worst_row(r, "one query per process: every query", r["alone_defaults"],
+                                   r["alone_planned"]))
         row = [f"| {r['size']:,}x | {r['load']} | workload total under the plan <= the defaults'"]
         for k in ("ms", "cpu_ms"):
             tp, td = sum(p[q][k] for q in p), sum(d[q][k] for q in d)

@@ -12,8 +12,9 @@ program -> storage plan, and the query-time planner.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from subzero.lazy import attach
 
 if TYPE_CHECKING:
     from subzero.errors import BudgetError, OptimizerError
@@ -44,16 +45,4 @@ __all__ = ["optimize", "Plan", "load_plan", "planner_for", "QueryPlanner", "Cost
            "calibrate", "ensure_calibration", "profile_workflow", "Budgets", "parse_size",
            "parse_factor", "OptimizerError", "BudgetError", "Progress"]
 
-
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use and kept here."""
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = attach(__name__, _HOME, __all__)

@@ -9,9 +9,9 @@ a trace that does not use them; tests/test_imports.py holds this).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from subzero.lazy import attach
 from subzero.version import __version__
 
 if TYPE_CHECKING:
@@ -71,16 +71,4 @@ __all__ = ["Operator", "Statistic", "ExactMedian", "ExactMAD", "Workflow", "Mode
            "SubZeroError", "WorkflowError", "OperatorError", "LineageError", "StrategyError",
            "QueryError", "StoreError", "UsageError", "CodeError", "SetupError", "__version__"]
 
-
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use and kept here."""
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module 'subzero' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = attach(__name__, _HOME, __all__)

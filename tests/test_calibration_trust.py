@@ -7,26 +7,15 @@ LMDB, the real profiler on genomics 1x."""
 import copy
 import multiprocessing as mp
 import os
-from pathlib import Path
 
 import pytest
+from test_optimizer import UDFS, WF, WORKLOAD, _store
 
 import subzero
 from subzero.model.strategy import default_for
 from subzero.optimizer import busy, optimize
 from subzero.optimizer.costmodel import STORED_FAMILIES, CostModel
 from subzero.optimizer.stats import collect
-
-ROOT = Path(__file__).resolve().parent.parent
-WF = str(ROOT / "workflows" / "genomics.py")
-WORKLOAD = str(ROOT / "workflows" / "genomics_workload.json")
-UDFS = ("extract", "model", "predict")
-
-
-def _store(path, calibration):
-    st = subzero.open_store(path)
-    st.catalog.add_calibration(os.uname().nodename, calibration["seconds"], calibration)
-    return st
 
 
 @pytest.fixture(scope="module")

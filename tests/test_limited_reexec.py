@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_tile_reexec import seen_after
 
 from subzero import ELEMENTWISE, ExactMedian, Mode, Operator, Workflow, stencil
 from subzero.errors import SubZeroWarning
@@ -172,13 +173,6 @@ def test_forward_on_random_boxes(runs, cells):
     full, bb = runs
     for to in ("win", "lab", "minus"):
         same_three_ways(full, bb, "x", to, cells)
-
-
-def seen_after(run, name, fn):
-    op = run.workflow.steps[name].operator
-    op.seen.clear()
-    fn()
-    return list(op.seen)
 
 
 def test_a_statistic_operator_reruns_a_box_with_the_runs_value(runs):

@@ -16,9 +16,7 @@ checks the two agree, cell for cell, on random arrays and regions.
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from subzero.errors import CorruptArray
-from subzero.storage.chunks import _OPEN_CHUNK, TRAILER, ArrayNode
+from subzero.storage.chunks import TRAILER, ArrayNode, misplaced, read_chunk
 
 #: the codec chain this module decodes (names, in order)
 _CHAIN = ("bytes", "zstd", "crc32c")
@@ -74,7 +72,11 @@ def read_region(root: Path, node: ArrayNode, dtype: np.dtype, region: tuple[slic
     base = f"{root / node.path}{os.sep}c"
     for idx in node.touched(region):
         path = base + "".join(f"{node.separator}{k}" for k in idx)
-        data = _chunk_bytes(path, label, root, node, idx)
+        data = read_chunk(path)
+        if isinstance(data, str):
+            where = node.chunk_file(root, idx)
+            raise CorruptArray(f"{label}{': ' if misplaced(data) else ' is damaged: '}chunk file "
+                               f"{where} {data}")
         body, trailer = data[:-TRAILER], data[-TRAILER:]
         if node.trailers is not None:
             k = 0
@@ -107,32 +109,3 @@ def read_region(root: Path, node: ArrayNode, dtype: np.dtype, region: tuple[slic
             dst.append(slice(a - bounds[d][0], b - bounds[d][0]))
         out[tuple(dst)] = chunk[tuple(src)]
     return out
-
-
-def _chunk_bytes(path: str, label: str, root: Path, node: ArrayNode, idx: tuple[int, ...]) -> bytes:
-    """A chunk file's bytes: opened without following a link or waiting on a FIFO, and
-    only when it is a regular file long enough to hold its checksum."""
-    where = node.chunk_file(root, idx)
-    try:
-        fd = os.open(path, _OPEN_CHUNK)
-    except FileNotFoundError:
-        raise CorruptArray(f"{label} is damaged: chunk file {where} is missing") from None
-    except OSError as e:
-        if e.errno == errno.ELOOP:      # a link where a chunk belongs
-            raise CorruptArray(f"{label}: chunk file {where} is a link, not the chunk its "
-                               f"place names") from e
-        raise CorruptArray(f"{label} cannot be read: chunk file {where}: {e.strerror or e}") from e
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CorruptArray(f"{label}: chunk file {where} is not a regular file, not the "
-                               f"chunk its place names")
-        data = os.pread(fd, st.st_size, 0)
-    except OSError as e:
-        raise CorruptArray(f"{label} cannot be read: chunk file {where}: {e.strerror or e}") from e
-    finally:
-        os.close(fd)
-    if len(data) < TRAILER:
-        raise CorruptArray(f"{label} is damaged: chunk file {where} fails its checksum (too "
-                           f"short to hold one)")
-    return data

@@ -205,8 +205,15 @@ def _manifest(root: Path, node: ArrayNode, label: str) -> bytes:
 
 
 def _read_trailer(path: str) -> bytes | str:
-    """The last :data:`TRAILER` bytes of a chunk file, or what is wrong with it: opened
-    without following a link or waiting on a FIFO, and only when a regular file."""
+    """The last :data:`TRAILER` bytes of a chunk file, or what is wrong with it (see
+    :func:`read_chunk`)."""
+    return read_chunk(path, tail=True)
+
+
+def read_chunk(path: str, tail: bool = False) -> bytes | str:
+    """A chunk file's bytes (``tail``: only its crc32c trailer), or what is wrong with it,
+    as an error message says it after the file's name: opened without following a link
+    or waiting on a FIFO, and only when a regular file long enough to hold a checksum."""
     try:
         fd = os.open(path, _OPEN_CHUNK)
     except FileNotFoundError:
@@ -221,11 +228,19 @@ def _read_trailer(path: str) -> bytes | str:
             return "is not a regular file, not the chunk its place names"
         if st.st_size < TRAILER:
             return "fails its checksum (too short to hold one)"
-        return os.pread(fd, TRAILER, st.st_size - TRAILER)
+        if tail:
+            return os.pread(fd, TRAILER, st.st_size - TRAILER)
+        return os.pread(fd, st.st_size, 0)
     except OSError as e:
         return f"cannot be read ({e.strerror or e})"
     finally:
         os.close(fd)
+
+
+def misplaced(what: str) -> bool:
+    """Whether :func:`read_chunk`'s complaint says the file is not the chunk its place
+    names (a link, a FIFO) rather than damaged."""
+    return what.endswith("not the chunk its place names")
 
 
 def _node(rel: str, meta: dict) -> ArrayNode:
@@ -397,8 +412,7 @@ def check_present(root: Path, node: ArrayNode, region: tuple[slice, ...] | None,
             continue
         f = node.chunk_file(root, idx)
         if isinstance(got, str):
-            misplaced = got.endswith("not the chunk its place names")
-            raise CorruptArray(f"{label}{': ' if misplaced else ' is damaged: '}chunk file {f} "
+            raise CorruptArray(f"{label}{': ' if misplaced(got) else ' is damaged: '}chunk file {f} "
                                f"{got}")
         if _self_consistent(f):
             raise CorruptArray(f"{label}: chunk file {f} is not the chunk its place names (its "
@@ -479,16 +493,8 @@ def _self_consistent(f: Path) -> bool:
     """Whether a chunk file's body matches its own crc32c trailer (after its trailer did not
     match the manifest's: a misplaced chunk, not a damaged one)."""
     import google_crc32c
-    try:
-        fd = os.open(f, _OPEN_CHUNK)
-        try:
-            size = os.fstat(fd).st_size
-            data = os.pread(fd, size, 0)
-        finally:
-            os.close(fd)
-    except OSError:
-        return False
-    return len(data) >= TRAILER and google_crc32c.value(data[:-TRAILER]) == int.from_bytes(
+    data = read_chunk(str(f))
+    return not isinstance(data, str) and google_crc32c.value(data[:-TRAILER]) == int.from_bytes(
         data[-TRAILER:], "little")
 
 
