@@ -1,4 +1,4 @@
-"""``subzero`` command line: run, trace, explore, optimize, runs, show, trust, export.
+"""``subzero`` command line: run, trace, explore, optimize, runs, show, du, trust, export.
 
 Every command reads ``--store DIR`` (default ./.subzero), prints user errors
 as one line on stderr with exit status 2, and offers ``--json``.
@@ -175,9 +175,8 @@ def _report_run(store, run, a, how: str) -> None:
     if a.json:
         print(json.dumps(_run_json(store, run.id), default=str))
         return
-    total = sum(o["lineage_bytes"] for o in ops)
     print(f"run {run.id} {how}: workflow {run.row.workflow}, {len(ops)} operators, "
-          f"lineage {_fmt_bytes(total)}")
+          f"{_footprint(store, run.row)}")
     if a.verbose:
         _ops_table(ops)
     print(run.id if a.quiet else f"run id: {run.id}")
@@ -565,6 +564,75 @@ def cmd_runs(a) -> int:
     return 0
 
 
+def cmd_du(a) -> int:
+    """Where the store's bytes go: per run, the inputs stored once, the catalog, the total."""
+    from subzero.api import open_store
+    if a.run is not None and a.run_flag is not None and a.run != a.run_flag:
+        raise SubZeroError(f"give the run once: {a.run} or --run {a.run_flag}")
+    run = a.run if a.run is not None else a.run_flag
+    with open_store(a.store, create=False) as store:
+        du = store.disk_usage(run)
+    if a.json:
+        print(json.dumps(du.as_dict()))
+        return 0
+    if run is not None:
+        _du_run(du.runs[0])
+        return 0
+    print(f"store {du.path}: {_fmt_bytes(du.total)} on disk (each file once)")
+    if du.runs:
+        print(f"  {'run':>5}  {'status':<11} {'workflow':<14} {'arrays':>9} {'lineage':>9} "
+              f"{'pickles':>9} {'stats':>9} {'other':>9} {'total':>9} {'alone':>9}")
+    for r in du.runs:
+        k = r.kinds
+        print(f"  {r.run:>5}  {r.status or '?':<11} {(r.workflow or '?')[:14]:<14} "
+              + " ".join(f"{_fmt_bytes(k[n].bytes):>9}" for n in ("arrays", "lineage", "pickles",
+                                                                   "statistics", "other"))
+              + f" {_fmt_bytes(r.total.bytes):>9} {_fmt_bytes(r.total.own):>9}")
+    # rows that add up to the total: what each part owns alone, and hard-linked files once
+    cat = du.catalog.own - du.trace_log - du.plans
+    rows = [("runs (their bytes alone)", sum(r.total.own for r in du.runs)),
+            ("inputs stored once (inputs/)", du.inputs.own), ("catalog", cat),
+            ("trace log (in the catalog)", du.trace_log), ("plans (in the catalog)", du.plans),
+            ("other (store.json, quarantine/, folders)", du.other.own),
+            ("hard-linked between runs or inputs (once)", du.shared)]
+    for what, n in rows:
+        print(f"  {what:<44} {_fmt_bytes(n):>9}")
+    print(f"  {'total':<44} {_fmt_bytes(du.total):>9}")
+    return 0
+
+
+def _du_run(r) -> None:
+    """One run's bytes, array by array (``du --run``)."""
+    print(f"run {r.run} ({r.workflow or '?'}, {r.status or '?'}): {_fmt_bytes(r.total.bytes)} in "
+          f"{', '.join('runs/' + f for f in r.folders) or 'no folder'}; "
+          f"{_fmt_bytes(r.total.own)} its own, {_fmt_bytes(r.total.shared)} shared (hard links)")
+    print(f"  {'':<24} {'bytes':>9} {'alone':>9} {'shared':>9}  files")
+    parts = sorted(r.arrays.items(), key=lambda kv: (-kv[1].bytes, kv[0]))
+    parts = [(f"array {n}", p) for n, p in parts] + \
+        [(k if k != "pickles" else "pickles (workflow.pkl)", r.kinds[k])
+         for k in ("lineage", "pickles", "statistics", "other")]
+    for what, p in parts:
+        print(f"  {what[:24]:<24} {_fmt_bytes(p.bytes):>9} {_fmt_bytes(p.own):>9} "
+              f"{_fmt_bytes(p.shared):>9}  {p.files}")
+    if r.inputs:
+        print("  inputs read from the store's copies (inputs/, not in the run's folder): "
+              + ", ".join(f"{n} {_fmt_bytes(b)}" for n, b in r.inputs.items()))
+
+
+def _footprint(store, row) -> str:
+    """A run's bytes on disk, as `run` and `show` print them."""
+    r = store.run_usage(row)
+    k = r.kinds
+    line = (f"{_fmt_bytes(r.total.bytes)} on disk: arrays {_fmt_bytes(k['arrays'].bytes)}, lineage "
+            f"{_fmt_bytes(k['lineage'].bytes)}, pickles {_fmt_bytes(k['pickles'].bytes)}, "
+            f"statistics {_fmt_bytes(k['statistics'].bytes)}, other {_fmt_bytes(k['other'].bytes)}")
+    if r.total.shared:
+        line += f" ({_fmt_bytes(r.total.shared)} of it hard-linked with other runs)"
+    if r.inputs:
+        line += f"; its inputs, stored once for the store: {_fmt_bytes(sum(r.inputs.values()))}"
+    return line
+
+
 def cmd_inputs(a) -> int:
     from subzero.api import open_store
     with open_store(a.store, create=False) as store:
@@ -805,6 +873,8 @@ def cmd_show(a) -> int:
             total = sum(o["lineage_bytes"] for o in ops)
             inb = sum(v["nbytes"] for v in arrays.values() if v["kind"] == "input")
             print(f"  lineage total {_fmt_bytes(total)} ({total / max(inb, 1):.3f}x the input bytes)")
+        if row.status != "failed" or store.run_dir(row.id).exists():
+            print(f"  {_footprint(store, row)} (`subzero du --run {row.id}`: array by array)")
         for d in store.catalog.downgrades(row.id):
             print(f"  downgraded: {d['reason']}")
         info = store.catalog.rerun_of(row.id)
@@ -996,7 +1066,11 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help=argparse.SUPPRESS)
 
-    r = sub.add_parser("run", help="run a workflow and capture its lineage")
+    r = sub.add_parser("run", help="run a workflow and capture its lineage",
+                       description="Runs a workflow, keeps its arrays and lineage as a new run of "
+                                   "the store, and prints the run's id and its bytes on disk "
+                                   "(arrays, lineage, pickles, statistics; `subzero du` lists "
+                                   "them array by array).")
     r.add_argument("workflow", nargs="?",
                    help="workflow .py file or module name (defines workflow())")
     r.add_argument("--resume", metavar="RUN",
@@ -1095,6 +1169,22 @@ def build_parser() -> argparse.ArgumentParser:
     common(ru)
     ru.set_defaults(fn=cmd_runs, command_parser=ru)
 
+    du = sub.add_parser("du", help="where the store's bytes go: per run and array, inputs, catalog",
+                        description="Lists the bytes of the store: per run (its arrays, lineage, "
+                                    "pickles such as workflow.pkl, statistics and the rest of its "
+                                    "folder, with what it owns alone and what it shares through "
+                                    "hard links: a re-run's unchanged chunks), the inputs stored "
+                                    "once for all runs (inputs/), the catalog with its trace log "
+                                    "and plans, and the total. Every file is counted once, however "
+                                    "many links it has (as `du -sb`): the total is what the disk "
+                                    "holds, and removing a run would free only what it owns "
+                                    "alone. Reads only: works on a read-only store. With a run: "
+                                    "that run's arrays one by one.")
+    du.add_argument("run", nargs="?", help="a run (an id, or latest): its arrays one by one")
+    du.add_argument("--run", dest="run_flag", metavar="N", help="the same as the RUN argument")
+    common(du)
+    du.set_defaults(fn=cmd_du, command_parser=du)
+
     inp = sub.add_parser("inputs", help="the store's inputs by content, and the runs that read them",
                          description="Lists every distinct input of the store's runs by its content "
                                      "digest (values, shape, type and labels; not the file's name or "
@@ -1167,7 +1257,11 @@ def build_parser() -> argparse.ArgumentParser:
     common(fk)
     fk.set_defaults(fn=cmd_fsck, command_parser=fk)
 
-    s = sub.add_parser("show", help="show a run's operators, strategies and statistics")
+    s = sub.add_parser("show", help="show a run's operators, strategies and statistics",
+                       description="Shows a run: its trust, inputs, operators with their "
+                                   "strategies and lineage bytes, and its whole footprint on disk "
+                                   "(arrays, lineage, pickles, statistics; `subzero du --run N` "
+                                   "lists it array by array).")
     s.add_argument("run", nargs="?", default="latest", help="run id or 'latest'")
     common(s)
     s.set_defaults(fn=cmd_show, command_parser=s)

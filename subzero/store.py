@@ -61,6 +61,7 @@ from subzero.storage.trust import (
     verify_run,
     vouch,
 )
+from subzero.storage.usage import DiskUsage, RunUsage, disk_usage, run_usage
 
 DEFAULT_STORE = ".subzero"
 
@@ -538,6 +539,27 @@ class Store:
             if not self.readonly:
                 self.catalog.set_digest(row.id, name, digest)
         return have
+
+    def disk_usage(self, run: str | int | None = None) -> DiskUsage:
+        """Where the store's bytes go (:mod:`subzero.storage.usage`): per run (arrays, one
+        by one; lineage; pickles; statistics; the rest of its folder), with the bytes it
+        owns alone and those it shares (hard links: a re-run's unchanged chunks, inputs
+        stored once); the store's inputs, catalog (its trace log and plans apart), the
+        rest, and the total, every file counted once as ``du -sb`` does.  ``run`` (an
+        id or "latest"): list that run alone; the totals stay the store's.  Reads only:
+        a read-only store answers too."""
+        rid = None if run is None else self.catalog.get_run(run).id
+        rows = {r.id: (r.status, r.workflow) for r in self.catalog.runs()}
+        return disk_usage(self.path, rows, self.catalog.table_bytes(), run=rid)
+
+    def run_usage(self, run: str | int | RunRow = "latest") -> RunUsage:
+        """One run's bytes, as :meth:`disk_usage` lists it, reading its own folder and
+        the store's copies of its inputs alone (cheap: what ``subzero run`` and ``show``
+        print).  A file is owned alone when every link to it is in the run's folder."""
+        row = run if isinstance(run, RunRow) else self.catalog.get_run(run)
+        ru = run_usage(self.path, row.id)
+        ru.status, ru.workflow = row.status, row.workflow
+        return ru
 
     def inputs(self) -> list[dict[str, Any]]:
         """The store's distinct inputs by content: one dict per digest with ``digest``,

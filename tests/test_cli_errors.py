@@ -189,6 +189,11 @@ def _read_only_checks(prefix: list[str], store: Path, cwd: Path) -> None:
     code, out, err = _cli(prefix, "inputs", "--store", store, cwd=cwd)
     assert code == 0 and err == "", err
     assert "raw (runs 1)" in out and "flat (runs 1)" in out
+    # where the bytes go: read, never written
+    for args in ((), ("--run", "1")):
+        code, out, err = _cli(prefix, "du", *args, "--store", store, cwd=cwd)
+        assert code == 0 and err == "", err
+        assert "on disk" in out or "array stars" in out
     code, out, err = _cli(prefix, "trace", "--store", store, "--from", "stars", "--cells", "40,70",
                           "--to", "raw", "--json", cwd=cwd)
     assert code == 0, err

@@ -158,6 +158,17 @@ class Catalog:
     def set_meta(self, key: str, value: str) -> None:
         self.db.execute("INSERT OR REPLACE INTO store_meta VALUES (?, ?)", (key, value))
 
+    def table_bytes(self) -> dict[str, int]:
+        """Bytes of the catalog's pages per table, its indexes included (SQLite's
+        ``dbstat``; empty when this SQLite was built without it).  Reads only."""
+        try:
+            rows = self.db.execute(
+                "SELECT COALESCE(m.tbl_name, d.name), SUM(d.pgsize) FROM dbstat d"
+                " LEFT JOIN sqlite_schema m ON m.name = d.name GROUP BY 1").fetchall()
+        except sqlite3.DatabaseError:
+            return {}
+        return {str(r[0]): int(r[1] or 0) for r in rows}
+
     def max_run_id(self) -> int:
         """The highest run id this catalog has given (0 for none)."""
         r = self.db.execute("SELECT MAX(id) FROM runs").fetchone()
