@@ -127,6 +127,12 @@ class UnsafeFile(StoreError):
     (:class:`CorruptArray`, :class:`CorruptLineage`, an untrusted run...)."""
 
 
+class ChangedConstant(StoreError):
+    """A run's code rebuilt from its workflow module does not build the array the run
+    used (its module or a file the module reads changed since): loading it would give
+    other answers, so it is refused."""
+
+
 class DiskFull(StoreError):
     """The disk (file system) holding the store has no space left for what was being
     written: free some space, or give a store on another disk."""

@@ -27,7 +27,15 @@ from typing import Any
 
 from subzero.engines.choice import choose_engine, open_session
 from subzero.engines.progress import Progress, progress_for
-from subzero.errors import DiskFull, QueryError, StoreError, SubZeroError, UntrustedRun, warn
+from subzero.errors import (
+    ChangedConstant,
+    DiskFull,
+    QueryError,
+    StoreError,
+    SubZeroError,
+    UntrustedRun,
+    warn,
+)
 from subzero.impact import Impact, impact
 from subzero.model import content
 from subzero.model.workflow import Workflow, load_workflow
@@ -44,7 +52,7 @@ from subzero.storage.arrays import ArrayStore
 from subzero.storage.catalog import Catalog, RunRow
 from subzero.storage.chunks import sums_file
 from subzero.storage.inputs import input_digest
-from subzero.storage.pickles import load_workflow_pickle
+from subzero.storage.pickles import built_constants, load_workflow_pickle
 from subzero.storage.place import STORE_FILE, new_uid, read_store_uid, write_store_uid
 from subzero.storage.shared import INPUTS
 from subzero.storage.space import disk_full, full_disk_named
@@ -391,7 +399,10 @@ class Store:
                 return wf
         if verdict.payload is not None:       # the bytes that were verified, not a re-read
             try:
-                wf = load_workflow_pickle(verdict.payload)
+                wf = load_workflow_pickle(verdict.payload, lambda: self._rebuilt(row, verdict),
+                                          f"run {row.id}")
+            except ChangedConstant:
+                raise                         # its module gives other operators: never them
             except Exception as e:
                 err = f"{type(e).__name__}: {e}"
             if wf is not None and shared is not None and digest is not None:
@@ -409,6 +420,21 @@ class Store:
                              f"need them")
         self._workflows[row.id] = wf
         return wf
+
+    def _rebuilt(self, row: RunRow, verdict: Verdict) -> dict[str, Any]:
+        """The large arrays the run's workflow module builds now (by digest), for the
+        constants its pickle left out (:mod:`subzero.storage.constants`): the module is
+        run again from where the run loaded it, with its parameters."""
+        steer = self.steering(row, verdict)
+        if not steer.source:
+            raise ChangedConstant(f"run {row.id}'s workflow.pkl leaves out arrays that are "
+                                  f"rebuilt from its workflow module, but the run names no module")
+        try:
+            return built_constants(load_workflow(steer.source, steer.params))
+        except SubZeroError as e:
+            raise ChangedConstant(f"run {row.id}'s operators hold arrays rebuilt from its "
+                                  f"workflow module {steer.source}, which cannot be loaded "
+                                  f"now: {e}") from e
 
     # -- trust ------------------------------------------------------------------------------
     def verdict(self, run: str | int | RunRow = "latest") -> Verdict:

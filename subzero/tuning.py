@@ -59,10 +59,17 @@ EMIT_BATCH_CELLS = 1 << 21
 SIGNATURE_BYTES = 1 << 20
 #: The signing key file: 65 bytes (32 bytes in hex and a newline).
 KEY_BYTES = 4096
-#: A run's ``workflow.pkl``: 12.4 MB for astronomy (its operators hold calibration
-#: arrays), 34 KB for genomics.  An operator may hold a larger array; 1 GiB bounds what
-#: ``subzero runs`` (which checks every run's signature over it) may have to read.
+#: A run's ``workflow.pkl``: code and small parameters (under 100 KB for the shipped
+#: workflows; 12.4 MB for astronomy when its calibration frames travelled inside).  A
+#: workflow built in Python keeps its operators' large arrays inside (no module to
+#: rebuild them from); 1 GiB bounds what ``subzero runs`` (which checks every run's
+#: signature over it) may have to read.
 PICKLE_BYTES = 1 << 30
+#: An array a workflow's code holds from this size on is left out of ``workflow.pkl``
+#: and rebuilt from the workflow module when the pickle loads (subzero.storage.constants):
+#: a 64 KB array is a 90x90 float64 table, beyond what parameters are; smaller ones
+#: (kernels, coefficients) travel inside, costing less than running the module again.
+PICKLE_CONSTANT_BYTES = 64 << 10
 #: An array's ``zarr.json`` and ``.sums.json`` files: at most 11.9 KB (astronomy's raw
 #: frames, whose FITS headers travel as attributes).
 METADATA_BYTES = 16 << 20

@@ -53,6 +53,23 @@ class InputDecl:
     default: Any = None
 
 
+@dataclass(frozen=True)
+class KeptInput:
+    """An input's array default, as a run's ``workflow.pkl`` keeps it: by its content
+    digest, not its values (the run stores its inputs once, checksummed).  ``used``:
+    whether the run's input was this default (else the run was given another)."""
+
+    name: str
+    digest: str
+    shape: tuple[int, ...]
+    dtype: str
+    used: bool
+    run: int | None = None
+
+    def __repr__(self) -> str:
+        return f"KeptInput({self.name!r}, {self.digest[:20]})"
+
+
 class Workflow:
     """A DAG of operators.  Build it with :meth:`input` and :meth:`add`."""
 
@@ -144,6 +161,13 @@ class Workflow:
 
     def resolve_default(self, name: str) -> Any:
         d = self.inputs[name].default
+        if isinstance(d, KeptInput):      # a workflow loaded from a run's workflow.pkl
+            run = f"run {d.run}" if d.run is not None else "the run"
+            where = (f"it is the input {run} stored: `inputs={{{name!r}: run.array({name!r})}}`"
+                     if d.used else f"{run} was given another input in its place")
+            raise WorkflowError(f"workflow {self.name!r}, loaded from {run}, keeps its default "
+                                f"for input {name!r} by content only ({d.digest}); give the "
+                                f"input: {where}, or load the workflow from its module")
         if isinstance(d, (str, os.PathLike)) and self.base_dir is not None:
             p = Path(d)
             if not p.is_absolute():

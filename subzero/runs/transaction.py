@@ -162,11 +162,11 @@ class RunTransaction:
         downgrades = list(downgrades)
         try:
             sweep_shard_attempts(src / "lineage")     # stragglers of tasks already committed
-            save_workflow(wf, src)
             arrays = ArrayStore(src, run_uid=self.uid)
             store_uid = self.catalog.meta("store_uid")
             digests = {a.name: (contents or {}).get(a.name) or self._digest(arrays, a.name)
                        for a in stats.inputs}
+            save_workflow(wf, src, digests, self.run_id)
             share.publish(arrays, digests, store_uid)
             rec = record.build(self.catalog.get_run(self.run_id), store_uid, stats, downgrades,
                                read_payload(src), arrays.sidecar_digests(), time.time(), digests,

@@ -14,18 +14,22 @@ pickle would import and define by reading its opcodes, without loading it.
 
 from __future__ import annotations
 
+import copy
 import importlib
-import io
-import pickle
 import pickletools
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import cloudpickle
+import numpy as np
 
-from subzero.model.workflow import Workflow
+from subzero.model.labelled import is_dataarray
+from subzero.model.workflow import InputDecl, KeptInput, Workflow
+from subzero.storage import constants
+from subzero.storage.inputs import input_digest
 
 FILE = "workflow.pkl"
 
@@ -79,17 +83,39 @@ def current_place(module: str, name: str) -> str:
     return module
 
 
-class _Unpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        place = current_place(module, name)
-        if place != current_module(module) and not hasattr(importlib.import_module(place), name):
-            name = name.lstrip("_")         # the task functions became public in the split
-        return super().find_class(place, name)
+def _place(module: str, name: str) -> tuple[str, str]:
+    """Where a global a pickle names (of an older layout, perhaps) lives now."""
+    place = current_place(module, name)
+    if place != current_module(module) and not hasattr(importlib.import_module(place), name):
+        name = name.lstrip("_")         # the task functions became public in the split
+    return place, name
 
 
-def save_workflow(wf: Workflow, run_dir: Path) -> bool:
-    """Write ``workflow.pkl``; False when the operators cannot be pickled (traces
-    then reload the workflow from its source file)."""
+def slim(wf: Workflow, digests: Mapping[str, str | None], run: int | None = None) -> Workflow:
+    """``wf`` as its pickle holds it: each input's array default replaced by a
+    :class:`~subzero.model.workflow.KeptInput` naming its content (the run stores the
+    input itself); ``digests``: the run's inputs' content digests."""
+    kept = {}
+    for name, decl in wf.inputs.items():
+        d = decl.default
+        if isinstance(d, np.ndarray) or is_dataarray(d):
+            digest = input_digest(d, name)
+            shape = tuple(int(n) for n in np.shape(d))
+            d = KeptInput(name, digest, shape, str(np.dtype(d.dtype)), digests.get(name) == digest,
+                          run)
+        kept[name] = InputDecl(name, d)
+    out = copy.copy(wf)
+    out.inputs = kept
+    return out
+
+
+def save_workflow(wf: Workflow, run_dir: Path, digests: Mapping[str, str | None] | None = None,
+                  run: int | None = None) -> bool:
+    """Write ``workflow.pkl``: the operators' code and small parameters, never large
+    arrays (see :mod:`.constants`: input defaults are kept by content, other large
+    arrays rebuilt from the workflow module; a workflow built in Python, which has no
+    module, keeps them).  False when the operators cannot be pickled (traces then
+    reload the workflow from its source file)."""
     mods = [m for n, m in list(sys.modules.items()) if n.startswith("subzero_wf_")]
     registered = []
     for m in mods:
@@ -99,7 +125,11 @@ def save_workflow(wf: Workflow, run_dir: Path) -> bool:
         except Exception:
             pass
     try:
-        (Path(run_dir) / FILE).write_bytes(cloudpickle.dumps(wf))
+        small = slim(wf, digests or {}, run)
+        data, found = constants.dumps(small)
+        if found and wf.source is None:
+            data = cloudpickle.dumps(small)
+        (Path(run_dir) / FILE).write_bytes(data)
         return True
     except Exception:
         return False
@@ -111,10 +141,27 @@ def save_workflow(wf: Workflow, run_dir: Path) -> bool:
                 pass
 
 
-def load_workflow_pickle(data: bytes) -> Any:
+def built_constants(wf: Workflow) -> dict[str, np.ndarray]:
+    """The large arrays a freshly built ``wf`` holds, by digest, pickled as
+    :func:`save_workflow` pickles it (its module by value): what a pickle's constants
+    are looked up in."""
+    mods = [m for n, m in list(sys.modules.items()) if n.startswith("subzero_wf_")]
+    for m in mods:
+        cloudpickle.register_pickle_by_value(m)
+    try:
+        return constants.built(slim(wf, {}))
+    finally:
+        for m in mods:
+            cloudpickle.unregister_pickle_by_value(m)
+
+
+def load_workflow_pickle(data: bytes, rebuild: Callable[[], Mapping[str, np.ndarray]] | None = None,
+                         where: str = "the run") -> Any:
     """The workflow of a ``workflow.pkl`` (cloudpickle's format is pickle's; what it
-    unpickles is whatever was pickled, so its type is the caller's to check)."""
-    return _Unpickler(io.BytesIO(data)).load()
+    unpickles is whatever was pickled, so its type is the caller's to check).  Its
+    constants (:mod:`.constants`) come from ``rebuild()``, asked for only if it has any;
+    ``where`` names the run in the error when they differ."""
+    return constants.Unpickler(data, rebuild, where, _place).load()
 
 
 # -- what a pickle would run, read without running it -------------------------------------------
