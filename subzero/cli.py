@@ -995,7 +995,10 @@ def _print_code(c: dict) -> None:
             print(f"    {mod}: {', '.join(names) if names else '(module)'}{note}")
         if c["unreadable"]:
             print(f"  (could not read all of it: {c['unreadable']})")
-    if c["source"]:
+    if c["source"] and c.get("constants"):
+        print(f"  re-imports {c['source']} when workflow.pkl loads: it rebuilds arrays the "
+              f"operators hold, left out of the pickle (and when the pickle cannot be loaded)")
+    elif c["source"]:
         print(f"  re-imports {c['source']} when workflow.pkl cannot be loaded")
 
 

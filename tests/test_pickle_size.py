@@ -106,6 +106,8 @@ def test_a_constant_is_rebuilt_from_the_module_and_answers_the_same(tabled):
         assert run.trace("smooth", [(50, 50)], to="x").cells.tolist() == want
         got = run.workflow.steps["shift"].operator.args[0]
         assert np.array_equal(got, table)
+        # `subzero trust` says, before anything loads, that the module runs again
+        assert store.code_of(run.row)["constants"] == 1
 
 
 def test_a_changed_data_file_is_a_clear_error_not_another_answer(tabled, cli):

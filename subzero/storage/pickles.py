@@ -192,6 +192,7 @@ class PickleCode:
     functions: list[str] = field(default_factory=list)
     classes: list[str] = field(default_factory=list)
     unreadable: str = ""              # why the opcodes could not all be read, if so
+    constants: int = 0                # arrays left out, rebuilt by running the module (.constants)
 
     def modules(self) -> dict[str, list[str]]:
         """Names looked up per module (``current_module`` spelling), sorted."""
@@ -240,6 +241,7 @@ def pickle_code(data: bytes) -> PickleCode:
             code.globals.append(g)
         return g
 
+    code.constants = sum(1 for name, _ in ops if name in ("BINPERSID", "PERSID"))
     for k, (name, arg) in enumerate(ops):
         if name in _STRINGS:
             stack.append(arg)

@@ -478,7 +478,8 @@ def code_report(catalog: Catalog, row: RunRow, verdict: Verdict) -> dict[str, An
     """What code a run would load, read without loading it: its operators (names and
     classes, from the catalog), the modules and names its ``workflow.pkl`` looks up,
     the functions and classes whose code travels inside it, and the workflow module
-    re-imported when the pickle fails.  Plain data (for ``subzero trust --json``);
+    re-imported when the pickle fails or to rebuild the arrays it leaves out
+    (``constants``: how many places name one).  Plain data (for ``subzero trust --json``);
     ``payload_sha256`` names the pickle shown, for :func:`sign_runs`."""
     payload = verdict.payload
     code = pickle_code(payload) if payload is not None else PickleCode()
@@ -488,7 +489,7 @@ def code_report(catalog: Catalog, row: RunRow, verdict: Verdict) -> dict[str, An
             "pickle": payload is not None,
             "payload_sha256": hashlib.sha256(payload).hexdigest() if payload is not None else None,
             "modules": code.modules(), "functions": code.functions, "classes": code.classes,
-            "unreadable": code.unreadable}
+            "unreadable": code.unreadable, "constants": code.constants}
 
 
 def sign_runs(catalog: Catalog, runs_dir: Path, rows: list[RunRow],
