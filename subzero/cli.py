@@ -19,7 +19,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 from subzero.engines.choice import REQUESTS
-from subzero.errors import SubZeroError, SubZeroWarning, warn
+from subzero.errors import SubZeroError, SubZeroWarning, UsageError, warn
 from subzero.tuning import EXIT_GRACE_S
 
 if TYPE_CHECKING:
@@ -36,11 +36,13 @@ FLAGS: dict[str, str] = {
     "max_disk": "--max-disk", "max_runtime": "--max-runtime", "workload": "--workload",
     "tile": "--tile", "store": "--store", "cells": "--cells", "sky": "--sky", "sel": "--sel",
     "radius": "--radius", "to": "--to", "path": "--path", "start": "--from", "run": "--run",
-    "pins": "--pin", "name": "--name", "host": "--host", "port": "--port"}
+    "pins": "--pin", "name": "--name", "host": "--host", "port": "--port",
+    "keep_last": "--keep-last", "older_than": "--older-than"}
 VALUE_FLAGS: dict[tuple[str, str], str] = {
     ("force", "True"): "--force", ("reprofile", "True"): "--reprofile",
     ("recalibrate", "True"): "--recalibrate", ("capture", "False"): "--no-lineage",
-    ("shortcut", "False"): "--no-shortcut", ("planner", "None"): "--no-planner"}
+    ("shortcut", "False"): "--no-shortcut", ("planner", "None"): "--no-planner",
+    ("keep_tagged", "False"): "--no-keep-tagged"}
 _TERM = re.compile(r"`([A-Za-z_]\w*)(?:=('?)([^`']*)\2)?`")
 #: a mapping parameter given one entry: `strategies={'cr': 'full'}` is --strategy cr=full
 _ENTRY = re.compile(r"`([A-Za-z_]\w*)=\{'([^'`]*)': '([^'`]*)'\}`")
@@ -207,6 +209,7 @@ def _resume(a) -> int:
 
 
 _CLEAN_VERBS = {"remove": ("would remove", "removed"), "recover": ("would recover", "recovered"),
+                "restore": ("would restore", "restored"),
                 "adopt": ("would adopt", "adopted"),
                 "quarantine": ("would quarantine", "quarantined (moved to quarantine/)")}
 
@@ -234,6 +237,68 @@ def cmd_clean(a) -> int:
               + "".join(f"; {n} {_CLEAN_VERBS[k][0 if a.dry_run else 1].split(' (')[0]}"
                         for k in ("recover", "adopt", "quarantine")
                         if (n := sum(1 for i in items if i["action"] == k))))
+    return 0
+
+
+def cmd_gc(a) -> int:
+    from subzero.api import open_store
+    with open_store(a.store, create=False) as store:
+        items = store.gc(a.runs, keep_last=a.keep_last, older_than=a.older_than,
+                         workflow=a.workflow, keep_tagged=a.keep_tagged, dry_run=a.dry_run)
+    if a.json:
+        print(json.dumps({"dry_run": a.dry_run, "items": items}))
+        return 0
+    runs = [i for i in items if i["run"] is not None]
+    gone = [i for i in runs if i["action"] == "delete"]
+    # the store's copy of an input is a folder and its checksums file: one line for both
+    side = {i["path"].removesuffix(".sums.json"): i["bytes"] for i in items
+            if i["run"] is None and i["path"].endswith(".sums.json")}
+    copies = [{**i, "bytes": i["bytes"] + side.pop(i["path"].removesuffix(".zarr"), 0)}
+              for i in items if i["run"] is None and not i["path"].endswith(".sums.json")]
+    copies += [{"path": p + ".sums.json", "bytes": b, "why": "left without its copy"}
+               for p, b in side.items()]
+    for i in runs:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(i["started"]))
+        verb = ("would delete" if a.dry_run else "deleted") if i["action"] == "delete" else "kept"
+        size = f"  {_fmt_bytes(i['bytes'])}" if i["action"] == "delete" else ""
+        print(f"  {verb} run {i['run']} ({i['workflow']}, {when}){size}  ({i['why']})")
+    for i in copies:
+        print(f"  {'would remove' if a.dry_run else 'removed'} {i['path']}  "
+              f"{_fmt_bytes(i['bytes'])}  ({i['why']})")
+    freed = sum(i["bytes"] for i in gone) + sum(i["bytes"] for i in copies)
+    if not gone and not copies:
+        print(f"no run to delete in {a.store}")
+    else:
+        print(f"{'would delete' if a.dry_run else 'deleted'} {len(gone)} run(s)"
+              + (f" and {len(copies)} input cop{'y' if len(copies) == 1 else 'ies'}" if copies else "")
+              + f", {'freeing' if a.dry_run else 'freed'} {_fmt_bytes(freed)}"
+              + ("; run again without --dry-run to delete" if a.dry_run and gone else ""))
+    return 0
+
+
+def cmd_tag(a) -> int:
+    from subzero.api import open_store
+    with open_store(a.store, create=False) as store:
+        if a.delete_name is not None:
+            if a.run is not None:
+                raise UsageError("give only the tag to remove: subzero tag --delete NAME")
+            rid = store.untag(a.delete_name)
+            print(f"removed tag {a.delete_name!r} (it named run {rid})")
+            return 0
+        if a.run is None:
+            tags = store.tags()
+            if a.json:
+                print(json.dumps(tags))
+                return 0
+            if not tags:
+                print("no tags yet; name a run with `subzero tag RUN NAME`")
+            for name, rid in tags.items():
+                print(f"  {name:<24} run {rid}")
+            return 0
+        if a.name is None:
+            raise UsageError("give the run and its tag: subzero tag RUN NAME")
+        rid = store.tag(a.run, a.name, force=a.force)
+        print(f"run {rid} is tagged {a.name!r}")
     return 0
 
 
@@ -532,17 +597,22 @@ def cmd_runs(a) -> int:
     from subzero.api import open_store
     store = open_store(a.store, create=False)
     try:
-        rows = store.runs()
+        every = store.runs()
+        rows = every if a.all else [r for r in every if r.status != "deleted"]
         from subzero.storage.trust import load_key
         load_key()          # a key that cannot be read concerns every run: one line, here
         trust = {r.id: _trust_state(store, r) for r in rows if r.status == "complete"}
         parents = store.catalog.reruns()
+        tags: dict[int, list[str]] = {}
+        for name, rid in store.tags().items():
+            tags.setdefault(rid, []).append(name)
         if a.json:
-            print(json.dumps([{**r.__dict__, "trust": trust.get(r.id), "parent": parents.get(r.id)}
-                              for r in rows], default=str))
+            print(json.dumps([{**r.__dict__, "trust": trust.get(r.id), "parent": parents.get(r.id),
+                               "tags": tags.get(r.id, [])} for r in rows], default=str))
             return 0
         if not rows:
-            print("no runs yet")
+            print("no runs yet" if not every else
+                  f"no runs left ({len(every)} deleted by gc; `subzero runs --all` lists them)")
             return 0
         print(f"{'id':>5}  {'status':<11} {'workflow':<16} {'started':<19}  {'duration':>8}  "
               f"{'trust':<9}")
@@ -551,8 +621,11 @@ def cmd_runs(a) -> int:
             dur = f"{r.ended - r.started:.1f}s" if r.ended else "-"
             err = f"  ({r.error})" if r.error and r.status != "complete" else ""
             made = f"  re-run of {parents[r.id]}" if r.id in parents else ""
+            named = f"  [{', '.join(tags[r.id])}]" if r.id in tags else ""
             print(f"{r.id:>5}  {r.status:<11} {r.workflow:<16} {t}  {dur:>8}  "
-                  f"{trust.get(r.id, '-'):<9}{made}{err}")
+                  f"{trust.get(r.id, '-'):<9}{named}{made}{err}")
+        if len(rows) < len(every):
+            print(f"({len(every) - len(rows)} run(s) deleted by gc not listed; --all lists them)")
         lost = [r.id for r in rows if r.status == "interrupted"]
         if lost:
             print(f"interrupted runs ({', '.join(map(str, lost))}) lost their driver: finish one "
@@ -777,6 +850,9 @@ def cmd_show(a) -> int:
         ops, arrays = _described(store, row)
         print(f"run {row.id}: workflow {row.workflow} ({row.source or 'in-process'}), {row.status}"
               + (f": {row.error}" if row.error else ""))
+        named = sorted(n for n, rid in store.tags().items() if rid == row.id)
+        if named:
+            print(f"  tags: {', '.join(named)}")
         if row.status == "complete":
             verdict = store.verdict(row)
             print("  trusted: its code (operators) may be loaded" if verdict.trusted else
@@ -956,7 +1032,8 @@ def _run_json(store, run_id: int) -> dict:
             "downgrades": store.catalog.downgrades(row.id),
             "coordinates": _coordinates(store, row),
             "input_digests": store.input_digests(row) if row.status == "complete" else {},
-            "rerun": store.catalog.rerun_of(row.id)}
+            "rerun": store.catalog.rerun_of(row.id),
+            "tags": sorted(n for n, rid in store.tags().items() if rid == row.id)}
 
 
 def _version() -> str:
@@ -1092,6 +1169,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.set_defaults(fn=cmd_explore, command_parser=ex)
 
     ru = sub.add_parser("runs", help="list runs")
+    ru.add_argument("--all", action="store_true", help="also list runs deleted by gc")
     common(ru)
     ru.set_defaults(fn=cmd_runs, command_parser=ru)
 
@@ -1152,6 +1230,36 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     common(c)
     c.set_defaults(fn=cmd_clean, command_parser=c)
+
+    g = sub.add_parser("gc", help="delete complete runs by a retention policy",
+                       description="Deletes complete runs: those named, or every run older than "
+                                   "--older-than and not among the newest --keep-last of its "
+                                   "workflow (either policy alone). Tagged runs are kept (unless "
+                                   "--no-keep-tagged), and so is the parent of a re-run still "
+                                   "running. What kept runs share with a deleted one stays (a "
+                                   "re-run's chunks, inputs stored once). Each run is deleted at "
+                                   "once or not at all. Try --dry-run first.")
+    g.add_argument("runs", nargs="*", metavar="RUN", help="runs to delete (ids or tags)")
+    g.add_argument("--keep-last", type=int, metavar="N",
+                   help="keep the newest N runs of each workflow")
+    g.add_argument("--older-than", metavar="AGE", help="delete only runs older than AGE (30d, 12h, 90m, 2w)")
+    g.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
+    g.add_argument("--keep-tagged", action=argparse.BooleanOptionalAction, default=True,
+                   help="keep tagged runs (default; --no-keep-tagged deletes them too)")
+    g.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
+    common(g)
+    g.set_defaults(fn=cmd_gc, command_parser=g)
+
+    tg = sub.add_parser("tag", help="name a run (kept by gc), list tags, or remove one",
+                        description="subzero tag RUN NAME names a complete run; the name then "
+                                    "works wherever a run is asked for (--run NAME) and gc keeps "
+                                    "the run. subzero tag lists the tags; --delete NAME removes one.")
+    tg.add_argument("run", nargs="?", help="the run (an id, a tag or latest)")
+    tg.add_argument("name", nargs="?", help="the tag: a letter, then letters, digits, . _ -")
+    tg.add_argument("--delete", metavar="NAME", dest="delete_name", help="remove this tag")
+    tg.add_argument("--force", action="store_true", help="move a tag that names another run")
+    common(tg)
+    tg.set_defaults(fn=cmd_tag, command_parser=tg)
 
     fk = sub.add_parser("fsck", help="check the whole store and repair what can be proven",
                         description="Checks the store's identity, its catalog and every run folder. "

@@ -203,6 +203,13 @@ def _read_only_checks(prefix: list[str], store: Path, cwd: Path) -> None:
     code, out, err = _cli(prefix, "optimize", EXAMPLE, "--max-disk", "10KB", "--store", store,
                           cwd=cwd)
     assert code == 2 and "read-only" in one_line(err)
+    # deleting runs and tagging them write; a dry run of gc reads only
+    code, out, err = _cli(prefix, "gc", "--keep-last", "0", "--store", store, cwd=cwd)
+    assert code == 2 and "read-only" in one_line(err)
+    code, out, err = _cli(prefix, "gc", "--keep-last", "0", "--dry-run", "--store", store, cwd=cwd)
+    assert code == 0 and "would delete 1 run(s)" in out, err
+    code, out, err = _cli(prefix, "tag", "1", "kept", "--store", store, cwd=cwd)
+    assert code == 2 and "read-only" in one_line(err)
     assert _digest(store) == before     # nothing written, not even the catalog's -wal/-shm
 
 
