@@ -161,8 +161,9 @@ def cmd_run(a) -> int:
 
 
 def _say(line: str) -> None:
-    """A line from the library, in the CLI's terms (flags, not parameters)."""
-    print(cli_terms(line))
+    """A line from the library, in the CLI's terms (flags, not parameters); flushed, so
+    that a pipe or a log shows it before the work it announces (a JVM start)."""
+    print(cli_terms(line), flush=True)
 
 
 def _spark_log(a):
@@ -360,7 +361,8 @@ def cmd_optimize(a) -> int:
         plan = optimize(store, a.workflow, params=_params(a.param), inputs=_kv(a.input, "--input"),
                         max_disk=a.max_disk, max_runtime=a.max_runtime, workload=a.workload,
                         pins=a.pin or None, name=a.name, recalibrate=a.recalibrate,
-                        reprofile=a.reprofile, progress=False if a.json else None)
+                        reprofile=a.reprofile, progress=False if a.json else None,
+                        force=a.force)
         if a.json:
             print(json.dumps(plan.as_dict(), default=str))
         else:
@@ -424,6 +426,9 @@ def cmd_trace(a) -> int:
                                + " (or --workload FILE)")
         _check_radius(a)
         _check_exports(a.export, a.force)
+        if a.plot:                  # before the trace, as --export: its folder must be there
+            from subzero.export.impact import check_plot
+            check_plot(a.plot, force=True)
         run = store.get(a.run)
         shapes = run.shapes()
         if a.frm not in shapes:
@@ -498,7 +503,7 @@ def cmd_export(a) -> int:
             check_target(path, a.force)
     store = open_store(a.store, create=False)
     try:
-        row = store.catalog.get_run(a.run)
+        row = store.catalog.get_run(_chosen_run(a))
         run = store.get(row.id) if row.status == "complete" else Run(store, row)
         done = []
         if a.prov:
@@ -839,11 +844,19 @@ def _trust_state(store, row) -> str:
     return state
 
 
+def _chosen_run(a) -> str:
+    """The run of `show` and `export`: ``--run RUN`` as every command takes it, or the
+    positional RUN they took first; 'latest' when neither is given."""
+    if a.run is not None and a.run_opt is not None and a.run != a.run_opt:
+        raise UsageError(f"two runs given ({a.run} and --run {a.run_opt}); give one")
+    return a.run_opt or a.run or "latest"
+
+
 def cmd_show(a) -> int:
     from subzero.api import open_store
     store = open_store(a.store, create=False)
     try:
-        row = store.catalog.get_run(a.run)
+        row = store.catalog.get_run(_chosen_run(a))
         if a.json:
             print(json.dumps(_run_json(store, row.id), default=str))
             return 0
@@ -1073,7 +1086,13 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help=argparse.SUPPRESS)
 
-    r = sub.add_parser("run", help="run a workflow and capture its lineage")
+    r = sub.add_parser("run", help="run a workflow and capture its lineage",
+                       description="Runs a workflow (a .py file or module that defines "
+                                   "workflow()) on its inputs and stores every array and the "
+                                   "lineage its operators' strategies keep, as one new run: "
+                                   "complete, or failed and leaving nothing behind. --max-disk "
+                                   "chooses the strategies for a disk budget first; --resume "
+                                   "finishes a run whose driver was lost.")
     r.add_argument("workflow", nargs="?",
                    help="workflow .py file or module name (defines workflow())")
     r.add_argument("--resume", metavar="RUN",
@@ -1100,11 +1119,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --max-disk: allowed runtime over the no-lineage run, e.g. 1.5")
     r.add_argument("--workload", metavar="FILE", help="the query workload to optimize for")
     r.add_argument("-v", "--verbose", action="store_true", help="print per-operator statistics")
-    r.add_argument("-q", "--quiet", action="store_true", help=argparse.SUPPRESS)
+    r.add_argument("-q", "--quiet", action="store_true",
+                   help="no engine line; the last line is the run id alone (for scripts)")
     common(r)
     r.set_defaults(fn=cmd_run, command_parser=r)
 
-    t = sub.add_parser("trace", help="trace cells backward or forward through a run")
+    t = sub.add_parser("trace", help="trace cells backward or forward through a run",
+                       description="Traces cells of one array of a run to another array, "
+                                   "backward (which cells made these?) or forward (what did "
+                                   "these cells affect?), along every path of the workflow "
+                                   "between them. Prints the cells (their count, box, values "
+                                   "and sky or label region); --json, --plot and --export keep "
+                                   "them.")
     t.add_argument("--run", default="latest", help="run id or 'latest' (default)")
     t.add_argument("--from", dest="frm", metavar="ARRAY", help="start array (operator or input name)")
     region_args(t)
@@ -1129,14 +1155,20 @@ def build_parser() -> argparse.ArgumentParser:
                                     "per operator) as W3C PROV-JSON and/or an OpenLineage run "
                                     "event, for lab catalogs such as Marquez. To export a trace's "
                                     "answer too, use `subzero trace ... --export PATH`.")
-    ex.add_argument("run", nargs="?", default="latest", help="run id or 'latest' (default)")
+    ex.add_argument("run", nargs="?", help="run id, tag or 'latest' (default); or --run")
+    ex.add_argument("--run", dest="run_opt", metavar="RUN", help="the run, as trace takes it")
     ex.add_argument("--prov", metavar="PATH", help="write PROV-JSON here")
     ex.add_argument("--openlineage", metavar="PATH", help="write the OpenLineage run event here")
     ex.add_argument("--force", action="store_true", help="replace existing files")
     common(ex)
     ex.set_defaults(fn=cmd_export, command_parser=ex)
 
-    o = sub.add_parser("optimize", help="choose lineage strategies for a disk/runtime budget")
+    o = sub.add_parser("optimize", help="choose lineage strategies for a disk/runtime budget",
+                       description="Chooses each operator's lineage strategies so that the "
+                                   "workload's queries are fastest within a disk budget (and a "
+                                   "runtime budget), by an integer program over the machine's "
+                                   "calibration and one profiling run of the workflow; saves the "
+                                   "plan for `subzero run --plan NAME`.")
     o.add_argument("workflow", help="workflow .py file or module name")
     o.add_argument("--max-disk", metavar="SIZE", help="lineage disk budget, e.g. 500KB, 20MB, 1.5GB")
     o.add_argument("--max-runtime", metavar="FACTOR",
@@ -1152,6 +1184,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--recalibrate", action="store_true",
                    help="re-run the machine's calibration benchmark")
     o.add_argument("--reprofile", action="store_true", help="profile the workflow again")
+    o.add_argument("--force", action="store_true", help="replace a saved plan of the same name")
     common(o)
     o.set_defaults(fn=cmd_optimize, command_parser=o)
 
@@ -1168,7 +1201,10 @@ def build_parser() -> argparse.ArgumentParser:
     common(ex)
     ex.set_defaults(fn=cmd_explore, command_parser=ex)
 
-    ru = sub.add_parser("runs", help="list runs")
+    ru = sub.add_parser("runs", help="list runs",
+                        description="Lists the store's runs: id, status (complete, running, "
+                                    "interrupted, failed), workflow, start, duration, whether "
+                                    "their code is trusted here, tags and re-run parents.")
     ru.add_argument("--all", action="store_true", help="also list runs deleted by gc")
     common(ru)
     ru.set_defaults(fn=cmd_runs, command_parser=ru)
@@ -1275,8 +1311,12 @@ def build_parser() -> argparse.ArgumentParser:
     common(fk)
     fk.set_defaults(fn=cmd_fsck, command_parser=fk)
 
-    s = sub.add_parser("show", help="show a run's operators, strategies and statistics")
-    s.add_argument("run", nargs="?", default="latest", help="run id or 'latest'")
+    s = sub.add_parser("show", help="show a run's operators, strategies and statistics",
+                       description="Shows one run: its status and trust, its inputs (with their "
+                                   "content digests), each operator's strategies, runtime and "
+                                   "lineage size, its arrays, coordinates and re-run history.")
+    s.add_argument("run", nargs="?", help="run id, tag or 'latest' (default); or --run")
+    s.add_argument("--run", dest="run_opt", metavar="RUN", help="the run, as trace takes it")
     common(s)
     s.set_defaults(fn=cmd_show, command_parser=s)
 
@@ -1389,6 +1429,14 @@ def join_signed(argv: list[str]) -> list[str]:
     return out
 
 
+def _traceback(a) -> None:
+    """With --debug, the traceback first; the one line and the exit status stay what
+    they are without it (a script's ``$?`` does not change with --debug)."""
+    if getattr(a, "debug", False):
+        import traceback
+        traceback.print_exc()
+
+
 def _dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     a, extra = parser.parse_known_args(join_signed(list(sys.argv[1:] if argv is None else argv)))
     if extra:   # argparse would blame the top-level parser: show the sub-command's usage
@@ -1399,25 +1447,21 @@ def _dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     try:
         return a.fn(a)
     except SubZeroError as e:
-        if a.debug:
-            raise
+        _traceback(a)
         print(f"subzero: error: {cli_terms(str(e))}", file=sys.stderr)
         return EXIT_USER
     except KeyboardInterrupt:
         print("subzero: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        if a.debug:
-            raise
+        _traceback(a)
         return _closed_pipe()
     except sqlite3.DatabaseError as e:   # the store's catalog (the catalog names most itself)
-        if a.debug:
-            raise
+        _traceback(a)
         print(f"subzero: error: the catalog of store {a.store} failed: {e}", file=sys.stderr)
         return EXIT_USER
     except OSError as e:   # the environment, not a bug: name the file and what the OS said
-        if a.debug:
-            raise
+        _traceback(a)
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             print(f"subzero: error: the disk is full: {e.filename or a.store} cannot be written "
                   f"({e.strerror}); free some space there, or use a store on another disk",
@@ -1429,8 +1473,7 @@ def _dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
               file=sys.stderr)
         return EXIT_USER
     except Exception as e:  # an internal bug, not a user mistake: still one line
-        if a.debug:
-            raise
+        _traceback(a)
         print(f"subzero: internal error: {type(e).__name__}: {e} (rerun with --debug for a "
               f"traceback)", file=sys.stderr)
         return 1
