@@ -443,18 +443,21 @@ def cmd_trace(a) -> int:
         if (a.to is None) == (a.path is None):
             raise SubZeroError("give exactly one of --to ARRAY or --path OP:IDX,...")
         res = run.trace(a.frm, cells, to=a.to, path=_path(a.path) if a.path else None,
-                        shortcut=not a.no_shortcut, planner=_planner(run, a))
+                        shortcut=not a.no_shortcut, planner=_planner(run, a),
+                        exclude_all_to_all=a.exclude_all_to_all)
         out_cells = res.cells
         where = res.where()
+        parts = res.parts()
         if a.json:
             print(json.dumps({"run_id": run.id, "from": a.frm, "to": res.target,
                               "direction": res.direction, "count": int(len(out_cells)),
                               "seconds": res.seconds, "cells_in": int(len(cells)),
                               "cells": out_cells.tolist(), **where,
+                              "explain": res.explain(), "parts": parts,
                               "steps": [s.__dict__ for s in res.steps]}))
         else:
             _print_trace(res, out_cells, len(cells))
-            _print_where(where)
+            _print_where(where, parts)
         if a.plot:
             from subzero.plot import plot_trace
             plot_trace(run, a.frm, cells, res, a.plot)
@@ -524,6 +527,8 @@ def cmd_export(a) -> int:
 def _print_trace(res, cells, n_in) -> None:
     print(f"{res.direction} trace {res.start} -> {res.target}: {n_in} cell(s) in, "
           f"{len(cells)} cell(s) out in {res.seconds * 1000:.1f} ms")
+    for line in _why(res.explain()):
+        print(f"  {line}")
     if len(cells):
         lo, hi = cells.min(axis=0), cells.max(axis=0)
         box = ", ".join(f"{int(a)}:{int(b) + 1}" for a, b in zip(lo, hi))
@@ -539,8 +544,34 @@ def _print_trace(res, cells, n_in) -> None:
             print(f"    {s.note}")
 
 
-def _print_where(where: dict) -> None:
-    if "sky" in where:
+def _why(ex: dict) -> list[str]:
+    """The answer explained: what came only through all-to-all steps, what widened it."""
+    steps = ", ".join(f"{s.split(':')[0]} input {s.split(':')[1]}" for s in ex["all_to_all_steps"])
+    lines = []
+    if ex["excluded_all_to_all"] and steps:
+        lines.append(f"why: steps through all-to-all inputs left out ({steps}); the answer holds "
+                     f"only the cells reached without them")
+    elif ex["all_to_all_only"]:
+        lines.append(f"why: {ex['direct']:,} cells reached directly; {ex['all_to_all_only']:,} "
+                     f"more only through all-to-all steps ({steps}: every cell of those inputs); "
+                     f"--exclude-all-to-all leaves them out")
+    if ex["widest"]:
+        lines.append("widest steps: " + ", ".join(
+            f"{w['op']} {w['cells_in']:,} -> {w['cells_out']:,}" for w in ex["widest"]))
+    return lines
+
+
+def _print_where(where: dict, parts: list[dict] | None = None) -> None:
+    if parts is not None and len(parts) > 1:       # each part where it is: not one box
+        for p in parts:
+            box = ", ".join(f"{a}:{b}" for a, b in zip(*p["box"]))
+            sky = p.get("sky")
+            at = (f"; sky region: centre {sky['center_hmsdms']}, RA {sky['ra'][0]:.6f}.."
+                  f"{sky['ra'][1]:.6f}, Dec {sky['dec'][0]:.6f}..{sky['dec'][1]:.6f}" if sky else "")
+            via = {"direct": "reached directly",
+                   "all-to-all only": "only through all-to-all steps"}.get(p["via"], p["via"])
+            print(f"  {via}: {p['count']:,} cells in [{box}]{at}")
+    elif "sky" in where:
         s = where["sky"]
         print(f"  sky region: centre {s['center_hmsdms']} (RA {s['center'][0]:.6f}, "
               f"Dec {s['center'][1]:.6f}); RA {s['ra'][0]:.6f}..{s['ra'][1]:.6f}, "
@@ -1142,6 +1173,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="disable the entire-array short-cut for all-to-all operators")
     t.add_argument("--no-planner", action="store_true",
                    help="choose each step's method by the simple rule, not the cost model")
+    t.add_argument("--exclude-all-to-all", action="store_true",
+                   help="leave out steps through inputs an operator reads all-to-all (an overscan "
+                        "mean, a global median): they bring in every cell of that input")
     t.add_argument("--export", action="append", metavar="PATH",
                    help="write the answer to PATH, by suffix: .zarr or .nc (a labelled mask), "
                         ".prov.json (PROV-JSON), .openlineage.json or .ol.json (an OpenLineage "
