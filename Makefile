@@ -1,11 +1,16 @@
 # The two commands of the README's Quickstart, and the checks `make test` runs.
-.PHONY: demo test test-slow test-all check setup clean
+.PHONY: demo test test-slow test-all check setup browser clean
 
 setup:
 	@scripts/setup.sh
 
 demo: setup
 	@scripts/demo.sh
+
+# Chromium for the explorer's browser tests only (installed as root with apt-get when
+# missing; the demo never needs it)
+browser:
+	@scripts/browser.sh
 
 # mypy over the subzero package and ruff over every Python folder
 check: setup
@@ -15,13 +20,13 @@ check: setup
 # the suite is mostly one core's work, and a CI machine has two.  `test` leaves out
 # the long end-to-end sweeps (marked slow in tests/conftest.py); `test-slow` runs
 # them; CI (.ci/run) runs both: every test
-test: check
+test: check browser
 	@.venv/bin/python -m pytest -n 2 --dist loadfile -m "not slow"
 
-test-slow: setup
+test-slow: setup browser
 	@.venv/bin/python -m pytest -n 2 --dist loadfile -m slow
 
-test-all: check
+test-all: check browser
 	@.venv/bin/python -m pytest -n 2 --dist loadfile
 
 clean:

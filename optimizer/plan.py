@@ -162,8 +162,11 @@ def _workload(store, model, stats, workload, wf, prog: Progress):
 def optimize(store, workflow, params: dict | None = None, inputs: dict | None = None,
              max_disk=None, max_runtime=None, workload=None, pins=None, name: str | None = None,
              recalibrate: bool = False, reprofile: bool = False, save: bool = True,
-             progress: ProgressArg = None) -> Plan:
+             progress: ProgressArg = None, force: bool = True) -> Plan:
     """Choose every operator's strategies for the workload within the budgets.
+
+    ``force=False`` refuses, before any work, to replace a saved plan of the same name
+    (what ``subzero optimize`` does without ``--force``).
 
     ``progress``: say on stderr what it is doing, with bars and the time left —
     None (the default) when stderr is a terminal, True / False always / never,
@@ -172,6 +175,10 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
     wf = load_workflow(workflow, dict(params or {}))
     budgets = Budgets.parse(max_disk, max_runtime)
     pins = parse_pins(pins, wf)
+    name = name or _default_name(wf, budgets)
+    if save and not force and store.catalog.get_plan(name) is not None:
+        raise OptimizerError(f"a plan named {name!r} is saved already; choose another `name` or "
+                             f"pass `force=True` to replace it")
     if workload is not None:
         read_file(workload)                        # a malformed file fails before any work
     cal = ensure_calibration(store, recalibrate, progress=prog)
@@ -197,8 +204,7 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
     if sol.status != "optimal":
         raise BudgetError(f"no plan fits {budgets.describe()}" + (" with the pinned strategies"
                                                                    if pins else ""))
-    return _assemble(store, wf, budgets, stats, model, built, sol, pins,
-                     name or _default_name(wf, budgets), save)
+    return _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save)
 
 
 def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) -> Plan:

@@ -19,7 +19,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 from subzero.engines.choice import REQUESTS
-from subzero.errors import SubZeroError, SubZeroWarning, warn
+from subzero.errors import SubZeroError, SubZeroWarning, UsageError, warn
 from subzero.tuning import EXIT_GRACE_S
 
 if TYPE_CHECKING:
@@ -36,11 +36,13 @@ FLAGS: dict[str, str] = {
     "max_disk": "--max-disk", "max_runtime": "--max-runtime", "workload": "--workload",
     "tile": "--tile", "store": "--store", "cells": "--cells", "sky": "--sky", "sel": "--sel",
     "radius": "--radius", "to": "--to", "path": "--path", "start": "--from", "run": "--run",
-    "pins": "--pin", "name": "--name", "host": "--host", "port": "--port"}
+    "pins": "--pin", "name": "--name", "host": "--host", "port": "--port",
+    "keep_last": "--keep-last", "older_than": "--older-than"}
 VALUE_FLAGS: dict[tuple[str, str], str] = {
     ("force", "True"): "--force", ("reprofile", "True"): "--reprofile",
     ("recalibrate", "True"): "--recalibrate", ("capture", "False"): "--no-lineage",
-    ("shortcut", "False"): "--no-shortcut", ("planner", "None"): "--no-planner"}
+    ("shortcut", "False"): "--no-shortcut", ("planner", "None"): "--no-planner",
+    ("keep_tagged", "False"): "--no-keep-tagged"}
 _TERM = re.compile(r"`([A-Za-z_]\w*)(?:=('?)([^`']*)\2)?`")
 #: a mapping parameter given one entry: `strategies={'cr': 'full'}` is --strategy cr=full
 _ENTRY = re.compile(r"`([A-Za-z_]\w*)=\{'([^'`]*)': '([^'`]*)'\}`")
@@ -159,8 +161,9 @@ def cmd_run(a) -> int:
 
 
 def _say(line: str) -> None:
-    """A line from the library, in the CLI's terms (flags, not parameters)."""
-    print(cli_terms(line))
+    """A line from the library, in the CLI's terms (flags, not parameters); flushed, so
+    that a pipe or a log shows it before the work it announces (a JVM start)."""
+    print(cli_terms(line), flush=True)
 
 
 def _spark_log(a):
@@ -206,6 +209,7 @@ def _resume(a) -> int:
 
 
 _CLEAN_VERBS = {"remove": ("would remove", "removed"), "recover": ("would recover", "recovered"),
+                "restore": ("would restore", "restored"),
                 "adopt": ("would adopt", "adopted"),
                 "quarantine": ("would quarantine", "quarantined (moved to quarantine/)")}
 
@@ -233,6 +237,68 @@ def cmd_clean(a) -> int:
               + "".join(f"; {n} {_CLEAN_VERBS[k][0 if a.dry_run else 1].split(' (')[0]}"
                         for k in ("recover", "adopt", "quarantine")
                         if (n := sum(1 for i in items if i["action"] == k))))
+    return 0
+
+
+def cmd_gc(a) -> int:
+    from subzero.api import open_store
+    with open_store(a.store, create=False) as store:
+        items = store.gc(a.runs, keep_last=a.keep_last, older_than=a.older_than,
+                         workflow=a.workflow, keep_tagged=a.keep_tagged, dry_run=a.dry_run)
+    if a.json:
+        print(json.dumps({"dry_run": a.dry_run, "items": items}))
+        return 0
+    runs = [i for i in items if i["run"] is not None]
+    gone = [i for i in runs if i["action"] == "delete"]
+    # the store's copy of an input is a folder and its checksums file: one line for both
+    side = {i["path"].removesuffix(".sums.json"): i["bytes"] for i in items
+            if i["run"] is None and i["path"].endswith(".sums.json")}
+    copies = [{**i, "bytes": i["bytes"] + side.pop(i["path"].removesuffix(".zarr"), 0)}
+              for i in items if i["run"] is None and not i["path"].endswith(".sums.json")]
+    copies += [{"path": p + ".sums.json", "bytes": b, "why": "left without its copy"}
+               for p, b in side.items()]
+    for i in runs:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(i["started"]))
+        verb = ("would delete" if a.dry_run else "deleted") if i["action"] == "delete" else "kept"
+        size = f"  {_fmt_bytes(i['bytes'])}" if i["action"] == "delete" else ""
+        print(f"  {verb} run {i['run']} ({i['workflow']}, {when}){size}  ({i['why']})")
+    for i in copies:
+        print(f"  {'would remove' if a.dry_run else 'removed'} {i['path']}  "
+              f"{_fmt_bytes(i['bytes'])}  ({i['why']})")
+    freed = sum(i["bytes"] for i in gone) + sum(i["bytes"] for i in copies)
+    if not gone and not copies:
+        print(f"no run to delete in {a.store}")
+    else:
+        print(f"{'would delete' if a.dry_run else 'deleted'} {len(gone)} run(s)"
+              + (f" and {len(copies)} input cop{'y' if len(copies) == 1 else 'ies'}" if copies else "")
+              + f", {'freeing' if a.dry_run else 'freed'} {_fmt_bytes(freed)}"
+              + ("; run again without --dry-run to delete" if a.dry_run and gone else ""))
+    return 0
+
+
+def cmd_tag(a) -> int:
+    from subzero.api import open_store
+    with open_store(a.store, create=False) as store:
+        if a.delete_name is not None:
+            if a.run is not None:
+                raise UsageError("give only the tag to remove: subzero tag --delete NAME")
+            rid = store.untag(a.delete_name)
+            print(f"removed tag {a.delete_name!r} (it named run {rid})")
+            return 0
+        if a.run is None:
+            tags = store.tags()
+            if a.json:
+                print(json.dumps(tags))
+                return 0
+            if not tags:
+                print("no tags yet; name a run with `subzero tag RUN NAME`")
+            for name, rid in tags.items():
+                print(f"  {name:<24} run {rid}")
+            return 0
+        if a.name is None:
+            raise UsageError("give the run and its tag: subzero tag RUN NAME")
+        rid = store.tag(a.run, a.name, force=a.force)
+        print(f"run {rid} is tagged {a.name!r}")
     return 0
 
 
@@ -294,7 +360,8 @@ def cmd_optimize(a) -> int:
         plan = optimize(store, a.workflow, params=_params(a.param), inputs=_kv(a.input, "--input"),
                         max_disk=a.max_disk, max_runtime=a.max_runtime, workload=a.workload,
                         pins=a.pin or None, name=a.name, recalibrate=a.recalibrate,
-                        reprofile=a.reprofile, progress=False if a.json else None)
+                        reprofile=a.reprofile, progress=False if a.json else None,
+                        force=a.force)
         if a.json:
             print(json.dumps(plan.as_dict(), default=str))
         else:
@@ -358,6 +425,9 @@ def cmd_trace(a) -> int:
                                + " (or --workload FILE)")
         _check_radius(a)
         _check_exports(a.export, a.force)
+        if a.plot:                  # before the trace, as --export: its folder must be there
+            from subzero.export.impact import check_plot
+            check_plot(a.plot, force=True)
         run = store.get(a.run)
         shapes = run.shapes()
         if a.frm not in shapes:
@@ -372,18 +442,21 @@ def cmd_trace(a) -> int:
         if (a.to is None) == (a.path is None):
             raise SubZeroError("give exactly one of --to ARRAY or --path OP:IDX,...")
         res = run.trace(a.frm, cells, to=a.to, path=_path(a.path) if a.path else None,
-                        shortcut=not a.no_shortcut, planner=_planner(run, a))
+                        shortcut=not a.no_shortcut, planner=_planner(run, a),
+                        exclude_all_to_all=a.exclude_all_to_all)
         out_cells = res.cells
         where = res.where()
+        parts = res.parts()
         if a.json:
             print(json.dumps({"run_id": run.id, "from": a.frm, "to": res.target,
                               "direction": res.direction, "count": int(len(out_cells)),
                               "seconds": res.seconds, "cells_in": int(len(cells)),
                               "cells": out_cells.tolist(), **where,
+                              "explain": res.explain(), "parts": parts,
                               "steps": [s.__dict__ for s in res.steps]}))
         else:
             _print_trace(res, out_cells, len(cells))
-            _print_where(where)
+            _print_where(where, parts)
         if a.plot:
             from subzero.plot import plot_trace
             plot_trace(run, a.frm, cells, res, a.plot)
@@ -432,7 +505,7 @@ def cmd_export(a) -> int:
             check_target(path, a.force)
     store = open_store(a.store, create=False)
     try:
-        row = store.catalog.get_run(a.run)
+        row = store.catalog.get_run(_chosen_run(a))
         run = store.get(row.id) if row.status == "complete" else Run(store, row)
         done = []
         if a.prov:
@@ -453,6 +526,8 @@ def cmd_export(a) -> int:
 def _print_trace(res, cells, n_in) -> None:
     print(f"{res.direction} trace {res.start} -> {res.target}: {n_in} cell(s) in, "
           f"{len(cells)} cell(s) out in {res.seconds * 1000:.1f} ms")
+    for line in _why(res.explain()):
+        print(f"  {line}")
     if len(cells):
         lo, hi = cells.min(axis=0), cells.max(axis=0)
         box = ", ".join(f"{int(a)}:{int(b) + 1}" for a, b in zip(lo, hi))
@@ -468,8 +543,34 @@ def _print_trace(res, cells, n_in) -> None:
             print(f"    {s.note}")
 
 
-def _print_where(where: dict) -> None:
-    if "sky" in where:
+def _why(ex: dict) -> list[str]:
+    """The answer explained: what came only through all-to-all steps, what widened it."""
+    steps = ", ".join(f"{s.split(':')[0]} input {s.split(':')[1]}" for s in ex["all_to_all_steps"])
+    lines = []
+    if ex["excluded_all_to_all"] and steps:
+        lines.append(f"why: steps through all-to-all inputs left out ({steps}); the answer holds "
+                     f"only the cells reached without them")
+    elif ex["all_to_all_only"]:
+        lines.append(f"why: {ex['direct']:,} cells reached directly; {ex['all_to_all_only']:,} "
+                     f"more only through all-to-all steps ({steps}: every cell of those inputs); "
+                     f"--exclude-all-to-all leaves them out")
+    if ex["widest"]:
+        lines.append("widest steps: " + ", ".join(
+            f"{w['op']} {w['cells_in']:,} -> {w['cells_out']:,}" for w in ex["widest"]))
+    return lines
+
+
+def _print_where(where: dict, parts: list[dict] | None = None) -> None:
+    if parts is not None and len(parts) > 1:       # each part where it is: not one box
+        for p in parts:
+            box = ", ".join(f"{a}:{b}" for a, b in zip(*p["box"]))
+            sky = p.get("sky")
+            at = (f"; sky region: centre {sky['center_hmsdms']}, RA {sky['ra'][0]:.6f}.."
+                  f"{sky['ra'][1]:.6f}, Dec {sky['dec'][0]:.6f}..{sky['dec'][1]:.6f}" if sky else "")
+            via = {"direct": "reached directly",
+                   "all-to-all only": "only through all-to-all steps"}.get(p["via"], p["via"])
+            print(f"  {via}: {p['count']:,} cells in [{box}]{at}")
+    elif "sky" in where:
         s = where["sky"]
         print(f"  sky region: centre {s['center_hmsdms']} (RA {s['center'][0]:.6f}, "
               f"Dec {s['center'][1]:.6f}); RA {s['ra'][0]:.6f}..{s['ra'][1]:.6f}, "
@@ -531,17 +632,22 @@ def cmd_runs(a) -> int:
     from subzero.api import open_store
     store = open_store(a.store, create=False)
     try:
-        rows = store.runs()
+        every = store.runs()
+        rows = every if a.all else [r for r in every if r.status != "deleted"]
         from subzero.storage.trust import load_key
         load_key()          # a key that cannot be read concerns every run: one line, here
         trust = {r.id: _trust_state(store, r) for r in rows if r.status == "complete"}
         parents = store.catalog.reruns()
+        tags: dict[int, list[str]] = {}
+        for name, rid in store.tags().items():
+            tags.setdefault(rid, []).append(name)
         if a.json:
-            print(json.dumps([{**r.__dict__, "trust": trust.get(r.id), "parent": parents.get(r.id)}
-                              for r in rows], default=str))
+            print(json.dumps([{**r.__dict__, "trust": trust.get(r.id), "parent": parents.get(r.id),
+                               "tags": tags.get(r.id, [])} for r in rows], default=str))
             return 0
         if not rows:
-            print("no runs yet")
+            print("no runs yet" if not every else
+                  f"no runs left ({len(every)} deleted by gc; `subzero runs --all` lists them)")
             return 0
         print(f"{'id':>5}  {'status':<11} {'workflow':<16} {'started':<19}  {'duration':>8}  "
               f"{'trust':<9}")
@@ -550,8 +656,11 @@ def cmd_runs(a) -> int:
             dur = f"{r.ended - r.started:.1f}s" if r.ended else "-"
             err = f"  ({r.error})" if r.error and r.status != "complete" else ""
             made = f"  re-run of {parents[r.id]}" if r.id in parents else ""
+            named = f"  [{', '.join(tags[r.id])}]" if r.id in tags else ""
             print(f"{r.id:>5}  {r.status:<11} {r.workflow:<16} {t}  {dur:>8}  "
-                  f"{trust.get(r.id, '-'):<9}{made}{err}")
+                  f"{trust.get(r.id, '-'):<9}{named}{made}{err}")
+        if len(rows) < len(every):
+            print(f"({len(every) - len(rows)} run(s) deleted by gc not listed; --all lists them)")
         lost = [r.id for r in rows if r.status == "interrupted"]
         if lost:
             print(f"interrupted runs ({', '.join(map(str, lost))}) lost their driver: finish one "
@@ -834,17 +943,28 @@ def _trust_state(store, row) -> str:
     return state
 
 
+def _chosen_run(a) -> str:
+    """The run of `show` and `export`: ``--run RUN`` as every command takes it, or the
+    positional RUN they took first; 'latest' when neither is given."""
+    if a.run is not None and a.run_opt is not None and a.run != a.run_opt:
+        raise UsageError(f"two runs given ({a.run} and --run {a.run_opt}); give one")
+    return a.run_opt or a.run or "latest"
+
+
 def cmd_show(a) -> int:
     from subzero.api import open_store
     store = open_store(a.store, create=False)
     try:
-        row = store.catalog.get_run(a.run)
+        row = store.catalog.get_run(_chosen_run(a))
         if a.json:
             print(json.dumps(_run_json(store, row.id), default=str))
             return 0
         ops, arrays = _described(store, row)
         print(f"run {row.id}: workflow {row.workflow} ({row.source or 'in-process'}), {row.status}"
               + (f": {row.error}" if row.error else ""))
+        named = sorted(n for n, rid in store.tags().items() if rid == row.id)
+        if named:
+            print(f"  tags: {', '.join(named)}")
         if row.status == "complete":
             verdict = store.verdict(row)
             print("  trusted: its code (operators) may be loaded" if verdict.trusted else
@@ -1029,7 +1149,8 @@ def _run_json(store, run_id: int) -> dict:
             "downgrades": store.catalog.downgrades(row.id),
             "coordinates": _coordinates(store, row),
             "input_digests": store.input_digests(row) if row.status == "complete" else {},
-            "rerun": store.catalog.rerun_of(row.id)}
+            "rerun": store.catalog.rerun_of(row.id),
+            "tags": sorted(n for n, rid in store.tags().items() if rid == row.id)}
 
 
 def _version() -> str:
@@ -1070,10 +1191,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help=argparse.SUPPRESS)
 
     r = sub.add_parser("run", help="run a workflow and capture its lineage",
-                       description="Runs a workflow, keeps its arrays and lineage as a new run of "
-                                   "the store, and prints the run's id and its bytes on disk "
-                                   "(arrays, lineage, pickles, statistics; `subzero du` lists "
-                                   "them array by array).")
+                       description="Runs a workflow (a .py file or module that defines "
+                                   "workflow()) on its inputs and stores every array and the "
+                                   "lineage its operators' strategies keep, as one new run: "
+                                   "complete, or failed and leaving nothing behind; prints the "
+                                   "run's id and its bytes on disk (`subzero du` lists them array "
+                                   "by array). --max-disk chooses the strategies for a disk budget "
+                                   "first; --resume finishes a run whose driver was lost.")
     r.add_argument("workflow", nargs="?",
                    help="workflow .py file or module name (defines workflow())")
     r.add_argument("--resume", metavar="RUN",
@@ -1100,11 +1224,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --max-disk: allowed runtime over the no-lineage run, e.g. 1.5")
     r.add_argument("--workload", metavar="FILE", help="the query workload to optimize for")
     r.add_argument("-v", "--verbose", action="store_true", help="print per-operator statistics")
-    r.add_argument("-q", "--quiet", action="store_true", help=argparse.SUPPRESS)
+    r.add_argument("-q", "--quiet", action="store_true",
+                   help="no engine line; the last line is the run id alone (for scripts)")
     common(r)
     r.set_defaults(fn=cmd_run, command_parser=r)
 
-    t = sub.add_parser("trace", help="trace cells backward or forward through a run")
+    t = sub.add_parser("trace", help="trace cells backward or forward through a run",
+                       description="Traces cells of one array of a run to another array, "
+                                   "backward (which cells made these?) or forward (what did "
+                                   "these cells affect?), along every path of the workflow "
+                                   "between them. Prints the cells (their count, box, values "
+                                   "and sky or label region); --json, --plot and --export keep "
+                                   "them.")
     t.add_argument("--run", default="latest", help="run id or 'latest' (default)")
     t.add_argument("--from", dest="frm", metavar="ARRAY", help="start array (operator or input name)")
     region_args(t)
@@ -1116,6 +1247,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="disable the entire-array short-cut for all-to-all operators")
     t.add_argument("--no-planner", action="store_true",
                    help="choose each step's method by the simple rule, not the cost model")
+    t.add_argument("--exclude-all-to-all", action="store_true",
+                   help="leave out steps through inputs an operator reads all-to-all (an overscan "
+                        "mean, a global median): they bring in every cell of that input")
     t.add_argument("--export", action="append", metavar="PATH",
                    help="write the answer to PATH, by suffix: .zarr or .nc (a labelled mask), "
                         ".prov.json (PROV-JSON), .openlineage.json or .ol.json (an OpenLineage "
@@ -1129,14 +1263,20 @@ def build_parser() -> argparse.ArgumentParser:
                                     "per operator) as W3C PROV-JSON and/or an OpenLineage run "
                                     "event, for lab catalogs such as Marquez. To export a trace's "
                                     "answer too, use `subzero trace ... --export PATH`.")
-    ex.add_argument("run", nargs="?", default="latest", help="run id or 'latest' (default)")
+    ex.add_argument("run", nargs="?", help="run id, tag or 'latest' (default); or --run")
+    ex.add_argument("--run", dest="run_opt", metavar="RUN", help="the run, as trace takes it")
     ex.add_argument("--prov", metavar="PATH", help="write PROV-JSON here")
     ex.add_argument("--openlineage", metavar="PATH", help="write the OpenLineage run event here")
     ex.add_argument("--force", action="store_true", help="replace existing files")
     common(ex)
     ex.set_defaults(fn=cmd_export, command_parser=ex)
 
-    o = sub.add_parser("optimize", help="choose lineage strategies for a disk/runtime budget")
+    o = sub.add_parser("optimize", help="choose lineage strategies for a disk/runtime budget",
+                       description="Chooses each operator's lineage strategies so that the "
+                                   "workload's queries are fastest within a disk budget (and a "
+                                   "runtime budget), by an integer program over the machine's "
+                                   "calibration and one profiling run of the workflow; saves the "
+                                   "plan for `subzero run --plan NAME`.")
     o.add_argument("workflow", help="workflow .py file or module name")
     o.add_argument("--max-disk", metavar="SIZE", help="lineage disk budget, e.g. 500KB, 20MB, 1.5GB")
     o.add_argument("--max-runtime", metavar="FACTOR",
@@ -1152,6 +1292,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--recalibrate", action="store_true",
                    help="re-run the machine's calibration benchmark")
     o.add_argument("--reprofile", action="store_true", help="profile the workflow again")
+    o.add_argument("--force", action="store_true", help="replace a saved plan of the same name")
     common(o)
     o.set_defaults(fn=cmd_optimize, command_parser=o)
 
@@ -1168,7 +1309,11 @@ def build_parser() -> argparse.ArgumentParser:
     common(ex)
     ex.set_defaults(fn=cmd_explore, command_parser=ex)
 
-    ru = sub.add_parser("runs", help="list runs")
+    ru = sub.add_parser("runs", help="list runs",
+                        description="Lists the store's runs: id, status (complete, running, "
+                                    "interrupted, failed), workflow, start, duration, whether "
+                                    "their code is trusted here, tags and re-run parents.")
+    ru.add_argument("--all", action="store_true", help="also list runs deleted by gc")
     common(ru)
     ru.set_defaults(fn=cmd_runs, command_parser=ru)
 
@@ -1246,6 +1391,36 @@ def build_parser() -> argparse.ArgumentParser:
     common(c)
     c.set_defaults(fn=cmd_clean, command_parser=c)
 
+    g = sub.add_parser("gc", help="delete complete runs by a retention policy",
+                       description="Deletes complete runs: those named, or every run older than "
+                                   "--older-than and not among the newest --keep-last of its "
+                                   "workflow (either policy alone). Tagged runs are kept (unless "
+                                   "--no-keep-tagged), and so is the parent of a re-run still "
+                                   "running. What kept runs share with a deleted one stays (a "
+                                   "re-run's chunks, inputs stored once). Each run is deleted at "
+                                   "once or not at all. Try --dry-run first.")
+    g.add_argument("runs", nargs="*", metavar="RUN", help="runs to delete (ids or tags)")
+    g.add_argument("--keep-last", type=int, metavar="N",
+                   help="keep the newest N runs of each workflow")
+    g.add_argument("--older-than", metavar="AGE", help="delete only runs older than AGE (30d, 12h, 90m, 2w)")
+    g.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
+    g.add_argument("--keep-tagged", action=argparse.BooleanOptionalAction, default=True,
+                   help="keep tagged runs (default; --no-keep-tagged deletes them too)")
+    g.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
+    common(g)
+    g.set_defaults(fn=cmd_gc, command_parser=g)
+
+    tg = sub.add_parser("tag", help="name a run (kept by gc), list tags, or remove one",
+                        description="subzero tag RUN NAME names a complete run; the name then "
+                                    "works wherever a run is asked for (--run NAME) and gc keeps "
+                                    "the run. subzero tag lists the tags; --delete NAME removes one.")
+    tg.add_argument("run", nargs="?", help="the run (an id, a tag or latest)")
+    tg.add_argument("name", nargs="?", help="the tag: a letter, then letters, digits, . _ -")
+    tg.add_argument("--delete", metavar="NAME", dest="delete_name", help="remove this tag")
+    tg.add_argument("--force", action="store_true", help="move a tag that names another run")
+    common(tg)
+    tg.set_defaults(fn=cmd_tag, command_parser=tg)
+
     fk = sub.add_parser("fsck", help="check the whole store and repair what can be proven",
                         description="Checks the store's identity, its catalog and every run folder. "
                                     "Repairs what can be proven from the runs' signed records: "
@@ -1261,11 +1436,13 @@ def build_parser() -> argparse.ArgumentParser:
     fk.set_defaults(fn=cmd_fsck, command_parser=fk)
 
     s = sub.add_parser("show", help="show a run's operators, strategies and statistics",
-                       description="Shows a run: its trust, inputs, operators with their "
-                                   "strategies and lineage bytes, and its whole footprint on disk "
-                                   "(arrays, lineage, pickles, statistics; `subzero du --run N` "
-                                   "lists it array by array).")
-    s.add_argument("run", nargs="?", default="latest", help="run id or 'latest'")
+                       description="Shows one run: its status and trust, its inputs (with their "
+                                   "content digests), each operator's strategies, runtime and "
+                                   "lineage size, its arrays, coordinates, re-run history and "
+                                   "whole footprint on disk (`subzero du --run N` lists it array "
+                                   "by array).")
+    s.add_argument("run", nargs="?", help="run id, tag or 'latest' (default); or --run")
+    s.add_argument("--run", dest="run_opt", metavar="RUN", help="the run, as trace takes it")
     common(s)
     s.set_defaults(fn=cmd_show, command_parser=s)
 
@@ -1378,6 +1555,14 @@ def join_signed(argv: list[str]) -> list[str]:
     return out
 
 
+def _traceback(a) -> None:
+    """With --debug, the traceback first; the one line and the exit status stay what
+    they are without it (a script's ``$?`` does not change with --debug)."""
+    if getattr(a, "debug", False):
+        import traceback
+        traceback.print_exc()
+
+
 def _dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     a, extra = parser.parse_known_args(join_signed(list(sys.argv[1:] if argv is None else argv)))
     if extra:   # argparse would blame the top-level parser: show the sub-command's usage
@@ -1388,25 +1573,21 @@ def _dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     try:
         return a.fn(a)
     except SubZeroError as e:
-        if a.debug:
-            raise
+        _traceback(a)
         print(f"subzero: error: {cli_terms(str(e))}", file=sys.stderr)
         return EXIT_USER
     except KeyboardInterrupt:
         print("subzero: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        if a.debug:
-            raise
+        _traceback(a)
         return _closed_pipe()
     except sqlite3.DatabaseError as e:   # the store's catalog (the catalog names most itself)
-        if a.debug:
-            raise
+        _traceback(a)
         print(f"subzero: error: the catalog of store {a.store} failed: {e}", file=sys.stderr)
         return EXIT_USER
     except OSError as e:   # the environment, not a bug: name the file and what the OS said
-        if a.debug:
-            raise
+        _traceback(a)
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
             print(f"subzero: error: the disk is full: {e.filename or a.store} cannot be written "
                   f"({e.strerror}); free some space there, or use a store on another disk",
@@ -1418,8 +1599,7 @@ def _dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
               file=sys.stderr)
         return EXIT_USER
     except Exception as e:  # an internal bug, not a user mistake: still one line
-        if a.debug:
-            raise
+        _traceback(a)
         print(f"subzero: internal error: {type(e).__name__}: {e} (rerun with --debug for a "
               f"traceback)", file=sys.stderr)
         return 1

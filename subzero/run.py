@@ -272,9 +272,15 @@ class Run:
               shortcut: bool = True, record: bool = True, planner: Planner | None = None, *,
               sky: str | Sequence[float | str] | SkyCoord | None = None,
               radius: str | float | Quantity | None = None,
-              sel: Mapping[str, Any] | None = None) -> TraceResult:
+              sel: Mapping[str, Any] | None = None,
+              exclude_all_to_all: bool = False) -> TraceResult:
         """Trace ``cells`` of array ``start`` to array ``to`` (every DAG path,
         results united) or along ``path`` = [(operator, input index), ...].
+
+        The result explains itself (:meth:`~TraceResult.explain`, :meth:`~TraceResult.parts`):
+        which cells came only through steps whose operator reads an input all-to-all
+        (an overscan mean, a global median: every cell of that input), and which steps
+        widened the answer most.  ``exclude_all_to_all`` leaves those steps out.
 
         ``cells`` is an ``(N, ndim)`` array of cells (or one tuple), or a string in the
         ``--cells`` syntax (``"10:20,30:40;12,40"``: boxes and cells, each counted once).
@@ -290,7 +296,8 @@ class Run:
         cells = self.select(start, cells, sky=sky, radius=radius, sel=sel)
         res = self.executor().trace(start, cells, to=to, path=path, prefer=prefer, shortcut=shortcut,
                                     grids=self.grid,
-                                    planner=planner if planner is not None else self.planner)
+                                    planner=planner if planner is not None else self.planner,
+                                    exclude_all_to_all=exclude_all_to_all)
         if record:
             self.store.log_trace(self.id, start, cells, to, path, shortcut, res)
         return res

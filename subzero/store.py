@@ -364,13 +364,66 @@ class Store:
         self.require_writable("cleaning")
         return clean(self.catalog, self.runs_dir, dry_run=dry_run)
 
+    def gc(self, runs: Sequence[int | str] = (), *, keep_last: int | None = None,
+           older_than: str | float | None = None, workflow: str | None = None,
+           keep_tagged: bool = True, dry_run: bool = False) -> list[dict[str, Any]]:
+        """Delete complete runs (:mod:`subzero.runs.gc`): those named in ``runs`` (ids or
+        tags), or every one older than ``older_than`` (``"30d"``, ``"12h"``, seconds)
+        and not among the newest ``keep_last`` of its workflow (either policy alone, of
+        ``workflow`` only when given).  Tagged runs are kept unless ``keep_tagged`` is
+        False, and so is the parent of a re-run still running.  Each run goes at once or
+        not at all, even if the process is killed; what kept runs share with it (a
+        re-run's linked chunks, inputs stored once) stays.  Returns one dict per run
+        concerned (``run``, ``action`` delete or keep, ``why``, ``bytes`` freed) and per
+        input copy removed; with ``dry_run`` nothing changes."""
+        from subzero.runs.gc import Policy, gc, parse_age
+        if not dry_run:
+            self.require_writable("deleting runs (gc)")
+        policy = Policy(tuple(str(r) for r in runs), keep_last,
+                        None if older_than is None else parse_age(older_than), workflow, keep_tagged)
+        return gc(self.catalog, self.runs_dir, policy, dry_run=dry_run)
+
+    def tag(self, run: int | str, name: str, force: bool = False) -> int:
+        """Name a complete run ``name`` (then usable wherever a run is asked for, and kept
+        by :meth:`gc`); returns its id.  A tag naming another run moves only with
+        ``force``.  Tags are this store's labels, not part of the signed run."""
+        from subzero.runs.gc import check_tag
+        self.require_writable("tagging a run")
+        check_tag(name)
+        row = self.catalog.get_run(run)
+        if row.status != "complete":
+            raise QueryError(f"run {row.id} is {row.status}; only complete runs are tagged")
+        before = self.catalog.tagged(name)
+        if before is not None and before != row.id and not force:
+            raise QueryError(f"tag {name!r} names run {before} already; move it with `force=True` "
+                             f"or choose another name")
+        self.catalog.set_tag(name, row.id)
+        return row.id
+
+    def untag(self, name: str) -> int:
+        """Remove a tag; returns the run it named."""
+        self.require_writable("removing a tag")
+        rid = self.catalog.tagged(name)
+        if rid is None or not self.catalog.drop_tag(name):
+            raise QueryError(f"no tag {name!r}; see `subzero tag` for this store's tags")
+        return rid
+
+    def tags(self) -> dict[str, int]:
+        """Every tag of this store and the run it names."""
+        return self.catalog.tags()
+
     def get(self, ref: str | int = "latest") -> "Run":
         row = self.catalog.get_run(ref)
+        if row.status == "deleted":
+            raise QueryError(f"run {row.id} was {row.error or 'deleted'}; its arrays and "
+                             f"lineage are gone")
         if row.status != "complete":
             why = f": {row.error}" if row.error else ""
             raise QueryError(f"run {row.id} did not complete ({row.status}{why})")
         d = self.run_dir(row.id)
         if not d.is_dir():
+            if d.with_name(f"{row.id}.deleted").is_dir():
+                raise QueryError(f"run {row.id} is being deleted (subzero gc)")
             raise StoreError(f"run {row.id} is in the catalog but its folder {d} is missing")
         run = Run(self, row)
         self._open_runs.add(run)

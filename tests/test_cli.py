@@ -207,7 +207,7 @@ def test_run_json_and_show_json_print_one_run_object(cli, tmp_path):
     shown = json.loads(out)
     assert set(ran) == set(shown) == {"run_id", "workflow", "run", "ops", "arrays", "strategies",
                                       "downgrades", "trust", "binding", "coordinates",
-                                      "input_digests", "rerun"}
+                                      "input_digests", "rerun", "tags"}
     assert ran["trust"] == shown["trust"] == "trusted"
     assert ran["run_id"] == shown["run"]["id"] == 1 and ran["workflow"] == "example"
     assert set(ran["run"]) == set(shown["run"]) and ran["ops"] == shown["ops"]
@@ -223,6 +223,29 @@ def test_an_unknown_flag_shows_the_sub_command_usage(cli, capsys, cmd):
     err = capsys.readouterr().err
     assert f"usage: subzero {cmd[0]} " in err and "usage: subzero [-h]" not in err
     assert err.strip().splitlines()[-1] == f"subzero {cmd[0]}: error: unrecognized arguments: --bogus"
+
+
+def test_every_command_says_what_it_does_and_every_option_is_explained(shell):
+    """`subzero --help` lists every command, and each command's --help describes it and
+    each of its options (a hidden option is hidden on purpose: --debug after a command)."""
+    import argparse
+
+    from subzero.cli import build_parser
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    code, top, err = shell("--help")
+    assert code == 0, err
+    for name, p in sub.choices.items():
+        assert name in top
+        assert p.description and len(p.description) > 40, f"{name} has no description"
+        for action in p._actions:
+            if action.help == argparse.SUPPRESS:
+                assert action.dest == "debug", f"{name} hides {action.option_strings}"
+                continue
+            assert action.help, f"{name}: {action.option_strings or action.dest} is not explained"
+        code, out, err = shell(name, "--help")
+        assert code == 0 and err == "", (name, err)
+        assert out.startswith(f"usage: subzero {name}") and p.description.split()[0] in out
 
 
 def test_make_clean_removes_the_demo_files(tmp_path):

@@ -19,7 +19,6 @@ import pytest
 from conftest import EXAMPLE, subzero_exe
 
 import subzero
-from subzero.errors import StoreError
 
 
 def one_line(err: str) -> str:
@@ -137,10 +136,11 @@ def test_debug_shows_the_traceback_before_or_after_the_command(cli, shell, tmp_p
     missing = tmp_path / "nowhere"
     args = ["runs", "--store", missing]
     args = ["--debug", *args] if where == "before" else [*args, "--debug"]
-    with pytest.raises(StoreError, match="no SubZero store"):
-        cli(*args)
-    code, _, err = shell(*args)
-    assert code != 0 and "Traceback" in err and "StoreError: no SubZero store" in err
+    code, _, err = cli(*args)
+    assert code == 2 and "Traceback" in err and "StoreError: no SubZero store" in err
+    code, _, err = shell(*args)         # the traceback, then the same line and exit status
+    assert code == 2 and "Traceback" in err and "StoreError: no SubZero store" in err
+    assert err.rstrip().splitlines()[-1].startswith("subzero: error: ") and str(missing) in err
     code, _, err = shell(*args[:3] if where == "after" else args[1:])   # without: one line
     assert code == 2 and str(missing) in one_line(err)
 
@@ -207,6 +207,13 @@ def _read_only_checks(prefix: list[str], store: Path, cwd: Path) -> None:
     assert code == 2 and str(store) in one_line(err) and "read-only" in err
     code, out, err = _cli(prefix, "optimize", EXAMPLE, "--max-disk", "10KB", "--store", store,
                           cwd=cwd)
+    assert code == 2 and "read-only" in one_line(err)
+    # deleting runs and tagging them write; a dry run of gc reads only
+    code, out, err = _cli(prefix, "gc", "--keep-last", "0", "--store", store, cwd=cwd)
+    assert code == 2 and "read-only" in one_line(err)
+    code, out, err = _cli(prefix, "gc", "--keep-last", "0", "--dry-run", "--store", store, cwd=cwd)
+    assert code == 0 and "would delete 1 run(s)" in out, err
+    code, out, err = _cli(prefix, "tag", "1", "kept", "--store", store, cwd=cwd)
     assert code == 2 and "read-only" in one_line(err)
     assert _digest(store) == before     # nothing written, not even the catalog's -wal/-shm
 
@@ -378,3 +385,32 @@ def test_a_cells_spec_over_the_limit_is_one_line():
     assert cells.tolist() == [[r, c] for r in range(4) for c in range(4)]
     with pytest.raises(QueryError, match="limit of 15"):
         union_of_boxes([((0, 0), (4, 4))], (5, 5), limit=15)
+
+
+# -- one CLI: the same words for the same things ------------------------------------------
+
+def test_a_plot_that_cannot_be_written_is_refused_before_the_trace(cli, made, monkeypatch):
+    import subzero.run as run_mod
+    traced = []
+    monkeypatch.setattr(run_mod.Run, "trace", lambda *a, **k: traced.append(1))
+    code, _, err = cli("trace", "--store", made, "--from", "stars", "--cells", "40,70", "--to",
+                       "raw", "--plot", "/nonexistent/q.png")
+    assert code == 2 and "/nonexistent" in one_line(err) and "does not exist" in err
+    assert traced == []
+
+
+@pytest.mark.parametrize("spec,words", [("1,,x", "an empty coordinate"),
+                                        ("40,x", "'x', which is not a number or a range"),
+                                        ("1:2:3,4", "'1:2:3'")])
+def test_a_malformed_cells_spec_says_what_is_wrong(cli, made, spec, words):
+    code, _, err = cli("trace", "--store", made, "--from", "stars", "--cells", spec, "--to", "raw")
+    assert code == 2 and words in one_line(err) and "coordinates but" not in err
+
+
+def test_show_and_export_take_the_run_as_every_command_does(cli, made, tmp_path):
+    code, out, err = cli("show", "--run", "1", "--store", made)
+    assert code == 0 and out.startswith("run 1:"), err
+    code, out, err = cli("show", "1", "--run", "latest", "--store", made)
+    assert code == 2 and "two runs given" in one_line(err)
+    code, out, err = cli("export", "--run", "1", "--prov", tmp_path / "p.json", "--store", made)
+    assert code == 0 and (tmp_path / "p.json").is_file(), err

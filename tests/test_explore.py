@@ -505,3 +505,91 @@ def test_malformed_requests_leave_no_traceback_in_the_server_log(server):
     finally:
         log.removeHandler(keep)
     assert not records, [r.getMessage() for r in records]
+
+
+# -- labelled inputs: any dims, any kind of label -------------------------------------------------
+def _labelled(kind: str):
+    """A DataArray of the given shape of labels: 2-D float, 3-D with datetime, string labels."""
+    import pandas as pd
+    import xarray as xr
+    rng = np.random.default_rng(4)
+    if kind == "2d-float":
+        return xr.DataArray(rng.random((30, 24)), dims=("lat", "lon"),
+                            coords={"lat": np.linspace(-10.0, 10.0, 30), "lon": np.arange(24) * 1.5})
+    if kind == "3d-datetime":
+        return xr.DataArray(rng.random((4, 20, 16)), dims=("time", "y", "x"),
+                            coords={"time": pd.date_range("2026-01-01", periods=4, freq="D"),
+                                    "y": np.arange(20.0), "x": np.arange(16) * 0.25})
+    return xr.DataArray(rng.random((12, 5)), dims=("gene", "sample"),
+                        coords={"gene": [f"g{i}" for i in range(12)],
+                                "sample": ["s-a", "s-b", "s-c", "s-d", "s-e"]})
+
+
+def _labelled_run(store, kind: str):
+    from subzero import Workflow
+    from subzero.operators import MeanFilter, Threshold
+    wf = Workflow("labelled")
+    a = wf.input("a")
+    m = wf.add("smooth", MeanFilter(size=3), a)
+    wf.add("bright", Threshold(0.5), m)
+    return store.run(wf, inputs={"a": _labelled(kind)}, progress=False, engine="local")
+
+
+KINDS = ["2d-float", "3d-datetime", "2d-string"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_view_cell_of_a_labelled_input_answers(tmp_path, kind):
+    """Hovering, drawing and tracing every array of a labelled run: 200s with the cell's
+    labels (a projection's folded axes have none), never a 500."""
+    from starlette.testclient import TestClient
+
+    from subzero.explore.app import build_app
+    from subzero.explore.server import session_of
+    st = subzero.open_store(tmp_path / "store")
+    run = _labelled_run(st, kind)
+    da = _labelled(kind)
+    session = session_of(run)
+    try:
+        with TestClient(build_app(session)) as c:
+            arrays = c.get("/api/run").json()["arrays"]
+            for a in arrays:
+                vr, vc = a["view"]
+                assert c.get(f"/api/image/{a['name']}?size=40,40").status_code == 200
+                for r, col in ((0, 0), (vr - 1, vc - 1), (vr // 2, vc // 3)):
+                    got = c.get(f"/api/value/{a['name']}?cell={r},{col}")
+                    assert got.status_code == 200, got.text
+                    labels = got.json().get("labels", {})
+                    row_dim, col_dim = da.dims[-2], da.dims[-1]
+                    assert labels.get(row_dim) == _plain_label(da[row_dim].values[r])
+                    assert labels.get(col_dim) == _plain_label(da[col_dim].values[col])
+            got = c.post("/api/trace", content=json.dumps({"array": "bright", "box": [[1, 3], [1, 3]]}))
+            assert got.status_code == 200, got.text
+    finally:
+        session.close()
+        st.close()
+
+
+def _plain_label(v):
+    from subzero.coords.labels import _plain
+    return _plain(v)
+
+
+def test_hovering_a_labelled_cube_in_the_browser_shows_its_labels(browser, tmp_path):
+    st = subzero.open_store(tmp_path / "store")
+    run = _labelled_run(st, "3d-datetime")
+    with explore.start(run) as ex:
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(ex.url + "?array=smooth")
+        page.wait_for_function("window.explorer && window.explorer.ready", timeout=60_000)
+        pos = page.evaluate("([id, r, c]) => explorer.screenPos(id, r, c)", ["@main", 7, 5])
+        page.mouse.move(pos["x"], pos["y"])
+        page.wait_for_function("document.querySelector('#hover').textContent.includes('smooth[')")
+        hover = page.inner_text("#hover")
+        page.close()
+    st.close()
+    assert not errors, errors
+    assert "smooth[7, 5]" in hover and "max over the projected axes" in hover, hover
+    assert "y=7" in hover.replace(" ", "") and "x=1.25" in hover.replace(" ", ""), hover

@@ -285,6 +285,10 @@ def test_cli_optimize_and_run(tmp_path, calibration, cli):
     assert code == 0, err
     assert "operator" in out and "predict" in out and "p30" in out and "of 30.00 KB" in out
     code, out, err = cli("optimize", WF, "--store", store, "--max-disk", "30KB", "--workload",
+                         WORKLOAD, "--name", "p30")
+    assert code == 2 and "plan named 'p30' is saved already" in err and "--force" in err \
+        and "--name" in err
+    code, out, err = cli("optimize", WF, "--store", store, "--max-disk", "30KB", "--workload",
                          WORKLOAD, "--json")
     plan = json.loads(out)
     assert plan["disk"] <= 30_000 and plan["strategies"]["values"] == "map"

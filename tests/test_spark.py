@@ -126,7 +126,7 @@ def test_operator_failure_names_operator_and_tile(spark, store):
     wf = Workflow("bad")
     wf.add("explode", Explode(), wf.input("x"))
     with pytest.raises(OperatorError, match=r"operator 'explode' \(Explode\) failed: ValueError: saturated tile "
-                                            r"\(on tile \[4:8, (0:4|4:5)\]\).*`engine='local'`"):
+                                            r"\(on tile \[4:8, (0:4|4:5)\], in a Spark task\)"):
         store.run(wf, inputs={"x": np.arange(40.0).reshape(8, 5)}, engine="spark", spark=spark,
                   tile=4, progress=False)
     rows = store.runs()

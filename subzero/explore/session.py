@@ -136,15 +136,17 @@ class Session:
         g = self.run.grid(name)
         if g is None:
             return {}
-        lo = [s.start for s in region]
+        # a projection's folded axes come as slice(None): their whole extent
+        bounds = [s.indices(n)[:2] for s, n in zip(region, self.run.shapes()[name])]
+        lo, hi = [b[0] for b in bounds], [b[1] for b in bounds]
         out: dict = {}
-        labels = {k: v[0] for k, v in label_bounds(g, lo, [s.stop for s in region]).items()
+        labels = {k: v[0] for k, v in label_bounds(g, lo, hi).items()
                   if k in g.dims[-2:]}          # a projection's folded axes have no one label
         if labels:
             out["labels"] = {k: _plain(v) for k, v in labels.items()}
         if g.wcs and len(region) >= 2:
             try:
-                out["sky"] = footprint(g, lo, [a + 1 for a in lo], name)["center_hmsdms"]
+                out["sky"] = footprint(g, lo, hi, name)["center_hmsdms"]
             except QueryError:
                 pass            # cards astropy cannot read: no sky position to show
         return out

@@ -8,6 +8,7 @@ set between two query steps is a :class:`~subzero.model.cellset.CellSet`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
@@ -166,6 +167,11 @@ def parse_spec(spec: str, shape: Shape, array: str = "array") -> np.ndarray:
     boxes: dict[tuple[tuple[int, ...], tuple[int, ...]], None] = {}
     for part in parts:
         coords = [c.strip() for c in part.split(",")]
+        bad = next((c for c in coords if not re.fullmatch(r"-?\d*\s*:\s*-?\d*|-?\d+", c)), None)
+        if bad is not None:
+            what = "an empty coordinate" if bad == "" else f"{bad!r}, which is not a number or a range"
+            raise QueryError(f"malformed cell SPEC {part!r}: {what}; write e.g. 12,40 or "
+                             f"12,40;13,41 or 10:20,30:40")
         if len(coords) != len(shape):
             raise QueryError(
                 f"cell SPEC {part!r} has {len(coords)} coordinates but {array} has "

@@ -222,6 +222,31 @@ class CellSet:
     def __or__(self, other: CellSet) -> CellSet:
         return self.union(other)
 
+    def difference(self, other: CellSet) -> CellSet:
+        """The cells of this set that are not in ``other`` (costs this set's cells)."""
+        if other.shape != self.shape:
+            raise ValueError(f"cell sets of shapes {self.shape} and {other.shape}")
+        if not len(other) or not len(self):
+            return self
+        if other._entire:
+            return CellSet.empty(self.shape)
+        if self._entire or self._bits is not None:
+            if self._entire:
+                bits = np.ones(self.size, bool)
+            else:
+                assert self._bits is not None
+                bits = self._bits.copy()
+            if other._bits is not None:
+                bits &= ~other._bits
+            else:
+                bits[other.ids()] = False
+            return CellSet(self.shape, bits=bits, n=int(np.count_nonzero(bits)))._settled()
+        ids = self.ids()
+        return CellSet(self.shape, ids=ids[~other.contains(ids)])._settled()
+
+    def __sub__(self, other: CellSet) -> CellSet:
+        return self.difference(other)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, CellSet):
             return NotImplemented

@@ -69,7 +69,7 @@ from subzero.query.relation import StepContext
 from subzero.query.sources import PairSource, TimedSource
 from subzero.query.statistic import run_statistic
 from subzero.query.tilerun import TileAccess, share
-from subzero.query.trace import GridLookup, TraceOptions, TraceResult
+from subzero.query.trace import EXCLUDED, GridLookup, TraceOptions, TraceResult
 from subzero.query.untrusted import DataOnlyMethods, refused
 from subzero.query.warmup import Warmup, import_arrays
 from subzero.storage.arrays import ArrayStore
@@ -146,14 +146,18 @@ class Executor:
     def trace(self, start: str, cells: ArrayLike, to: str | None = None,
               path: list[tuple[str, int]] | None = None, prefer: str | None = None,
               shortcut: bool = True, planner: Planner | None = None,
-              grids: GridLookup | None = None) -> TraceResult:
+              grids: GridLookup | None = None, exclude_all_to_all: bool = False) -> TraceResult:
         """Trace ``cells`` of array ``start`` to array ``to`` (every DAG path, results
         united) or along ``path``; see :meth:`subzero.Run.trace`.  ``grids`` (the run's
         :meth:`~subzero.api.Run.grid`) gives the result its coordinates."""
         if self.v.untrusted is None:
-            opts = TraceOptions(prefer, shortcut, planner)
+            opts = TraceOptions(prefer, shortcut, planner, exclude_all_to_all)
             self.v.workflow()      # load the operators (imports) before the clock starts
         else:                      # no code: no all-to-all declarations, no re-execution deadline
+            if exclude_all_to_all:
+                raise QueryError(f"run {self.v.run_id} is not trusted: which of its operators "
+                                 f"read an input all-to-all is in their code, so they cannot "
+                                 f"be left out")
             opts = TraceOptions(prefer, False, None)
         t0 = time.perf_counter()
         self.graph.check_array(start)
@@ -163,12 +167,13 @@ class Executor:
         if (to is None) == (path is None):
             raise QueryError("give either a target array (`to`) or a path (`path`), not both")
         stats: list[StepStat] = []
+        direct: CellSet | None = None
         if path is not None:
             result, target, direction = self._follow(start, q, path, opts, stats)
         else:
             assert to is not None
             self.graph.check_array(to)
-            result, direction = self._between(start, to, q, opts, stats)
+            result, direction, direct = self._between(start, to, q, opts, stats)
             target = to
 
         def values(region: tuple[slice, ...] | None) -> ArrayLike:
@@ -177,7 +182,9 @@ class Executor:
             return self.v.arrays.read_region(target, region)
         return TraceResult(self.v.run_id, start, target, direction, result, stats,
                            time.perf_counter() - t0, read_target=values, grids=grids, query=q,
-                           open_target=lambda: self.v.arrays.lazy(target))
+                           open_target=lambda: self.v.arrays.lazy(target),
+                           direct=direct if direct is not None and len(direct) < len(result)
+                           else None, excluded_all_to_all=opts.exclude_all_to_all)
 
     def trace_reach(self, start: str, cells: ArrayLike, backward: bool, shortcut: bool = True,
                     planner: Planner | None = None) -> tuple[dict[str, CellSet], list[StepStat], float]:
@@ -248,22 +255,41 @@ class Executor:
         return q, edges[-1].dst, edges[0].direction
 
     def _between(self, start: str, to: str, q: CellSet, opts: TraceOptions,
-                 stats: list[StepStat]) -> tuple[CellSet, str]:
+                 stats: list[StepStat]) -> tuple[CellSet, str, CellSet]:
+        """The answer, its direction, and the part of it reached without a step through
+        an all-to-all input (``direct``, walked alongside: the same sets, so no extra
+        step, until an all-to-all step makes them differ)."""
         walk = self.graph.walk(start, to)
-        sets = {start: q}
+        sets, direct = {start: q}, {start: q}
+        aside: list[StepStat] = []          # steps of the direct cells only: not the answer's
         for a, edges in walk.stages:
             if a not in sets or not sets[a]:
                 continue
+            here, mine = sets[a], direct.get(a)
+            same = mine is not None and len(mine) == len(here)     # direct <= all: equal
             for e in edges:
-                tgt = sets.get(e.dst)
-                if tgt is not None and tgt.is_entire:
-                    continue          # early stop: nothing left to add
-                r = self._step(e, sets[a], opts, stats)
-                sets[e.dst] = r if tgt is None else tgt | r
+                tgt, tgt_d = sets.get(e.dst), direct.get(e.dst)
+                r = None
+                if tgt is None or not tgt.is_entire:     # else early stop: nothing to add
+                    r = self._step(e, here, opts, stats)
+                    sets[e.dst] = r if tgt is None else tgt | r
+                if tgt_d is not None and tgt_d.is_entire:
+                    continue
+                if not mine or self._all_to_all(e, opts):
+                    rd = CellSet.empty(self.v.shapes[e.dst])
+                elif same and r is not None:
+                    rd = r
+                else:
+                    rd = self._step(e, mine, opts, aside)
+                direct[e.dst] = rd if tgt_d is None else tgt_d | rd
         out = sets.get(to)
         if out is None:
             out = CellSet.empty(self.v.shapes[to])
-        return out, walk.direction
+        return out, walk.direction, direct.get(to, CellSet.empty(self.v.shapes[to]))
+
+    def _all_to_all(self, e: Edge, opts: TraceOptions) -> bool:
+        """Whether the step reads its input all-to-all (known from trusted code only)."""
+        return self.v.untrusted is None and self._context(e.op).op.is_all_to_all(e.input)
 
     # -- one step --------------------------------------------------------------------------
     def _step(self, e: Edge, q: CellSet, opts: TraceOptions, stats: list[StepStat]) -> CellSet:
@@ -277,7 +303,9 @@ class Executor:
             res, method = CellSet.empty(tgt_shape), "empty"
         else:
             sc = self._context(e.op)
-            if opts.shortcut and sc.op.is_all_to_all(e.input):
+            if opts.exclude_all_to_all and sc.op.is_all_to_all(e.input):
+                res, method = CellSet.empty(tgt_shape), EXCLUDED
+            elif opts.shortcut and sc.op.is_all_to_all(e.input):
                 res, method = CellSet.everything(tgt_shape), "all-to-all"
             else:
                 res, method, note, shape_in, gave_up, plan_cpu = \
@@ -289,7 +317,7 @@ class Executor:
                       abandoned=gave_up.method, abandoned_s=gave_up.spent, done=gave_up.done)
         stats.append(st)
         planner = opts.pricing
-        if planner is not None and method not in ("empty", "all-to-all"):
+        if planner is not None and method not in ("empty", "all-to-all", EXCLUDED):
             planner.observe(st)
         return res
 

@@ -28,15 +28,23 @@ RegionReader = Callable[[tuple[slice, ...] | None], ArrayLike]
 GridLookup = Callable[[str], Grid | None]
 
 
+#: the method of a step left out because its input is all-to-all (``exclude_all_to_all``)
+EXCLUDED = "excluded (all-to-all)"
+
+
 @dataclass(frozen=True)
 class TraceOptions:
     """``prefer``: a method every step uses when it can ("map", "reexec" or a strategy
     spec); ``shortcut``: operators declared all-to-all on an input answer with the
-    whole array; ``planner``: prices each step's methods (ignored with ``prefer``)."""
+    whole array; ``planner``: prices each step's methods (ignored with ``prefer``);
+    ``exclude_all_to_all``: those steps answer nothing."""
 
     prefer: str | None = None
     shortcut: bool = True
     planner: Planner | None = None
+    #: answer without the steps through an input an operator declares all-to-all (an
+    #: overscan mean, a global statistic): they bring in every cell of that input
+    exclude_all_to_all: bool = False
 
     @property
     def pricing(self) -> Planner | None:
@@ -72,6 +80,11 @@ class TraceResult:
     query: CellSet | None = field(default=None, repr=False)
     #: ``open_target()`` opens the target array lazily: its dims, coords and attrs, no data read
     open_target: Callable[[], xr.DataArray] | None = field(default=None, repr=False)
+    #: the cells reached without any step through an all-to-all input (None: the same as
+    #: the answer, or not known): the rest came only through such steps
+    direct: CellSet | None = field(default=None, repr=False)
+    #: True when the trace left out the steps through all-to-all inputs (``exclude_all_to_all``)
+    excluded_all_to_all: bool = False
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -154,6 +167,50 @@ class TraceResult:
         from subzero.coords.sky import footprint
         lo, hi = self._box()
         return footprint(self.grid(), lo, hi, self.target)
+
+    def explain(self) -> dict[str, Any]:
+        """Why these cells: how many were reached without a step through an all-to-all
+        input (``direct``) and how many only through such steps (``all_to_all_only``,
+        with the steps that took them: ``all_to_all_steps``, ``"op:input"``), and the
+        steps that widened the answer most (``widest``: op, input, cells in and out;
+        each at least doubling it).  Plain data, for people and ``--json``."""
+        a2a = [f"{s.op}:{s.input}" for s in self.steps if s.method in ("all-to-all", EXCLUDED)]
+        n = len(self)
+        direct = n if self.direct is None else len(self.direct)
+        widest = sorted((s for s in self.steps if s.method not in ("all-to-all", EXCLUDED, "empty")
+                         and s.cells_out >= 2 * max(s.cells_in, 1)),
+                        key=lambda s: s.cells_out / max(s.cells_in, 1), reverse=True)[:3]
+        return {"count": n, "direct": direct, "all_to_all_only": n - direct,
+                "all_to_all_steps": list(dict.fromkeys(a2a)),
+                "excluded_all_to_all": self.excluded_all_to_all,
+                "widest": [{"op": s.op, "input": s.input, "cells_in": s.cells_in,
+                            "cells_out": s.cells_out} for s in widest]}
+
+    def parts(self) -> list[dict[str, Any]]:
+        """The answer in the parts that came different ways: the cells reached directly
+        and those only through all-to-all steps, each with its count, bounding box
+        (half-open) and, where the target has a sky WCS, the sky region of that box --
+        so a star's window and a far-away overscan strip are not one box whose centre
+        is neither.  One part when every cell came directly."""
+        parts = [("direct", self.cellset if self.direct is None else self.direct)]
+        if self.direct is not None and len(self.direct) < len(self):
+            parts.append(("all-to-all only", self.cellset - self.direct))
+        out = []
+        for via, cs in parts:
+            box = cs.bounds()
+            if box is None:
+                continue
+            lo, hi = tuple(int(v) for v in box[0]), tuple(int(v) for v in box[1])
+            d: dict[str, Any] = {"via": via, "count": len(cs), "box": [list(lo), list(hi)]}
+            try:
+                g = self.grid() if self.grids is not None else None
+                if g is not None and g.wcs:
+                    from subzero.coords.sky import footprint
+                    d["sky"] = footprint(g, lo, hi, self.target)
+            except QueryError:
+                pass
+            out.append(d)
+        return out
 
     def where(self) -> dict[str, Any]:
         """The answer's region in the target's own terms: ``sky`` (RA/Dec of its bounding

@@ -11,7 +11,9 @@ the store's ``quarantine/`` folder, never deleted.  Complete runs and runs still
 running are never touched.  Then the store's copies of inputs (:mod:`subzero.storage.shared`)
 that no run folder refers to any more -- complete, unfinished or quarantined --
 are removed, under the store's input lock, so a run taking a copy meanwhile
-never loses it.  :mod:`subzero.runs.fsck` checks and repairs the rest.
+never loses it.  A deletion by ``subzero gc`` cut short (:mod:`subzero.runs.gc`) is
+settled: finished when the catalog says the run is deleted, undone when it does not.
+:mod:`subzero.runs.fsck` checks and repairs the rest.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from subzero.errors import StoreError
 from subzero.runs import record
+from subzero.runs.gc import DELETED, settle
 from subzero.runs.transaction import recover
 from subzero.storage import shared
 from subzero.storage.catalog import Catalog, RunRow
@@ -39,7 +42,7 @@ class Item:
 
     path: Path
     run: int | None
-    action: str            # "remove", "recover", "adopt", "quarantine"
+    action: str            # "remove", "restore", "recover", "adopt", "quarantine"
     why: str
 
     def as_dict(self, nbytes: int) -> dict[str, Any]:
@@ -70,6 +73,9 @@ def plan(catalog: Catalog, runs_dir: Path) -> list[Item]:
             why = ("an interrupted run (its driver is gone)" if row.status == "interrupted"
                    else f"left by a {row.status} run")
             items.append(Item(p, rid, "remove", why))
+        elif tail == DELETED and row is not None and row.status in ("complete", "deleted") \
+                and p.is_dir() and not p.is_symlink():
+            items.append(_doomed(p, rid, row, runs_dir))
         elif tail.startswith("partial-a") and row is not None:
             items.append(Item(p, rid, "remove", f"a task attempt of a {row.status} run"))
         elif row is None:
@@ -79,10 +85,24 @@ def plan(catalog: Catalog, runs_dir: Path) -> list[Item]:
     return items
 
 
+def _doomed(p: Path, rid: int, row: RunRow, runs_dir: Path) -> Item:
+    """A folder ``subzero gc`` renamed to delete it: removed once the catalog says the run
+    is deleted, put back when the deletion never committed."""
+    if row.status == "deleted":
+        return Item(p, rid, "remove", "what subzero gc left of a deleted run")
+    if not (runs_dir / str(rid)).exists():
+        return Item(p, rid, "restore", "a complete run whose deletion by subzero gc was cut "
+                                       "short before it committed: it was never deleted")
+    return Item(p, rid, "quarantine", "a copy of a complete run's folder named as deleted")
+
+
 def _final(p: Path, rid: int, row: RunRow | None, store_uid: str | None) -> Item | None:
     """A run's final folder: kept when complete, else recovered or quarantined."""
     if row is not None and row.status == "complete":
         return None
+    if row is not None and row.status == "deleted":
+        return Item(p, rid, "quarantine", f"a folder of run {rid}, which subzero gc deleted "
+                                          f"(a restored backup?)")
     try:
         rec = record.read(p)
     except StoreError:
@@ -111,7 +131,7 @@ def clean(catalog: Catalog, runs_dir: Path, dry_run: bool = False) -> list[dict[
     items = plan(catalog, runs_dir)
     out = [i.as_dict(tree_bytes(i.path)) for i in items]
     if dry_run:
-        gone = {str(i.path) for i in items if i.action != "recover" and i.action != "adopt"}
+        gone = {str(i.path) for i in items if i.action not in ("recover", "adopt", "restore")}
         return out + _unused_inputs(catalog, runs_dir, dry_run=True, leaving=gone)
     for item in items:
         apply(catalog, runs_dir, item)
@@ -136,6 +156,9 @@ def apply(catalog: Catalog, runs_dir: Path, item: Item) -> None:
     """Do what :func:`plan` said of one entry (``clean`` and ``fsck`` both)."""
     if item.action == "remove":
         _remove(item.path)
+    elif item.action == "restore":
+        with shared.SharedInputs(runs_dir.parent).lock():      # not while a gc deletes it
+            settle(catalog, runs_dir, item.path)
     elif item.action == "recover":
         assert item.run is not None
         recover(catalog, runs_dir, item.run)

@@ -68,6 +68,9 @@ def start(catalog: Catalog, runs_dir: Path, workflow: str | os.PathLike | Workfl
             warn(choice.reason)
         if opts.announce is not None:
             opts.announce(choice.line(opts.master))
+    if choice.engine == "spark" and request.session is None and opts.announce is not None:
+        # said before the JVM starts (10-60 s), so a log or a pipe shows what is going on
+        opts.announce(f"starting Spark ({opts.master or 'local[*]'}); its JVM takes a while to start")
     spark = open_session(choice, request, runs_dir.parent)
     with RunTransaction.begin(catalog, runs_dir, wf, described, choice.engine) as tx:
         journal = Journal(tx.folder)

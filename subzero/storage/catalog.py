@@ -220,7 +220,11 @@ class Catalog:
         try:
             rid = int(ref)
         except (TypeError, ValueError) as err:
-            raise QueryError(f"unknown run {ref!r}; give a run id (see `subzero runs`) or 'latest'") from err
+            tagged = self.tagged(ref) if isinstance(ref, str) else None
+            if tagged is None:
+                raise QueryError(f"unknown run {ref!r}; give a run id (see `subzero runs`), a tag "
+                                 f"(see `subzero tag`) or 'latest'") from err
+            rid = tagged
         if not 0 <= rid < 2**63:        # SQLite's integers: a bigger id is no run
             raise QueryError(f"unknown run {ref!r}; see `subzero runs` for the runs in this store")
         r = self.db.execute("SELECT id, workflow, source, params, status, started, ended, error,"
@@ -256,11 +260,12 @@ class Catalog:
             (digest,))]
 
     def digests_in_use(self) -> set[str]:
-        """The content digests of the inputs of every run not failed: what ``clean`` keeps
+        """The content digests of the inputs of every run not failed nor deleted: what
+        ``clean`` and ``gc`` keep
         the store's copies of, whatever a run folder says."""
         return {str(r[0]) for r in self.db.execute(
             "SELECT DISTINCT a.digest FROM arrays a JOIN runs r ON r.id = a.run_id "
-            "WHERE a.kind='input' AND a.digest IS NOT NULL AND r.status != 'failed'")}
+            "WHERE a.kind='input' AND a.digest IS NOT NULL AND r.status NOT IN ('failed', 'deleted')")}
 
     def runs_without_digests(self) -> list[int]:
         """Runs with an input whose digest is not recorded (made before digests)."""
@@ -422,6 +427,42 @@ class Catalog:
     def reruns(self) -> dict[int, int]:
         """Every re-run's parent: run id -> parent run id."""
         return {int(a): int(b) for a, b in self.db.execute("SELECT run_id, parent FROM reruns")}
+
+    # -- tags and deletion ----------------------------------------------------------------
+    def tagged(self, name: str) -> int | None:
+        """The run a tag names (None: no such tag)."""
+        try:
+            r = self.db.execute("SELECT run_id FROM tags WHERE name=?", (name,)).fetchone()
+        except sqlite3.OperationalError:      # an older catalog read in place: no tags yet
+            return None
+        return None if r is None else int(r[0])
+
+    def tags(self) -> dict[str, int]:
+        """Every tag and the run it names, by name."""
+        return {str(n): int(r) for n, r in
+                self.db.execute("SELECT name, run_id FROM tags ORDER BY name")}
+
+    def set_tag(self, name: str, run_id: int) -> int | None:
+        """Name run ``run_id`` ``name``; returns the run the tag named before (or None)."""
+        with self.tx():
+            before = self.tagged(name)
+            self.db.execute("INSERT OR REPLACE INTO tags VALUES (?, ?, ?)", (name, run_id, time.time()))
+        return before
+
+    def drop_tag(self, name: str) -> bool:
+        """Remove a tag; False when there was none."""
+        with self.tx():
+            return self.db.execute("DELETE FROM tags WHERE name=?", (name,)).rowcount > 0
+
+    def mark_deleted(self, run_id: int, why: str) -> bool:
+        """Record a complete run deleted (``subzero gc``) and drop its tags, in one
+        transaction; False when it is no longer complete (another process got there)."""
+        with self.tx():
+            done = self.db.execute("UPDATE runs SET status='deleted', error=? WHERE id=? AND "
+                                   "status='complete'", (why, run_id)).rowcount > 0
+            if done:
+                self.db.execute("DELETE FROM tags WHERE run_id=?", (run_id,))
+        return done
 
     def downgrades(self, run_id: int) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT op, strategy, predicted_bytes, needed_bytes, reason FROM"

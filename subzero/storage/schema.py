@@ -108,6 +108,14 @@ def _add_step_work(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE trace_steps ADD COLUMN {col} {decl}")
 
 
+def _add_tags(db: sqlite3.Connection) -> None:
+    # names people give runs (`subzero tag`); a run deleted by `subzero gc` keeps its row,
+    # status 'deleted', so its id is never given again and its re-runs still name it
+    db.execute("CREATE TABLE IF NOT EXISTS tags (name TEXT PRIMARY KEY, run_id INTEGER,"
+               " created REAL)")
+    db.execute("CREATE INDEX IF NOT EXISTS tags_run ON tags (run_id)")
+
+
 @dataclass(frozen=True)
 class Migration:
     """Brings a catalog from version ``to - 1`` to ``to``."""
@@ -134,6 +142,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "trace_steps.cpu_s, abandoned, abandoned_s, done: a step's own CPU time and "
                  "the stored read it gave up for re-execution (query-time planner; older "
                  "steps have none)", _add_step_work),
+    Migration(8, "tags: names given to runs (`subzero tag`), which `subzero gc` keeps",
+              _add_tags),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].to
 assert [m.to for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))

@@ -91,7 +91,8 @@ class TaskFailure:
             text = self.message
         else:
             text = f"operator {self.operator!r} failed: {self.kind}: {self.message}"
-        text = f"{text} (on {self.where}) [Spark engine; `engine='local'` runs it in-process]"
+        # where it ran, and no hint: the operator fails the same way in-process
+        text = f"{text} (on {self.where}, in a Spark task)"
         cls = getattr(errors, self.error, None) if self.error else None
         if not (isinstance(cls, type) and issubclass(cls, SubZeroError)):
             cls = OperatorError

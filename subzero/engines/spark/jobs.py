@@ -39,11 +39,11 @@ def raise_from_spark(e: Exception, name: str) -> NoReturn:
     err = python_error(text)
     if err:
         hint = ""
-        if err.startswith(("ModuleNotFoundError", "ImportError")):
+        if err.startswith(("ModuleNotFoundError", "ImportError")):   # the driver has it
             hint = ("; the Spark workers cannot import it: install it where they run or put its "
-                    "folder on PYTHONPATH before starting SubZero")
-        raise OperatorError(f"operator {name!r} failed in a Spark task: {err}{hint} "
-                            f"[Spark engine; `engine='local'` runs it in-process]") from e
+                    "folder on PYTHONPATH before starting SubZero (`engine='local'` runs it in "
+                    "this process, which can)")
+        raise OperatorError(f"operator {name!r} failed in a Spark task: {err}{hint}") from e
     raise SparkError(f"Spark failed while running operator {name!r}: {_reason(text, e)}; "
                      f"try `engine='local'`{jvm_log_hint()}") from e
 
