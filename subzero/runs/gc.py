@@ -201,10 +201,11 @@ def _freed(runs_dir: Path, decisions: Sequence[Decision]) -> None:
         if d.action != "delete":
             continue
         mine = files[d.run] = []
-        for st in _stats(runs_dir / str(d.run)):
+        for st, folder in _stats(runs_dir / str(d.run)):
             key = (st.st_dev, st.st_ino)
             links[key] = links.get(key, 0) + 1
-            mine.append((key, st.st_nlink, st.st_size))
+            # a folder is the run's own whatever its link count (its sub-folders' "..")
+            mine.append((key, 1 if folder else st.st_nlink, st.st_size))
     for d in decisions:
         seen: set[tuple[int, int]] = set()
         for key, nlink, size in files.get(d.run, []):
@@ -216,16 +217,19 @@ def _freed(runs_dir: Path, decisions: Sequence[Decision]) -> None:
                 links[key] = -1
 
 
-def _stats(folder: Path) -> Iterable[os.stat_result]:
-    """The stat of every regular file under ``folder``, links not followed."""
-    for base, _dirs, names in os.walk(folder, followlinks=False):
-        for n in names:
+def _stats(folder: Path) -> Iterable[tuple[os.stat_result, bool]]:
+    """(stat, is a folder) of ``folder`` and everything under it, links not followed:
+    sizes as ``du -b`` (and ``subzero du``) count them."""
+    for base, dirs, names in os.walk(folder, followlinks=False):
+        try:
+            yield os.lstat(base), True
+        except OSError:
+            continue
+        for n in names + [d for d in dirs if os.path.islink(os.path.join(base, d))]:
             try:
-                st = os.lstat(os.path.join(base, n))
+                yield os.lstat(os.path.join(base, n)), False
             except OSError:
                 continue
-            if not os.path.islink(os.path.join(base, n)):
-                yield st
 
 
 def gc(catalog: Catalog, runs_dir: Path, policy: Policy, dry_run: bool = False,
