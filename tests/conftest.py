@@ -151,6 +151,7 @@ SLOW = frozenset({
     "test_commit_crash.py::test_a_kill_at_any_point_of_the_commit_loses_nothing",
     "test_commit_crash.py::test_spark_kill_at_the_commit_loses_nothing",
     "test_components.py::test_spark_labels_and_lineage_equal_in_process",
+    "test_docs.py::test_page_blocks_run_with_the_slow_ones",
     "test_components.py::test_star_finding_on_a_real_exposure_per_tile",
     "test_coords.py::test_inputs_and_derived_arrays_carry_the_files_wcs",
     "test_equivalence.py::test_all_strategies_agree_on_example",

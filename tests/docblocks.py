@@ -20,7 +20,8 @@ class Block:
     line: int           # of the opening fence (1-based)
     lang: str           # "" for a block without a language
     code: str
-    mark: str = ""      # "", "slow", "skip", "setup" (a hidden setup), "store" (page-wide)
+    mark: str = ""      # "", "slow", "skip", "file" (written to a file the next blocks use),
+                        # "setup" (hidden shell lines), "store" (page-wide)
     reason: str = ""
 
     @property
@@ -30,7 +31,12 @@ class Block:
     @property
     def runs(self) -> bool:
         """A code block a test runs (in some tier), as opposed to output or a listing."""
-        return self.lang in RUNNABLE and self.mark in ("", "slow")
+        return self.lang in RUNNABLE and self.mark in ("", "slow", "file")
+
+
+def pending(page: Path) -> str:
+    """Why a page's blocks do not run yet ("" when they all run)."""
+    return next((b.reason for b in blocks_of(page) if b.mark == "pending"), "")
 
 
 @cache
@@ -49,11 +55,13 @@ def blocks_of(page: Path) -> list[Block]:
             if not m:
                 raise ValueError(f"{page}:{i + 1}: a test mark must read <!-- test: KIND REASON -->")
             kind, text = m.group(1), m.group(2)
-            if kind == "store":
+            if kind == "pending":        # a page whose blocks do not run yet (listed by the test)
+                out.append(Block(page, i + 1, "", "", "pending", text))
+            elif kind == "store":
                 out.append(Block(page, i + 1, "", "", "store", text))
             elif kind == "setup":
                 out.append(Block(page, i + 1, "bash", text, "setup", text))
-            elif kind in ("slow", "skip"):
+            elif kind in ("slow", "skip", "file"):
                 pending = (kind, text, i + 1)
             else:
                 raise ValueError(f"{page}:{i + 1}: unknown test mark {kind!r}")
