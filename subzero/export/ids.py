@@ -47,6 +47,13 @@ def array_path(run: Run, name: str) -> Path:
     return Path(run.dir) / "arrays" / f"{name}.zarr"
 
 
+def input_source(run: Run, name: str) -> str | None:
+    """The file input ``name`` was read from, as the run recorded it (an absolute path);
+    None for an array given in memory or a workflow's default array."""
+    src = run.row.inputs.get(name)
+    return src if isinstance(src, str) and os.path.isabs(src) and not src.startswith("<") else None
+
+
 def run_uuid(run: Run) -> str:
     """A UUID for the run, derived from its store and id (UUID version 5)."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{store_uri(run)}runs/{run.id}"))
