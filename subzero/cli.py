@@ -1204,7 +1204,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="finish an interrupted run (its driver was lost) from its first "
                         "unfinished operator")
     r.add_argument("--input", action="append", metavar="NAME=PATH",
-                   help="bind a workflow input to a .npy/.fits/.zarr/.nc file")
+                   help="bind a workflow input to a .npy/.fits/.nc/.zarr/.csv file; one "
+                        "variable of several: cube.nc:temp, obs.zarr:group/flux")
     r.add_argument("--strategy", action="append", metavar="OP=STRATEGY",
                    help="lineage strategy of an operator: full, map, blackbox, pay, comp, or "
                         "MODE:ENCODING:DIRECTION, several joined with +")

@@ -733,8 +733,11 @@ class Store:
             if not content.is_digest(what):
                 raise QueryError(f"{what!r} is not a content digest (sz1: and 64 hex digits)")
             return what
-        if isinstance(what, (str, os.PathLike)) and not Path(what).exists():
-            raise QueryError(f"file not found: {what} (give an input file, or a digest sz1:...)")
+        if isinstance(what, (str, os.PathLike)):
+            from subzero.storage.inputs import split_variable
+            if not split_variable(what)[0].exists():
+                raise QueryError(f"file not found: {what} (give an input file, FILE:VARIABLE, or "
+                                 f"a digest sz1:...)")
         return input_digest(what, str(what) if isinstance(what, (str, os.PathLike)) else "input")
 
     def code_of(self, run: str | int | RunRow = "latest") -> dict[str, Any]:

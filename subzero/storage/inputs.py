@@ -1,9 +1,11 @@
-"""Loading workflow inputs from files: .npy, .fits, .zarr, .nc."""
+"""Loading workflow inputs from files: .npy, .fits, .zarr, .nc (one variable of many
+as ``FILE:VARIABLE``), .csv/.tsv/.txt tables."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
@@ -22,12 +24,33 @@ if TYPE_CHECKING:
     import xarray as xr
 
 
-def load_path(path: str | os.PathLike[str], input_name: str = "input") -> np.ndarray | xr.DataArray:
-    """Load an input file as a numpy array or xarray DataArray."""
+#: ``FILE:VARIABLE`` (or ``FILE:GROUP/VARIABLE``) names one variable of a NetCDF, HDF5
+#: or Zarr file holding several
+_VARIABLE = re.compile(r"^(.*\.(?:nc|nc4|cdf|h5|hdf5|zarr))/?:([^:]+)$", re.IGNORECASE)
+
+
+def split_variable(path: str | os.PathLike[str]) -> tuple[Path, str | None, str | None]:
+    """(file, group, variable) of an input path: ``cube.nc:temp`` is variable ``temp`` of
+    ``cube.nc``; ``obs.zarr:night1/flux`` variable ``flux`` of group ``night1``.  A path
+    that exists as given is a file (its name may hold a colon)."""
     p = Path(path)
+    m = _VARIABLE.match(str(path))
+    if p.exists() or m is None:
+        return p, None, None
+    group, _, var = m.group(2).strip("/").rpartition("/")
+    return Path(m.group(1)), group or None, var
+
+
+def load_path(path: str | os.PathLike[str], input_name: str = "input") -> np.ndarray | xr.DataArray:
+    """Load an input file as a numpy array or xarray DataArray (``FILE:VARIABLE`` picks
+    one variable of a NetCDF or Zarr file, see :func:`split_variable`)."""
+    p, group, var = split_variable(path)
     if not p.exists():
         raise SubZeroError(f"input {input_name!r}: file not found: {p}")
     name = p.name.lower()
+    if var is not None and not name.endswith((".zarr", ".nc", ".nc4", ".cdf", ".h5", ".hdf5")):
+        raise SubZeroError(f"input {input_name!r}: {p} has no variables to choose from "
+                           f"(`FILE:VARIABLE` is for NetCDF, HDF5 and Zarr files)")
     try:
         if name.endswith(".npy"):
             return _load_npy(p, input_name)
@@ -35,10 +58,18 @@ def load_path(path: str | os.PathLike[str], input_name: str = "input") -> np.nda
             return _load_fits(p, input_name)
         if name.endswith(".zarr"):
             import xarray as xr
-            return _single_var(xr.open_zarr(p), p, input_name).load()
-        if name.endswith((".nc", ".nc4", ".cdf")):
+            # a store without consolidated metadata is read without it, and not warned
+            # about in several lines on stderr
+            with _group(p, group, input_name), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                ds = xr.open_zarr(p, group=group, consolidated=None)
+            return _single_var(ds, p, input_name, var).load()
+        if name.endswith((".nc", ".nc4", ".cdf", ".h5", ".hdf5")):
             import xarray as xr
-            return _single_var(xr.open_dataset(p), p, input_name).load()
+            with _group(p, group, input_name):
+                ds = xr.open_dataset(p, group=group)
+            with ds:
+                return _single_var(ds, p, input_name, var).load()
         if name.endswith((".txt", ".tsv", ".csv")):
             return _load_table(p, "," if name.endswith(".csv") else "\t")
     except SubZeroError:
@@ -69,13 +100,30 @@ def _load_npy(p: Path, input_name: str) -> np.ndarray:
         raise
 
 
-def _single_var(ds: xr.Dataset, p: Path, input_name: str) -> xr.DataArray:
+@contextlib.contextmanager
+def _group(p: Path, group: str | None, input_name: str) -> Iterator[None]:
+    """Opening a group: one that is not there is one line naming it."""
+    try:
+        yield
+    except (OSError, KeyError, ValueError) as e:
+        if group is None:
+            raise
+        raise SubZeroError(f"input {input_name!r}: {p} has no group {group!r} ({e})") from e
+
+
+def _single_var(ds: xr.Dataset, p: Path, input_name: str, var: str | None = None) -> xr.DataArray:
+    names = [str(n) for n in ds.data_vars]
+    if var is not None:
+        if var not in ds.data_vars:
+            raise SubZeroError(f"input {input_name!r}: {p} has no variable {var!r}; its variables: "
+                               f"{', '.join(names) or 'none'}")
+        return ds[var]
     if "data" in ds.data_vars:
         return ds["data"]
-    names = [str(n) for n in ds.data_vars]
     if len(names) != 1:
         raise SubZeroError(f"input {input_name!r}: {p} holds {len(names)} variables "
-                           f"({', '.join(names)}); give a file with exactly one")
+                           f"({', '.join(names)}); choose one as {p.name}:VARIABLE "
+                           f"(e.g. {p.name}:{names[0] if names else 'temp'})")
     return ds[names[0]]
 
 
@@ -201,7 +249,7 @@ def open_input(path: str | os.PathLike[str], input_name: str = "input",
     p = Path(path)
     name = p.name.lower()
     if not p.exists() or not name.endswith((".npy", ".fits", ".fit", ".fts")):
-        return load_path(p, input_name)
+        return load_path(path, input_name)
     try:
         if name.endswith(".npy"):
             _load_npy_header(p, input_name)
