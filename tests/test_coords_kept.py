@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-import subzero
 from subzero import GLOBAL, Operator, Workflow
 from subzero.errors import SubZeroWarning
 from subzero.model.grid import Grid
