@@ -464,3 +464,15 @@ def test_openlineage_names_the_files_a_run_read(tmp_path):
         assert facets["version"]["datasetVersion"] == st.input_digests(run.id)["raw"]
         other = [n for n in by if n != str(raw.resolve())]
         assert other == [str(run.dir / "arrays" / "flat.zarr")]      # the workflow's default
+        # PROV: the file is an entity, the run used it, and it is the primary source of
+        # the store's copy
+        text = export.prov_document(run).serialize(format="json")
+        doc = json.loads(text)
+        assert ProvDocument.deserialize(content=text, format="json") is not None
+        src = f"file:{str(raw.resolve()).lstrip('/')}"
+        assert doc["entity"][src]["prov:location"] == str(raw.resolve())
+        assert doc["entity"][src]["subzero:digest"] == st.input_digests(run.id)["raw"]
+        derived = [d for d in doc["wasDerivedFrom"].values() if d["prov:usedEntity"] == src]
+        assert len(derived) == 1 and derived[0]["prov:generatedEntity"].endswith("arrays/raw.zarr")
+        assert derived[0]["prov:type"]["$"] == "prov:PrimarySource"
+        assert any(u["prov:entity"] == src for u in doc["used"].values())
