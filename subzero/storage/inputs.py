@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     import xarray as xr
 
 
+#: the files whose variables are read region by region, with their labels
+_LABELLED = (".zarr", ".nc", ".nc4", ".cdf", ".h5", ".hdf5")
+
 #: ``FILE:VARIABLE`` (or ``FILE:GROUP/VARIABLE``) names one variable of a NetCDF, HDF5
 #: or Zarr file holding several
 _VARIABLE = re.compile(r"^(.*\.(?:nc|nc4|cdf|h5|hdf5|zarr))/?:([^:]+)$", re.IGNORECASE)
@@ -189,7 +192,10 @@ class RegionSource:
 
     def __init__(self, path: str | os.PathLike[str], input_name: str, kind: str,
                  shape: Sequence[int], dtype: DTypeLike, dims: Sequence[str] | None = None,
-                 attrs: Mapping[str, Any] | None = None, hdu: int = 0):
+                 attrs: Mapping[str, Any] | None = None, hdu: int = 0,
+                 coords: Mapping[str, np.ndarray] | None = None,
+                 coord_attrs: Mapping[str, Mapping[str, Any]] | None = None,
+                 group: str | None = None, variable: str | None = None):
         self.path, self.input_name, self.kind = str(Path(path).resolve()), input_name, kind
         self.shape = tuple(int(n) for n in shape)
         dt = np.dtype(dtype)
@@ -197,11 +203,20 @@ class RegionSource:
         self.dims = list(dims) if dims else None
         self.attrs = dict(attrs or {})
         self.hdu = hdu
+        #: a NetCDF or Zarr variable ("netcdf", "zarr"): its group and name, its dimension
+        #: coordinates (small: read whole) and their attributes; kept a DataArray
+        self.group, self.variable = group, variable
+        self.coords = {str(k): np.asarray(v) for k, v in (coords or {}).items()}
+        self.coord_attrs = {str(k): dict(v) for k, v in (coord_attrs or {}).items()}
+        self.labelled = kind in ("netcdf", "zarr")
 
     def read_region(self, region: tuple[slice, ...]) -> np.ndarray:
         try:
             if self.kind == "npy":
                 part = np.load(self.path, mmap_mode="r", allow_pickle=False)[region]
+            elif self.labelled:
+                with _open_dataset(Path(self.path), self.kind, self.group, self.input_name) as ds:
+                    part = np.asarray(ds[self.variable][region].values)
             else:
                 from astropy.io import fits
                 with fits_errors(self.path, self.input_name), \
@@ -241,13 +256,49 @@ def is_region_source(value: object) -> TypeGuard[RegionReadable]:
     return all(hasattr(value, a) for a in ("shape", "dtype", "read_region"))
 
 
+def _open_dataset(p: Path, kind: str, group: str | None, input_name: str) -> xr.Dataset:
+    """A NetCDF/HDF5 file or a Zarr store, opened lazily (nothing read but metadata)."""
+    import xarray as xr
+    with _group(p, group, input_name), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if kind == "zarr":
+            return xr.open_zarr(p, group=group, consolidated=None)
+        return xr.open_dataset(p, group=group)
+
+
+def _labelled_source(path: str | os.PathLike[str], input_name: str) -> RegionSource | None:
+    """One variable of a NetCDF or Zarr file as a source read region by region, with its
+    dimension coordinates (read whole: one label per cell along an axis) and attributes;
+    None when it cannot be read so (other coordinates than its dims' labels, a non-numeric
+    variable, no variables to choose from): then it is loaded whole, as before."""
+    p, group, var = split_variable(path)
+    kind = "zarr" if p.name.lower().endswith(".zarr") else "netcdf"
+    try:
+        with _open_dataset(p, kind, group, input_name) as ds:
+            da = _single_var(ds, p, input_name, var)
+            if da.ndim < 1 or da.dtype.kind not in "biuf" or set(da.coords) - set(da.dims):
+                return None
+            coords = {str(d): np.asarray(da[d].values) for d in da.dims if d in da.coords}
+            coord_attrs = {str(d): dict(da[d].attrs) for d in coords}
+            return RegionSource(p, input_name, kind, da.shape, da.dtype, [str(d) for d in da.dims],
+                                dict(da.attrs), coords=coords, coord_attrs=coord_attrs,
+                                group=group, variable=str(da.name))
+    except SubZeroError:
+        raise
+    except Exception:
+        return None             # load_path says what is wrong, in the user's terms
+
+
 def open_input(path: str | os.PathLike[str], input_name: str = "input",
                ) -> np.ndarray | xr.DataArray | RegionSource:
     """An input file, opened to be read region by region when its format allows it
-    (.npy, an uncompressed FITS image), else loaded whole (:func:`load_path`): Zarr
-    and NetCDF inputs keep their labelled coordinates as DataArrays."""
+    (.npy, an uncompressed FITS image, a variable of a NetCDF/HDF5 file or a Zarr store,
+    with its labels), else loaded whole (:func:`load_path`)."""
     p = Path(path)
     name = p.name.lower()
+    file, _, _ = split_variable(path)
+    if file.exists() and file.name.lower().endswith(_LABELLED):
+        return _labelled_source(path, input_name) or load_path(path, input_name)
     if not p.exists() or not name.endswith((".npy", ".fits", ".fit", ".fts")):
         return load_path(path, input_name)
     try:
@@ -336,8 +387,9 @@ def input_digest(value: Any, input_name: str = "input") -> str:
                            {str(k): np.asarray(v.values) for k, v in value.coords.items()
                             if k in value.dims}, dict(value.attrs))
         value = np.asarray(value.values)
-    elif isinstance(value, RegionSource):
-        grid = stored_grid(tuple(value.dims or ()), {}, value.attrs) if value.dims else None
+    elif isinstance(value, RegionSource):        # its labels count, as a DataArray's do
+        grid = stored_grid(tuple(value.dims or ()), value.coords, value.attrs) \
+            if value.dims else None
     elif not is_region_source(value):
         value = np.asarray(value)
     try:
