@@ -200,14 +200,18 @@ class Run:
         return out
 
     def trace_reach(self, start: str, cells: ArrayLike, direction: str = "backward", shortcut: bool = True,
+                    direct: dict[str, CellSet] | None = None,
                     ) -> tuple[dict[str, CellSet], list[StepStat], float]:
         """Trace ``cells`` of ``start`` to every array reachable ``direction`` (backward:
         upstream) at once: ``({array: CellSet}, steps, seconds)``, each array's cells
-        equal to ``trace(start, cells, to=array)``.  Not recorded in the trace log."""
+        equal to ``trace(start, cells, to=array)``.  Not recorded in the trace log.
+        ``direct``, when given, is filled with each array's cells reached without a step
+        through an all-to-all input (:attr:`TraceResult.direct`)."""
         if direction not in ("backward", "forward"):
             raise QueryError(f"direction must be 'backward' or 'forward', not {direction!r}")
         return self.executor().trace_reach(start, self._spec(start, cells),
-                                           direction == "backward", shortcut, self.planner)
+                                           direction == "backward", shortcut, self.planner,
+                                           direct)
 
     def select(self, start: str, cells: ArrayLike | str | None = None, *,
                sky: str | Sequence[float | str] | SkyCoord | None = None,

@@ -168,7 +168,12 @@ def test_click_star_peak_highlights_exactly_its_raw_pixels(page, astro, peak):
     assert "backward trace from stars" in summary and "ms on the server" in summary
     methods = page.eval_on_selector_all("#steps tbody tr td:nth-child(2)", "tds => tds.map(t => t.textContent)")
     assert any(m.startswith("stored:") for m in methods) and "map" in methods
-    assert f"{len(want):,} cells" in page.inner_text("[data-view=raw_1] .title")
+    title = page.inner_text("[data-view=raw_1] .title")
+    assert f"{len(want):,} cells" in title
+    # how the answer came, as `subzero trace` says it: the cells only an all-to-all step
+    # brought in (the overscan strip)
+    only = len(want) - len(want.direct if want.direct is not None else want.cellset)
+    assert only > 0 and f"({only:,} only through all-to-all steps)" in title, title
     # a screenshot of the answer, zoomed to it, for people (and the README)
     page.uncheck("#exact")
     page.wait_for_function("!explorer.busy")
@@ -295,13 +300,16 @@ def test_api_errors_are_shown_in_the_page(page, server):
 # -- without a browser ------------------------------------------------------------------------
 def test_trace_all_equals_run_trace_for_every_array(astro, peak):
     for start, cells, backward in (("stars", [peak], True), ("raw_1", [(1160, 110), (5, 3)], False)):
-        sets, steps, _ = explore.trace_all(astro, start, np.array(cells), backward)
-        assert steps and start in sets
+        direct: dict = {}
+        sets, steps, _ = explore.trace_all(astro, start, np.array(cells), backward, direct=direct)
+        assert steps and start in sets and set(direct) == set(sets)
         for name, cs in sets.items():
             if name == start:
                 continue
             want = astro.trace(start, cells, to=name, record=False)
             assert cs == want.cellset, (start, name)
+            # the cells reached without all-to-all steps: as each trace's own walk says
+            assert direct[name] == (want.direct if want.direct is not None else want.cellset), name
 
 
 def test_overlay_is_the_pooled_bitmap_in_every_form():
