@@ -583,21 +583,40 @@ def _plain_label(v):
     return _plain(v)
 
 
-def test_hovering_a_labelled_cube_in_the_browser_shows_its_labels(browser, tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_hovering_a_labelled_input_in_the_browser_shows_its_labels(browser, tmp_path, kind):
+    """Each kind of labels in the page: hovering a cell of an operator's output shows
+    the cell's labels along the drawn axes (a cube's projection says so); a click
+    traces it and highlights its lineage; no page error."""
     st = subzero.open_store(tmp_path / "store")
-    run = _labelled_run(st, "3d-datetime")
+    run = _labelled_run(st, kind)
+    da = _labelled(kind)
+    r, c = 7, 3
     with explore.start(run) as ex:
         page = browser.new_page()
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(ex.url + "?array=smooth")
         page.wait_for_function("window.explorer && window.explorer.ready", timeout=60_000)
-        pos = page.evaluate("([id, r, c]) => explorer.screenPos(id, r, c)", ["@main", 7, 5])
+        pos = page.evaluate("([id, r, c]) => explorer.screenPos(id, r, c)", ["@main", r, c])
         page.mouse.move(pos["x"], pos["y"])
         page.wait_for_function("document.querySelector('#hover').textContent.includes('smooth[')")
         hover = page.inner_text("#hover")
+        click_cell(page, "@main", r, c)
+        traces_done(page, 1)
+        title = page.inner_text("[data-view=a] .title")
         page.close()
     st.close()
     assert not errors, errors
-    assert "smooth[7, 5]" in hover and "max over the projected axes" in hover, hover
-    assert "y=7" in hover.replace(" ", "") and "x=1.25" in hover.replace(" ", ""), hover
+    assert f"smooth[{r}, {c}]" in hover, hover
+    assert ("max over the projected axes" in hover) == (da.ndim == 3), hover
+    row_dim, col_dim = da.dims[-2], da.dims[-1]
+    shown = dict(p.split("=", 1) for p in hover.split("·")[-1].replace(" ", "").split(","))
+    for dim, k in ((row_dim, r), (col_dim, c)):
+        label = _plain_label(da[dim].values[k])
+        got = shown.get(dim)
+        assert got is not None and (float(got) == label if isinstance(label, float)
+                                    else got == str(label)), (dim, label, hover)
+    cells = [(r, c)] if da.ndim == 2 else [(t, r, c) for t in range(da.shape[0])]
+    want = run.trace("smooth", cells, to="a", record=False)
+    assert f"{len(want):,} cells" in title, title
