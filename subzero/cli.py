@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from subzero.engines.choice import REQUESTS
 from subzero.errors import SubZeroError, SubZeroWarning, UsageError, warn
@@ -1159,11 +1159,58 @@ def _version() -> str:
     return installed_version()
 
 
+#: what each command's --help ends with: a few runnable lines (the demo's store and files)
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "run": ("subzero run workflows/astronomy.py --store .subzero-demo",
+            "subzero run myflow.py --input raw=exposure.fits --input cube=era5.nc:t2m --param k=3",
+            "subzero run workflows/genomics.py --max-disk 20MB   # choose strategies for a budget",
+            "subzero run --resume 7                              # finish an interrupted run"),
+    "trace": ("subzero trace --from stars --cells 1162,112 --to raw_1",
+              "subzero trace --from stars --sky 23:49:21.56,-2:44:58.9 --radius 1arcsec --to raw_1",
+              "subzero trace --from raw_1 --cells 0:16,0:16 --to stars --plot fwd.png --json",
+              "subzero trace --from stars --cells 1162,112 --to raw_1 --exclude-all-to-all"),
+    "export": ("subzero export --run 3 --prov run3.prov.json --openlineage run3.ol.json",),
+    "optimize": ("subzero optimize workflows/genomics.py --max-disk 20MB --name small",
+                 "subzero run workflows/genomics.py --plan small"),
+    "explore": ("subzero explore --run latest --port 8765",),
+    "runs": ("subzero runs", "subzero runs --all --json"),
+    "du": ("subzero du", "subzero du --run 3 --json"),
+    "inputs": ("subzero inputs", "subzero inputs flat.fits"),
+    "impact": ("subzero impact --input flat.fits --cells 0:64,20:22 --table night.csv",
+               "subzero impact --run 3 --name flat --cells 10:20,30:40 --plot night.png"),
+    "rerun": ("subzero rerun 3 --input flat=flat_fixed.fits",
+              "subzero rerun --using flat.fits --input flat=flat_fixed.fits"),
+    "clean": ("subzero clean --dry-run", "subzero clean"),
+    "gc": ("subzero gc --keep-last 5 --dry-run", "subzero gc --older-than 30d --keep-last 5",
+           "subzero gc 3 4"),
+    "tag": ("subzero tag 12 golden", "subzero tag", "subzero tag --delete golden"),
+    "fsck": ("subzero fsck --dry-run", "subzero fsck --deep"),
+    "show": ("subzero show", "subzero show --run golden --json"),
+    "trust": ("subzero trust .subzero-shared", "subzero trust --run 4 --yes"),
+}
+
+
+class _Help(argparse.HelpFormatter):
+    """Descriptions wrapped as usual; the examples epilog kept line by line."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "\n".join(indent + line for line in text.splitlines())
+        return super()._fill_text(text, width, indent)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="subzero", description="Region lineage for array workflows.")
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     p.add_argument("--version", action="version", version=f"subzero {_version()}")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    def command(name: str, **kw: Any) -> argparse.ArgumentParser:
+        """A command, with its examples at the end of its --help."""
+        lines = EXAMPLES.get(name, ())
+        if lines:
+            kw.setdefault("epilog", "examples:\n" + "\n".join(f"  {x}" for x in lines))
+        return sub.add_parser(name, formatter_class=_Help, **kw)
 
     def region_args(sp):
         """The cells a query starts from, as `trace` and `impact` take them."""
@@ -1190,7 +1237,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help=argparse.SUPPRESS)
 
-    r = sub.add_parser("run", help="run a workflow and capture its lineage",
+    r = command("run", help="run a workflow and capture its lineage",
                        description="Runs a workflow (a .py file or module that defines "
                                    "workflow()) on its inputs and stores every array and the "
                                    "lineage its operators' strategies keep, as one new run: "
@@ -1204,7 +1251,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="finish an interrupted run (its driver was lost) from its first "
                         "unfinished operator")
     r.add_argument("--input", action="append", metavar="NAME=PATH",
-                   help="bind a workflow input to a .npy/.fits/.zarr/.nc file")
+                   help="bind a workflow input to a .npy/.fits/.nc/.zarr/.csv file; one "
+                        "variable of several: cube.nc:temp, obs.zarr:group/flux")
     r.add_argument("--strategy", action="append", metavar="OP=STRATEGY",
                    help="lineage strategy of an operator: full, map, blackbox, pay, comp, or "
                         "MODE:ENCODING:DIRECTION, several joined with +")
@@ -1229,7 +1277,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(r)
     r.set_defaults(fn=cmd_run, command_parser=r)
 
-    t = sub.add_parser("trace", help="trace cells backward or forward through a run",
+    t = command("trace", help="trace cells backward or forward through a run",
                        description="Traces cells of one array of a run to another array, "
                                    "backward (which cells made these?) or forward (what did "
                                    "these cells affect?), along every path of the workflow "
@@ -1258,7 +1306,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(t)
     t.set_defaults(fn=cmd_trace, command_parser=t)
 
-    ex = sub.add_parser("export", help="a run's provenance as PROV-JSON or an OpenLineage event",
+    ex = command("export", help="a run's provenance as PROV-JSON or an OpenLineage event",
                         description="Writes a run (its operators, arrays and the lineage stored "
                                     "per operator) as W3C PROV-JSON and/or an OpenLineage run "
                                     "event, for lab catalogs such as Marquez. To export a trace's "
@@ -1271,7 +1319,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(ex)
     ex.set_defaults(fn=cmd_export, command_parser=ex)
 
-    o = sub.add_parser("optimize", help="choose lineage strategies for a disk/runtime budget",
+    o = command("optimize", help="choose lineage strategies for a disk/runtime budget",
                        description="Chooses each operator's lineage strategies so that the "
                                    "workload's queries are fastest within a disk budget (and a "
                                    "runtime budget), by an integer program over the machine's "
@@ -1296,7 +1344,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(o)
     o.set_defaults(fn=cmd_optimize, command_parser=o)
 
-    ex = sub.add_parser("explore", help="explore a run's lineage in the browser (a local web page)",
+    ex = command("explore", help="explore a run's lineage in the browser (a local web page)",
                         description="Serves a web page over a run: click a cell or drag a "
                                     "rectangle on any array and see its backward or forward "
                                     "lineage on every other array. Prints the URL first and "
@@ -1309,7 +1357,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(ex)
     ex.set_defaults(fn=cmd_explore, command_parser=ex)
 
-    ru = sub.add_parser("runs", help="list runs",
+    ru = command("runs", help="list runs",
                         description="Lists the store's runs: id, status (complete, running, "
                                     "interrupted, failed), workflow, start, duration, whether "
                                     "their code is trusted here, tags and re-run parents.")
@@ -1317,7 +1365,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(ru)
     ru.set_defaults(fn=cmd_runs, command_parser=ru)
 
-    du = sub.add_parser("du", help="where the store's bytes go: per run and array, inputs, catalog",
+    du = command("du", help="where the store's bytes go: per run and array, inputs, catalog",
                         description="Lists the bytes of the store: per run (its arrays, lineage, "
                                     "pickles such as workflow.pkl, statistics and the rest of its "
                                     "folder, with what it owns alone and what it shares through "
@@ -1333,7 +1381,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(du)
     du.set_defaults(fn=cmd_du, command_parser=du)
 
-    inp = sub.add_parser("inputs", help="the store's inputs by content, and the runs that read them",
+    inp = command("inputs", help="the store's inputs by content, and the runs that read them",
                          description="Lists every distinct input of the store's runs by its content "
                                      "digest (values, shape, type and labels; not the file's name or "
                                      "format), with the runs that read it. Given a file or a digest, "
@@ -1343,7 +1391,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(inp)
     inp.set_defaults(fn=cmd_inputs, command_parser=inp)
 
-    im = sub.add_parser("impact", help="what a region of an input affected in every run that read it",
+    im = command("impact", help="what a region of an input affected in every run that read it",
                         description="Finds every run that read the input (by content: any file "
                                     "or format with the same values and labels) and traces the "
                                     "region forward in each, to the arrays given with --to or to "
@@ -1365,7 +1413,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(im)
     im.set_defaults(fn=cmd_impact, command_parser=im)
 
-    rr = sub.add_parser("rerun", help="make runs again with a corrected input, recomputing only what it reaches",
+    rr = command("rerun", help="make runs again with a corrected input, recomputing only what it reaches",
                         description="Makes a complete run again with corrected inputs (a new "
                                     "run; the old one stays), running again only the tiles the "
                                     "correction can reach and keeping the rest of the old run. "
@@ -1382,7 +1430,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(rr)
     rr.set_defaults(fn=cmd_rerun, command_parser=rr)
 
-    c = sub.add_parser("clean", help="remove what interrupted and failed runs left behind",
+    c = command("clean", help="remove what interrupted and failed runs left behind",
                        description="Removes the folders of interrupted runs (their driver is "
                                    "gone, on any host), task attempts' folders and leftovers no "
                                    "run owns. Complete and running runs are never touched; an "
@@ -1391,7 +1439,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(c)
     c.set_defaults(fn=cmd_clean, command_parser=c)
 
-    g = sub.add_parser("gc", help="delete complete runs by a retention policy",
+    g = command("gc", help="delete complete runs by a retention policy",
                        description="Deletes complete runs: those named, or every run older than "
                                    "--older-than and not among the newest --keep-last of its "
                                    "workflow (either policy alone). Tagged runs are kept (unless "
@@ -1410,7 +1458,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(g)
     g.set_defaults(fn=cmd_gc, command_parser=g)
 
-    tg = sub.add_parser("tag", help="name a run (kept by gc), list tags, or remove one",
+    tg = command("tag", help="name a run (kept by gc), list tags, or remove one",
                         description="subzero tag RUN NAME names a complete run; the name then "
                                     "works wherever a run is asked for (--run NAME) and gc keeps "
                                     "the run. subzero tag lists the tags; --delete NAME removes one.")
@@ -1421,7 +1469,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(tg)
     tg.set_defaults(fn=cmd_tag, command_parser=tg)
 
-    fk = sub.add_parser("fsck", help="check the whole store and repair what can be proven",
+    fk = command("fsck", help="check the whole store and repair what can be proven",
                         description="Checks the store's identity, its catalog and every run folder. "
                                     "Repairs what can be proven from the runs' signed records: "
                                     "rebuilds a missing catalog, records committed runs the "
@@ -1435,7 +1483,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(fk)
     fk.set_defaults(fn=cmd_fsck, command_parser=fk)
 
-    s = sub.add_parser("show", help="show a run's operators, strategies and statistics",
+    s = command("show", help="show a run's operators, strategies and statistics",
                        description="Shows one run: its status and trust, its inputs (with their "
                                    "content digests), each operator's strategies, runtime and "
                                    "lineage size, its arrays, coordinates, re-run history and "
@@ -1446,7 +1494,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(s)
     s.set_defaults(fn=cmd_show, command_parser=s)
 
-    tr = sub.add_parser("trust", help="show the code of runs from elsewhere and trust them",
+    tr = command("trust", help="show the code of runs from elsewhere and trust them",
                         description="A run is trusted when its signature verifies with your key "
                                     "(made by you, or trusted here before); only then may traces "
                                     "load its code. This lists what code the runs contain (read "

@@ -10,7 +10,7 @@ from numpy.typing import ArrayLike
 
 from subzero.coords import cells_at as sky_cells
 from subzero.coords import cells_for, derive_grids, stored_grid, with_grid
-from subzero.errors import QueryError
+from subzero.errors import QueryError, SubZeroError
 from subzero.model.cells import parse_spec
 from subzero.model.cellset import CellSet
 from subzero.model.grid import Grid
@@ -184,15 +184,34 @@ class Run:
                 lambda n: stored_grid(*self._arrays.grid_parts(n)), operator)
         return self._grids(name)
 
+    def unlabelled(self) -> list[str]:
+        """Operators whose output has no coordinates although an input has labelled axes
+        (its shape matches none of theirs: see :meth:`Operator.output_grid`), as
+        ``"name (Class)"``: what a run warns of once, when it is made."""
+        out = []
+        for o in self.ops():
+            try:
+                if self.grid(o["name"]) is not None:
+                    continue
+                if any((g := self.grid(i)) is not None and g.coords for i in o["inputs"]):
+                    out.append(f"{o['name']} ({o['class']})")
+            except SubZeroError:
+                continue            # a grid that cannot be made: said where it is used
+        return out
+
     def trace_reach(self, start: str, cells: ArrayLike, direction: str = "backward", shortcut: bool = True,
+                    direct: dict[str, CellSet] | None = None,
                     ) -> tuple[dict[str, CellSet], list[StepStat], float]:
         """Trace ``cells`` of ``start`` to every array reachable ``direction`` (backward:
         upstream) at once: ``({array: CellSet}, steps, seconds)``, each array's cells
-        equal to ``trace(start, cells, to=array)``.  Not recorded in the trace log."""
+        equal to ``trace(start, cells, to=array)``.  Not recorded in the trace log.
+        ``direct``, when given, is filled with each array's cells reached without a step
+        through an all-to-all input (:attr:`TraceResult.direct`)."""
         if direction not in ("backward", "forward"):
             raise QueryError(f"direction must be 'backward' or 'forward', not {direction!r}")
         return self.executor().trace_reach(start, self._spec(start, cells),
-                                           direction == "backward", shortcut, self.planner)
+                                           direction == "backward", shortcut, self.planner,
+                                           direct)
 
     def select(self, start: str, cells: ArrayLike | str | None = None, *,
                sky: str | Sequence[float | str] | SkyCoord | None = None,

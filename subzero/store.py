@@ -189,7 +189,14 @@ class Store:
         with full_disk_named(self.path, "a run"):
             run_id, wf = launch.start(self.catalog, self.runs_dir, workflow, inputs, opts)
         self._workflows[run_id] = wf
-        return self.get(run_id)
+        run = self.get(run_id)
+        unlabelled = run.unlabelled()
+        if unlabelled:       # told once, when the run is made, not at every trace
+            warn(f"run {run_id}: {', '.join(unlabelled[:4])}{' ...' if len(unlabelled) > 4 else ''} "
+                 f"lost the coordinates of {'its' if len(unlabelled) == 1 else 'their'} labelled "
+                 f"inputs (the output's axes match none of theirs); give the operator an "
+                 f"output_grid to label its output")
+        return run
 
     def resume(self, run: int | str, workflow: str | os.PathLike | Workflow | None = None,
                options: RunOptions | None = None, **given: Any) -> Run:
@@ -733,8 +740,11 @@ class Store:
             if not content.is_digest(what):
                 raise QueryError(f"{what!r} is not a content digest (sz1: and 64 hex digits)")
             return what
-        if isinstance(what, (str, os.PathLike)) and not Path(what).exists():
-            raise QueryError(f"file not found: {what} (give an input file, or a digest sz1:...)")
+        if isinstance(what, (str, os.PathLike)):
+            from subzero.storage.inputs import split_variable
+            if not split_variable(what)[0].exists():
+                raise QueryError(f"file not found: {what} (give an input file, FILE:VARIABLE, or "
+                                 f"a digest sz1:...)")
         return input_digest(what, str(what) if isinstance(what, (str, os.PathLike)) else "input")
 
     def code_of(self, run: str | int | RunRow = "latest") -> dict[str, Any]:

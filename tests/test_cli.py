@@ -227,8 +227,10 @@ def test_an_unknown_flag_shows_the_sub_command_usage(cli, capsys, cmd):
 
 def test_every_command_says_what_it_does_and_every_option_is_explained(shell):
     """`subzero --help` lists every command, and each command's --help describes it and
-    each of its options (a hidden option is hidden on purpose: --debug after a command)."""
+    each of its options (a hidden option is hidden on purpose: --debug after a command),
+    and ends with examples that parse."""
     import argparse
+    import shlex
 
     from subzero.cli import build_parser
     parser = build_parser()
@@ -246,6 +248,13 @@ def test_every_command_says_what_it_does_and_every_option_is_explained(shell):
         code, out, err = shell(name, "--help")
         assert code == 0 and err == "", (name, err)
         assert out.startswith(f"usage: subzero {name}") and p.description.split()[0] in out
+        examples = out.split("\nexamples:\n")[-1].splitlines() if "\nexamples:\n" in out else []
+        assert examples and all(x.strip().startswith("subzero ") for x in examples), (name, out)
+        for x in examples:                      # each example parses: its flags exist
+            args = shlex.split(x.split("  #")[0])[1:]
+            parsed, extra = parser.parse_known_args(args)
+            assert not extra and parsed.cmd == args[0], (name, x, extra)
+        assert any(x.strip().startswith(f"subzero {name}") for x in examples), name
 
 
 def test_make_clean_removes_the_demo_files(tmp_path):

@@ -168,7 +168,12 @@ def test_click_star_peak_highlights_exactly_its_raw_pixels(page, astro, peak):
     assert "backward trace from stars" in summary and "ms on the server" in summary
     methods = page.eval_on_selector_all("#steps tbody tr td:nth-child(2)", "tds => tds.map(t => t.textContent)")
     assert any(m.startswith("stored:") for m in methods) and "map" in methods
-    assert f"{len(want):,} cells" in page.inner_text("[data-view=raw_1] .title")
+    title = page.inner_text("[data-view=raw_1] .title")
+    assert f"{len(want):,} cells" in title
+    # how the answer came, as `subzero trace` says it: the cells only an all-to-all step
+    # brought in (the overscan strip)
+    only = len(want) - len(want.direct if want.direct is not None else want.cellset)
+    assert only > 0 and f"({only:,} only through all-to-all steps)" in title, title
     # a screenshot of the answer, zoomed to it, for people (and the README)
     page.uncheck("#exact")
     page.wait_for_function("!explorer.busy")
@@ -295,13 +300,16 @@ def test_api_errors_are_shown_in_the_page(page, server):
 # -- without a browser ------------------------------------------------------------------------
 def test_trace_all_equals_run_trace_for_every_array(astro, peak):
     for start, cells, backward in (("stars", [peak], True), ("raw_1", [(1160, 110), (5, 3)], False)):
-        sets, steps, _ = explore.trace_all(astro, start, np.array(cells), backward)
-        assert steps and start in sets
+        direct: dict = {}
+        sets, steps, _ = explore.trace_all(astro, start, np.array(cells), backward, direct=direct)
+        assert steps and start in sets and set(direct) == set(sets)
         for name, cs in sets.items():
             if name == start:
                 continue
             want = astro.trace(start, cells, to=name, record=False)
             assert cs == want.cellset, (start, name)
+            # the cells reached without all-to-all steps: as each trace's own walk says
+            assert direct[name] == (want.direct if want.direct is not None else want.cellset), name
 
 
 def test_overlay_is_the_pooled_bitmap_in_every_form():
@@ -575,21 +583,40 @@ def _plain_label(v):
     return _plain(v)
 
 
-def test_hovering_a_labelled_cube_in_the_browser_shows_its_labels(browser, tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_hovering_a_labelled_input_in_the_browser_shows_its_labels(browser, tmp_path, kind):
+    """Each kind of labels in the page: hovering a cell of an operator's output shows
+    the cell's labels along the drawn axes (a cube's projection says so); a click
+    traces it and highlights its lineage; no page error."""
     st = subzero.open_store(tmp_path / "store")
-    run = _labelled_run(st, "3d-datetime")
+    run = _labelled_run(st, kind)
+    da = _labelled(kind)
+    r, c = 7, 3
     with explore.start(run) as ex:
         page = browser.new_page()
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(ex.url + "?array=smooth")
         page.wait_for_function("window.explorer && window.explorer.ready", timeout=60_000)
-        pos = page.evaluate("([id, r, c]) => explorer.screenPos(id, r, c)", ["@main", 7, 5])
+        pos = page.evaluate("([id, r, c]) => explorer.screenPos(id, r, c)", ["@main", r, c])
         page.mouse.move(pos["x"], pos["y"])
         page.wait_for_function("document.querySelector('#hover').textContent.includes('smooth[')")
         hover = page.inner_text("#hover")
+        click_cell(page, "@main", r, c)
+        traces_done(page, 1)
+        title = page.inner_text("[data-view=a] .title")
         page.close()
     st.close()
     assert not errors, errors
-    assert "smooth[7, 5]" in hover and "max over the projected axes" in hover, hover
-    assert "y=7" in hover.replace(" ", "") and "x=1.25" in hover.replace(" ", ""), hover
+    assert f"smooth[{r}, {c}]" in hover, hover
+    assert ("max over the projected axes" in hover) == (da.ndim == 3), hover
+    row_dim, col_dim = da.dims[-2], da.dims[-1]
+    shown = dict(p.split("=", 1) for p in hover.split("·")[-1].replace(" ", "").split(","))
+    for dim, k in ((row_dim, r), (col_dim, c)):
+        label = _plain_label(da[dim].values[k])
+        got = shown.get(dim)
+        assert got is not None and (float(got) == label if isinstance(label, float)
+                                    else got == str(label)), (dim, label, hover)
+    cells = [(r, c)] if da.ndim == 2 else [(t, r, c) for t in range(da.shape[0])]
+    want = run.trace("smooth", cells, to="a", record=False)
+    assert f"{len(want):,} cells" in title, title

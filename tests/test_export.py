@@ -442,3 +442,37 @@ def _one_line(err: str) -> str:
     assert len(lines) == 1 and lines[0].startswith("subzero: error: "), err
     assert "Traceback" not in err and "internal error" not in err
     return lines[0]
+
+
+def test_openlineage_names_the_files_a_run_read(tmp_path):
+    """An input read from a file is named by that file (so Marquez links the job to
+    whatever wrote it), with the store's copy as another name and its content digest
+    as its version; an array given in memory keeps the store copy's name."""
+    raw = tmp_path / "raw.npy"
+    np.save(raw, sky().values)
+    with subzero.open_store(tmp_path / "store") as st:
+        run = st.run(EXAMPLE, inputs={"raw": str(raw)}, strategies={"stars": "full"},
+                     engine="local", progress=False)
+        doc = json.loads(Serde.to_json(export.openlineage_event(run)))
+        validate_event(doc)
+        by = {d["name"]: d for d in doc["inputs"]}
+        assert str(raw.resolve()) in by, list(by)
+        facets = by[str(raw.resolve())]["facets"]
+        assert facets["symlinks"]["identifiers"] == [
+            {"namespace": "file", "name": str(run.dir / "arrays" / "raw.zarr"),
+             "type": "SUBZERO_STORE_COPY"}]
+        assert facets["version"]["datasetVersion"] == st.input_digests(run.id)["raw"]
+        other = [n for n in by if n != str(raw.resolve())]
+        assert other == [str(run.dir / "arrays" / "flat.zarr")]      # the workflow's default
+        # PROV: the file is an entity, the run used it, and it is the primary source of
+        # the store's copy
+        text = export.prov_document(run).serialize(format="json")
+        doc = json.loads(text)
+        assert ProvDocument.deserialize(content=text, format="json") is not None
+        src = f"file:{str(raw.resolve()).lstrip('/')}"
+        assert doc["entity"][src]["prov:location"] == str(raw.resolve())
+        assert doc["entity"][src]["subzero:digest"] == st.input_digests(run.id)["raw"]
+        derived = [d for d in doc["wasDerivedFrom"].values() if d["prov:usedEntity"] == src]
+        assert len(derived) == 1 and derived[0]["prov:generatedEntity"].endswith("arrays/raw.zarr")
+        assert derived[0]["prov:type"]["$"] == "prov:PrimarySource"
+        assert any(u["prov:entity"] == src for u in doc["used"].values())

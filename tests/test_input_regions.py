@@ -1,6 +1,6 @@
-"""Inputs read region by region: .npy and FITS files (and any object with shape,
-dtype and read_region) go into a run a tile at a time -- on Spark by the executors
--- and never whole through the driver."""
+"""Inputs read region by region: .npy and FITS files, NetCDF and Zarr variables
+(with their labels), and any object with shape, dtype and read_region go into a run
+a tile at a time -- on Spark by the executors -- and never whole through the driver."""
 
 import numpy as np
 import pytest
@@ -49,9 +49,49 @@ def test_file_regions_equal_the_whole_file(tmp_path, dtype):
             assert part.dtype.isnative and np.array_equal(part, whole[reg]), (name, reg)
 
 
-def test_labelled_and_table_inputs_are_still_loaded_whole(tmp_path):
+def labelled(shape=(30, 26)):
+    import pandas as pd
     import xarray as xr
-    xr.DataArray(np.ones((3, 4)), dims=("t", "lat")).to_dataset(name="v").to_netcdf(tmp_path / "a.nc")
+    rng = np.random.default_rng(5)
+    return xr.Dataset({"t2m": (("time", "lat"), rng.normal(size=shape).astype("<f4"),
+                               {"units": "K"}),
+                       "mask": (("time", "lat"), rng.random(shape) > 0.5)},
+                      coords={"time": pd.date_range("2026-01-01", periods=shape[0]),
+                              "lat": np.linspace(-60, 60, shape[1])})
+
+
+@pytest.mark.parametrize("fmt", ["nc", "zarr"])
+def test_a_labelled_variable_is_read_region_by_region_with_its_labels(tmp_path, fmt):
+    """A NetCDF/Zarr variable: a region source (nothing read but metadata and its
+    labels), whose regions, labels and content digest are those of the variable loaded
+    whole; a run of it equals a run of the DataArray given in memory."""
+    import subzero
+    from subzero.storage.inputs import input_digest
+    ds = labelled()
+    path = tmp_path / f"c.{fmt}"
+    ds.to_netcdf(path) if fmt == "nc" else ds.to_zarr(path, zarr_format=2, consolidated=False)
+    src = open_input(f"{path}:t2m", "a")
+    assert isinstance(src, RegionSource) and src.labelled
+    whole = load_path(f"{path}:t2m", "a")
+    for reg in (np.s_[0:5, 0:26], np.s_[17:30, 3:4]):
+        assert np.array_equal(src.read_region(reg), whole.values[reg])
+    assert list(src.coords) == ["time", "lat"] and src.attrs == {"units": "K"}
+    assert input_digest(f"{path}:t2m", "a") == input_digest(whole, "a")
+    with subzero.open_store(tmp_path / "s") as st:
+        run = st.run(wf(), inputs={"a": f"{path}:t2m"}, tile=8, progress=False, engine="local")
+        ref = st.run(wf(), inputs={"a": whole}, tile=8, progress=False, engine="local")
+        for name in ("a", "smooth", "out"):
+            got, want = run.array(name), ref.array(name)
+            assert got.values.tobytes() == want.values.tobytes(), name
+        assert run.array("a").identical(ref.array("a"))           # labels and attrs too
+        assert st.input_digests(run.id)["a"] == st.input_digests(ref.id)["a"]
+
+
+def test_tables_and_labels_other_than_the_dims_are_still_loaded_whole(tmp_path):
+    import xarray as xr
+    xr.DataArray(np.ones((3, 4)), dims=("t", "lat"),
+                 coords={"aux": (("t", "lat"), np.zeros((3, 4)))}).to_dataset(name="v") \
+        .to_netcdf(tmp_path / "a.nc")
     assert isinstance(open_input(tmp_path / "a.nc", "a"), xr.DataArray)
     with pytest.raises(Exception, match="file not found"):
         open_input(tmp_path / "missing.npy", "a")
@@ -86,6 +126,13 @@ def test_spark_executors_read_the_inputs(spark, store, tmp_path):
     run = store.run(wf(), inputs={"a": NeverWhole(y)}, engine="spark", spark=spark, tile=7,
                     progress=False)
     assert np.array_equal(run.array("a").values, y)
+    labelled().to_netcdf(tmp_path / "c.nc")          # a NetCDF variable, labels and all
+    run = store.run(wf(), inputs={"a": f"{tmp_path / 'c.nc'}:t2m"}, engine="spark", spark=spark,
+                    tile=8, progress=False)
+    ref = store.run(wf(), inputs={"a": f"{tmp_path / 'c.nc'}:t2m"}, tile=8, progress=False)
+    assert "inputs a: 16 tile(s) in 16 task(s)" in (run.dir / "run.log").read_text()
+    for name in ("a", "smooth", "out"):
+        assert run.array(name).identical(ref.array(name)), name
 
 
 def test_tiled_astronomy_input_regions():

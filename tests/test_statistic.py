@@ -294,3 +294,21 @@ def test_a_statistic_updated_from_changed_tiles_is_the_whole_new_arrays(data):
     assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
     assert np.asarray(was).tobytes() == np.asarray(before).tobytes()
     assert all(np.array_equal(a, b) for a, b in zip(kept, want_states))
+
+
+def test_kept_merged_states_are_compact_and_read_back_exactly(tmp_path):
+    """A run keeps its statistics' merged states (histograms of 65,536 counts, almost
+    all zero) compressed: a few KB, not a MB each; read back bit for bit, and only
+    when the file is the one the run's record names."""
+    from subzero.storage import rounds
+    rng = np.random.default_rng(0)
+    states = []
+    for _ in range(4):
+        h = np.zeros(65536, np.int64)
+        h[rng.integers(0, 65536, 150)] = rng.integers(1, 10**6, 150)
+        states.append(h)
+    digest = rounds.save(tmp_path, "stars", states)
+    assert rounds.path(tmp_path, "stars").stat().st_size < 32 * 1024
+    back = rounds.load(tmp_path, "stars", digest)
+    assert back is not None and all(a.tobytes() == b.tobytes() for a, b in zip(back, states))
+    assert rounds.load(tmp_path, "stars", "0" * 64) is None

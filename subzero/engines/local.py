@@ -95,6 +95,8 @@ class LocalEngine(Engine):
         for name, v in values.items():
             shared = self.arrays.is_shared(name)     # the store's copy: nothing to write
             if is_region_source(v):
+                if getattr(v, "labelled", False):   # a NetCDF/Zarr variable: seen as a DataArray
+                    self._xarray.add(name)
                 if shared:
                     self.shapes[name] = tuple(int(n) for n in v.shape)
                     self.dtypes[name] = _native(np.dtype(v.dtype))
@@ -131,7 +133,8 @@ class LocalEngine(Engine):
         shape = tuple(int(n) for n in source.shape)
         dtype = _native(np.dtype(source.dtype))
         self.arrays.create(name, shape, dtype, getattr(source, "dims", None),
-                           getattr(source, "attrs", None))
+                           getattr(source, "attrs", None), getattr(source, "coords", None),
+                           getattr(source, "coord_attrs", None), getattr(source, "labelled", False))
         for t in tiles_for(shape, self.arrays.tile):
             self.arrays.write_region(name, t.core_slices(), source.read_region(t.core_slices()))
         self.shapes[name] = shape

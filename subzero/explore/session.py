@@ -45,6 +45,8 @@ class Answer:
     sets: dict[str, CellSet]
     steps: list[StepStat]
     seconds: float
+    #: per array, the cells reached without a step through an all-to-all input
+    direct: dict[str, CellSet] | None = None
 
 
 class Session:
@@ -168,10 +170,12 @@ class Session:
                 raise QueryError(f"box rows {r0}:{r1}, cols {c0}:{c1} is not inside {start!r} "
                                  f"(its view is {vr} x {vc})")
             cells = view.cells_of_box((r0, r1), (c0, c1))
-        sets, steps, seconds = self._do(trace_all, self.run, start, cells, backward, self.shortcut)
+        direct: dict[str, CellSet] = {}
+        sets, steps, seconds = self._do(trace_all, self.run, start, cells, backward, self.shortcut,
+                                        direct)
         with self._kept:
             ans = Answer(next(self._ids), start, "backward" if backward else "forward",
-                         len(cells), sets, steps, seconds)
+                         len(cells), sets, steps, seconds, direct)
             self._answers[ans.id] = ans
             while len(self._answers) > KEEP_TRACES:
                 self._answers.popitem(last=False)
@@ -197,8 +201,11 @@ class Session:
     def summary(self, ans: Answer, name: str) -> dict:
         cs = ans.sets[name]
         box = cs.bounds()
+        d = (ans.direct or {}).get(name)
         return {"count": len(cs), "entire": cs.is_entire,
-                "bounds": None if box is None else [list(box[0]), list(box[1])]}
+                "bounds": None if box is None else [list(box[0]), list(box[1])],
+                # how many came only through steps that read an input all-to-all
+                "all_to_all_only": 0 if d is None else len(cs) - len(d)}
 
 
 def locate_query(text: str) -> dict:
@@ -223,10 +230,13 @@ def _located(run, start: str, text: str) -> np.ndarray:
 
 
 def trace_all(run, start: str, cells: np.ndarray, backward: bool, shortcut: bool = True,
+              direct: dict[str, CellSet] | None = None,
               ) -> tuple[dict[str, CellSet], list[StepStat], float]:
     """The cells of every array reachable from ``cells`` of ``start``: the executor's
-    own walk (:meth:`subzero.api.Run.trace_reach`), on the run's thread."""
-    return run.trace_reach(start, cells, "backward" if backward else "forward", shortcut)
+    own walk (:meth:`subzero.api.Run.trace_reach`), on the run's thread; ``direct`` gets
+    each array's cells reached without an all-to-all step."""
+    return run.trace_reach(start, cells, "backward" if backward else "forward", shortcut,
+                           direct)
 
 
 def _warm(run) -> None:

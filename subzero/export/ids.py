@@ -47,6 +47,17 @@ def array_path(run: Run, name: str) -> Path:
     return Path(run.dir) / "arrays" / f"{name}.zarr"
 
 
+def input_source(run: Run, name: str) -> str | None:
+    """The file input ``name`` was read from, as the run recorded it (an absolute path;
+    the file of a ``FILE:VARIABLE``); None for an array given in memory or a workflow's
+    default array."""
+    src = run.row.inputs.get(name)
+    if not (isinstance(src, str) and os.path.isabs(src) and not src.startswith("<")):
+        return None
+    from subzero.storage.inputs import split_variable
+    return str(split_variable(src)[0])          # cube.nc:temp was read from cube.nc
+
+
 def run_uuid(run: Run) -> str:
     """A UUID for the run, derived from its store and id (UUID version 5)."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{store_uri(run)}runs/{run.id}"))

@@ -35,9 +35,11 @@ from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, R
 from openlineage.client.facet_v2 import (
     JobFacet,
     RunFacet,
+    dataset_version_dataset,
     error_message_run,
     job_type_job,
     processing_engine_run,
+    symlinks_dataset,
 )
 from openlineage.client.serde import Serde
 
@@ -133,6 +135,27 @@ def openlineage_event(run: SubZeroRun, result: TraceResult | None = None) -> Run
     def dataset(cls, name: str):
         return cls(namespace=FILE_NAMESPACE, name=str(ids.array_path(run, name)))
 
+    digests = cat.input_digests(run.id)
+
+    def source(name: str) -> InputDataset:
+        """An input as the job read it: the file it came from (so a catalog links this
+        job to whatever wrote that file), with the store's copy as another name of it
+        and its content digest as its version; an array given in memory has only the
+        store's copy."""
+        src = ids.input_source(run, name)
+        copy = str(ids.array_path(run, name))
+        facets: dict[str, Any] = {}
+        if digests.get(name):
+            facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(
+                datasetVersion=str(digests[name]), producer=producer)
+        if src is None:
+            return InputDataset(namespace=FILE_NAMESPACE, name=copy, facets=facets)
+        facets["symlinks"] = symlinks_dataset.SymlinksDatasetFacet(
+            identifiers=[symlinks_dataset.Identifier(namespace=FILE_NAMESPACE, name=copy,
+                                                     type="SUBZERO_STORE_COPY")],
+            producer=producer)
+        return InputDataset(namespace=FILE_NAMESPACE, name=src, facets=facets)
+
     graph = SubzeroOperatorGraphJobFacet(
         workflow=row.workflow, inputs=inputs, module=row.source,
         operators=[{"name": o["name"], "class": o["class"], "inputs": list(o["inputs"]),
@@ -163,7 +186,7 @@ def openlineage_event(run: SubZeroRun, result: TraceResult | None = None) -> Run
         eventType=_STATES.get(row.status, RunState.OTHER), eventTime=when.isoformat(),
         run=Run(runId=ids.run_uuid(run), facets=run_facets),
         job=Job(namespace=f"subzero:{run.store.path}", name=row.workflow, facets=job_facets),
-        inputs=[dataset(InputDataset, n) for n in inputs],
+        inputs=[source(n) for n in inputs],
         outputs=[dataset(OutputDataset, o["name"]) for o in ops if o["name"] in arrays],
         producer=producer)
 

@@ -63,6 +63,7 @@ def prov_document(run: Run, result: TraceResult | None = None) -> ProvDocument:
         doc.wasAssociatedWith(act, person)
         doc.actedOnBehalfOf(software, person, act)
 
+    digests = cat.input_digests(run.id)
     for name, info in cat.arrays(run.id).items():
         attrs: dict[str, Any] = {
             "prov:type": sz["Array"], "prov:label": name, "subzero:kind": info["kind"],
@@ -71,6 +72,21 @@ def prov_document(run: Run, result: TraceResult | None = None) -> ProvDocument:
         if name in row.inputs:
             attrs["subzero:source"] = str(row.inputs[name])
         doc.entity(array_id(name), attrs)
+        src = ids.input_source(run, name)
+        if src is not None:       # the file the run read: the store's copy's primary source
+            doc.add_namespace("file", "file:///")
+            given = str(row.inputs[name])
+            sattrs: dict[str, Any] = {"prov:type": sz["SourceFile"], "prov:label": Path(src).name,
+                                      "prov:location": src}
+            if given != src:
+                sattrs["subzero:variable"] = given[len(src):].lstrip("/:")
+            digest = digests.get(name)
+            if digest:
+                sattrs["subzero:digest"] = digest
+            sid = f"file:{src.lstrip('/')}"
+            doc.entity(sid, sattrs)
+            doc.hadPrimarySource(array_id(name), sid)
+            doc.used(base, sid, None, None, {"prov:role": f"input {name}"})
 
     for op in cat.ops(run.id):
         oid = f"{base}/ops/{op['name']}"

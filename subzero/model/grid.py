@@ -57,6 +57,22 @@ class Grid:
         g = Grid(tuple(self.dims[d] for d in kept), coords, wcs)
         return None if g.empty else g
 
+    def reduced(self, kept: Sequence[int], out_shape: Sequence[int]) -> Grid | None:
+        """The grid of a reduction that keeps the axes ``kept`` whole: their labels (and
+        the sky WCS when all its axes are kept); the others are gone, or stay with length
+        1 (``keepdims``: no label, the name kept)."""
+        keepdims = len(out_shape) == len(self.dims)
+        coords = {self.dims[d]: self.coords[self.dims[d]] for d in kept if self.dims[d] in self.coords}
+        wcs = None
+        if self.wcs is not None:
+            n = int(self.wcs.get("WCSAXES", self.wcs.get("NAXIS", 2)))
+            axes = list(range(len(self.dims) - n, len(self.dims)))
+            if all(a in kept for a in axes) and (keepdims or list(kept)[-n:] == axes):
+                wcs = self.wcs
+        dims = self.dims if keepdims else tuple(self.dims[d] for d in kept)
+        g = Grid(dims, coords, wcs)
+        return None if g.empty else g
+
     def transposed(self, axes: Sequence[int]) -> Grid | None:
         """Axes permuted (labels follow their axes; a WCS does not survive)."""
         g = Grid(tuple(self.dims[a] for a in axes), dict(self.coords), None)

@@ -371,15 +371,24 @@ class Operator:
         """The :class:`~subzero.model.grid.Grid` (labelled axes, sky WCS) of the
         output, given each input's grid (None where it has none) and shape.
 
-        The default says the output sits on the grid of its first input of the
-        same shape: true of elementwise, stencil and window operators and of
-        most user functions of an image.  An operator that moves, reorders or
-        resamples cells while keeping the shape (a flip, a roll, a resampling)
-        must override it, returning the moved grid or None; the built-in
-        structural operators do.  Called only at query time, never in a run."""
+        The default follows xarray's rules.  The output sits on the grid of its
+        first input of the same shape: true of elementwise, stencil and window
+        operators and of most user functions of an image.  Else, when the output
+        is a labelled input with axes reduced away (a maximum over time: the
+        input's shape with some axes removed, or kept with length 1, matched in
+        one way only), the remaining axes keep their labels, and the sky WCS when
+        its axes remain.  An operator that moves, reorders or resamples cells
+        while keeping the shape (a flip, a roll, a resampling) must override it,
+        returning the moved grid or None; the built-in structural operators do.
+        Called only at query time, never in a run."""
+        out = tuple(output_shape)
         for g, s in zip(grids, input_shapes):
-            if g is not None and tuple(s) == tuple(output_shape):
+            if g is not None and tuple(s) == out:
                 return g
+        for g, s in zip(grids, input_shapes):
+            kept = reduced_axes(tuple(s), out) if g is not None else None
+            if g is not None and kept is not None:
+                return g.reduced(kept, out)
         return None
 
     # -- derived declarations ----------------------------------------------
@@ -462,3 +471,23 @@ def rerun_mode(op: Operator) -> Mode | None:
     if Mode.PAY in modes:
         return Mode.PAY
     return None
+
+
+def reduced_axes(shape: tuple[int, ...], out: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The axes of ``shape`` an output of shape ``out`` keeps when it is ``shape`` with
+    axes reduced away -- removed, or kept with length 1 (``keepdims``) -- in the one
+    way that fits; None when none does, or several do ((5, 5, 5) -> (5, 5))."""
+    if out == shape:
+        return None
+    if len(out) == len(shape):          # keepdims: reduced axes have length 1
+        if all(o == n or o == 1 for o, n in zip(out, shape)):
+            return tuple(d for d, (o, n) in enumerate(zip(out, shape)) if o == n)
+        return None
+    if len(out) > len(shape):
+        return None
+    import itertools
+    fits = [k for k in itertools.combinations(range(len(shape)), len(out))
+            if all(shape[d] == o for d, o in zip(k, out))]
+    if len(fits) != 1:
+        return None
+    return fits[0]

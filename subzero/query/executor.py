@@ -187,12 +187,15 @@ class Executor:
                            else None, excluded_all_to_all=opts.exclude_all_to_all)
 
     def trace_reach(self, start: str, cells: ArrayLike, backward: bool, shortcut: bool = True,
-                    planner: Planner | None = None) -> tuple[dict[str, CellSet], list[StepStat], float]:
+                    planner: Planner | None = None, direct: dict[str, CellSet] | None = None,
+                    ) -> tuple[dict[str, CellSet], list[StepStat], float]:
         """The cells of every array reachable from ``cells`` of ``start`` (upstream when
         ``backward``), every step's statistics and the total time: the walk of
         :meth:`trace` widened from one target to every array, each edge run once, so
         each array's answer is the one ``trace(start, cells, to=array)`` gives, for the
-        cost of one trace (the explorer's linked views)."""
+        cost of one trace (the explorer's linked views).  ``direct``, when given, is
+        filled with each array's cells reached without a step through an all-to-all
+        input (as :attr:`TraceResult.direct`)."""
         if self.v.untrusted is None:
             opts = TraceOptions(None, shortcut, planner)
             self.v.workflow()
@@ -210,6 +213,7 @@ class Executor:
             for i, a in enumerate(ins):
                 consumers.setdefault(a, []).append((op, i))
         sets: dict[str, CellSet] = {start: q}
+        mine: dict[str, CellSet] | None = None if direct is None else {start: q}
         stats: list[StepStat] = []
         for a in (reversed(order) if backward else order):
             if a not in sets or not sets[a]:
@@ -219,14 +223,11 @@ class Executor:
                          if src in on]
             else:
                 edges = [Edge(o, i, False, a, o) for o, i in consumers.get(a, ()) if o in on]
-            for e in edges:
-                tgt = sets.get(e.dst)
-                if tgt is not None and tgt.is_entire:
-                    continue
-                r = self._step(e, sets[a], opts, stats)
-                sets[e.dst] = r if tgt is None else tgt | r
+            self._edges(a, edges, sets, mine, opts, stats)
         for a in on - {start}:
             sets.setdefault(a, CellSet.empty(self.v.shapes[a]))
+        if direct is not None and mine is not None:
+            direct.update({a: mine.get(a, CellSet.empty(self.v.shapes[a])) for a in sets})
         return sets, stats, time.perf_counter() - t0
 
     def warm(self) -> None:
@@ -261,31 +262,44 @@ class Executor:
         step, until an all-to-all step makes them differ)."""
         walk = self.graph.walk(start, to)
         sets, direct = {start: q}, {start: q}
-        aside: list[StepStat] = []          # steps of the direct cells only: not the answer's
         for a, edges in walk.stages:
             if a not in sets or not sets[a]:
                 continue
-            here, mine = sets[a], direct.get(a)
-            same = mine is not None and len(mine) == len(here)     # direct <= all: equal
-            for e in edges:
-                tgt, tgt_d = sets.get(e.dst), direct.get(e.dst)
-                r = None
-                if tgt is None or not tgt.is_entire:     # else early stop: nothing to add
-                    r = self._step(e, here, opts, stats)
-                    sets[e.dst] = r if tgt is None else tgt | r
-                if tgt_d is not None and tgt_d.is_entire:
-                    continue
-                if not mine or self._all_to_all(e, opts):
-                    rd = CellSet.empty(self.v.shapes[e.dst])
-                elif same and r is not None:
-                    rd = r
-                else:
-                    rd = self._step(e, mine, opts, aside)
-                direct[e.dst] = rd if tgt_d is None else tgt_d | rd
+            self._edges(a, edges, sets, direct, opts, stats)
         out = sets.get(to)
         if out is None:
             out = CellSet.empty(self.v.shapes[to])
         return out, walk.direction, direct.get(to, CellSet.empty(self.v.shapes[to]))
+
+    def _edges(self, a: str, edges: Sequence[Edge], sets: dict[str, CellSet],
+               direct: dict[str, CellSet] | None, opts: TraceOptions,
+               stats: list[StepStat]) -> None:
+        """Run the steps out of array ``a``, adding to ``sets``; with ``direct``, also the
+        cells reached without a step through an all-to-all input, walked alongside: the
+        same steps while the two sets are equal, a step of its own (not among ``stats``)
+        once an all-to-all step made them differ."""
+        here = sets[a]
+        mine = direct.get(a) if direct is not None else None
+        same = mine is not None and len(mine) == len(here)       # direct <= all: equal
+        aside: list[StepStat] = []
+        for e in edges:
+            tgt = sets.get(e.dst)
+            r = None
+            if tgt is None or not tgt.is_entire:          # else early stop: nothing to add
+                r = self._step(e, here, opts, stats)
+                sets[e.dst] = r if tgt is None else tgt | r
+            if direct is None:
+                continue
+            tgt_d = direct.get(e.dst)
+            if tgt_d is not None and tgt_d.is_entire:
+                continue
+            if not mine or self._all_to_all(e, opts):
+                rd = CellSet.empty(self.v.shapes[e.dst])
+            elif same and r is not None:
+                rd = r
+            else:
+                rd = self._step(e, mine, opts, aside)
+            direct[e.dst] = rd if tgt_d is None else tgt_d | rd
 
     def _all_to_all(self, e: Edge, opts: TraceOptions) -> bool:
         """Whether the step reads its input all-to-all (known from trusted code only)."""

@@ -88,7 +88,10 @@ def value_form(value: Any, name: str, tile: int) -> str:
         shape = tuple(int(n) for n in value.shape)
         dims = list(getattr(value, "dims", None) or [f"dim_{k}" for k in range(len(shape))])
         attrs = json.loads(json.dumps(_clean_attrs(getattr(value, "attrs", None) or {})))
-        return form_digest(dims, attrs, {}, True, [min(n, tile) for n in shape])
+        coords = {str(c): json.loads(json.dumps(_clean_attrs(a)))
+                  for c, a in (getattr(value, "coord_attrs", None) or {}).items()}
+        return form_digest(dims, attrs, coords, not getattr(value, "labelled", False),
+                           [min(n, tile) for n in shape])
     da = as_dataarray(value, name)
     attrs = json.loads(json.dumps(_clean_attrs(da.attrs)))
     coords = {str(c): json.loads(json.dumps(_clean_attrs(da[c].attrs))) for c in da.coords}
@@ -299,11 +302,16 @@ class ArrayStore:
 
     # -- tiles (Spark executors read and write their own regions) -----------------
     def create(self, name: str, shape: Sequence[int], dtype: DTypeLike,
-               dims: Sequence[Hashable] | None = None, attrs: Mapping[Any, Any] | None = None) -> None:
+               dims: Sequence[Hashable] | None = None, attrs: Mapping[Any, Any] | None = None,
+               coords: Mapping[str, Any] | None = None,
+               coord_attrs: Mapping[str, Mapping[str, Any]] | None = None,
+               labelled: bool = False) -> None:
         """An empty array whose regions tasks fill with :meth:`write_region`.
 
         Its metadata is final here (region writes add chunk files only), so it is
-        sealed now; every region must then be written for the array to read."""
+        sealed now; every region must then be written for the array to read.
+        ``coords`` (1-D labels of some dims, small) are written whole now; ``labelled``
+        keeps it a DataArray for the operators that read it (a NetCDF or Zarr input)."""
         import dask.array as da
         import xarray as xr
         p = self._own(name)
@@ -315,12 +323,16 @@ class ArrayStore:
         dims = list(dims) if dims else [f"dim_{k}" for k in range(len(shape))]
         lazy = da.zeros(shape, dtype=dtype, chunks=chunks)
         ds = xr.Dataset({"data": (dims, lazy, _clean_attrs(attrs or {}))})
-        ds.attrs = {"subzero_name": name, "subzero_numpy": True}
+        enc = {"data": {"chunks": chunks, "compressors": checksum_codecs()}}
+        for c, v in (coords or {}).items():
+            ds = ds.assign_coords({c: (c, np.asarray(v), _clean_attrs(dict((coord_attrs or {})
+                                                                          .get(c, {}))))})
+            enc[str(c)] = {"compressors": checksum_codecs()}
+        ds.attrs = {"subzero_name": name, "subzero_numpy": not labelled}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ds.to_zarr(p, mode="w-", compute=False,
-                       encoding={"data": {"chunks": chunks, "compressors": checksum_codecs()}},
-                       zarr_format=3, consolidated=False)
+            ds.to_zarr(p, mode="w-", compute=False, encoding=enc, zarr_format=3,
+                       consolidated=False, write_empty_chunks=True)
         seal(p, name, self.run_uid)
 
     def bind(self, name: str) -> None:

@@ -1,9 +1,11 @@
-"""Loading workflow inputs from files: .npy, .fits, .zarr, .nc."""
+"""Loading workflow inputs from files: .npy, .fits, .zarr, .nc (one variable of many
+as ``FILE:VARIABLE``), .csv/.tsv/.txt tables."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
@@ -22,12 +24,36 @@ if TYPE_CHECKING:
     import xarray as xr
 
 
-def load_path(path: str | os.PathLike[str], input_name: str = "input") -> np.ndarray | xr.DataArray:
-    """Load an input file as a numpy array or xarray DataArray."""
+#: the files whose variables are read region by region, with their labels
+_LABELLED = (".zarr", ".nc", ".nc4", ".cdf", ".h5", ".hdf5")
+
+#: ``FILE:VARIABLE`` (or ``FILE:GROUP/VARIABLE``) names one variable of a NetCDF, HDF5
+#: or Zarr file holding several
+_VARIABLE = re.compile(r"^(.*\.(?:nc|nc4|cdf|h5|hdf5|zarr))/?:([^:]+)$", re.IGNORECASE)
+
+
+def split_variable(path: str | os.PathLike[str]) -> tuple[Path, str | None, str | None]:
+    """(file, group, variable) of an input path: ``cube.nc:temp`` is variable ``temp`` of
+    ``cube.nc``; ``obs.zarr:night1/flux`` variable ``flux`` of group ``night1``.  A path
+    that exists as given is a file (its name may hold a colon)."""
     p = Path(path)
+    m = _VARIABLE.match(str(path))
+    if p.exists() or m is None:
+        return p, None, None
+    group, _, var = m.group(2).strip("/").rpartition("/")
+    return Path(m.group(1)), group or None, var
+
+
+def load_path(path: str | os.PathLike[str], input_name: str = "input") -> np.ndarray | xr.DataArray:
+    """Load an input file as a numpy array or xarray DataArray (``FILE:VARIABLE`` picks
+    one variable of a NetCDF or Zarr file, see :func:`split_variable`)."""
+    p, group, var = split_variable(path)
     if not p.exists():
         raise SubZeroError(f"input {input_name!r}: file not found: {p}")
     name = p.name.lower()
+    if var is not None and not name.endswith((".zarr", ".nc", ".nc4", ".cdf", ".h5", ".hdf5")):
+        raise SubZeroError(f"input {input_name!r}: {p} has no variables to choose from "
+                           f"(`FILE:VARIABLE` is for NetCDF, HDF5 and Zarr files)")
     try:
         if name.endswith(".npy"):
             return _load_npy(p, input_name)
@@ -35,10 +61,18 @@ def load_path(path: str | os.PathLike[str], input_name: str = "input") -> np.nda
             return _load_fits(p, input_name)
         if name.endswith(".zarr"):
             import xarray as xr
-            return _single_var(xr.open_zarr(p), p, input_name).load()
-        if name.endswith((".nc", ".nc4", ".cdf")):
+            # a store without consolidated metadata is read without it, and not warned
+            # about in several lines on stderr
+            with _group(p, group, input_name), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                ds = xr.open_zarr(p, group=group, consolidated=None)
+            return _single_var(ds, p, input_name, var).load()
+        if name.endswith((".nc", ".nc4", ".cdf", ".h5", ".hdf5")):
             import xarray as xr
-            return _single_var(xr.open_dataset(p), p, input_name).load()
+            with _group(p, group, input_name):
+                ds = xr.open_dataset(p, group=group)
+            with ds:
+                return _single_var(ds, p, input_name, var).load()
         if name.endswith((".txt", ".tsv", ".csv")):
             return _load_table(p, "," if name.endswith(".csv") else "\t")
     except SubZeroError:
@@ -69,13 +103,30 @@ def _load_npy(p: Path, input_name: str) -> np.ndarray:
         raise
 
 
-def _single_var(ds: xr.Dataset, p: Path, input_name: str) -> xr.DataArray:
+@contextlib.contextmanager
+def _group(p: Path, group: str | None, input_name: str) -> Iterator[None]:
+    """Opening a group: one that is not there is one line naming it."""
+    try:
+        yield
+    except (OSError, KeyError, ValueError) as e:
+        if group is None:
+            raise
+        raise SubZeroError(f"input {input_name!r}: {p} has no group {group!r} ({e})") from e
+
+
+def _single_var(ds: xr.Dataset, p: Path, input_name: str, var: str | None = None) -> xr.DataArray:
+    names = [str(n) for n in ds.data_vars]
+    if var is not None:
+        if var not in ds.data_vars:
+            raise SubZeroError(f"input {input_name!r}: {p} has no variable {var!r}; its variables: "
+                               f"{', '.join(names) or 'none'}")
+        return ds[var]
     if "data" in ds.data_vars:
         return ds["data"]
-    names = [str(n) for n in ds.data_vars]
     if len(names) != 1:
         raise SubZeroError(f"input {input_name!r}: {p} holds {len(names)} variables "
-                           f"({', '.join(names)}); give a file with exactly one")
+                           f"({', '.join(names)}); choose one as {p.name}:VARIABLE "
+                           f"(e.g. {p.name}:{names[0] if names else 'temp'})")
     return ds[names[0]]
 
 
@@ -141,7 +192,10 @@ class RegionSource:
 
     def __init__(self, path: str | os.PathLike[str], input_name: str, kind: str,
                  shape: Sequence[int], dtype: DTypeLike, dims: Sequence[str] | None = None,
-                 attrs: Mapping[str, Any] | None = None, hdu: int = 0):
+                 attrs: Mapping[str, Any] | None = None, hdu: int = 0,
+                 coords: Mapping[str, np.ndarray] | None = None,
+                 coord_attrs: Mapping[str, Mapping[str, Any]] | None = None,
+                 group: str | None = None, variable: str | None = None):
         self.path, self.input_name, self.kind = str(Path(path).resolve()), input_name, kind
         self.shape = tuple(int(n) for n in shape)
         dt = np.dtype(dtype)
@@ -149,11 +203,20 @@ class RegionSource:
         self.dims = list(dims) if dims else None
         self.attrs = dict(attrs or {})
         self.hdu = hdu
+        #: a NetCDF or Zarr variable ("netcdf", "zarr"): its group and name, its dimension
+        #: coordinates (small: read whole) and their attributes; kept a DataArray
+        self.group, self.variable = group, variable
+        self.coords = {str(k): np.asarray(v) for k, v in (coords or {}).items()}
+        self.coord_attrs = {str(k): dict(v) for k, v in (coord_attrs or {}).items()}
+        self.labelled = kind in ("netcdf", "zarr")
 
     def read_region(self, region: tuple[slice, ...]) -> np.ndarray:
         try:
             if self.kind == "npy":
                 part = np.load(self.path, mmap_mode="r", allow_pickle=False)[region]
+            elif self.labelled:
+                with _open_dataset(Path(self.path), self.kind, self.group, self.input_name) as ds:
+                    part = np.asarray(ds[self.variable][region].values)
             else:
                 from astropy.io import fits
                 with fits_errors(self.path, self.input_name), \
@@ -193,15 +256,51 @@ def is_region_source(value: object) -> TypeGuard[RegionReadable]:
     return all(hasattr(value, a) for a in ("shape", "dtype", "read_region"))
 
 
+def _open_dataset(p: Path, kind: str, group: str | None, input_name: str) -> xr.Dataset:
+    """A NetCDF/HDF5 file or a Zarr store, opened lazily (nothing read but metadata)."""
+    import xarray as xr
+    with _group(p, group, input_name), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if kind == "zarr":
+            return xr.open_zarr(p, group=group, consolidated=None)
+        return xr.open_dataset(p, group=group)
+
+
+def _labelled_source(path: str | os.PathLike[str], input_name: str) -> RegionSource | None:
+    """One variable of a NetCDF or Zarr file as a source read region by region, with its
+    dimension coordinates (read whole: one label per cell along an axis) and attributes;
+    None when it cannot be read so (other coordinates than its dims' labels, a non-numeric
+    variable, no variables to choose from): then it is loaded whole, as before."""
+    p, group, var = split_variable(path)
+    kind = "zarr" if p.name.lower().endswith(".zarr") else "netcdf"
+    try:
+        with _open_dataset(p, kind, group, input_name) as ds:
+            da = _single_var(ds, p, input_name, var)
+            if da.ndim < 1 or da.dtype.kind not in "biuf" or set(da.coords) - set(da.dims):
+                return None
+            coords = {str(d): np.asarray(da[d].values) for d in da.dims if d in da.coords}
+            coord_attrs = {str(d): dict(da[d].attrs) for d in coords}
+            return RegionSource(p, input_name, kind, da.shape, da.dtype, [str(d) for d in da.dims],
+                                dict(da.attrs), coords=coords, coord_attrs=coord_attrs,
+                                group=group, variable=str(da.name))
+    except SubZeroError:
+        raise
+    except Exception:
+        return None             # load_path says what is wrong, in the user's terms
+
+
 def open_input(path: str | os.PathLike[str], input_name: str = "input",
                ) -> np.ndarray | xr.DataArray | RegionSource:
     """An input file, opened to be read region by region when its format allows it
-    (.npy, an uncompressed FITS image), else loaded whole (:func:`load_path`): Zarr
-    and NetCDF inputs keep their labelled coordinates as DataArrays."""
+    (.npy, an uncompressed FITS image, a variable of a NetCDF/HDF5 file or a Zarr store,
+    with its labels), else loaded whole (:func:`load_path`)."""
     p = Path(path)
     name = p.name.lower()
+    file, _, _ = split_variable(path)
+    if file.exists() and file.name.lower().endswith(_LABELLED):
+        return _labelled_source(path, input_name) or load_path(path, input_name)
     if not p.exists() or not name.endswith((".npy", ".fits", ".fit", ".fts")):
-        return load_path(p, input_name)
+        return load_path(path, input_name)
     try:
         if name.endswith(".npy"):
             _load_npy_header(p, input_name)
@@ -288,8 +387,9 @@ def input_digest(value: Any, input_name: str = "input") -> str:
                            {str(k): np.asarray(v.values) for k, v in value.coords.items()
                             if k in value.dims}, dict(value.attrs))
         value = np.asarray(value.values)
-    elif isinstance(value, RegionSource):
-        grid = stored_grid(tuple(value.dims or ()), {}, value.attrs) if value.dims else None
+    elif isinstance(value, RegionSource):        # its labels count, as a DataArray's do
+        grid = stored_grid(tuple(value.dims or ()), value.coords, value.attrs) \
+            if value.dims else None
     elif not is_region_source(value):
         value = np.asarray(value)
     try:

@@ -164,7 +164,8 @@ class SparkEngine(Engine):
             if is_region_source(v):
                 shape = tuple(int(n) for n in v.shape)
                 self.arrays.create(name, shape, np.dtype(v.dtype), getattr(v, "dims", None),
-                                   getattr(v, "attrs", None))
+                                   getattr(v, "attrs", None), getattr(v, "coords", None),
+                                   getattr(v, "coord_attrs", None), getattr(v, "labelled", False))
                 jobs += [(name, v, t) for t in tiles_for(shape, self.arrays.tile)]
             else:
                 self.arrays.write(name, v)

@@ -354,7 +354,11 @@ async function runTrace(name, box, t0, locate) {
       }
       v.box.classList.toggle("reached", Boolean(e) && e.count > 0);
       v.box.classList.toggle("unreached", !e && v.name !== name);
-      v.title.querySelector(".count").textContent = e ? `· ${e.entire ? "all " : ""}${e.count.toLocaleString()} cells` : "";
+      // how the answer came: the cells only an all-to-all step (an overscan mean, a
+      // global statistic) brought in are said apart, as `subzero trace` says them
+      const via = e && e.all_to_all_only > 0 && !e.entire
+        ? ` (${e.all_to_all_only.toLocaleString()} only through all-to-all steps)` : "";
+      v.title.querySelector(".count").textContent = e ? `· ${e.entire ? "all " : ""}${e.count.toLocaleString()} cells${via}` : "";
     }
     await Promise.all(redraws);
     await new Promise((ok) => requestAnimationFrame(() => requestAnimationFrame(ok)));
