@@ -209,7 +209,10 @@ def main() -> None:
     (ROOT / "benchmarks" / ".work").mkdir(parents=True, exist_ok=True)
     (ROOT / "benchmarks" / ".work" / "startup.json").write_text(json.dumps(result, indent=1))
     if not a.no_write:
-        update_section("startup", "## CLI start-up (issue 33)\n\n" + text)
+        if bytecode:
+            update_section("startup", "## CLI start-up (issue 33)\n\n" + text)
+        else:
+            update_section("startup-compiled", "### CLI start-up without a bytecode cache\n\n" + text)
 
 
 if __name__ == "__main__":

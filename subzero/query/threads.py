@@ -7,8 +7,8 @@ the box its query spans -- a star's ~90x90 pixels -- where a parallel region las
 than it takes to wake a thread: the threads wait for each other at the end of every
 region, and on a machine whose cores are busy, a thread that lost its core holds the
 others for a time slice.  A black-box star trace at 16 Mpix took a median 4.43 s with
-astroscrappy's OpenMP threads and 0.64 s with one (benchmarks/RESULTS.md, "Black-box at
-CCD scale"); its ``cr_1`` step, 62 ms with two threads (869 ms at worst), 18 ms with one.
+astroscrappy's OpenMP threads and 0.64 s with ``OMP_NUM_THREADS=1`` (benchmarks/RESULTS.md,
+"Black-box at CCD scale"), which no user should have to know to set.
 
 So a re-run on a box of at most :data:`~subzero.tuning.SERIAL_BOX_CELLS` cells runs
 every native pool on one thread (threadpoolctl), and gives each pool back the threads
