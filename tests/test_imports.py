@@ -173,3 +173,15 @@ def test_a_trace_imports_nothing_of_the_run_side(sky_run):
         & set(got["modules"]), "a trace that re-executes nothing imported re-execution"
     if not any("many" in m for m in methods):
         assert "rtree" not in got["modules"], "a trace that reads no R-tree imported rtree"
+
+
+def test_a_trace_through_the_api_imports_nothing_of_the_run_side(sky_run):
+    """``subzero.open_store`` comes from the store's own module: opening a store and
+    tracing through the Python API does not import the run side either."""
+    d, expected = sky_run
+    got, out = _probe(f"import subzero; s = subzero.open_store({str(d / 'store')!r}, create=False); "
+                      f"print(len(s.get().trace('bright', [(31, 41)], to='image', record=False)))",
+                      cwd=d)
+    assert got["code"] is None, out
+    assert out.strip() == str(len(expected.cells))
+    assert _run_side(got["modules"]) == [], "a trace through the API imported the run side"
