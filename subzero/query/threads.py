@@ -72,6 +72,7 @@ def one_native_thread() -> Iterator[None]:
         yield
     finally:
         sys.meta_path.remove(watch)
+        watch.then = _nothing          # a loader it made outlives it (as a __loader__)
         for limiter in reversed(held):
             limiter.restore_original_limits()
 
@@ -138,19 +139,23 @@ class _ExtensionWatch:
         spec = importlib.machinery.PathFinder.find_spec(name, path, target)
         if spec is None or type(spec.loader) is not importlib.machinery.ExtensionFileLoader:
             return None
-        spec.loader = _Holding(spec.loader.name, spec.loader.path, self.then)
+        spec.loader = _Holding(spec.loader.name, spec.loader.path, self)
         return spec
 
 
 class _Holding(importlib.machinery.ExtensionFileLoader):
-    """An extension module's loader that calls ``then`` once the module (and the shared
-    libraries it needs) is loaded."""
+    """An extension module's loader that tells its watch once the module (and the
+    shared libraries it needs) is loaded."""
 
-    def __init__(self, name: str, path: str, then: Callable[[], None]):
+    def __init__(self, name: str, path: str, watch: _ExtensionWatch):
         super().__init__(name, path)
-        self.then = then
+        self.watch = watch
 
     def create_module(self, spec: ModuleSpec) -> ModuleType:
         module = super().create_module(spec)
-        self.then()
+        self.watch.then()
         return module
+
+
+def _nothing() -> None:
+    pass
