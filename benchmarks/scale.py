@@ -23,6 +23,12 @@ Per size, each measurement runs in a fresh child process (so its peak memory,
 Results: ``benchmarks/.work/scale.json``, the plot ``benchmarks/scale.png`` and
 (without ``--no-write``) a section of RESULTS.md.
 
+``--box-threads R`` adds, in the black-box child after its star traces, R rounds
+of each star traced twice, alternated: with native thread pools (OpenMP, BLAS) on
+one thread in box re-runs, as SubZero runs them (``subzero.query.threads``), and
+left with all their threads, as before that (the median of each is printed and
+kept in the JSON as ``star_one_s`` / ``star_all_s``).
+
 ``--kinds subzero blackbox`` measures only those children (the black-box star
 traces need the ``subzero`` child's answers to check against): a focused run
 whose table is printed and kept in ``benchmarks/.work/scale-kinds.json``, while
@@ -71,7 +77,8 @@ def _box(lo, hi) -> np.ndarray:
     return box(lo, hi)
 
 
-def child(kind: str, mp: float, folder: Path, n_stars: int, n_blackbox: int) -> dict:
+def child(kind: str, mp: float, folder: Path, n_stars: int, n_blackbox: int,
+          box_threads: int = 0) -> dict:
     import subzero
     from subzero.workflows import astronomy
 
@@ -116,9 +123,30 @@ def child(kind: str, mp: float, folder: Path, n_stars: int, n_blackbox: int) -> 
                 check(got, answers[f"star{k}"], f"black-box star {k}", "SubZero")
                 times.append(s)
             out["star_s"] = times
+            if box_threads:
+                out.update(compare_box_threads(trace, answers, n_blackbox, box_threads))
         return out
     finally:
         st.close()
+
+
+def compare_box_threads(trace, answers: dict, n: int, rounds: int) -> dict:
+    """Each star traced with box re-runs on one native thread (SubZero's way) and with
+    every thread (SERIAL_BOX_CELLS below every box), alternated, ``rounds`` times."""
+    from subzero.query import threads
+    one = threads.SERIAL_BOX_CELLS
+    got: dict[str, list[float]] = {"star_one_s": [], "star_all_s": []}
+    for _ in range(rounds):
+        for k, cell in enumerate(answers["stars"][:n]):
+            for key, limit in (("star_all_s", -1), ("star_one_s", one)):
+                threads.SERIAL_BOX_CELLS = limit
+                try:
+                    cells, s = trace("stars", [tuple(cell)], "raw_1")
+                finally:
+                    threads.SERIAL_BOX_CELLS = one
+                check(cells, answers[f"star{k}"], f"black-box star {k}", "SubZero")
+                got[key].append(s)
+    return got
 
 
 def child_peer(wf, folder: Path) -> dict:
@@ -182,7 +210,7 @@ def check(got, want, what: str, against: str) -> None:
 def child_main(a) -> None:
     folder = Path(a.folder)
     try:
-        res = child(a.child, a.megapixels, folder, a.stars, a.blackbox_stars)
+        res = child(a.child, a.megapixels, folder, a.stars, a.blackbox_stars, a.box_threads)
     except MemoryError:
         res = {"error": "MemoryError"}
     except Mismatch as e:
@@ -200,7 +228,8 @@ def measure(kind: str, mp: float, folder: Path, a) -> dict:
     res_file = folder / f"{kind}.json"
     res_file.unlink(missing_ok=True)
     cmd = [sys.executable, __file__, "--child", kind, "--megapixels", str(mp), "--folder", str(folder),
-           "--stars", str(a.stars), "--blackbox-stars", str(a.blackbox_stars)]
+           "--stars", str(a.stars), "--blackbox-stars", str(a.blackbox_stars),
+           "--box-threads", str(a.box_threads)]
     res, wall = run_child(cmd, res_file, f"{mp} Mpix, {kind}")
     res["wall_s"] = wall
     return res
@@ -322,6 +351,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="3 stars, 1 black-box star trace")
     ap.add_argument("--stars", type=int, default=10)
     ap.add_argument("--blackbox-stars", type=int, default=3)
+    ap.add_argument("--box-threads", type=int, default=0, metavar="R",
+                    help="R more rounds of black-box star traces, box re-runs on one native "
+                         "thread and on all, alternated")
     ap.add_argument("--no-write", action="store_true", help="leave RESULTS.md alone")
     ap.add_argument("--add", action="store_true",
                     help="keep the other sizes of the last results (benchmarks/.work/scale.json)")
@@ -372,6 +404,13 @@ def main() -> None:
     commands = sorted({r.get("command", command_line()) for r in results.values()})
     lines = table(results)
     print("\n".join(lines))
+    for mp, r in results.items():
+        b = r.get("blackbox", {})
+        if b.get("star_one_s"):
+            print(f"{mp:g} Mpix black-box star trace, {a.box_threads} alternated rounds: box re-runs "
+                  f"on one native thread median {statistics.median(b['star_one_s']):.2f} s (max "
+                  f"{max(b['star_one_s']):.2f}), on every thread median "
+                  f"{statistics.median(b['star_all_s']):.2f} s (max {max(b['star_all_s']):.2f})")
     (HERE / ".work").mkdir(exist_ok=True)
     if focused:
         (HERE / ".work" / "scale-kinds.json").write_text(json.dumps(

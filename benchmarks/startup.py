@@ -18,8 +18,18 @@ than wall time):
 it are compared on the same machine state; each interpreter traces its own copy
 of the store (make the store with the older code: a newer one may upgrade it).
 
+Python's bytecode: an installed SubZero, or a checkout that has run once, loads
+its modules from cached bytecode (``__pycache__``), and that is what a person
+waits for.  So each interpreter gets its own bytecode cache
+(``PYTHONPYCACHEPREFIX`` in the benchmark's temporary folder: nothing is
+written into the checkouts measured), filled by a first trace that is not
+counted, and ``PYTHONDONTWRITEBYTECODE`` is dropped from the environment.
+``--no-bytecode-cache`` measures the other case, every module compiled from
+source by every process (a checkout whose ``__pycache__`` cannot be written, or
+``PYTHONDONTWRITEBYTECODE=1``).
+
     .venv/bin/python benchmarks/startup.py [--store .subzero-demo] [--repeats 15]
-        [--python OTHER/.venv/bin/python] [--no-write]
+        [--python OTHER/.venv/bin/python] [--no-bytecode-cache] [--no-write]
 
 Without a store, one is made first (the astronomy workflow, in-process).
 Targets: the trace at most 0.5 s wall on a quiet machine and at most 5x the
@@ -89,22 +99,38 @@ def _ensure_store(store: Path) -> None:
                     "--store", str(store), "--engine", "local", "-q"], check=True, cwd=ROOT)
 
 
-def measure(pythons: dict[str, str], store: Path, repeats: int) -> dict:
+def _environment(work: Path, k: int, bytecode: bool) -> dict[str, str]:
+    """The environment of interpreter ``k``'s processes: its own bytecode cache under
+    ``work`` (or none: every module compiled by every process)."""
+    env = {key: v for key, v in os.environ.items()
+           if key not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    env["SUBZERO_ENGINE"] = "local"
+    if bytecode:
+        env["PYTHONPYCACHEPREFIX"] = str(work / f"pycache-{k}")
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def measure(pythons: dict[str, str], store: Path, repeats: int, bytecode: bool = True) -> dict:
     """Each interpreter traces its own copy of ``store`` (a newer SubZero may upgrade a
-    store's catalog as it opens it, which an older one then refuses)."""
-    env = {**os.environ, "SUBZERO_ENGINE": "local"}
+    store's catalog as it opens it, which an older one then refuses), with its own
+    bytecode cache when ``bytecode``."""
     work = Path(tempfile.mkdtemp(prefix="sz-startup-"))
-    traces = {}
+    traces, envs = {}, {}
     for k, (label, py) in enumerate(pythons.items()):
         copy = work / f"store-{k}"
         shutil.copytree(store, copy)
         traces[label] = ["trace", "--store", str(copy), "--from", "stars", "--cells", STAR,
                          "--to", "raw_1"]
-        _timed([py, "-m", "subzero.cli", *traces[label]], env)  # warm the page cache
+        envs[label] = _environment(work, k, bytecode)
+        for cmd in ([py, "-c", "pass"], [py, "-m", "subzero.cli", "--version"],
+                    [py, "-m", "subzero.cli", *traces[label]]):
+            _timed(cmd, envs[label])   # warm the page cache (and fill the bytecode cache)
     rows: dict[str, dict[str, list]] = {}
     for k in range(repeats):
         for label, py in pythons.items():
-            trace = traces[label]
+            trace, env = traces[label], envs[label]
             r = rows.setdefault(label, {})
             for what, cmd in (("bare", [py, "-c", "pass"]),
                               ("version", [py, "-m", "subzero.cli", "--version"]),
@@ -118,19 +144,23 @@ def measure(pythons: dict[str, str], store: Path, repeats: int) -> dict:
     out: dict = {}
     for label, r in rows.items():
         med = {k: statistics.median(v) for k, v in r.items()}
-        med["imports"] = _imports(pythons[label], traces[label], env)
+        med["imports"] = _imports(pythons[label], traces[label], envs[label])
         out[label] = med
     shutil.rmtree(work, ignore_errors=True)
     return out
 
 
-def report(result: dict, repeats: int, load: float) -> str:
+def report(result: dict, repeats: int, load: tuple[float, float], bytecode: bool = True) -> str:
+    cache = ("each interpreter's modules loaded from its own bytecode cache (filled by a "
+             "first, uncounted trace), as an installed SubZero loads them" if bytecode else
+             "no bytecode cache (`PYTHONDONTWRITEBYTECODE=1`): every process compiles every "
+             "module it imports from source")
     lines = [f"Command: `{command_line()}` — machine: {machine()}; load average "
-             f"{load:.1f} when it started.",
+             f"{load[0]:.1f} when it started, {load[1]:.1f} when it ended.",
              "",
              f"Cold processes, medians of {repeats} alternated rounds; CPU = user + system time "
-             f"of the process.  Trace: the demo's brightest star (`--cells {STAR}`) back to "
-             f"`raw_1`, text output (count, first values, sky region).",
+             f"of the process; {cache}.  Trace: the demo's brightest star (`--cells {STAR}`) "
+             f"back to `raw_1`, text output (count, first values, sky region).",
              "",
              "| code | python -c pass | --version (CPU) | trace wall (CPU) | engine trace | "
              "5 x engine + bare | trace over that | version <= 0.15 s | trace <= 0.5 s |",
@@ -162,6 +192,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--python", help="another interpreter to measure in the same rounds "
                                      "(e.g. the code before a change)")
+    ap.add_argument("--no-bytecode-cache", action="store_true",
+                    help="compile every module in every process (PYTHONDONTWRITEBYTECODE=1)")
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args()
     store = Path(a.store).resolve()
@@ -169,14 +201,18 @@ def main() -> None:
     pythons = {"this code": sys.executable}
     if a.python:
         pythons["--python"] = a.python
+    bytecode = not a.no_bytecode_cache
     load = os.getloadavg()[0]
-    result = measure(pythons, store, a.repeats)
-    text = report(result, a.repeats, load)
+    result = measure(pythons, store, a.repeats, bytecode)
+    text = report(result, a.repeats, (load, os.getloadavg()[0]), bytecode)
     print(text)
     (ROOT / "benchmarks" / ".work").mkdir(parents=True, exist_ok=True)
     (ROOT / "benchmarks" / ".work" / "startup.json").write_text(json.dumps(result, indent=1))
     if not a.no_write:
-        update_section("startup", "## CLI start-up (issue 33)\n\n" + text)
+        if bytecode:
+            update_section("startup", "## CLI start-up (issue 33)\n\n" + text)
+        else:
+            update_section("startup-compiled", "### CLI start-up without a bytecode cache\n\n" + text)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from subzero.errors import OptimizerError
 from subzero.model.operator import lineage_reproducible, reruns
+from subzero.model.operator import rerun_mode as capture_mode
 from subzero.model.strategy import Strategy, parse_one
-from subzero.query.reexec import capture_mode
 from subzero.tuning import BASE_RUNTIME_RUNS
 
 

@@ -27,7 +27,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! .venv/bin/python -
   echo "setup: installing SubZero and its dependencies into .venv (first time takes a few minutes)" >&2
   .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
   if ! .venv/bin/python -m pip install -e '.[test,bench]' > .venv/pip-install.log 2>&1 \
-     || ! .venv/bin/python -c 'import subzero, lmdb, rtree, swiglpk, zarr, pyspark, zstandard, duckdb, starlette, uvicorn, plotly, playwright' 2>>.venv/pip-install.log; then
+     || ! .venv/bin/python -c 'import subzero, lmdb, rtree, swiglpk, zarr, pyspark, zstandard, duckdb, starlette, uvicorn, plotly, playwright, threadpoolctl' 2>>.venv/pip-install.log; then
     grep -v -E "^WARNING: Location .* is ignored" .venv/pip-install.log | tail -25 >&2
     echo "setup: installation failed (pip's last messages above; full log in .venv/pip-install.log)." >&2
     exit 1

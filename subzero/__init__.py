@@ -15,7 +15,6 @@ from subzero.lazy import attach
 from subzero.version import __version__
 
 if TYPE_CHECKING:
-    from subzero.api import Run, RunOptions, Store, fsck, open_store
     from subzero.errors import (
         CodeError,
         LineageError,
@@ -45,10 +44,16 @@ if TYPE_CHECKING:
     from subzero.model.strategy import Direction, Encoding, Strategy
     from subzero.model.workflow import Node, Workflow, load_workflow
     from subzero.query.trace import TraceResult
+    from subzero.run import Run
+    from subzero.runs.fsck import fsck
+    from subzero.runs.options import RunOptions
+    from subzero.store import Store, open_store
 
 #: where each public name lives
 _HOME: dict[str, str] = {
-    **dict.fromkeys(["Run", "RunOptions", "Store", "fsck", "open_store"], "subzero.api"),
+    # each from its own module, so that opening a store does not import running
+    "Run": "subzero.run", "RunOptions": "subzero.runs.options", "fsck": "subzero.runs.fsck",
+    **dict.fromkeys(["Store", "open_store"], "subzero.store"),
     **dict.fromkeys(["CodeError", "LineageError", "OperatorError", "QueryError", "SetupError",
                      "StoreError", "StrategyError", "SubZeroError", "SubZeroWarning",
                      "UsageError", "WorkflowError"], "subzero.errors"),

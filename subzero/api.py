@@ -9,7 +9,9 @@
 
 The names live in :mod:`subzero.store` (:class:`Store`, :func:`open_store`),
 :mod:`subzero.run` (:class:`Run`) and :mod:`subzero.runs.options`
-(:class:`RunOptions`); this module gathers them, as ``import subzero`` does.
+(:class:`RunOptions`); this module gathers them.  ``import subzero`` takes each
+from its own module instead, so that ``subzero.open_store`` does not import the
+run side (options, fsck) before a run asks for it.
 """
 
 from subzero.query.tracelog import trace_signature

@@ -136,7 +136,7 @@ def _request(a, resuming: bool = False) -> EngineRequest:
 
 
 def cmd_run(a) -> int:
-    from subzero.api import open_store
+    from subzero.store import open_store
     if a.resume is not None:
         return _resume(a)
     if a.workflow is None:
@@ -187,7 +187,7 @@ def _report_run(store, run, a, how: str) -> None:
 
 def _resume(a) -> int:
     """``run --resume RUN``: the run keeps what it began with; only where it runs may change."""
-    from subzero.api import open_store
+    from subzero.store import open_store
     fixed = [f for f, v in (("--input", a.input), ("--strategy", a.strategy), ("--param", a.param),
                             ("--no-lineage", a.no_lineage), ("--tile", a.tile),
                             ("--inputs-from", a.inputs_from), ("--plan", a.plan),
@@ -215,7 +215,7 @@ _CLEAN_VERBS = {"remove": ("would remove", "removed"), "recover": ("would recove
 
 
 def cmd_clean(a) -> int:
-    from subzero.api import open_store
+    from subzero.store import open_store
     store = open_store(a.store, create=False)
     try:
         items = store.clean(dry_run=a.dry_run)
@@ -352,8 +352,8 @@ def _planner(run, a):
 
 
 def cmd_optimize(a) -> int:
-    from subzero.api import open_store
     from subzero.optimizer import optimize
+    from subzero.store import open_store
     store = open_store(a.store)
     try:
         store.require_writable("optimize")     # before calibration, not after it
@@ -410,8 +410,8 @@ def _check_radius(a) -> None:
 
 
 def cmd_trace(a) -> int:
-    from subzero.api import open_store
     from subzero.model.cells import parse_spec
+    from subzero.store import open_store
     store = open_store(a.store, create=False)
     try:
         if a.workload:
@@ -471,9 +471,11 @@ def cmd_trace(a) -> int:
 def _check_exports(paths, force: bool) -> None:
     """Refuse --export paths whose format is unknown, that exist (without --force) or
     cannot be written, before the work begins."""
+    if not paths:
+        return
     from subzero.export import format_of
     from subzero.export.output import check_target
-    for path in paths or []:
+    for path in paths:
         format_of(path)
         check_target(path, force)
 
@@ -482,9 +484,11 @@ _FORMAT_NAMES = {"mask": "mask", "prov": "PROV-JSON", "openlineage": "OpenLineag
 
 
 def _write_exports(paths, run, res, force: bool, quiet: bool) -> list[dict]:
+    if not paths:
+        return []
     from subzero.export import export, format_of
     done = []
-    for path in paths or []:
+    for path in paths:
         written = export(path, run=run, result=res, force=force)
         done.append({"path": str(written), "format": format_of(path)})
         if not quiet:
@@ -494,9 +498,10 @@ def _write_exports(paths, run, res, force: bool, quiet: bool) -> list[dict]:
 
 def cmd_export(a) -> int:
     """The run's provenance as PROV-JSON and/or an OpenLineage event (no trace)."""
-    from subzero.api import Run, open_store
     from subzero.export import write_openlineage, write_prov
     from subzero.export.output import check_target
+    from subzero.run import Run
+    from subzero.store import open_store
     if not a.prov and not a.openlineage:
         raise SubZeroError("export needs --prov PATH and/or --openlineage PATH (a trace's answer "
                            "is exported by `subzero trace ... --export PATH`)")
@@ -603,8 +608,8 @@ def _workload(store, a) -> int:
 
 def cmd_explore(a) -> int:
     """Serve the lineage explorer over a run until Ctrl-C; the URL is the first line."""
-    from subzero.api import open_store
     from subzero.explore import bind, serve
+    from subzero.store import open_store
     store = open_store(a.store, create=False)
     try:
         run = store.get(a.run)
@@ -629,7 +634,7 @@ def cmd_explore(a) -> int:
 
 
 def cmd_runs(a) -> int:
-    from subzero.api import open_store
+    from subzero.store import open_store
     store = open_store(a.store, create=False)
     try:
         every = store.runs()
@@ -743,7 +748,7 @@ def _footprint(store, row) -> str:
 
 
 def cmd_inputs(a) -> int:
-    from subzero.api import open_store
+    from subzero.store import open_store
     with open_store(a.store, create=False) as store:
         if a.input is not None:
             digest = store.digest_of(a.input)
@@ -781,10 +786,10 @@ def cmd_inputs(a) -> int:
 
 
 def cmd_impact(a) -> int:
-    from subzero.api import open_store
     from subzero.engines.choice import EngineRequest
     from subzero.export import impact as out
     from subzero.export.output import check_target
+    from subzero.store import open_store
     named = _region_flags(a)
     if len(named) != 1:
         raise SubZeroError("impact needs one of --cells SPEC, --sky RA,DEC or --sel NAME=LABEL"
@@ -846,7 +851,7 @@ def cmd_impact(a) -> int:
 
 def cmd_rerun(a) -> int:
     """``rerun RUN --input NAME=PATH`` or ``rerun --using OLD --input NAME=PATH``."""
-    from subzero.api import open_store
+    from subzero.store import open_store
     given = _kv(a.input, "--input")
     if not given:
         raise SubZeroError("rerun needs the corrected input: --input NAME=PATH")
@@ -952,7 +957,7 @@ def _chosen_run(a) -> str:
 
 
 def cmd_show(a) -> int:
-    from subzero.api import open_store
+    from subzero.store import open_store
     store = open_store(a.store, create=False)
     try:
         row = store.catalog.get_run(_chosen_run(a))
@@ -1046,7 +1051,7 @@ def _coordinates(store, row) -> dict[str, dict]:
 
 def cmd_trust(a) -> int:
     """Show what code runs contain, ask, and sign them with this user's key."""
-    from subzero.api import open_store
+    from subzero.store import open_store
     where = a.store_dir or a.store
     store = open_store(where, create=False)
     try:
@@ -1153,10 +1158,19 @@ def _run_json(store, run_id: int) -> dict:
             "tags": sorted(n for n, rid in store.tags().items() if rid == row.id)}
 
 
-def _version() -> str:
-    """The installed package's version (the source tree's when not installed)."""
-    from subzero.version import installed_version
-    return installed_version()
+class _Version(argparse.Action):
+    """``--version``: the installed package's version (the source tree's when not
+    installed), looked up only when asked for -- importlib.metadata scans the
+    installed distributions, which every other command would pay for at start-up."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="show the program's version number and exit"):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from subzero.version import installed_version
+        parser._print_message(f"subzero {installed_version()}\n", sys.stdout)
+        parser.exit()
 
 
 #: what each command's --help ends with: a few runnable lines (the demo's store and files)
@@ -1202,7 +1216,7 @@ class _Help(argparse.HelpFormatter):
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="subzero", description="Region lineage for array workflows.")
     p.add_argument("--debug", action="store_true", help="show tracebacks for errors")
-    p.add_argument("--version", action="version", version=f"subzero {_version()}")
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
 
     def command(name: str, **kw: Any) -> argparse.ArgumentParser:

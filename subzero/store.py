@@ -23,10 +23,8 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from subzero.engines.choice import choose_engine, open_session
-from subzero.engines.progress import Progress, progress_for
 from subzero.errors import (
     ChangedConstant,
     DiskFull,
@@ -36,22 +34,15 @@ from subzero.errors import (
     UntrustedRun,
     warn,
 )
-from subzero.impact import Impact, impact
 from subzero.model import content
 from subzero.model.workflow import Workflow, load_workflow
-from subzero.query.trace import TraceResult
 from subzero.query.tracelog import record_trace
 from subzero.run import Run
-from subzero.runs import launch, record
-from subzero.runs.clean import clean, tree_bytes
-from subzero.runs.many import InstanceResult
-from subzero.runs.options import RunOptions
+from subzero.runs import record
 from subzero.runs.record import Steering
-from subzero.runs.transaction import recover
 from subzero.storage.arrays import ArrayStore
 from subzero.storage.catalog import Catalog, RunRow
 from subzero.storage.chunks import sums_file
-from subzero.storage.inputs import input_digest
 from subzero.storage.pickles import built_constants, load_workflow_pickle
 from subzero.storage.place import STORE_FILE, new_uid, read_store_uid, write_store_uid
 from subzero.storage.shared import INPUTS
@@ -70,6 +61,16 @@ from subzero.storage.trust import (
     vouch,
 )
 from subzero.storage.usage import DiskUsage, RunUsage, disk_usage, run_usage
+
+# Running, re-running, impact and tidying are imported by the methods that do them: a
+# trace opens a store to read it, and should not pay for the run side (engines, Spark
+# sessions, incremental re-runs) at start-up (issue 33; tests/test_imports.py holds this).
+if TYPE_CHECKING:
+    from subzero.engines.progress import Progress
+    from subzero.impact import Impact
+    from subzero.query.trace import TraceResult
+    from subzero.runs.many import InstanceResult
+    from subzero.runs.options import RunOptions
 
 DEFAULT_STORE = ".subzero"
 
@@ -177,6 +178,8 @@ class Store:
         A run is atomic: it is complete, with every array and all its lineage, or
         it is failed and leaves nothing behind but its catalog row.
         """
+        from subzero.runs import launch
+        from subzero.runs.options import RunOptions
         opts = RunOptions.of(options, **given)
         opts.engine_request().check()
         self.require_writable("a run")
@@ -213,6 +216,9 @@ class Store:
         ``announce``) apply; the engine defaults to the run's own (Spark when Spark
         settings are given).  Runs that completed, failed or are still running (their
         driver alive, on any host) are refused."""
+        from subzero.runs import launch
+        from subzero.runs.options import RunOptions
+        from subzero.runs.transaction import recover
         opts = RunOptions.of(options, **{"engine": None, **given})
         self.require_writable("resuming a run")
         row = self.catalog.get_run(run)
@@ -236,6 +242,7 @@ class Store:
         its record names its parent and, per operator, what ran and what changed
         (:meth:`Run.rerun_info`).  Of the options, ``progress``, ``log`` and ``announce``
         apply.  A run whose code this user's key does not vouch for is refused."""
+        from subzero.runs.options import RunOptions
         from subzero.runs.rerun import rerun
         opts = RunOptions.of(options, **given)
         self.require_writable("a re-run")
@@ -259,6 +266,9 @@ class Store:
         commits when each job ends (executors must see the store and ``new``, a file, at
         the same paths).  Re-runs that fail are named in one error once the others are
         committed."""
+        from subzero.engines.choice import choose_engine, open_session
+        from subzero.engines.progress import progress_for
+        from subzero.runs.options import RunOptions
         runs = [(r, n) for r, n in self.runs_using(old) if name is None or n == name]
         if not runs:
             what = "that array" if hasattr(old, "shape") else str(old)
@@ -321,7 +331,11 @@ class Store:
         paths), as parallel Spark tasks; returns one InstanceResult per row.
         ``options`` as in :meth:`run` (``strategies``, ``params``, ``capture``,
         ``tile``, ``spark``/``master``/``conf``; ``progress`` counts instances)."""
+        from subzero.engines.choice import choose_engine, open_session
+        from subzero.engines.progress import progress_for
+        from subzero.runs import launch
         from subzero.runs.many import read_manifest, run_many
+        from subzero.runs.options import RunOptions
         opts = RunOptions.of(options, **{"engine": "spark", **given})
         self.require_writable("a run")
         wf = load_workflow(workflow, dict(opts.params or {}))
@@ -368,6 +382,7 @@ class Store:
         the store's ``quarantine/`` folder.  Complete runs and runs still running are
         never touched.  Returns what was (with ``dry_run``: would be) done: one dict per
         path with ``path``, ``run``, ``bytes``, ``why`` and ``action``."""
+        from subzero.runs.clean import clean
         self.require_writable("cleaning")
         return clean(self.catalog, self.runs_dir, dry_run=dry_run)
 
@@ -655,6 +670,7 @@ class Store:
         that uses them, the others a run's own, from runs made before inputs were
         stored once) and their ``bytes`` on disk.  Digests of runs made before digests
         are computed first (see :meth:`input_digests`)."""
+        from subzero.runs.clean import tree_bytes
         out: dict[str, dict[str, Any]] = {}
         for row in self.catalog.runs():
             if row.status != "complete":
@@ -720,6 +736,7 @@ class Store:
         ``"auto"`` (default) Spark for Spark settings or many runs
         (:func:`~subzero.engines.choice.impact_engine`; ``announce`` is told the choice).
         The answers are the same either way.  ``progress`` as for :meth:`run`."""
+        from subzero.impact import impact
         return impact(self, what, cells, name=name, to=to, sky=sky, radius=radius, sel=sel,
                       engine=engine, spark=spark, master=master, conf=conf, progress=progress,
                       announce=announce)
@@ -745,6 +762,7 @@ class Store:
             if not split_variable(what)[0].exists():
                 raise QueryError(f"file not found: {what} (give an input file, FILE:VARIABLE, or "
                                  f"a digest sz1:...)")
+        from subzero.storage.inputs import input_digest
         return input_digest(what, str(what) if isinstance(what, (str, os.PathLike)) else "input")
 
     def code_of(self, run: str | int | RunRow = "latest") -> dict[str, Any]:

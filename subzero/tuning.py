@@ -144,6 +144,14 @@ REACH_GROWN_CELLS = 1 << 20
 #: runs against the planner's deadline (it checks the clock between calls).
 TIMED_RECORD_PAIRS = 4096
 TIMED_QUERY_CELLS = 1024
+#: A trace's re-run on a box of at most this many cells (its read region: at most one
+#: default tile, 512x512) runs native thread pools (OpenMP, BLAS) on one thread
+#: (subzero.query.threads).  astroscrappy's detect_cosmics (niter=4, on Gaussian noise)
+#: on this shared 2-core machine (load average 5) took 2.0 / 12 / 54 / 205 ms on 64 /
+#: 128 / 256 / 512-pixel squares with one OpenMP thread and 2.2 / 25 / 508 / 655 ms
+#: with two (median of 5, alternated, threadpoolctl's limits).  Whole re-runs and the
+#: engines' runs keep every thread.
+SERIAL_BOX_CELLS = 512 * 512
 
 # -- query-time planner (subzero.optimizer.planner) --------------------------------------
 #: Never reconsider a stored read sooner than this (CPU seconds of its own work).

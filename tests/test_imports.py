@@ -23,6 +23,19 @@ import pytest
 HEAVY = ("xarray", "pandas", "scipy", "astropy", "zarr", "numcodecs", "pyspark", "matplotlib",
          "dask", "PIL", "duckdb", "swiglpk")
 
+#: the run side: what runs, resumes, re-runs, tidies or checks runs, or answers impact
+#: over them (orchestration, engines, Spark sessions, incremental re-runs); a trace only
+#: reads a store, so a CLI trace imports none of it (issue 33).  ``subzero.engines.choice``
+#: is not here: the command line's ``--engine`` choices come from it, and it imports no
+#: engine.
+RUN_SIDE = ("subzero.api", "subzero.runs.launch", "subzero.runs.rerun", "subzero.runs.many",
+            "subzero.runs.options", "subzero.runs.journal", "subzero.runs.transaction",
+            "subzero.runs.clean", "subzero.runs.fsck", "subzero.runs.share",
+            "subzero.engines.base", "subzero.engines.driver", "subzero.engines.local",
+            "subzero.engines.spark", "subzero.engines.incremental", "subzero.engines.parent",
+            "subzero.engines.changes", "subzero.engines.lineage", "subzero.engines.stats",
+            "subzero.engines.progress", "subzero.impact", "subzero.export", "subzero.parallel")
+
 PROBE = textwrap.dedent("""
     import json, sys
     code = None
@@ -33,7 +46,7 @@ PROBE = textwrap.dedent("""
     sys.stdout.flush()
     heavy = sorted({m.split(".")[0] for m in sys.modules} & set(json.loads(sys.argv[2])))
     print("\\nPROBE " + json.dumps({"heavy": heavy, "numpy": "numpy" in sys.modules,
-                                     "code": code}))
+                                     "code": code, "modules": sorted(sys.modules)}))
 """)
 
 
@@ -135,3 +148,40 @@ def test_a_trace_of_numpy_arrays_imports_nothing_heavy(sky_run):
     answer = json.loads(out)
     assert answer["cells"] == expected.cells.tolist()
     assert got["heavy"] == []
+
+
+def _run_side(modules: list[str]) -> list[str]:
+    """The modules of RUN_SIDE (or inside them) among ``modules``."""
+    return [m for m in modules if any(m == r or m.startswith(r + ".") for r in RUN_SIDE)]
+
+
+def test_a_trace_imports_nothing_of_the_run_side(sky_run):
+    """A trace opens a store to read it: running, re-running, impact and the engines
+    stay unloaded; so do re-execution when every step reads stored lineage or maps,
+    and the R-tree library when no step reads an R-tree."""
+    d, expected = sky_run
+    args = ["trace", "--store", str(d / "store"), "--from", "bright", "--cells", "31,41",
+            "--to", "image", "--json"]
+    got, out = _probe(f"import subzero.cli as c; sys.exit(c.main({args!r}))", cwd=d)
+    assert got["code"] == 0, out
+    answer = json.loads(out)
+    assert answer["cells"] == expected.cells.tolist()
+    assert _run_side(got["modules"]) == [], "a trace imported the run side"
+    methods = [s["method"] for s in answer["steps"]]
+    assert not any(m.startswith("reexec") for m in methods), methods
+    assert not {"subzero.query.reexec", "subzero.query.tilerun", "subzero.capture.runner"} \
+        & set(got["modules"]), "a trace that re-executes nothing imported re-execution"
+    if not any("many" in m for m in methods):
+        assert "rtree" not in got["modules"], "a trace that reads no R-tree imported rtree"
+
+
+def test_a_trace_through_the_api_imports_nothing_of_the_run_side(sky_run):
+    """``subzero.open_store`` comes from the store's own module: opening a store and
+    tracing through the Python API does not import the run side either."""
+    d, expected = sky_run
+    got, out = _probe(f"import subzero; s = subzero.open_store({str(d / 'store')!r}, create=False); "
+                      f"print(len(s.get().trace('bright', [(31, 41)], to='image', record=False)))",
+                      cwd=d)
+    assert got["code"] is None, out
+    assert out.strip() == str(len(expected.cells))
+    assert _run_side(got["modules"]) == [], "a trace through the API imported the run side"

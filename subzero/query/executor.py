@@ -67,8 +67,6 @@ from subzero.query.planner import (
 from subzero.query.regions import RegionCache
 from subzero.query.relation import StepContext
 from subzero.query.sources import PairSource, TimedSource
-from subzero.query.statistic import run_statistic
-from subzero.query.tilerun import TileAccess, share
 from subzero.query.trace import EXCLUDED, GridLookup, TraceOptions, TraceResult
 from subzero.query.untrusted import DataOnlyMethods, refused
 from subzero.query.warmup import Warmup, import_arrays
@@ -78,6 +76,8 @@ from subzero.tuning import REGION_CACHE_BYTES
 
 if TYPE_CHECKING:
     import xarray as xr
+
+    from subzero.query.tilerun import TileAccess
 
 __all__ = ["Executor", "RunView", "TraceOptions", "TraceResult", "StepStat", "StepInfo",
            "blocks_spanned", "runs_of"]
@@ -344,9 +344,10 @@ class Executor:
         methods: Sequence[Method] = self.methods(name, backward, opts.prefer)
         budget: ReadBudget | None = None
         blocks, runs, note, gave_up, plan_cpu = 0, 0, "", _GaveUp(), 0.0
-        tiles = self._tiles(name)
         planner = opts.pricing
         if planner is not None:
+            from subzero.query.tilerun import share
+            tiles = self._tiles(name)
             c0, w0 = time.thread_time(), self.warmup.cpu
             blocks, runs = blocks_of(q), runs_of(q)
             info = StepInfo(name, i, backward, len(q), blocks,
@@ -364,7 +365,7 @@ class Executor:
         def reexec() -> tuple[np.ndarray | CellSet, str]:
             # a tile-limited re-run reads regions straight from the chunk files (no
             # zarr); a whole one loads its inputs through inputs(), which warms them
-            return run_step.reexec(sc, i, backward, q, inputs, stored, tiles)
+            return run_step.reexec(sc, i, backward, q, inputs, stored, self._tiles(name))
 
         def stored(region: tuple[slice, ...]) -> np.ndarray:   # a re-run proves itself on it
             return self._regions.read(name, region)
@@ -439,9 +440,12 @@ class Executor:
     def _tiles(self, name: str) -> TileAccess:
         """How a tile-limited re-run of ``name`` reads its inputs' regions (from memory
         when a whole re-run loaded them, else checksummed from the store) and learns the
-        run's tile (the chunk shape of its stored output, read once)."""
+        run's tile (the chunk shape of its stored output, read once).  Made for the
+        first step that re-executes or is priced: tile re-runs are imported then, not
+        by every trace."""
         t = self._tile_access.get(name)
         if t is None:
+            from subzero.query.tilerun import TileAccess
             def region(a: str, r: tuple[slice, ...]) -> np.ndarray:
                 v = self._values.get(a)
                 # its own copy: an operator may write into its input
@@ -460,6 +464,7 @@ class Executor:
                    ) -> Any:
         """The whole-array value of ``name``'s statistic as the run used it, for a
         tile-limited re-run (:func:`subzero.query.statistic.run_statistic`)."""
+        from subzero.query.statistic import run_statistic
         first = self.v.inputs_of[name][0]
         return run_statistic(name, self._operator(name), self.v.arrays.dir.parent,
                              self.v.statistics.get(name), self.v.rounds.get(name),

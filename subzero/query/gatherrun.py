@@ -28,6 +28,7 @@ from subzero.model.modes import Mode
 from subzero.model.operator import Gathering, TilingKind
 from subzero.query.reexec import QueryBuffer, Rerun, check_deterministic, differs
 from subzero.query.relation import StepContext
+from subzero.query.threads import one_thread_for
 from subzero.query.tilerun import Region, TileAccess
 
 __all__ = ["rerun_gather"]
@@ -53,7 +54,8 @@ def rerun_gather(sc: StepContext, mode: Mode, backward: bool, i: int, q: np.ndar
     try:
         box = tuple((int(a), int(b)) for a, b in op.input_box(out_box, in_shape))
         block = access.read_region(access.inputs[0], tuple(slice(a, b) for a, b in box))
-        new = np.asarray(op.gather(block, box, out_box, in_shape))
+        with one_thread_for(block.size):
+            new = np.asarray(op.gather(block, box, out_box, in_shape))
     except SubZeroError:
         raise
     except Exception as e:

@@ -41,6 +41,7 @@ from subzero.model.modes import Mode
 from subzero.model.operator import Labelling, TilingKind, own_code
 from subzero.query.reexec import Rerun, check_deterministic, run_with_buffer
 from subzero.query.relation import StepContext
+from subzero.query.threads import one_thread_for
 from subzero.query.tilerun import Region, TileAccess, globalize_covered, local_hits
 
 __all__ = ["MARGIN", "enclosing_box", "rerun_components"]
@@ -139,10 +140,11 @@ def rerun_components(sc: StepContext, mode: Mode, backward: bool, i: int, q: np.
     box, values, raw, sides = got
     tile = Tile((), box, box)
     local = tile.read_shape()
-    r = run_with_buffer(name, op, [values], [local], local, mode, backward, i,
-                        local_hits(tile, q, shape, box), f" on box {tile.describe()}",
-                        origin=tile.origin, array_shape=shape,
-                        statistic=NOT_GIVEN if op.statistic is None else stat)
+    with one_thread_for(int(np.prod(local, dtype=np.int64))):
+        r = run_with_buffer(name, op, [values], [local], local, mode, backward, i,
+                            local_hits(tile, q, shape, box), f" on box {tile.describe()}",
+                            origin=tile.origin, array_shape=shape,
+                            statistic=NOT_GIVEN if op.statistic is None else stat)
     new = np.asarray(r.output) if r.output is not None else None
     why = "no output" if new is None or new.shape != local else \
         _matches(new, np.asarray(stored(_slices(box))), ~np.isin(raw, sides[sides > 0]))

@@ -11,23 +11,23 @@ fails, and the planner's deadline are the executor's business.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from subzero.capture.buffer import empty_pairs
 from subzero.errors import QueryError
 from subzero.model.cellset import CellSet
 from subzero.model.modes import Mode
-from subzero.model.operator import own_code, reruns
-from subzero.model.strategy import Direction, Strategy
+from subzero.model.operator import own_code
+from subzero.model.strategy import Strategy
 from subzero.query import relation
-from subzero.query.gatherrun import rerun_gather
-from subzero.query.reexec import Rerun, capture_mode, check_region, rerun, same_lineage, verify_output
-from subzero.query.regionrun import rerun_components
 from subzero.query.relation import StepContext
-from subzero.query.sources import MemoryPairs, PairSource
-from subzero.query.tilerun import TileAccess, rerun_tiles
+from subzero.query.sources import PairSource
 from subzero.tuning import FIRST_CHUNK, LOOKUP_CHUNK
+
+if TYPE_CHECKING:
+    from subzero.query.reexec import Rerun
+    from subzero.query.tilerun import TileAccess
 
 
 def target_shape(sc: StepContext, i: int, backward: bool) -> tuple[int, ...]:
@@ -113,6 +113,17 @@ def reexec(sc: StepContext, i: int, backward: bool, q: CellSet,
     error naming the operator as not deterministic.  Unless the operator declares its
     lineage deterministic, it is re-run twice and both answers must be the same cells
     (``reexec.same_lineage``)."""
+    # the re-execution machinery (capture, re-runs on boxes of tiles, components or
+    # gathers) is imported by the first step that re-executes, not by every trace:
+    # most steps read stored lineage or map (issue 33: a CLI that starts fast)
+    from subzero.capture.buffer import empty_pairs
+    from subzero.model.operator import reruns
+    from subzero.model.strategy import Direction
+    from subzero.query.gatherrun import rerun_gather
+    from subzero.query.reexec import capture_mode, check_region, rerun, same_lineage, verify_output
+    from subzero.query.regionrun import rerun_components
+    from subzero.query.sources import MemoryPairs
+    from subzero.query.tilerun import rerun_tiles
     op = sc.op
     mode = capture_mode(op)
     ids = q.ids()

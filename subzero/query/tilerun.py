@@ -69,6 +69,7 @@ from subzero.model.cells import pack, unique_ids, unpack
 from subzero.model.modes import Mode
 from subzero.query.reexec import Rerun, capture_mode, check_deterministic, differs, run_with_buffer
 from subzero.query.relation import StepContext
+from subzero.query.threads import one_thread_for
 from subzero.storage.arrays import as_dataarray
 
 __all__ = ["TileAccess", "fraction", "globalize_covered", "halo", "inside", "local_hits", "merge_boxes",
@@ -311,35 +312,38 @@ def rerun_tiles(sc: StepContext, mode: Mode, backward: bool, i: int, q: np.ndarr
     fulls: list[Pairs | None] = []
     pays: list[Pairs | None] = []
     covered: list[np.ndarray] = []
+    boxes = query_boxes(shape, ts, h, q, backward, chosen, reach)
+    biggest = max((int(np.prod(t.read_shape(), dtype=np.int64)) for t in boxes), default=0)
     try:
-        for tile in query_boxes(shape, ts, h, q, backward, chosen, reach):
-            local = tile.read_shape()
-            ins = [access.read_region(a, input_slices(tile, s))
-                   for a, s in zip(access.inputs, sc.in_shapes)]
-            locals_ = [tuple(int(k) for k in np.shape(x)) or (1,) for x in ins]
-            hit = local_hits(tile, q, shape, tile.core if backward else tile.read)
-            r = run_with_buffer(name, op, ins, locals_, local, mode, backward, i, hit,
-                                f" on tile {tile.describe()}", origin=tile.origin,
-                                array_shape=shape, statistic=stat)
-            if r.output is None:        # run() returned nothing: the whole re-run says so
-                raise WholeArray
-            new = np.asarray(as_dataarray(r.output, name).values)
-            if new.shape != local:
-                raise WholeArray
-            why = differs(new[tile.core_in_read()], np.asarray(stored(tile.core_slices())),
-                          [a for a, _ in tile.core])
-            if why:
-                warn(f"operator {name!r} is declared {op.tiling.kind} but its re-run on tile "
-                     f"{tile.describe()} differs from the stored output ({why}); re-running it "
-                     f"whole (an operator that reads positions, or cells beyond its declared "
-                     f"radius, must be declared global)")
-                access.whole = True
-                raise WholeArray
-            fulls.append(globalize(r.full, tile, shape, sc.in_shapes, locals_))
-            pays.append(globalize(r.pay, tile, shape, sc.in_shapes, locals_))
-            cov = globalize_covered(r.covered, tile, shape)
-            if cov is not None:
-                covered.append(cov)
+        with one_thread_for(biggest):     # native pools on one thread for small boxes
+            for tile in boxes:
+                local = tile.read_shape()
+                ins = [access.read_region(a, input_slices(tile, s))
+                       for a, s in zip(access.inputs, sc.in_shapes)]
+                locals_ = [tuple(int(k) for k in np.shape(x)) or (1,) for x in ins]
+                hit = local_hits(tile, q, shape, tile.core if backward else tile.read)
+                r = run_with_buffer(name, op, ins, locals_, local, mode, backward, i, hit,
+                                    f" on tile {tile.describe()}", origin=tile.origin,
+                                    array_shape=shape, statistic=stat)
+                if r.output is None:        # run() returned nothing: the whole re-run says so
+                    raise WholeArray
+                new = np.asarray(as_dataarray(r.output, name).values)
+                if new.shape != local:
+                    raise WholeArray
+                why = differs(new[tile.core_in_read()], np.asarray(stored(tile.core_slices())),
+                              [a for a, _ in tile.core])
+                if why:
+                    warn(f"operator {name!r} is declared {op.tiling.kind} but its re-run on tile "
+                         f"{tile.describe()} differs from the stored output ({why}); re-running it "
+                         f"whole (an operator that reads positions, or cells beyond its declared "
+                         f"radius, must be declared global)")
+                    access.whole = True
+                    raise WholeArray
+                fulls.append(globalize(r.full, tile, shape, sc.in_shapes, locals_))
+                pays.append(globalize(r.pay, tile, shape, sc.in_shapes, locals_))
+                cov = globalize_covered(r.covered, tile, shape)
+                if cov is not None:
+                    covered.append(cov)
     except WholeArray:
         return None
     cov_all = (np.unique(np.concatenate(covered)) if covered else np.zeros(0, np.int64)) \

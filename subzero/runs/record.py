@@ -29,13 +29,15 @@ import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from subzero.engines.stats import RunStats
 from subzero.errors import StoreError, UnsafeFile
 from subzero.storage.catalog import Catalog, RunRow
 from subzero.storage.files import read_regular
 from subzero.tuning import RECORD_BYTES
+
+if TYPE_CHECKING:     # what a run reports: the run side's, not a trace's
+    from subzero.engines.stats import RunStats
 
 #: the record's file name in a run's folder
 FILE = "run.json"

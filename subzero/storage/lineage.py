@@ -37,7 +37,6 @@ from typing import Any, Protocol
 
 import lmdb
 import numpy as np
-from rtree import index as rindex
 
 from subzero.capture.buffer import Pairs
 from subzero.errors import ChecksumMismatch, CorruptLineage, NewerLineageFormat
@@ -442,6 +441,7 @@ def _write_rtree(path: Path, sp: Space, first: int, start: Callable[[str], int],
         mins = np.hstack([mins, np.zeros_like(mins)])
         maxs = np.hstack([maxs, np.zeros_like(maxs)])
     ids = np.arange(first, first + sp.n, dtype=np.int64)
+    from rtree import index as rindex  # imported by the first R-tree written (see reader)
     path.parent.mkdir(parents=True, exist_ok=True)
     props = rindex.Property()
     props.dimension = mins.shape[1]

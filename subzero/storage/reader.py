@@ -27,11 +27,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import lmdb
 import numpy as np
-from rtree import index as rindex
 
 from subzero.errors import ChecksumMismatch, CorruptLineage
 from subzero.model.cells import (
@@ -77,6 +76,12 @@ KeyBlock = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 __all__ = ["RTREE_FILES", "LineageSource", "ReadCursor", "ReadEnv", "ReadTxn", "StrategyReader",
            "row_runs"]
+
+# rtree (libspatialindex, which it finds through importlib.metadata: some 30 ms) is
+# imported by the first R-tree a query opens, not by every trace's start-up
+if TYPE_CHECKING:
+    from rtree import index as rindex
+
 
 
 # -- what a reader reads from -----------------------------------------------------------
@@ -322,6 +327,7 @@ class StrategyReader:
     def _rtree(self, space: str) -> rindex.Index:
         t = self._rtrees.get(space)
         if t is None:
+            from rtree import index as rindex
             path = self.store.rtree_path(self.op, self.strategy, space)
             props = rindex.Property()
             props.dimension = max(2, len(self._space(space).key_shape))
@@ -508,6 +514,7 @@ def _open_private(files: dict[str, bytes], props: rindex.Property) -> rindex.Ind
     bytes), so opening the store's own files would change them — and their checksums —
     and fail on a read-only store; the copy also means the bytes checked are the bytes
     used.  The copy is unlinked once open (the library keeps its descriptors)."""
+    from rtree import index as rindex
     folder = tempfile.mkdtemp(prefix="subzero-rtree-")
     base = os.path.join(folder, "t")
     try:
