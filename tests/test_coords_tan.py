@@ -144,3 +144,13 @@ def test_anything_but_a_plain_tan_is_left_to_astropy(change):
     cards = {k: v for k, v in {**BASE, **change}.items() if v is not None}
     assert simple_tan(BASE) is not None
     assert simple_tan(cards) is None
+
+
+def test_a_centre_a_hair_below_ra_360_reads_the_same_both_ways():
+    """Found by the property test above: astropy writes RA 359.999999 as 24h00m00.00s;
+    both paths write 00h00m00.00s."""
+    cards = {**BASE, "CRVAL1": 359.9999999, "CRPIX1": 1.0, "CRPIX2": 1.0}
+    fast = footprint(Grid(("y", "x"), {}, cards), (0, 0), (1, 1), "image")
+    slow = footprint(Grid(("y", "x"), {}, {**cards, "LONPOLE": 180.0}), (0, 0), (1, 1), "image")
+    assert fast["center_hmsdms"] == slow["center_hmsdms"]
+    assert fast["center_hmsdms"].startswith("00h00m00.00s")

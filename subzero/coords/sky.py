@@ -166,6 +166,8 @@ def footprint(grid: Grid | None, lo: Sequence[int], hi: Sequence[int], array: st
             sky = w.pixel_to_world(xs, ys).icrs
         ra, dec = sky.ra.deg, sky.dec.deg
         centre = sky[4].to_string("hmsdms", precision=2)
+        if centre.startswith("24h"):     # a hair below RA 360: 00h, as the fast path writes it
+            centre = "00h" + centre[3:]
     ra = ra[4] + (ra - ra[4] + 180.0) % 360.0 - 180.0
     return {"frame": "icrs", "center": [float(ra[4] % 360.0), float(dec[4])],
             "center_hmsdms": centre,
