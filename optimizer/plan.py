@@ -198,13 +198,30 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
     built = build(model, queries, budgets, pins, defaults)
     sol = solve(built.problem)
     keep = unvouched(model, built.problem, sol.chosen) if sol.status == "optimal" else {}
+    plain: dict[str, str] = {}
     if keep:            # a plan the model cannot vouch for: keep those operators' defaults
-        built = build(model, queries, budgets, pins, defaults, keep_defaults=keep)
-        sol = solve(built.problem)
+        kept = build(model, queries, budgets, pins, defaults, keep_defaults=keep)
+        again = solve(kept.problem)
+        if again.status != "optimal":
+            # their defaults do not fit the budgets either: those operators store nothing
+            # (mapping functions or re-execution), which fits any budget the first plan did
+            plain = {op: why for op, why in keep.items() if op not in pins}
+            ops = model.stats.ops
+            pins = {**pins, **{op: parse("map" if ops[op].has_map else "blackbox")
+                               for op in plain}}
+            kept = build(model, queries, budgets, pins, defaults)
+            again = solve(kept.problem)
+        built, sol = kept, again
     if sol.status != "optimal":
         raise BudgetError(f"no plan fits {budgets.describe()}" + (" with the pinned strategies"
                                                                    if pins else ""))
-    return _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save)
+    plan = _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save=False)
+    for op, why in plain.items():
+        plan.notes.append(f"{op} stores no lineage: the model cannot vouch for its strategies "
+                          f"({why}) and its defaults do not fit the budgets")
+    if save:
+        store.catalog.save_plan(name, wf.name, plan.as_dict())
+    return plan
 
 
 def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) -> Plan:

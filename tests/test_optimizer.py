@@ -82,6 +82,32 @@ def test_runtime_budget_is_respected(gstore):
     assert tight.runtime_s < free.runtime_s and tight.query_s >= free.query_s
 
 
+def test_when_the_kept_defaults_fit_no_budget_those_operators_store_nothing(gstore, monkeypatch):
+    """The model cannot vouch for what it chose, and the operators' defaults do not fit
+    the budgets either (the solver says so: injected here): those operators store no
+    lineage (mapping functions or re-execution answer), with a note -- a plan, never
+    "no plan fits" for budgets the first plan met."""
+    import dataclasses
+
+    import subzero.optimizer.plan as plan_mod
+    from subzero.optimizer.costmodel import CostModel
+    real = plan_mod.solve
+
+    calls = []
+
+    def solve(problem):             # the second solve is the one that keeps the defaults
+        calls.append(1)
+        sol = real(problem)
+        return dataclasses.replace(sol, status="infeasible", chosen=[]) if len(calls) == 2 else sol
+    monkeypatch.setattr(CostModel, "vouched", lambda self, op, s: (False, "not measured"))
+    monkeypatch.setattr(plan_mod, "solve", solve)
+    p = optimize(gstore, WF, max_disk="40KB", workload=WORKLOAD, save=False)
+    plain = [n.split()[0] for n in p.notes if "stores no lineage" in n]
+    assert plain, p.notes
+    assert all(p.strategies[op] in ("map", "blackbox") for op in plain), p.strategies
+    assert p.disk <= 40_000 and len(calls) == 3
+
+
 def test_pins_are_kept(gstore):
     p = optimize(gstore, WF, max_disk="40KB", workload=WORKLOAD,
                  pins=["model=pay:paymany:backward", "extract=blackbox"])
