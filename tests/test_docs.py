@@ -110,7 +110,7 @@ def test_blocks_not_run_are_few_and_say_why():
 
 #: Pages whose blocks do not run yet, each saying why at its top (<!-- test: pending
 #: REASON -->): the work left on issue 31's item 7.  The list may only shrink.
-PENDING = {"docs/guide/explore.md", "docs/howto/spark-cluster.md"}
+PENDING: set[str] = set()
 
 
 def test_pages_whose_blocks_do_not_run_yet_are_listed():
