@@ -855,6 +855,9 @@ def cmd_rerun(a) -> int:
     given = _kv(a.input, "--input")
     if not given:
         raise SubZeroError("rerun needs the corrected input: --input NAME=PATH")
+    if a.run is not None and a.run_opt is not None and a.run != a.run_opt:
+        raise UsageError(f"two runs given ({a.run} and --run {a.run_opt}); give one")
+    a.run = a.run_opt or a.run
     if (a.run is None) == (a.using is None):
         raise SubZeroError("rerun needs a run (subzero rerun RUN --input NAME=PATH) or --using "
                            "OLD (every run that read OLD), not both")
@@ -1433,7 +1436,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "correction can reach and keeping the rest of the old run. "
                                     "The new run is bit-identical to a full run on the new "
                                     "inputs. With --using OLD, re-runs every run that read OLD.")
-    rr.add_argument("run", nargs="?", help="the run to make again (an id, or latest)")
+    rr.add_argument("run", nargs="?", help="the run to make again (an id, a tag or latest); or --run")
+    rr.add_argument("--run", dest="run_opt", metavar="RUN", help="the run, as every command takes it")
     rr.add_argument("--using", metavar="FILE|DIGEST",
                     help="re-run every complete run that read this input")
     rr.add_argument("--input", action="append", metavar="NAME=PATH",

@@ -344,6 +344,13 @@ def test_rerun_from_the_command_line(tmp_path, cli):
     code, out, err = cli("rerun", "--using", tmp_path / "x.npy", "--input", f"x={tmp_path / 'fixed.npy'}",
                          "--store", s, "--json")
     assert [m["run_id"] for m in json.loads(out)] == [m["run_id"] for m in made]
+    # the run as every command takes it, --run (the positional is an alias)
+    code, out, err = cli("rerun", "--run", "1", "--input", f"x={tmp_path / 'fixed.npy'}",
+                         "--store", s, "--json")
+    assert code == 0 and json.loads(out)[0]["parent"] == 1, err
+    code, out, err = cli("rerun", "1", "--run", "2", "--input", f"x={tmp_path / 'fixed.npy'}",
+                         "--store", s)
+    assert code == 2 and "two runs given" in err
     # mistakes: one line, exit 2
     code, out, err = cli("rerun", "1", "--input", f"x={tmp_path / 'nope.npy'}", "--store", s)
     assert code == 2 and "file not found" in err and len(err.strip().splitlines()) == 1
