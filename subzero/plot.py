@@ -66,8 +66,33 @@ def _axis_names(run, name: str, ndim: int) -> tuple[str, str]:
     return dims[-2], dims[-1]
 
 
+def _axis_labels(run, name: str, ndim: int) -> tuple[object, object]:
+    """The labels along the drawn axes (the last two), where the array has them: its
+    coordinates, for the ticks (None for an axis without)."""
+    g = run.grid(name) if ndim >= 2 else None
+    if g is None or len(g.dims) < 2:
+        return None, None
+    rows, cols = (np.asarray(g.coords[d]) if d in g.coords else None for d in g.dims[-2:])
+    return rows, cols
+
+
+def _ticks(axis, labels) -> None:
+    """Tick an image axis with the cell's label instead of its index."""
+    from matplotlib.ticker import FuncFormatter
+
+    def fmt(v, _pos):
+        k = int(round(v))
+        if not 0 <= k < len(labels):
+            return ""
+        lab = labels[k]
+        if isinstance(lab, np.datetime64):
+            return str(lab)[:10]
+        return f"{lab:.4g}" if isinstance(lab, (float, np.floating)) else str(lab)
+    axis.set_major_formatter(FuncFormatter(fmt))
+
+
 def _panel(fig, spec, values, layers, title, window=None, aspect="equal", wcs=None,
-           names=("row", "column"), projection=None):
+           names=("row", "column"), projection=None, labels=(None, None)):
     """One image panel, drawn as the explorer draws it (row 0 at the top), with each of
     ``layers`` -- (mask, RGB colour, label) -- as a translucent fill and an outline of
     its bounding box, so a thin strip stays visible at any zoom and nothing is hidden
@@ -113,6 +138,10 @@ def _panel(fig, spec, values, layers, title, window=None, aspect="equal", wcs=No
     else:
         ax.set_xlabel(names[1])
         ax.set_ylabel(names[0])
+        if labels[0] is not None:           # the labels' values, not the cells' indices
+            _ticks(ax.yaxis, labels[0])
+        if labels[1] is not None:
+            _ticks(ax.xaxis, labels[1])
     whole = (ys.stop - ys.start, xs.stop - xs.start) == (h, w)
     ax.set_title(title + ("" if whole else f"\nrows {ys.start}:{ys.stop}, cols {xs.start}:{xs.stop}")
                  + (f"\n{projection}" if projection else ""), fontsize=9)
@@ -149,6 +178,7 @@ def plot_trace(run, start: str, cells: np.ndarray, res, path: str) -> None:
     grid = fig.add_gridspec(1, 4, width_ratios=[1, 0.55, 1, 0.04])
     sw, tw = _sky(run, start, start_vals.ndim), _sky(run, res.target, target_vals.ndim)
     sn, tn = _axis_names(run, start, start_vals.ndim), _axis_names(run, res.target, target_vals.ndim)
+    sl, tl = _axis_labels(run, start, start_vals.ndim), _axis_labels(run, res.target, target_vals.ndim)
 
     def folded(a: np.ndarray, name: str) -> str | None:
         if a.ndim <= 2:
@@ -157,11 +187,13 @@ def plot_trace(run, start: str, cells: np.ndarray, res, path: str) -> None:
         return f"maximum over the leading axes of {a.shape} (drawn: {dims[0]}, {dims[1]})"
     _panel(fig, grid[0, 0], start_vals, [(qmask, QUERY, f"query: {int(qmask.sum()):,} cells")],
            f"{start}: {int(qmask.sum())} query cell(s)", _window(qm, q_centre), wcs=sw, names=sn,
+           labels=sl,
            projection=folded(start_vals, start))
     _panel(fig, grid[0, 1], target_vals, layers, f"{res.target}: all {len(res):,} lineage cells",
-           wcs=tw, names=tn, projection=folded(target_vals, res.target))
+           wcs=tw, names=tn, projection=folded(target_vals, res.target), labels=tl)
     im = _panel(fig, grid[0, 2], target_vals, layers, f"{res.target}: near the query",
                 _window(tm, t_centre) if t_centre is not None else None, wcs=tw, names=tn,
+                labels=tl,
                 projection=folded(target_vals, res.target))
     fig.colorbar(im, cax=fig.add_subplot(grid[0, 3]), label=f"{res.target} value")
     handles = [Patch(facecolor=(*QUERY, 0.5), edgecolor=QUERY, label=f"query ({start})")] + \
