@@ -226,7 +226,19 @@ def run_page(page: Path, tmp_path: Path, stores, slow: bool) -> list[str]:
     return ran
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+#: the pages whose blocks take longest, run by tests/test_docs_pages.py: a file of their
+#: own, so that two test workers share the pages (xdist gives each file to one worker)
+ELSEWHERE = {"docs/howto/astronomy-night.md", "README.md", "docs/tutorial.md",
+             "docs/guide/store.md"}
+HERE = [p for p in PAGES if p.relative_to(ROOT).as_posix() not in ELSEWHERE]
+
+
+def test_every_page_is_run_by_one_file():
+    names = {p.relative_to(ROOT).as_posix() for p in PAGES}
+    assert ELSEWHERE <= names, sorted(ELSEWHERE - names)
+
+
+@pytest.mark.parametrize("page", HERE, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_page_blocks_run(page, tmp_path, built_stores):
     """The quick tier: every block of the page but those marked slow or skip."""
     run_page(page, tmp_path, built_stores, slow=False)
