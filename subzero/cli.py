@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from subzero.engines.choice import REQUESTS
 from subzero.errors import SubZeroError, SubZeroWarning, UsageError, warn
@@ -681,9 +681,7 @@ def cmd_runs(a) -> int:
 def cmd_du(a) -> int:
     """Where the store's bytes go: per run, the inputs stored once, the catalog, the total."""
     from subzero.api import open_store
-    if a.run is not None and a.run_flag is not None and a.run != a.run_flag:
-        raise SubZeroError(f"give the run once: {a.run} or --run {a.run_flag}")
-    run = a.run if a.run is not None else a.run_flag
+    run = _chosen_run(a, default=None)
     with open_store(a.store, create=False) as store:
         du = store.disk_usage(run)
     if a.json:
@@ -855,9 +853,7 @@ def cmd_rerun(a) -> int:
     given = _kv(a.input, "--input")
     if not given:
         raise SubZeroError("rerun needs the corrected input: --input NAME=PATH")
-    if a.run is not None and a.run_opt is not None and a.run != a.run_opt:
-        raise UsageError(f"two runs given ({a.run} and --run {a.run_opt}); give one")
-    a.run = a.run_opt or a.run
+    a.run = _chosen_run(a, default=None)
     if (a.run is None) == (a.using is None):
         raise SubZeroError("rerun needs a run (subzero rerun RUN --input NAME=PATH) or --using "
                            "OLD (every run that read OLD), not both")
@@ -951,12 +947,25 @@ def _trust_state(store, row) -> str:
     return state
 
 
-def _chosen_run(a) -> str:
-    """The run of `show` and `export`: ``--run RUN`` as every command takes it, or the
-    positional RUN they took first; 'latest' when neither is given."""
+@overload
+def _chosen_run(a) -> str: ...
+@overload
+def _chosen_run(a, default: None) -> str | None: ...
+
+
+def _chosen_run(a, default: str | None = "latest") -> str | None:
+    """The run of a command that takes it both ways (`show`, `export`, `rerun`, `du`):
+    ``--run RUN`` as every command takes it, or the positional RUN they took first;
+    ``default`` when neither is given."""
     if a.run is not None and a.run_opt is not None and a.run != a.run_opt:
         raise UsageError(f"two runs given ({a.run} and --run {a.run_opt}); give one")
-    return a.run_opt or a.run or "latest"
+    return a.run_opt or a.run or default
+
+
+def _run_args(sp: argparse.ArgumentParser, what: str) -> None:
+    """The run as a positional argument (what these commands took first) and as --run."""
+    sp.add_argument("run", nargs="?", help=f"{what}; or --run")
+    sp.add_argument("--run", dest="run_opt", metavar="RUN", help="the run, as every command takes it")
 
 
 def cmd_show(a) -> int:
@@ -1328,8 +1337,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "per operator) as W3C PROV-JSON and/or an OpenLineage run "
                                     "event, for lab catalogs such as Marquez. To export a trace's "
                                     "answer too, use `subzero trace ... --export PATH`.")
-    ex.add_argument("run", nargs="?", help="run id, tag or 'latest' (default); or --run")
-    ex.add_argument("--run", dest="run_opt", metavar="RUN", help="the run, as trace takes it")
+    _run_args(ex, "run id, tag or 'latest' (default)")
     ex.add_argument("--prov", metavar="PATH", help="write PROV-JSON here")
     ex.add_argument("--openlineage", metavar="PATH", help="write the OpenLineage run event here")
     ex.add_argument("--force", action="store_true", help="replace existing files")
@@ -1393,8 +1401,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "holds, and removing a run would free only what it owns "
                                     "alone. Reads only: works on a read-only store. With a run: "
                                     "that run's arrays one by one.")
-    du.add_argument("run", nargs="?", help="a run (an id, or latest): its arrays one by one")
-    du.add_argument("--run", dest="run_flag", metavar="N", help="the same as the RUN argument")
+    _run_args(du, "a run (an id, a tag or latest): its arrays one by one")
     common(du)
     du.set_defaults(fn=cmd_du, command_parser=du)
 
@@ -1436,8 +1443,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "correction can reach and keeping the rest of the old run. "
                                     "The new run is bit-identical to a full run on the new "
                                     "inputs. With --using OLD, re-runs every run that read OLD.")
-    rr.add_argument("run", nargs="?", help="the run to make again (an id, a tag or latest); or --run")
-    rr.add_argument("--run", dest="run_opt", metavar="RUN", help="the run, as every command takes it")
+    _run_args(rr, "the run to make again (an id, a tag or latest)")
     rr.add_argument("--using", metavar="FILE|DIGEST",
                     help="re-run every complete run that read this input")
     rr.add_argument("--input", action="append", metavar="NAME=PATH",
@@ -1507,8 +1513,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "lineage size, its arrays, coordinates, re-run history and "
                                    "whole footprint on disk (`subzero du --run N` lists it array "
                                    "by array).")
-    s.add_argument("run", nargs="?", help="run id, tag or 'latest' (default); or --run")
-    s.add_argument("--run", dest="run_opt", metavar="RUN", help="the run, as trace takes it")
+    _run_args(s, "run id, tag or 'latest' (default)")
     common(s)
     s.set_defaults(fn=cmd_show, command_parser=s)
 
