@@ -286,6 +286,19 @@ class Run:
             self._executor = Executor(view)
         return self._executor
 
+    def _raise_if_deleted(self, error: SubZeroError) -> None:
+        """A read that failed because ``subzero gc`` deleted this run while it was open
+        is said as that (the missing file is only its symptom)."""
+        try:
+            row = self.store.catalog.get_run(self.id)
+        except SubZeroError:
+            return
+        gone = row.status == "deleted" or not self.dir.is_dir()
+        if gone:
+            how = row.error if row.status == "deleted" and row.error else "deleted"
+            raise QueryError(f"run {self.id} was {how} while this trace read it; its arrays "
+                             f"and lineage are gone") from error
+
     def trace(self, start: str, cells: ArrayLike | None = None, to: str | None = None,
               path: list[tuple[str, int]] | None = None, prefer: str | None = None,
               shortcut: bool = True, record: bool = True, planner: Planner | None = None, *,
@@ -312,11 +325,15 @@ class Run:
         follows the simple rule (stored in the step's direction, map, stored the
         other way, re-execution).  ``record`` keeps the trace in the catalog's
         trace log, from which the optimizer derives workloads."""
-        cells = self.select(start, cells, sky=sky, radius=radius, sel=sel)
-        res = self.executor().trace(start, cells, to=to, path=path, prefer=prefer, shortcut=shortcut,
-                                    grids=self.grid,
-                                    planner=planner if planner is not None else self.planner,
-                                    exclude_all_to_all=exclude_all_to_all)
+        try:
+            cells = self.select(start, cells, sky=sky, radius=radius, sel=sel)
+            res = self.executor().trace(start, cells, to=to, path=path, prefer=prefer,
+                                        shortcut=shortcut, grids=self.grid,
+                                        planner=planner if planner is not None else self.planner,
+                                        exclude_all_to_all=exclude_all_to_all)
+        except SubZeroError as e:
+            self._raise_if_deleted(e)
+            raise
         if record:
             self.store.log_trace(self.id, start, cells, to, path, shortcut, res)
         return res

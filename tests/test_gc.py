@@ -274,6 +274,22 @@ def test_a_trace_beside_a_gc_is_right_or_a_clear_error(wfdir):
     assert errors and all("run 1" in e for e in errors), errors[:3]
 
 
+@pytest.mark.filterwarnings("ignore::subzero.errors.SubZeroWarning")    # "answering another way"
+def test_a_run_opened_before_its_gc_says_it_was_deleted(wfdir):
+    """A run opened, then deleted by another process before its first trace: the trace
+    says the run was deleted (not which of its files is missing)."""
+    runs(wfdir, 2)
+    with subzero.open_store(wfdir / "s", create=False) as st:
+        run = st.get(1)
+        run.shapes()                           # its record read, nothing traced yet
+        code, _, err = cli(wfdir, "gc", "1")
+        assert code == 0, err
+        with pytest.raises(QueryError, match=r"run 1 was deleted by subzero gc .* while this "
+                                             r"trace read it"):
+            answer(run)
+        assert answer(st.get(2))               # the other run answers
+
+
 def test_a_run_beside_a_gc_of_a_run_with_the_same_input(wfdir):
     runs(wfdir, 3)
     p = subprocess.Popen([subzero_exe(), "run", "gatewf.py", "--input", "a=a.npy", "-q",

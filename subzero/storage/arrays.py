@@ -436,7 +436,7 @@ class ArrayStore:
         if not p.exists():
             if owner == "store":
                 raise CorruptArray(f"{label} is missing: the store's copy {p} is gone")
-            raise StoreError(f"array {name!r} is missing from the run's array store ({p})")
+            raise StoreError(f"{label} is missing: the run's array store has no {p}")
         return p, open_nodes(p, label, uid, array, owner)
 
     def _zarr(self, name: str, mode: str) -> tuple[Path, dict[str, ArrayNode] | None, Any]:
