@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, overload
 
 from subzero.engines.choice import REQUESTS
 from subzero.errors import SubZeroError, SubZeroWarning, UsageError, warn
-from subzero.tuning import EXIT_GRACE_S
+from subzero.tuning import DEFAULT_KEEP, EXIT_GRACE_S
+from subzero.tuning import KEEP_POLICIES as POLICIES
 
 if TYPE_CHECKING:
     from subzero.engines.choice import EngineRequest
@@ -153,11 +154,21 @@ def cmd_run(a) -> int:
                         capture=not a.no_lineage, progress=None if not a.json else False,
                         engine=request.engine, master=request.master, conf=request.conf,
                         tile=a.tile, log=_spark_log(a), plan=plan, max_disk=a.max_disk,
-                        announce=None if a.json or a.quiet else _say)
+                        announce=None if a.json or a.quiet else _say, **_keep_args(a))
         _report_run(store, run, a, "complete")
     finally:
         store.close()
     return 0
+
+
+def _keep_args(a) -> dict:
+    """``--keep`` and ``--pin`` as the run's options (none given: the store's default)."""
+    out: dict = {}
+    if a.keep is not None:
+        out["keep"] = a.keep
+    if a.pin:
+        out["pins"] = tuple(a.pin)
+    return out
 
 
 def _say(line: str) -> None:
@@ -191,10 +202,12 @@ def _resume(a) -> int:
     fixed = [f for f, v in (("--input", a.input), ("--strategy", a.strategy), ("--param", a.param),
                             ("--no-lineage", a.no_lineage), ("--tile", a.tile),
                             ("--inputs-from", a.inputs_from), ("--plan", a.plan),
-                            ("--max-disk", a.max_disk), ("--max-runtime", a.max_runtime)) if v]
+                            ("--max-disk", a.max_disk), ("--max-runtime", a.max_runtime),
+                            ("--keep", a.keep), ("--pin", a.pin)) if v]
     if fixed:
         raise SubZeroError(f"{fixed[0]} cannot be combined with --resume: a resumed run keeps "
-                           f"the inputs, strategies, parameters and tile size it began with")
+                           f"the inputs, strategies, parameters, tile size and --keep policy "
+                           f"it began with")
     # default: where the run began; a master or Spark settings given mean Spark
     request = _request(a, resuming=True)
     store = open_store(a.store, create=False)
@@ -726,6 +739,8 @@ def _du_run(r) -> None:
     for what, p in parts:
         print(f"  {what[:24]:<24} {_fmt_bytes(p.bytes):>9} {_fmt_bytes(p.own):>9} "
               f"{_fmt_bytes(p.shared):>9}  {p.files}")
+    if r.not_kept:
+        print(f"  not kept (--keep; made again, checked, when read): {', '.join(r.not_kept)}")
     if r.inputs:
         print("  inputs read from the store's copies (inputs/, not in the run's folder): "
               + ", ".join(f"{n} {_fmt_bytes(b)}" for n, b in r.inputs.items()))
@@ -742,6 +757,8 @@ def _footprint(store, row) -> str:
         line += f" ({_fmt_bytes(r.total.shared)} of it hard-linked with other runs)"
     if r.inputs:
         line += f"; its inputs, stored once for the store: {_fmt_bytes(sum(r.inputs.values()))}"
+    if r.not_kept:
+        line += f"; {len(r.not_kept)} intermediate array(s) not kept (`subzero du` names them)"
     return line
 
 
@@ -1285,6 +1302,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--param", action="append", metavar="KEY=VALUE",
                    help="keyword argument for the module's workflow() (JSON values allowed)")
     r.add_argument("--no-lineage", action="store_true", help="run without capturing lineage")
+    r.add_argument("--keep", choices=POLICIES, default=None,
+                   help=f"which arrays the run keeps on disk: all, outputs (inputs and outputs "
+                        f"only), auto (also what traces read, and what is slow to make again); "
+                        f"one not kept is made again, checked, when read (default: {DEFAULT_KEEP})")
+    r.add_argument("--pin", action="append", metavar="ARRAY",
+                   help="keep this array whatever --keep says (repeatable)")
     spark_args(r, "spark (local mode unless --master), local (in-process), or auto "
                   "(default: Spark for a --master or big inputs, else in-process)")
     r.add_argument("--tile", type=_positive, metavar="N", help="tile size per axis (default 512)")

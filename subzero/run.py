@@ -10,7 +10,7 @@ from numpy.typing import ArrayLike
 
 from subzero.coords import cells_at as sky_cells
 from subzero.coords import cells_for, derive_grids, stored_grid, with_grid
-from subzero.errors import QueryError, SubZeroError
+from subzero.errors import QueryError, StoreError, SubZeroError, UntrustedRun
 from subzero.model.cells import parse_spec
 from subzero.model.cellset import CellSet
 from subzero.model.grid import Grid
@@ -99,8 +99,29 @@ class Run:
             digests = {a["name"]: a.get("digest") for a in steer.record["arrays"]
                        if a.get("kind") == "input"} \
                 if steer.record is not None and steer.verified else None
-            self._store_of_arrays = ArrayStore(self.dir, run_uid=self.uid, inputs=digests)
+            self._store_of_arrays = ArrayStore(self.dir, run_uid=self.uid, inputs=digests,
+                                               recompute=self.recompute)
         return self._store_of_arrays
+
+    def recompute(self, name: str) -> np.ndarray:
+        """The values of an array this run did not keep (its ``--keep`` policy): its
+        operator run again, whole, on its inputs as it read them (read back, or made
+        again in turn).  The array store checks them chunk by chunk against the SHA-256
+        recorded when the array was dropped.  Needs the run's code, so a trusted run."""
+        if not self.trusted:
+            raise UntrustedRun(f"array {name!r} of run {self.id} was not kept, and making it "
+                               f"again runs the run's code: "
+                               + untrusted_message(self.store.path, self.id, self.verdict()))
+        inputs = {o["name"]: o["inputs"] for o in self.ops()}
+        if name not in inputs:
+            raise StoreError(f"array {name!r} of run {self.id} was not kept, and no operator "
+                             f"of the run makes it")
+        from subzero.capture.runner import run_operator
+        from subzero.storage.arrays import as_dataarray
+        op = self.workflow.steps[name].operator
+        out = run_operator(name, op, [self._arrays.read_value(i) for i in inputs[name]], (),
+                           capture=False)[0]
+        return np.asarray(as_dataarray(out, name).values)
 
     def steering(self) -> Steering:
         """What steers this run's traces: its signed record when that verifies, else its

@@ -363,3 +363,11 @@ DISK_FULL_BYTES = 1 << 20
 #: costs one wait, after which reads go on with size checks alone.  Chosen, not
 #: measured: far above a truncation's time under load, far below a user's patience.
 LEASE_WAIT_S = 2.0
+
+#: ``--keep auto`` keeps an intermediate array that would take longer than this to make
+#: again (its operator's run time, with that of the inputs it would make again first):
+#: a read of it would wait that long (:mod:`subzero.runs.keep`)
+KEEP_RECOMPUTE_S = 2.0
+#: the ``--keep`` policies (:mod:`subzero.runs.keep`), and that of a run naming none
+KEEP_POLICIES = ("auto", "outputs", "all")
+DEFAULT_KEEP = "all"

@@ -240,6 +240,8 @@ def _deep(row: RunRow, folder: Path, rec: record.Record | None, catalog: Catalog
                 if store.path(name) in seen:
                     continue
                 seen.add(store.path(name))
+            elif not store.kept(name):
+                continue          # not kept: its sidecar (checked) is all there is to read
             for t in tiles_for(tuple(a["shape"]), store.tile):
                 store.read_region(name, t.core_slices())
         except CorruptArray as e:

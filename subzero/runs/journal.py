@@ -127,11 +127,14 @@ class Journal:
 
     def begin(self, run_id: int, wf: Workflow, inputs: Mapping[str, Any], engine: str,
               strategies: Mapping[str, tuple[Strategy, ...]], capture: bool, tile: int,
-              budget: DiskBudget | None, rerun: Mapping[str, Any] | None = None) -> None:
+              budget: DiskBudget | None, rerun: Mapping[str, Any] | None = None,
+              keep: Mapping[str, Any] | None = None) -> None:
         """The first line: what resume needs, signed with this user's key (made on first
         use).  Without a usable key the run still runs; it cannot be resumed.  ``rerun``:
         a re-run's parent (:class:`~subzero.engines.parent.ParentPlan` as plain data) and
-        the inputs it corrects, so a resumed re-run goes on as one."""
+        the inputs it corrects, so a resumed re-run goes on as one.  ``keep``: the run's
+        ``--keep`` policy and pins (``{"policy": ..., "pins": [...]}``), so a resumed
+        run keeps what it began to (a journal without it began as ``all``)."""
         event = _plain({
             "event": "begin", "version": VERSION, "run": run_id, "workflow": wf.name,
             "source": wf.source, "params": wf.params, "inputs": dict(inputs), "engine": engine,
@@ -141,7 +144,8 @@ class Journal:
             "budget": None if budget is None else {
                 "max_bytes": budget.max_bytes,
                 "predicted": [[op, s, b] for (op, s), b in budget.predicted.items()]},
-            **({"rerun": dict(rerun)} if rerun is not None else {})})
+            **({"rerun": dict(rerun)} if rerun is not None else {}),
+            **({"keep": dict(keep)} if keep is not None else {})})
         try:
             key = load_key(create=True)
         except StoreError as e:

@@ -37,6 +37,7 @@ from subzero.model.workflow import Workflow, check_reexecution, load_workflow
 from subzero.runs import share
 from subzero.runs.journal import FILE as JOURNAL_FILE
 from subzero.runs.journal import Journal, Resumable, check_begun, fingerprint, read_journal
+from subzero.runs.keep import check_policy, not_kept
 from subzero.runs.options import RunOptions
 from subzero.runs.transaction import RunTransaction
 from subzero.storage.arrays import ArrayStore
@@ -52,6 +53,7 @@ def start(catalog: Catalog, runs_dir: Path, workflow: str | os.PathLike | Workfl
     arrays, DataArrays or file paths; missing ones use the workflow's defaults);
     returns the complete run's id and its workflow."""
     wf = load_workflow(workflow, dict(opts.params or {}))
+    check_policy(opts.keep, opts.pins, wf)
     budget = None
     strategies = opts.strategies
     if opts.plan is not None:
@@ -75,7 +77,7 @@ def start(catalog: Catalog, runs_dir: Path, workflow: str | os.PathLike | Workfl
     with RunTransaction.begin(catalog, runs_dir, wf, described, choice.engine) as tx:
         journal = Journal(tx.folder)
         journal.begin(tx.run_id, wf, described, choice.engine, strat, opts.capture,
-                      opts.tile_size, budget)
+                      opts.tile_size, budget, keep={"policy": opts.keep, "pins": list(opts.pins)})
         execute(tx, wf, values, strat, budget, choice, spark, opts, journal)
     return tx.run_id, wf
 
@@ -108,7 +110,9 @@ def resume(catalog: Catalog, runs_dir: Path, run: int | str,
         opts.announce(f"resuming run {row.id} ({wf.name}): {len(state.done)} of {len(wf.steps)} "
                       f"operators were done; engine: {choice.engine}")
     spark = open_session(choice, request, runs_dir.parent)
-    opts = RunOptions.of(opts, capture=state.capture, tile=state.tile, profiler=None)
+    kept = state.begun.get("keep") or {"policy": "all", "pins": []}
+    opts = RunOptions.of(opts, capture=state.capture, tile=state.tile, profiler=None,
+                         keep=kept["policy"], pins=tuple(kept["pins"]))
     tx = RunTransaction.resume(catalog, runs_dir, row.id)
     with tx:
         done: RunStats | None
@@ -118,7 +122,7 @@ def resume(catalog: Catalog, runs_dir: Path, run: int | str,
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
             journal = Journal(tx.folder)
             journal.begin(row.id, wf, row.inputs, row.engine, strat, state.capture, state.tile,
-                          state.disk_budget())
+                          state.disk_budget(), keep=kept)
             lost = [k for k, v in row.inputs.items() if str(v).startswith("<")]
             if lost:
                 raise StoreError(f"run {row.id} was lost before its inputs were stored, and "
@@ -203,6 +207,9 @@ def execute(tx: RunTransaction, wf: Workflow, values: Mapping[str, Any],
             if (isinstance(v, np.ndarray) or is_dataarray(v))}
     if annotate is not None:
         annotate(stats)
+    else:                 # a re-run keeps every array (made from its parent's values)
+        for name in not_kept(wf, strat, stats.ops, opts.keep, opts.pins):
+            arrays.drop(name)
     tx.commit(wf, stats, budget.downgrades if budget is not None and capture else (), contents=held)
 
 

@@ -12,6 +12,7 @@ from subzero.engines.choice import EngineRequest
 from subzero.engines.driver import Profiler
 from subzero.engines.progress import Progress
 from subzero.errors import UsageError
+from subzero.runs.keep import DEFAULT_KEEP, check_policy
 from subzero.storage.arrays import DEFAULT_TILE
 
 #: the largest tile size per axis (`tile`): far beyond any array's side, and small
@@ -36,6 +37,10 @@ class RunOptions:
     tile size per axis.  ``params`` are keyword arguments for the workflow
     module's ``workflow()``.
 
+    What it keeps: ``keep`` ("auto", "outputs" or "all": :mod:`subzero.runs.keep`)
+    says which intermediate arrays are kept on disk (the others are made again,
+    checked, when read); ``pins`` are arrays kept whatever the policy.
+
     What the user sees: ``progress`` (None: bars on a terminal; True, False, or a
     :class:`~subzero.engines.progress.Progress`), ``log`` (what the Spark engine
     does, one line each), ``announce`` (the engine chosen, one line).
@@ -58,8 +63,12 @@ class RunOptions:
     log: Callable[[str], None] | None = None
     announce: Callable[[str], None] | None = None
     profiler: Profiler | None = None
+    keep: str = DEFAULT_KEEP
+    pins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        check_policy(self.keep, self.pins)
+        object.__setattr__(self, "pins", tuple(self.pins))
         t = self.tile
         if t is not None and (isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= MAX_TILE):
             raise UsageError(f"`tile` must be a whole number of cells from 1 to {MAX_TILE}, "

@@ -20,7 +20,7 @@ import json
 import os
 import shutil
 import warnings
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,9 +40,12 @@ from subzero.storage.chunks import (
     bind,
     check_present,
     checksum_codecs,
+    chunk_sha,
+    drop,
     metadata_files,
     open_nodes,
     read_metadata,
+    remove_chunks,
     seal,
     share_chunks,
     sums_file,
@@ -150,8 +153,13 @@ class ArrayStore:
     """
 
     def __init__(self, run_dir: str | Path, tile: int = DEFAULT_TILE, run_uid: str | None = None,
-                 inputs: Mapping[str, str | None] | None = None):
+                 inputs: Mapping[str, str | None] | None = None,
+                 recompute: Callable[[str], np.ndarray] | None = None):
         self.dir = Path(run_dir) / "arrays"
+        #: how the values of an array the run did not keep are made again (its operator
+        #: on its inputs: :meth:`subzero.run.Run.recompute`); None: they cannot be here
+        self.recompute = recompute
+        self._remade: dict[str, np.ndarray] = {}
         self.tile = tile
         #: the uid of the run these arrays belong to (None: an unbound run)
         self.run_uid = run_uid
@@ -430,6 +438,59 @@ class ArrayStore:
             shutil.rmtree(own)
         sums_file(own).unlink(missing_ok=True)
 
+    # -- arrays a run does not keep (``--keep``) -------------------------------------
+    def kept(self, name: str) -> bool:
+        """Whether the run keeps the array's values (False: :meth:`drop` ran; its
+        values are made again when read)."""
+        _, nodes = self._open(name)
+        return nodes is None or nodes["data"].dropped is None
+
+    def drop(self, name: str) -> None:
+        """Stop keeping a bound array of this run: record the SHA-256 of each chunk's
+        values (read chunk by chunk, checked), then remove its chunk files
+        (:func:`.chunks.drop`).  Its shape, dtype, labels and manifests stay."""
+        if self.run_uid is None or self.is_shared(name):
+            raise StoreError(f"{self.label(name)} cannot be dropped: only a bound run's own "
+                             f"arrays can")
+        p, nodes = self._open(name)
+        node = (nodes or {}).get("data")
+        if node is None or not node.checksummed or node.trailers is None:
+            raise StoreError(f"{self.label(name)} cannot be dropped: it has no chunk manifest")
+        if node.dropped is not None:
+            remove_chunks(p, node)            # left by a drop a crash cut short
+            return
+        sums = b"".join(chunk_sha(self.read_region(name, node.chunk_slices(idx)))
+                        for idx in node.chunks_all())
+        drop(p, name, self.run_uid, self.label(name), sums)
+
+    def _remade_values(self, name: str, node: ArrayNode) -> np.ndarray:
+        """The values of an array the run did not keep: made again by :attr:`recompute`
+        (once per store object), each chunk checked against the SHA-256 recorded when it
+        was dropped.  A difference is an error naming the chunk, never other values."""
+        got = self._remade.get(name)
+        if got is not None:
+            return got
+        label = self.label(name)
+        if self.recompute is None:
+            raise StoreError(f"{label} was not kept (the run's --keep policy); its values are "
+                             f"made again by its operator, which needs the run: read it "
+                             f"through the run (`subzero export`, Run.array)")
+        values = np.asarray(self.recompute(name))
+        assert node.dropped is not None
+        if values.shape != node.shape:
+            raise StoreError(f"{label} was not kept, and making it again gave shape "
+                             f"{values.shape} instead of {node.shape}; it cannot be read")
+        for idx in node.chunks_all():
+            k = node.chunk_index(idx)
+            if chunk_sha(values[node.chunk_slices(idx)]) != node.dropped[32 * k:32 * (k + 1)]:
+                where = ", ".join(f"{s.start}:{s.stop}" for s in node.chunk_slices(idx))
+                raise StoreError(f"{label} was not kept, and making it again gave other values "
+                                 f"in its chunk [{where}] than the run stored (its operator is not "
+                                 f"deterministic, or its code changed); it cannot be read")
+        values.setflags(write=False)
+        self._remade[name] = values
+        return values
+
     def _open(self, name: str) -> tuple[Path, dict[str, ArrayNode] | None]:
         """The array's folder and its verified nodes (None: written before checksums)."""
         p, uid, array, owner, label = self._identity(name)
@@ -485,6 +546,10 @@ class ArrayStore:
         A re-run's unchanged tiles; returns the chunks linked."""
         src_root, src_nodes = other._open(name)
         dst_root, dst_nodes = self._open(name)
+        if src_nodes is not None and src_nodes["data"].dropped is not None:
+            # the other run did not keep it: its values, made again and checked, are written
+            self.write_region(name, region, other.read_region(name, region))
+            return 0
         if src_nodes is None or dst_nodes is None or "data" not in src_nodes:
             raise CorruptArray(f"{other.label(name)}: its chunks cannot be shared (no checksums)")
         return share_chunks(src_root, src_nodes["data"], dst_root, dst_nodes["data"], region,
@@ -508,6 +573,8 @@ class ArrayStore:
             return direct
         p, nodes, z = self._zarr(name, "r")
         node = nodes["data"] if nodes is not None else None
+        if node is not None and node.dropped is not None:
+            return np.array(self._remade_values(name, node)[region])
         if node is not None:
             check_present(p, node, region, self.label(name))
         try:
@@ -522,6 +589,8 @@ class ArrayStore:
         one :mod:`.chunkread` decodes (zarr then reads it)."""
         p, nodes = self._open(name)
         node = nodes.get("data") if nodes is not None else None
+        if node is not None and node.dropped is not None:
+            return np.array(self._remade_values(name, node)[region])
         if (node is None or not isinstance(region, tuple) or len(region) != len(node.shape)
                 or not all(isinstance(s, slice) and s.step in (None, 1) for s in region)):
             return None
@@ -549,20 +618,29 @@ class ArrayStore:
         passing its checksum)."""
         import xarray as xr
         p, nodes = self._open(name)
+        data = nodes.get("data") if nodes is not None else None
+        remade = data is not None and data.dropped is not None
         if nodes is not None:
             for node in nodes.values():
-                check_present(p, node, None, self.label(name))
+                if node is not data or not remade:
+                    check_present(p, node, None, self.label(name))
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 ds = xr.open_zarr(p, consolidated=False, zarr_format=3)
-                ds["data"].load()
+                for c in ds["data"].coords:
+                    ds[c].load()
+                if not remade:
+                    ds["data"].load()
         except Exception as e:
             for node in (nodes or {}).values():
                 found = bad_chunk(p, node, None)
                 if found is not None:
                     raise CorruptArray(f"{self.label(name)} is damaged: {found}") from e
             raise self._damage(name, p, None, None, e) from e
+        if remade:
+            assert data is not None
+            ds["data"] = ds["data"].copy(data=self._remade_values(name, data))
         return ds
 
     def grid_parts(self, name: str) -> tuple[tuple[str, ...], dict[str, np.ndarray], dict]:
@@ -630,6 +708,12 @@ class ArrayStore:
                     ds[c].load()
         except Exception as e:
             raise self._damage(name, p, None, None, e) from e
+        data = (nodes or {}).get("data")
+        if data is not None and data.dropped is not None:
+            # never zarr's reads of its chunks: they are gone, and zarr would fill them in
+            import dask.array as da
+            ds["data"] = ds["data"].copy(data=da.from_array(
+                _Remade(self, name, data.shape, ds["data"].dtype), chunks=data.chunks))
         return self._as_array(name, ds)
 
     def read(self, name: str) -> xr.DataArray:
@@ -646,3 +730,15 @@ class ArrayStore:
         ds = self._dataset(name)
         da = self._as_array(name, ds)
         return da.values if ds.attrs.get("subzero_numpy", True) else da
+
+
+class _Remade:
+    """An array not kept, as dask reads it: region by region through the store (which
+    makes it again, checked, on the first read)."""
+
+    def __init__(self, store: ArrayStore, name: str, shape: tuple[int, ...], dtype: Any):
+        self.store, self.name, self.shape, self.dtype = store, name, shape, np.dtype(dtype)
+        self.ndim = len(shape)
+
+    def __getitem__(self, region: Any) -> np.ndarray:
+        return self.store.read_region(self.name, region)

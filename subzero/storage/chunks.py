@@ -56,14 +56,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from subzero.errors import CorruptArray, UnsafeFile
 from subzero.storage.files import read_array_file, read_regular
 from subzero.tuning import METADATA_BYTES
 
 #: suffix of the sidecar file beside an array's ``.zarr`` folder: its metadata digests
 SUMS = ".sums.json"
-#: 1: metadata digests; 2: also the run's uid, the array's name and the chunk manifest
-SUMS_FORMAT = 2
+#: 1: metadata digests; 2: also the run's uid, the array's name and the chunk manifest;
+#: 3: an array not kept (:func:`drop`): also each data chunk's SHA-256 (what this reads up to)
+SUMS_FORMAT = 3
+#: the format of a bound array's sidecar (format 3 only for an array not kept, so that an
+#: older SubZero says it is too old for it instead of calling its missing chunks damage)
+BOUND_SUMS_FORMAT = 2
 #: the sidecar format of an unbound run (a run made before runs had uids)
 UNBOUND_SUMS_FORMAT = 1
 _CRC = "crc32c"
@@ -91,6 +97,25 @@ class ArrayNode:
     checksummed: bool             # crc32c codec and a regular default-keyed chunk grid
     #: the manifest: each chunk file's crc32c trailer, in C order of the grid (None: unbound)
     trailers: bytes | None = None
+    #: an array not kept (:func:`drop`): the SHA-256 of each chunk's values (C-order bytes),
+    #: in C order of the grid, against which a recomputed array is checked; None: kept
+    dropped: bytes | None = None
+
+    def chunk_index(self, idx: tuple[int, ...]) -> int:
+        """The chunk's position in C order of the grid (the manifests' order)."""
+        k = 0
+        for i, n in zip(idx, self.grid()):
+            k = k * n + i
+        return k
+
+    def chunk_slices(self, idx: tuple[int, ...]) -> tuple[slice, ...]:
+        """The region of the array a chunk holds."""
+        return tuple(slice(i * c, min((i + 1) * c, n))
+                     for i, c, n in zip(idx, self.chunks, self.shape))
+
+    def chunks_all(self) -> Iterator[tuple[int, ...]]:
+        """Every chunk index of the grid, in C order."""
+        return itertools.product(*(range(n) for n in self.grid()))
 
     def grid(self) -> tuple[int, ...]:
         if any(n == 0 for n in self.shape):
@@ -167,7 +192,8 @@ def seal(root: Path, array: str | None = None, run_uid: str | None = None,
     body: dict = {"format": UNBOUND_SUMS_FORMAT, "metadata": meta,
                   "digest": _digest(json.dumps(meta, sort_keys=True).encode())}
     if run_uid is not None:
-        body.update({"format": SUMS_FORMAT, "run": run_uid, "array": array, "chunks": None})
+        body.update({"format": BOUND_SUMS_FORMAT, "run": run_uid, "array": array,
+                     "chunks": None})
         if owner != "run":
             body["owner"] = owner
         body["seal"] = _sealed(body)
@@ -289,7 +315,69 @@ def open_nodes(root: Path, label: str, run_uid: str | None = None,
                 raise CorruptArray(f"{label} is damaged: its checksum file {sums_file(root)} "
                                    f"has no manifest of the chunks of {path!r}")
             nodes[path] = dataclasses.replace(node, trailers=trailers)
+    dropped = body.get("dropped")
+    if dropped is not None:
+        node = nodes["data"]
+        try:
+            sums = bytes.fromhex(dropped["data"])
+        except (KeyError, TypeError, ValueError):
+            sums = b""
+        n = 1
+        for k in node.grid():
+            n *= k
+        if not node.checksummed or len(sums) != CHUNK_SHA * n:
+            raise CorruptArray(f"{label} is damaged: its checksum file {sums_file(root)} has "
+                               f"no checksums of the values it did not keep")
+        nodes["data"] = dataclasses.replace(node, dropped=sums)
     return nodes
+
+
+#: bytes of a chunk's SHA-256, as an array not kept records it
+CHUNK_SHA = 32
+
+
+def chunk_sha(values: np.ndarray) -> bytes:
+    """The SHA-256 of one chunk's values as :func:`drop` records them: the chunk's dtype
+    string, shape and C-order bytes (a recomputed chunk of another dtype or shape never
+    matches)."""
+    v = np.ascontiguousarray(values)
+    h = hashlib.sha256(f"{v.dtype.str}{v.shape}".encode())
+    h.update(v.tobytes())
+    return h.digest()
+
+
+def drop(root: Path, array: str, run_uid: str, label: str, sums: bytes) -> None:
+    """Stop keeping a bound array's values: record ``sums`` (each data chunk's
+    :func:`chunk_sha`, in C order) in its sidecar, sealed, then remove its data chunk
+    files.  Its metadata and coordinates stay, so its shape, dtype and labels read as
+    before, and a read recomputes its values and checks them chunk by chunk against
+    ``sums``.  The sidecar is written first: a crash before the chunks are gone leaves
+    an array read as not kept (its leftover chunks are never read)."""
+    body = _read_sums(root, label, run_uid, array)
+    if body is None or not body.get("chunks"):
+        raise CorruptArray(f"{label} cannot be dropped: it is not bound (no chunk manifest)")
+    node = _nodes(root, body, label)["data"]
+    body.update({"format": SUMS_FORMAT, "dropped": {"data": sums.hex()}})
+    body["seal"] = _sealed(body)
+    _write_sums(root, body)
+    remove_chunks(root, node)
+
+
+def remove_chunks(root: Path, node: ArrayNode) -> None:
+    """Remove every chunk file of ``node`` (of an array not kept), and the folders of the
+    chunk grid they leave empty (a folder takes a block of its own)."""
+    for idx in node.chunks_all():
+        try:
+            os.unlink(node.chunk_file(root, idx))
+        except FileNotFoundError:
+            pass
+    grid = root / node.path / "c"
+    if grid.is_dir() and not grid.is_symlink():
+        for here, _dirs, _files in sorted(os.walk(grid, topdown=False), reverse=True):
+            try:
+                os.rmdir(here)
+            except OSError:
+                pass                          # not empty: something else is there
 
 
 def _read_sums(root: Path, label: str, run_uid: str | None, array: str | None,

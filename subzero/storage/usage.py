@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from subzero.storage.chunks import SUMS
+from subzero.errors import UnsafeFile
+from subzero.storage.chunks import SUMS, read_metadata
 from subzero.storage.shared import INPUTS, REF, shared_key
 
 #: a run's files, by kind (its folder's entries; ``arrays`` holds one entry per array)
@@ -74,10 +75,12 @@ class RunUsage:
     inputs: dict[str, int] = field(default_factory=dict)
     status: str | None = None
     workflow: str | None = None
+    #: arrays the run did not keep (its ``--keep`` policy): made again when read
+    not_kept: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {"run": self.run, "status": self.status, "workflow": self.workflow,
-                "folders": self.folders, **self.total.as_dict(),
+                "folders": self.folders, **self.total.as_dict(), "not_kept": self.not_kept,
                 "kinds": {k: v.as_dict() for k, v in self.kinds.items()},
                 "arrays": {k: v.as_dict() for k, v in sorted(self.arrays.items())},
                 "inputs_read": dict(sorted(self.inputs.items()))}
@@ -316,6 +319,7 @@ def disk_usage(root: str | os.PathLike[str], rows: Mapping[int, tuple[str, str]]
     for ru in runs.values():
         ru.inputs = _inputs_read(root, ru.run, lambda key: copies.get(f"{key}.zarr", 0)
                                  + copies.get(f"{key}{SUMS}", 0))
+        ru.not_kept = not_kept(root, ru.folders)
     cat = tops["catalog"]
     trace = min(sum(table_bytes.get(t, 0) for t in TRACE_TABLES), cat.bytes)
     plans = min(sum(table_bytes.get(t, 0) for t in PLAN_TABLES), cat.bytes - trace)
@@ -337,4 +341,25 @@ def run_usage(root: str | os.PathLike[str], run: int) -> RunUsage:
     runs = _runs(entries, units, seen, {}, root)
     ru = runs.get(run, RunUsage(run))
     ru.inputs = _inputs_read(root, run, lambda key: _copy_bytes(root, key))
+    ru.not_kept = not_kept(root, ru.folders)
     return ru
+
+
+def not_kept(root: Path, folders: list[str]) -> list[str]:
+    """The arrays of a run's folders that the run did not keep, as their sidecars say
+    (read as every metadata file is, not verified: what ``du`` shows, not what a read
+    trusts)."""
+    out = []
+    for folder in folders:
+        arrays = root / "runs" / folder / "arrays"
+        if not arrays.is_dir():
+            continue
+        for f in sorted(arrays.iterdir()):
+            if not f.name.endswith(SUMS) or f.name.startswith("."):
+                continue
+            try:
+                if "dropped" in json.loads(read_metadata(f)):
+                    out.append(f.name[:-len(SUMS)])
+            except (OSError, ValueError, UnsafeFile):
+                continue
+    return out

@@ -1,0 +1,212 @@
+"""`--keep`: a run that does not keep its intermediate arrays answers exactly as one
+that keeps them all (values, backward and forward traces, re-execution through a
+dropped array, both engines), and never gives other values: a damaged kept ancestor,
+values made again differently, tampered checksums and a kill while dropping are each
+a clear error or a run that resumes whole."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT, subzero_exe
+
+import subzero
+from subzero.errors import CorruptArray, StoreError, UsageError
+
+#: flip re-executes at query time, so it reads its input (smooth) when traced
+STRATEGIES = {"flip": "blackbox"}
+
+
+@pytest.fixture
+def wfdir(tmp_path):
+    shutil.copy(ROOT / "tests" / "gated_workflow.py", tmp_path / "gatewf.py")
+    np.save(tmp_path / "a.npy", np.random.default_rng(3).random((40, 36)))
+    return tmp_path
+
+
+def cli(wfdir, *args):
+    p = subprocess.run([subzero_exe(), *map(str, args), "--store", "s"], cwd=wfdir,
+                       capture_output=True, text=True, timeout=600)
+    return p.returncode, p.stdout, p.stderr
+
+
+def cells(res):
+    return sorted(map(tuple, res.cells.tolist()))
+
+
+def queries(run):
+    """Backward and forward traces, along every path, from a few random cells."""
+    rng = np.random.default_rng(7)
+    out = []
+    for _ in range(3):
+        c = [[int(rng.integers(40)), int(rng.integers(36))]]
+        out.append(cells(run.trace("scaled", c, to="a", record=False)))
+        out.append(cells(run.trace("a", c, to="scaled", record=False)))
+        out.append(cells(run.trace("gate", c, to="smooth", record=False)))
+    return out
+
+
+def kept(run):
+    return {n: run._arrays.kept(n) for n in run.array_names()}
+
+
+def test_policies_keep_what_they_say(wfdir):
+    with subzero.open_store(wfdir / "s") as st:
+        runs = {k: st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep=k,
+                          strategies=STRATEGIES, progress=False) for k in ("all", "outputs", "auto")}
+        pinned = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="outputs",
+                        pins=["gate"], strategies=STRATEGIES, progress=False)
+        assert all(kept(runs["all"]).values())
+        assert kept(runs["outputs"]) == {"a": True, "smooth": False, "bright": False,
+                                         "flip": False, "gate": False, "scaled": True}
+        # auto: also what a trace reads (flip re-executes: its input smooth)
+        assert kept(runs["auto"]) == {**kept(runs["outputs"]), "smooth": True}
+        assert kept(pinned) == {**kept(runs["outputs"]), "gate": True}
+        usage = {k: st.run_usage(r.id) for k, r in runs.items()}
+        assert usage["outputs"].kinds["arrays"].bytes < usage["auto"].kinds["arrays"].bytes \
+            < usage["all"].kinds["arrays"].bytes
+        assert sorted(usage["outputs"].not_kept) == ["bright", "flip", "gate", "smooth"]
+        with pytest.raises(UsageError, match="`keep` must be one of"):
+            st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="some")
+        with pytest.raises(UsageError, match="names no array of workflow 'gated': 'nosuch'"):
+            st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, pins=["nosuch"])
+        assert len(st.runs()) == 4                    # the refused ones left nothing
+
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_every_answer_is_the_same_whatever_is_kept(wfdir, engine, request):
+    if engine == "spark":
+        request.getfixturevalue("spark")
+    with subzero.open_store(wfdir / "s") as st:
+        runs = {k: st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep=k,
+                          strategies=STRATEGIES, engine=engine, progress=False)
+                for k in ("all", "outputs", "auto")}
+        want = {n: runs["all"].array(n) for n in runs["all"].array_names()}
+        answers = queries(runs["all"])
+        for k in ("outputs", "auto"):
+            fresh = st.get(runs[k].id)               # nothing made again yet
+            assert queries(fresh) == answers, k
+            for n, v in want.items():
+                got = fresh.array(n)
+                assert got.dtype == v.dtype and got.dims == v.dims
+                np.testing.assert_array_equal(got.values, v.values)
+                region = (slice(5, 17), slice(30, 36))
+                np.testing.assert_array_equal(fresh.read_region(n, region), v.values[region])
+
+
+def test_a_damaged_kept_ancestor_is_a_clear_error(wfdir):
+    with subzero.open_store(wfdir / "s") as st:
+        rid = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="outputs",
+                     progress=False).id
+        chunk = st.get(rid)._arrays.path("a") / "data" / "c" / "0" / "0"
+        raw = bytearray(chunk.read_bytes())
+        raw[len(raw) // 2] ^= 0x10
+        chunk.write_bytes(bytes(raw))
+        with pytest.raises(CorruptArray, match="input 'a'|array 'a'"):
+            st.get(rid).array("gate")
+    # the trace prints values of smooth, not kept: made again from the damaged input
+    code, out, err = cli(wfdir, "trace", "--run", str(rid), "--from", "gate", "--cells", "3,4",
+                         "--to", "smooth")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "'a'" in err, err
+
+
+def test_values_made_again_differently_are_refused(wfdir):
+    with subzero.open_store(wfdir / "s") as st:
+        rid = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="outputs",
+                     progress=False).id
+        run = st.get(rid)
+        right = run.recompute
+
+        def drifting(name):            # an operator that is not deterministic after all
+            v = right(name).copy()
+            if name == "flip":          # its input, smooth, is made again right first
+                v[39, 35] = np.nextafter(v[39, 35], np.inf)
+            return v
+        run._arrays.recompute = drifting
+        with pytest.raises(StoreError, match=r"array 'flip' of run \d+ was not kept, and making "
+                                             r"it again gave other values in its chunk \[0:40, 0:36\]"):
+            run.array("flip")
+        run._arrays.recompute = None
+        with pytest.raises(StoreError, match="was not kept"):
+            run._arrays.read_region("flip", (slice(0, 2), slice(0, 2)))
+
+
+def test_tampered_checksums_of_an_array_not_kept(wfdir):
+    with subzero.open_store(wfdir / "s") as st:
+        rid = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="outputs",
+                     progress=False).id
+        sums = st.run_dir(rid) / "arrays" / "gate.sums.json"
+        body = json.loads(sums.read_text())
+        body["dropped"]["data"] = "00" * 32
+        sums.write_text(json.dumps(body))
+        with pytest.raises(CorruptArray, match="checksum file"):
+            st.get(rid).array("gate")
+        code, out, err = cli(wfdir, "fsck")
+        assert code != 0 and "gate" in out + err
+
+
+def test_cli_keep_pin_du_and_mistakes(wfdir):
+    code, out, err = cli(wfdir, "run", "gatewf.py", "--input", "a=a.npy", "--keep", "outputs",
+                         "--pin", "flip", "--strategy", "flip=blackbox", "-q", "--engine", "local")
+    assert code == 0, err
+    assert "3 intermediate array(s) not kept" in out
+    code, out, err = cli(wfdir, "du", "1")
+    assert code == 0 and "not kept (--keep; made again, checked, when read): bright, gate, smooth" in out
+    code, out, err = cli(wfdir, "trace", "--run", "1", "--from", "scaled", "--cells", "3,4",
+                         "--to", "a", "--json")
+    assert code == 0, err
+    assert json.loads(out)["count"] > 0
+    code, out, err = cli(wfdir, "trace", "--run", "1", "--from", "gate", "--cells", "3,4",
+                         "--to", "smooth")
+    assert code == 0, err
+    with subzero.open_store(wfdir / "s", create=False) as st:
+        value = st.get(1).array("smooth").values[36, 31]
+    assert f"(36, 31)={value:.4g}" in out, out
+    code, out, err = cli(wfdir, "fsck", "--deep")
+    assert code == 0, out + err
+    for args, said in ((("--keep", "some"), "--keep"), (("--pin", "nosuch"), "--pin")):
+        code, out, err = cli(wfdir, "run", "gatewf.py", "--input", "a=a.npy", *args)
+        assert code == 2 and said in err.strip().splitlines()[-1], err
+    code, out, err = cli(wfdir, "run", "--resume", "1", "--keep", "all")
+    assert code == 2 and "--keep cannot be combined with --resume" in err
+
+
+@pytest.mark.parametrize("point,nth", [("subzero.storage.chunks:remove_chunks", 1),
+                                       ("subzero.storage.chunks:drop", 2)])
+def test_a_kill_while_dropping_resumes_whole(wfdir, point, nth):
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "crashpoint.py"), point, str(nth), "--",
+                        "run", "gatewf.py", "--input", "a=a.npy", "--keep", "outputs",
+                        "--engine", "local", "--store", "s"], cwd=wfdir, capture_output=True,
+                       text=True, timeout=600, start_new_session=True)
+    assert p.returncode == -9, f"the crash point was not reached: {p.returncode} {p.stderr}"
+    code, out, err = cli(wfdir, "run", "--resume", "1")
+    assert code == 0, err
+    code, out, err = cli(wfdir, "run", "gatewf.py", "--input", "a=a.npy", "--keep", "all",
+                         "--engine", "local")
+    assert code == 0, err
+    with subzero.open_store(wfdir / "s", create=False) as st:
+        resumed, whole = st.get(1), st.get(2)
+        assert not any(kept(resumed)[n] for n in ("smooth", "bright", "flip", "gate"))
+        for n in whole.array_names():
+            np.testing.assert_array_equal(resumed.array(n).values, whole.array(n).values)
+        assert queries(resumed) == queries(whole)
+    code, out, err = cli(wfdir, "fsck", "--deep")
+    assert code == 0, out + err
+
+
+def test_a_rerun_of_a_run_that_kept_only_outputs_is_the_full_run(wfdir):
+    b = np.load(wfdir / "a.npy")
+    b[:5, :5] += 1
+    np.save(wfdir / "b.npy", b)
+    with subzero.open_store(wfdir / "s") as st:
+        parent = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="outputs",
+                        progress=False)
+        again = st.rerun(parent.id, inputs={"a": wfdir / "b.npy"})
+        full = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "b.npy"}, keep="all",
+                      progress=False)
+        for n in full.array_names():
+            np.testing.assert_array_equal(again.array(n).values, full.array(n).values)
+        assert queries(again) == queries(full)
