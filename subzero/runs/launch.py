@@ -207,7 +207,8 @@ def execute(tx: RunTransaction, wf: Workflow, values: Mapping[str, Any],
             if (isinstance(v, np.ndarray) or is_dataarray(v))}
     if annotate is not None:
         annotate(stats)
-    else:                 # a re-run keeps every array (made from its parent's values)
+    elif tx.uid is not None:   # a re-run keeps every array (made from its parent's values);
+        # a run begun before runs had uids, resumed, too (its arrays have no manifest)
         for name in not_kept(wf, strat, stats.ops, opts.keep, opts.pins):
             arrays.drop(name)
     tx.commit(wf, stats, budget.downgrades if budget is not None and capture else (), contents=held)
