@@ -370,4 +370,4 @@ LEASE_WAIT_S = 2.0
 KEEP_RECOMPUTE_S = 2.0
 #: the ``--keep`` policies (:mod:`subzero.runs.keep`), and that of a run naming none
 KEEP_POLICIES = ("auto", "outputs", "all")
-DEFAULT_KEEP = "all"
+DEFAULT_KEEP = "auto"

@@ -57,7 +57,9 @@ def within(seconds: float):
 
 def make_pair(root: Path, **run_args) -> tuple[Path, int, int]:
     """Two runs of the example workflow in one store: ``a`` on the default sky, ``b``
-    on :data:`OTHER_SKY`."""
+    on :data:`OTHER_SKY`.  Every array kept (the tests move and damage intermediate
+    chunks)."""
+    run_args.setdefault("keep", "all")
     st = subzero.open_store(root)
     try:
         a = st.run(EXAMPLE, tile=32, progress=False, **run_args)
@@ -295,7 +297,8 @@ def test_a_whole_run_folder_from_elsewhere_is_refused(pair, tmp_path, source):
         src = b.dir
     else:
         with subzero.open_store(tmp_path / "other") as other:
-            src = other.run(EXAMPLE, tile=32, progress=False, inputs={"raw": OTHER_SKY}).dir
+            src = other.run(EXAMPLE, tile=32, progress=False, inputs={"raw": OTHER_SKY},
+                            keep="all").dir
     st.close()
     shutil.rmtree(a.dir)
     shutil.copytree(src, a.dir)
@@ -344,7 +347,7 @@ def test_lineage_of_a_run_with_a_uid_in_a_run_without_one(pair, tmp_path, monkey
     unbound lineage copied into a run with a uid cannot prove it is the run's."""
     st, a, _, want = pair
     unbound_runs(monkeypatch)
-    old = st.run(EXAMPLE, tile=32, progress=False, inputs={"raw": OTHER_SKY})
+    old = st.run(EXAMPLE, tile=32, progress=False, inputs={"raw": OTHER_SKY}, keep="all")
     monkeypatch.undo()
     assert old.row.uid is None
     want_old = answers(st.path, old.id)
@@ -391,12 +394,12 @@ def test_an_unbound_record_in_a_bound_run_is_not_trusted_by_its_seal():
 # -- a run made before runs had uids ----------------------------------------------------------
 def test_a_run_made_before_uids_reads_as_before(store, monkeypatch):
     unbound_runs(monkeypatch)
-    old = store.run(EXAMPLE, tile=32, progress=False)
+    old = store.run(EXAMPLE, tile=32, progress=False, keep="all")
     monkeypatch.undo()
     assert old.row.uid is None
     side = sums_file(stored_path(old.dir, "raw")).read_text()
     assert '"run"' not in side and '"chunks"' not in side and '"format": 1' in side
-    new = store.run(EXAMPLE, tile=32, progress=False)
+    new = store.run(EXAMPLE, tile=32, progress=False, keep="all")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for s, c, t in QUERIES:

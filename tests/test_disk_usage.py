@@ -48,7 +48,7 @@ def runs(store):
     parent's unchanged chunks, and both read the input ``y`` from the store's copy."""
     rng = np.random.default_rng(5)
     x, y = rng.normal(0, 1, SHAPE), rng.normal(0, 1, SHAPE)
-    parent = store.run(small(), inputs={"x": x, "y": y}, tile=TILE, progress=False)
+    parent = store.run(small(), inputs={"x": x, "y": y}, tile=TILE, progress=False, keep="all")
     new = x.copy()
     new[0, 0] += 1
     re = store.rerun(parent.id, {"x": new}, progress=False)

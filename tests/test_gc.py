@@ -161,7 +161,7 @@ def test_an_input_stored_once_stays_while_a_kept_run_reads_it(wfdir):
 
 def test_a_rerun_keeps_its_shared_chunks_when_its_parent_goes(store):
     x, y = data()
-    parent = store.run(mixed(), inputs={"x": x, "y": y}, tile=TILE, progress=False)
+    parent = store.run(mixed(), inputs={"x": x, "y": y}, tile=TILE, progress=False, keep="all")
     new = x.copy()
     new[0, 0] += 1
     re = store.rerun(parent.id, {"x": new}, progress=False)

@@ -204,7 +204,7 @@ def test_an_edit_that_changes_nothing_downstream_is_cut_off(store):
 
 def test_the_parents_unchanged_chunks_are_shared_not_copied(store):
     x, y = data()
-    parent = store.run(mixed(), inputs={"x": x, "y": y}, tile=TILE, progress=False)
+    parent = store.run(mixed(), inputs={"x": x, "y": y}, tile=TILE, progress=False, keep="all")
     new = x.copy()
     new[0, 0] += 1
     re = store.rerun(parent.id, {"x": new}, progress=False)
@@ -219,7 +219,8 @@ def test_the_parents_unchanged_chunks_are_shared_not_copied(store):
 def test_a_damaged_parent_chunk_is_recomputed_never_reused(store):
     x, y = data()
     strat = STRATEGIES["backward"]
-    parent = store.run(mixed(), inputs={"x": x, "y": y}, tile=TILE, strategies=strat, progress=False)
+    parent = store.run(mixed(), inputs={"x": x, "y": y}, tile=TILE, strategies=strat, progress=False,
+                       keep="all")
     from conftest import stored_path
     f = stored_path(parent.dir, "plus") / "data" / "c" / "4" / "4"
     raw = bytearray(f.read_bytes())
