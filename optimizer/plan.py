@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from subzero.errors import BudgetError, OptimizerError, WorkloadError
+from subzero.errors import BudgetError, OptimizerError, SubZeroError, WorkloadError
 from subzero.model.strategy import Strategy, default_for, parse
 from subzero.model.workflow import load_workflow
 
@@ -58,6 +58,9 @@ class Plan:
     #: the workload's pessimistic price the plan was chosen by (each step's prediction times
     #: its error factor, plus any penalty for a query slower than under the defaults)
     priced_s: float = 0.0
+    #: of ``max_disk``, the bytes set aside for the arrays a run must keep (its outputs,
+    #: as the profiling run stored them); lineage was planned within the rest
+    arrays_reserve: int = 0
 
     @property
     def strategies(self) -> dict[str, str]:
@@ -190,6 +193,15 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
         profile_workflow(store, wf, inputs=inputs, all_ops=missing or bool(pins), progress=prog.on)
         stats = collect(store, wf.name, wf.params)
     model = CostModel(cal, required(stats, f"workflow {wf.name}"))
+    reserve = arrays_reserve(store, wf, stats) if budgets.max_disk is not None else 0
+    whole = budgets
+    if reserve and budgets.max_disk is not None:
+        if reserve >= budgets.max_disk:
+            raise BudgetError(f"the disk budget of {fmt_size(budgets.max_disk)} covers a run's "
+                              f"arrays and lineage, and the workflow's outputs with the metadata "
+                              f"of its other arrays alone take {fmt_size(reserve)} (as its "
+                              f"profiling run stored them); give a larger --max-disk")
+        budgets = Budgets(budgets.max_disk - reserve, budgets.max_runtime)
     same = {r.id for r in store.catalog.runs() if r.workflow == wf.name and r.params == wf.params}
     model.learn([s for s in store.catalog.trace_steps() if s["run_id"] in same])
     queries = _workload(store, model, stats, workload, wf, prog)
@@ -216,12 +228,41 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
         raise BudgetError(f"no plan fits {budgets.describe()}" + (" with the pinned strategies"
                                                                    if pins else ""))
     plan = _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save=False)
+    plan.max_disk, plan.arrays_reserve = whole.max_disk, reserve
+    if reserve:
+        plan.notes.append(f"{fmt_size(reserve)} of the disk budget is set aside for the "
+                          f"workflow's outputs (a run keeps them whatever --keep says); lineage "
+                          f"was planned within the other {fmt_size(budgets.max_disk)}")
     for op, why in plain.items():
         plan.notes.append(f"{op} stores no lineage: the model cannot vouch for its strategies "
                           f"({why}) and its defaults do not fit the budgets")
     if save:
         store.catalog.save_plan(name, wf.name, plan.as_dict())
     return plan
+
+
+def arrays_reserve(store, wf, stats) -> int:
+    """Bytes a run of ``wf`` keeps of arrays whatever its ``--keep`` policy: its outputs
+    (arrays no operator reads) and the metadata and checksums of its intermediates,
+    as its profiling run stored them (compressed, counted as the run's budget counts
+    them: :func:`subzero.runs.keep.array_bytes`); an output the profiling run no longer
+    has counts its uncompressed size from the profile."""
+    from subzero.runs.keep import array_bytes
+    from subzero.storage.arrays import ArrayStore
+    arrays = None
+    if stats.profile_run is not None:
+        try:
+            arrays = ArrayStore(store.run_dir(stats.profile_run))
+        except SubZeroError:
+            arrays = None
+    total = 0
+    for n in wf.steps:
+        if wf.consumers(n):            # an intermediate: at least its metadata stays
+            total += array_bytes(arrays, n, dropped=True) if arrays is not None else 0
+            continue
+        got = array_bytes(arrays, n) if arrays is not None else 0
+        total += got or stats.op(n).out_bytes
+    return int(total)
 
 
 def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) -> Plan:

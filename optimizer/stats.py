@@ -55,6 +55,8 @@ class OpInfo:
     profiled: bool = True
     #: re-runs per black-box step: 2 unless its lineage is declared deterministic
     reruns: int = 1
+    #: bytes of its output array in memory (uncompressed)
+    out_bytes: int = 0
 
     @property
     def has_map(self) -> bool:
@@ -97,7 +99,7 @@ def _op_info(name: str, inputs: list[str], rec: dict) -> OpInfo:
         map_p_vectorized=bool(rec.get("map_p_vectorized", False)),
         deterministic=bool(rec["deterministic"]), reexec_mode=rec.get("reexec_mode"),
         modes=dict(rec.get("modes", {})), profiled=bool(rec.get("profiled", True)),
-        reruns=int(rec.get("reruns", 1)),
+        reruns=int(rec.get("reruns", 1)), out_bytes=int(rec.get("out_bytes", 0)),
         strategies={s: StrategyInfo(float(v["bytes"]), float(v["write_s"]), v["spaces"],
                                     sample_frac=float(v.get("sample_frac", 1.0)),
                                     sample=v.get("sample"))

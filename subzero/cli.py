@@ -1316,7 +1316,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "run as parallel Spark tasks")
     r.add_argument("--plan", metavar="NAME", help="store what a saved plan chose (subzero optimize)")
     r.add_argument("--max-disk", metavar="SIZE",
-                   help="optimize for this lineage disk budget (e.g. 500KB, 20MB, 1.5GB), then run")
+                   help="optimize for this disk budget of the run's arrays and lineage (e.g. "
+                        "500KB, 20MB, 1.5GB), then run")
     r.add_argument("--max-runtime", metavar="FACTOR",
                    help="with --max-disk: allowed runtime over the no-lineage run, e.g. 1.5")
     r.add_argument("--workload", metavar="FILE", help="the query workload to optimize for")
@@ -1374,7 +1375,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "calibration and one profiling run of the workflow; saves the "
                                    "plan for `subzero run --plan NAME`.")
     o.add_argument("workflow", help="workflow .py file or module name")
-    o.add_argument("--max-disk", metavar="SIZE", help="lineage disk budget, e.g. 500KB, 20MB, 1.5GB")
+    o.add_argument("--max-disk", metavar="SIZE",
+                   help="disk budget of a run's arrays and lineage, e.g. 500KB, 20MB, 1.5GB")
     o.add_argument("--max-runtime", metavar="FACTOR",
                    help="allowed runtime with lineage over the run without, e.g. 1.5")
     o.add_argument("--workload", metavar="FILE",

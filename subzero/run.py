@@ -10,7 +10,7 @@ from numpy.typing import ArrayLike
 
 from subzero.coords import cells_at as sky_cells
 from subzero.coords import cells_for, derive_grids, stored_grid, with_grid
-from subzero.errors import QueryError, StoreError, SubZeroError, UntrustedRun
+from subzero.errors import QueryError, SubZeroError, UntrustedRun
 from subzero.model.cells import parse_spec
 from subzero.model.cellset import CellSet
 from subzero.model.grid import Grid
@@ -112,16 +112,8 @@ class Run:
             raise UntrustedRun(f"array {name!r} of run {self.id} was not kept, and making it "
                                f"again runs the run's code: "
                                + untrusted_message(self.store.path, self.id, self.verdict()))
-        inputs = {o["name"]: o["inputs"] for o in self.ops()}
-        if name not in inputs:
-            raise StoreError(f"array {name!r} of run {self.id} was not kept, and no operator "
-                             f"of the run makes it")
-        from subzero.capture.runner import run_operator
-        from subzero.storage.arrays import as_dataarray
-        op = self.workflow.steps[name].operator
-        out = run_operator(name, op, [self._arrays.read_value(i) for i in inputs[name]], (),
-                           capture=False)[0]
-        return np.asarray(as_dataarray(out, name).values)
+        from subzero.capture.remake import remaker
+        return remaker(self.workflow, self._arrays.read_value)(name)
 
     def steering(self) -> Steering:
         """What steers this run's traces: its signed record when that verifies, else its

@@ -67,7 +67,13 @@ def test_budget_sweep_fits_and_cost_falls(gstore):
 
 
 def test_too_small_budget_gives_black_box_plan_and_says_so(gstore):
-    p = optimize(gstore, WF, max_disk="1KB", workload=WORKLOAD)
+    """A budget that holds the run's arrays (its outputs, the metadata of the others)
+    and 1 KB more: no stored lineage fits; one smaller than its arrays is refused."""
+    reserve = optimize(gstore, WF, max_disk="10MB", workload=WORKLOAD, save=False).arrays_reserve
+    assert reserve > 0
+    with pytest.raises(BudgetError, match="covers a run's arrays and lineage"):
+        optimize(gstore, WF, max_disk=reserve - 1, workload=WORKLOAD, save=False)
+    p = optimize(gstore, WF, max_disk=reserve + 1000, workload=WORKLOAD)
     assert p.blackbox and p.disk == 0
     assert all(p.strategies[u] == "blackbox" for u in UDFS)
     assert any("too small for any stored lineage" in n for n in p.notes)
@@ -324,9 +330,11 @@ def test_cli_optimize_and_run(tmp_path, calibration, cli):
     assert ops["predict"]["strategies"] == ["pay:payone:backward"]
     assert sum(o["lineage_bytes"] for o in ops.values()) <= 30_000
     code, out, err = cli("run", WF, "--store", store, "--max-disk", "8KB", "--workload", WORKLOAD)
+    assert code == 2 and "covers a run's arrays and lineage" in err and "--max-disk" in err, err
+    code, out, err = cli("run", WF, "--store", store, "--max-disk", "22KB", "--workload", WORKLOAD)
     assert code == 0, err
-    assert "run id" in out and "disk budget 8.00 KB" in out
-    assert load_plan(subzero.open_store(store), "genomics-8.00KB").max_disk == 8000
+    assert "run id" in out and "disk budget 22.00 KB" in out
+    assert load_plan(subzero.open_store(store), "genomics-22.00KB").max_disk == 22000
 
 
 @pytest.mark.parametrize("args,match", [
@@ -365,3 +373,41 @@ def test_calibration_from_an_older_version_still_prices_loading(gstore, calibrat
         new.cost("extract", "reexec", 0, True, 10, 10, loaded=True) == pytest.approx(
             n_in * calibration["load_fixed_s"] + stats.ops["extract"].in_bytes
             * calibration["load_byte_s"], rel=1e-6)
+
+
+def _run_bytes(run) -> int:
+    """A run's arrays (its own files: inputs are stored once for the store) and lineage,
+    as its disk budget counts them."""
+    from subzero.runs.keep import array_bytes
+    own = [n for n in run.array_names() if not run._arrays.is_shared(n)]
+    return sum(array_bytes(run._arrays, n) for n in own) + run.lineage_bytes()
+
+
+@pytest.mark.parametrize("keep", ["auto", "all"])
+def test_a_disk_budget_is_never_exceeded_by_arrays_and_lineage(gstore, keep):
+    """Budgets from just above the run's must-keep arrays to roomy: every run fits, by
+    the plan, by dropping intermediates past the policy (said as downgrades), or is
+    refused with nothing kept; and answers as the black-box run does."""
+    reserve = optimize(gstore, WF, max_disk="10MB", workload=WORKLOAD, save=False).arrays_reserve
+    queries = load_workload(WORKLOAD)
+    bb = gstore.run(WF, strategies={u: "blackbox" for u in UDFS}, progress=False)
+    want = _answers(bb, queries)
+    for extra in (2_000, 12_000, 60_000):
+        budget = reserve + extra
+        optimize(gstore, WF, max_disk=budget, workload=WORKLOAD, name=f"b{extra}")
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SubZeroWarning)
+            run = gstore.run(WF, plan=f"b{extra}", keep=keep, progress=False)
+        assert _run_bytes(run) <= budget, (extra, _run_bytes(run), budget)
+        got = _answers(run, queries)
+        assert all(np.array_equal(got[k], want[k]) for k in want)
+    # a plan that set nothing aside for arrays, over a budget the arrays alone break:
+    # the run drops what it may, then fails in one line; nothing of it is kept
+    plan = optimize(gstore, WF, max_disk="10MB", workload=WORKLOAD, save=False).as_dict()
+    plan.update(max_disk=reserve // 2, arrays_reserve=0)
+    before = len(gstore.runs())
+    with pytest.raises(BudgetError, match="does not fit its disk budget"):
+        gstore.run(WF, plan=plan, keep=keep, progress=False)
+    assert [r.status for r in gstore.runs()[before:]] in ([], ["failed"])
+    assert not any((gstore.path / "runs").glob("*.partial"))

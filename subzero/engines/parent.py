@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from subzero.storage.arrays import ArrayStore
 from subzero.storage.lineage import LineageStore
 from subzero.storage.reader import StrategyReader
 from subzero.storage.shards import ShardedReader
+
+if TYPE_CHECKING:
+    from subzero.model.workflow import Workflow
 
 #: Which output cells (packed ids) a re-run keeps from the parent: a boolean per cell.
 Keep = Callable[[np.ndarray], np.ndarray]
@@ -195,9 +198,14 @@ class ParentPlan:
         from subzero.model.strategy import parse
         return {n: parse("+".join(ss)) for n, ss in self.strategies.items()}
 
-    def open(self) -> Parent:
-        """The parent's arrays and lineage, opened for reading (close its lineage)."""
+    def open(self, wf: Workflow | None = None) -> Parent:
+        """The parent's arrays and lineage, opened for reading (close its lineage).
+        ``wf``: the parent's workflow (trusted by the caller), which makes the arrays
+        the parent did not keep again when the re-run reads them."""
         arrays = ArrayStore(self.dir, run_uid=self.uid, inputs=self.digests)
+        if wf is not None:
+            from subzero.capture.remake import remaker
+            arrays.recompute = remaker(wf, arrays.read_value)
         lin = Path(self.dir) / "lineage"
         lineage = LineageStore(lin, readonly=True, run_uid=self.uid) if lin.is_dir() else None
         return Parent(self.run_id, arrays, lineage, self.strategy_map(), self.shapes,

@@ -109,6 +109,7 @@ class Resumable:
             return None
         return DiskBudget(int(self.budget["max_bytes"]),
                           {(op, s): int(b) for op, s, b in self.budget["predicted"]},
+                          arrays_reserve=int(self.budget.get("arrays_reserve", 0)),
                           used=self.used, downgrades=list(self.downgrades))
 
 
@@ -142,7 +143,7 @@ class Journal:
             "strategies": {n: [str(s) for s in ss] for n, ss in strategies.items()},
             "capture": capture, "tile": tile,
             "budget": None if budget is None else {
-                "max_bytes": budget.max_bytes,
+                "max_bytes": budget.max_bytes, "arrays_reserve": budget.arrays_reserve,
                 "predicted": [[op, s, b] for (op, s), b in budget.predicted.items()]},
             **({"rerun": dict(rerun)} if rerun is not None else {}),
             **({"keep": dict(keep)} if keep is not None else {})})

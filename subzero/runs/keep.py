@@ -26,18 +26,26 @@ re-run could prove itself on them).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from subzero.engines.stats import OpStats
-from subzero.errors import UsageError
+from subzero.errors import BudgetError, UsageError
 from subzero.model.modes import Mode
 from subzero.model.strategy import Strategy
 from subzero.model.workflow import Workflow
 from subzero.tuning import DEFAULT_KEEP, KEEP_POLICIES, KEEP_RECOMPUTE_S
 
+if TYPE_CHECKING:
+    from subzero.storage.arrays import ArrayStore
+    from subzero.storage.budget import DiskBudget
+
 #: the policies
 POLICIES = KEEP_POLICIES
-__all__ = ["DEFAULT_KEEP", "POLICIES", "check_policy", "not_kept", "reexecuted"]
+__all__ = ["DEFAULT_KEEP", "POLICIES", "array_bytes", "check_policy", "fit", "not_kept",
+           "reexecuted"]
 
 
 def check_policy(keep: str, pins: Iterable[str], wf: Workflow | None = None) -> None:
@@ -58,21 +66,28 @@ def reexecuted(strategies: Sequence[Strategy]) -> bool:
     return not any(s.stored or s.mode is Mode.MAP for s in strategies)
 
 
+def _must_keep(wf: Workflow, stats: Iterable[OpStats], pins: Iterable[str]) -> set[str]:
+    """What no policy and no budget drops: pinned arrays, the workflow's inputs and
+    outputs, and the outputs of operators whose values no re-run could prove."""
+    by_op = {o.name: o for o in stats}
+    must = set(pins) | set(wf.inputs)
+    for name, step in wf.steps.items():
+        o = by_op.get(name)
+        if not step.operator.deterministic or o is None or o.statistic or o.rounds \
+                or not wf.consumers(name):
+            must.add(name)
+    return must
+
+
 def not_kept(wf: Workflow, strategies: Mapping[str, Sequence[Strategy]], stats: Iterable[OpStats],
              keep: str, pins: Iterable[str] = ()) -> list[str]:
     """The arrays a run drops under policy ``keep``, in the workflow's order."""
     if keep == "all":
         return []
-    pinned = set(pins)
+    stats = list(stats)
     by_op = {o.name: o for o in stats}
-    must: set[str] = set(pinned)
+    must = _must_keep(wf, stats, pins)
     for name, step in wf.steps.items():
-        op = step.operator
-        o = by_op.get(name)
-        if not op.deterministic or (o is not None and (o.statistic or o.rounds)) or o is None:
-            must.add(name)
-        if not wf.consumers(name):
-            must.add(name)                               # a workflow output
         if keep == "auto" and reexecuted(strategies.get(name, ())):
             must.update(step.inputs)
     out: list[str] = []
@@ -87,4 +102,75 @@ def not_kept(wf: Workflow, strategies: Mapping[str, Sequence[Strategy]], stats: 
             continue
         cost[name] = c
         out.append(name)
+    return out
+
+
+def _bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (a folder or a file), as ``du -b`` counts them."""
+    if path.is_file():
+        return path.stat().st_size
+    total = 0
+    for here, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(here, f)).st_size
+            except FileNotFoundError:
+                continue
+    return total
+
+
+def array_bytes(arrays: ArrayStore, name: str, dropped: bool = False) -> int:
+    """Bytes of a run's own array as the disk budget counts them: its files (chunks,
+    metadata, its sidecar), not the folders that hold them.  ``dropped``: what it
+    would keep if it were not kept (its metadata, its sidecar and the SHA-256 of each
+    chunk that the sidecar would add)."""
+    from subzero.storage.chunks import CHUNK_SHA, sums_file
+    p = arrays.path(name)
+    side = _bytes(sums_file(p)) if sums_file(p).exists() else 0
+    if not p.exists():
+        return side
+    if not dropped:
+        return _bytes(p) + side
+    meta = chunks = 0
+    for here, _dirs, files in os.walk(p):
+        for f in files:
+            if f == "zarr.json":
+                meta += os.lstat(os.path.join(here, f)).st_size
+            elif os.path.relpath(here, p).split(os.sep)[:2] == ["data", "c"]:
+                chunks += 1
+    return meta + side + 2 * CHUNK_SHA * chunks
+
+
+def fit(arrays: ArrayStore, wf: Workflow, stats: Iterable[OpStats], pins: Iterable[str],
+        budget: DiskBudget) -> list[str]:
+    """Make the run's arrays and lineage fit its ``--max-disk`` together, once the last
+    operator ran: drop more of the intermediate arrays it still keeps, the largest
+    first, until they do; returns what was dropped (what the budget asks for, not a
+    misprediction: no warning; ``subzero du`` names every array not kept).
+    The workflow's inputs are stored once for the store and are not the run's to
+    count.  When the arrays no budget drops (outputs, pins) and the lineage do not fit,
+    :class:`~subzero.errors.BudgetError`: the run fails, nothing of it is kept.
+
+    Lineage counts as the budget counted it while it was written (its encoded bytes,
+    what ``run.lineage_bytes()`` says), arrays by :func:`array_bytes`."""
+    stats = list(stats)
+    must = _must_keep(wf, stats, pins)
+    sizes = {n: array_bytes(arrays, n) for n in wf.steps}      # not kept: their metadata
+    lineage = budget.used
+    total = sum(sizes.values()) + lineage
+    out: list[str] = []
+    for name in sorted((n for n in sizes if n not in must and arrays.kept(n)),
+                       key=lambda n: (-sizes[n], n)):
+        if total <= budget.max_bytes:
+            break
+        arrays.drop(name)
+        total -= sizes[name] - array_bytes(arrays, name)
+        out.append(name)
+    if total > budget.max_bytes:
+        kept = sum(b for n, b in sizes.items() if arrays.kept(n))
+        rest = sum(array_bytes(arrays, n) for n in sizes if not arrays.kept(n))
+        raise BudgetError(f"the run does not fit its disk budget of {budget.max_bytes} bytes: the "
+                          f"arrays it must keep (its outputs and pinned arrays) take {kept} bytes, "
+                          f"the metadata and checksums of those it does not keep {rest}, and its "
+                          f"lineage {lineage}; give a larger --max-disk")
     return out

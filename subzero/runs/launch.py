@@ -37,7 +37,7 @@ from subzero.model.workflow import Workflow, check_reexecution, load_workflow
 from subzero.runs import share
 from subzero.runs.journal import FILE as JOURNAL_FILE
 from subzero.runs.journal import Journal, Resumable, check_begun, fingerprint, read_journal
-from subzero.runs.keep import check_policy, not_kept
+from subzero.runs.keep import check_policy, fit, not_kept
 from subzero.runs.options import RunOptions
 from subzero.runs.transaction import RunTransaction
 from subzero.storage.arrays import ArrayStore
@@ -152,7 +152,7 @@ def _resume_rerun(tx: RunTransaction, wf: Workflow, strat: Mapping[str, tuple[St
     operators done are compared with the parent's to know what changed."""
     pp = ParentPlan.of(rerun["parent"])
     given = list(rerun["inputs"])
-    handle = pp.open()
+    handle = pp.open(wf)
     try:
         arrays = ArrayStore(tx.folder, tile=pp.tile, run_uid=tx.uid)
         engine = IncrementalEngine(arrays, handle, given)
@@ -211,6 +211,8 @@ def execute(tx: RunTransaction, wf: Workflow, values: Mapping[str, Any],
         # a run begun before runs had uids, resumed, too (its arrays have no manifest)
         for name in not_kept(wf, strat, stats.ops, opts.keep, opts.pins):
             arrays.drop(name)
+        if budget is not None and capture:
+            fit(arrays, wf, stats.ops, opts.pins, budget)
     tx.commit(wf, stats, budget.downgrades if budget is not None and capture else (), contents=held)
 
 
@@ -261,7 +263,8 @@ def plan_strategies(catalog: Catalog, plan: str | Mapping[str, Any], wf: Workflo
     if limit is not None:
         budget = DiskBudget(int(limit), {(op, s): int(b) for op, per in
                                          data.get("predicted_bytes", {}).items()
-                                         for s, b in per.items()})
+                                         for s, b in per.items()},
+                            arrays_reserve=int(data.get("arrays_reserve") or 0))
     return data["strategies"], budget
 
 

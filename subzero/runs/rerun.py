@@ -137,9 +137,7 @@ def rerun(catalog: Catalog, runs_dir: Path, parent: Run, inputs: Mapping[str, An
     wf, pp, given, described = plan(parent, inputs, opts.tile)
     strategies = pp.strategy_map()
     opts = RunOptions.of(opts, tile=pp.tile, capture=True, engine="local")
-    handle = pp.open()
-    # the parent's arrays it did not keep are made again (checked) by the parent's code
-    handle.arrays.recompute = getattr(parent, "recompute", None)
+    handle = pp.open(wf)          # the arrays the parent did not keep: made again, checked
     out: dict[str, Any] = {}
     try:
         choice = Choice("local", asked=True, fallback=False, reason="a re-run runs in this process")

@@ -13,7 +13,12 @@ from subzero.model.strategy import Strategy
 
 @dataclass
 class DiskBudget:
-    """A run's lineage disk budget, enforced while lineage is written.
+    """A run's disk budget (``--max-disk``): its arrays and its lineage together.
+
+    ``arrays_reserve`` of ``max_bytes`` is set aside for the arrays the run must keep
+    (its outputs, as the plan predicted them); lineage gets the rest, enforced while
+    it is written, and once the last operator ran the arrays kept and the lineage
+    must fit ``max_bytes`` together (:func:`subzero.runs.keep.fit`).
 
     Operators are written in workflow order.  A strategy that would take the
     total over ``max_bytes`` is not kept: the operator is downgraded to its
@@ -28,17 +33,25 @@ class DiskBudget:
     predicted: dict[tuple[str, str], int] = field(default_factory=dict)
     used: int = 0
     downgrades: list[dict] = field(default_factory=list)
+    arrays_reserve: int = 0
+
+    @property
+    def lineage_bytes(self) -> int:
+        """What lineage may take: the budget less what is set aside for arrays."""
+        return max(self.max_bytes - self.arrays_reserve, 0)
 
     def fits(self, nbytes: int) -> bool:
-        return self.used + int(nbytes) <= self.max_bytes
+        return self.used + int(nbytes) <= self.lineage_bytes
 
     def downgrade(self, op: str, s: Strategy, predicted: int | None, needed: int | None) -> None:
-        left = self.max_bytes - self.used
+        left = self.lineage_bytes - self.used
         size = needed if needed is not None else predicted
         self.downgrades.append({
             "op": op, "strategy": str(s), "predicted_bytes": predicted, "needed_bytes": needed,
             "reason": f"operator {op!r}: {s} needs {size} bytes but only {left} of the "
-                      f"{self.max_bytes}-byte disk budget are left; not stored"})
+                      f"{self.max_bytes}-byte disk budget are left"
+                      + (f" ({self.arrays_reserve} are set aside for its arrays)"
+                         if self.arrays_reserve else "") + "; not stored"})
 
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,

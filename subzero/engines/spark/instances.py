@@ -112,7 +112,7 @@ def rerun_task(runs_dir: str, item: tuple[int, str | None, Workflow, ParentPlan,
     t0 = time.perf_counter()
     try:
         folder.mkdir(parents=True)
-        parent = plan.open()
+        parent = plan.open(wf)
         lineage = LineageStore(folder / "lineage", run_uid=run_uid)
         try:
             arrays = ArrayStore(folder, tile=plan.tile, run_uid=run_uid)
