@@ -247,7 +247,7 @@ def arrays_reserve(store, wf, stats) -> int:
     as its profiling run stored them (compressed, counted as the run's budget counts
     them: :func:`subzero.runs.keep.array_bytes`); an output the profiling run no longer
     has counts its uncompressed size from the profile."""
-    from subzero.runs.keep import array_bytes
+    from subzero.runs.keep import reserve
     from subzero.storage.arrays import ArrayStore
     arrays = None
     if stats.profile_run is not None:
@@ -255,14 +255,7 @@ def arrays_reserve(store, wf, stats) -> int:
             arrays = ArrayStore(store.run_dir(stats.profile_run))
         except SubZeroError:
             arrays = None
-    total = 0
-    for n in wf.steps:
-        if wf.consumers(n):            # an intermediate: at least its metadata stays
-            total += array_bytes(arrays, n, dropped=True) if arrays is not None else 0
-            continue
-        got = array_bytes(arrays, n) if arrays is not None else 0
-        total += got or stats.op(n).out_bytes
-    return int(total)
+    return reserve(arrays, wf, lambda n: stats.op(n).out_bytes)
 
 
 def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) -> Plan:

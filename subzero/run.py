@@ -112,7 +112,7 @@ class Run:
             raise UntrustedRun(f"array {name!r} of run {self.id} was not kept, and making it "
                                f"again runs the run's code: "
                                + untrusted_message(self.store.path, self.id, self.verdict()))
-        from subzero.capture.remake import remaker
+        from subzero.engines.remake import remaker
         return remaker(self.workflow, self._arrays.read_value)(name)
 
     def steering(self) -> Steering:

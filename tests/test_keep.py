@@ -210,3 +210,22 @@ def test_a_rerun_of_a_run_that_kept_only_outputs_is_the_full_run(wfdir):
         for n in full.array_names():
             np.testing.assert_array_equal(again.array(n).values, full.array(n).values)
         assert queries(again) == queries(full)
+
+
+def test_an_untrusted_run_does_not_make_its_arrays_again(wfdir, monkeypatch):
+    """Making an array again runs the run's code: another user's run refuses, in one
+    line, until they trust it; its kept arrays read as before."""
+    from subzero.errors import UntrustedRun
+    from subzero.storage.trust import CONFIG_ENV
+    with subzero.open_store(wfdir / "s") as st:
+        rid = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="outputs",
+                     progress=False).id
+        want = st.get(rid).array("gate").values
+    monkeypatch.setenv(CONFIG_ENV, str(wfdir / "another-user"))
+    with subzero.open_store(wfdir / "s", create=False) as st:
+        run = st.get(rid)
+        assert run.array("scaled").shape == (40, 36)          # kept: read as before
+        with pytest.raises(UntrustedRun, match=r"array 'gate' of run \d+ was not kept"):
+            run.array("gate")
+        st.trust(rid)
+        np.testing.assert_array_equal(st.get(rid).array("gate").values, want)

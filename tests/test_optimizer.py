@@ -187,7 +187,10 @@ def test_wrong_prediction_is_downgraded_never_over_budget(gstore, capfd):
     # pretend every strategy takes 1 byte: the writes themselves must catch the overflow
     plan["predicted_bytes"] = {op: {s: 1 for s in per} for op, per in plan["predicted_bytes"].items()}
     budget = int(full.disk * 0.5) // 4096 * 4096 + 2048    # LMDB pages cannot fill it exactly
-    plan["max_disk"] = budget
+    from subzero.runs.keep import reserve
+    probe = gstore.run(WF, progress=False)
+    arrays = reserve(probe._arrays, probe.workflow)       # set aside for the run's arrays
+    plan.update(max_disk=arrays + budget, arrays_reserve=arrays)
     with pytest.warns(SubZeroWarning, match="disk budget"):
         run = gstore.run(WF, plan=plan, progress=False)
     downs = gstore.catalog.downgrades(run.id)

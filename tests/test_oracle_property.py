@@ -401,20 +401,23 @@ def release(run) -> None:
     run.close()
 
 
-def _run(store, specs, arrays_in, strategies, inputs_of):
+def _run(store, specs, arrays_in, strategies, inputs_of, keep="auto"):
     wf = subzero.Workflow("oracle")
     nodes = {n: wf.input(n) for n in arrays_in}
     for name, spec in specs.items():
         nodes[name] = wf.add(name, make_op(spec), *[nodes[a] for a in inputs_of[name]])
-    return store.run(wf, inputs=arrays_in,
+    return store.run(wf, inputs=arrays_in, keep=keep,
                      strategies={k: "+".join(v) for k, v in strategies.items()}, progress=False)
 
 
-def run_workflow(store, specs: dict, arrays_in: dict, strategies: dict, inputs_of: dict):
+def run_workflow(store, specs: dict, arrays_in: dict, strategies: dict, inputs_of: dict,
+                 keep: str = "auto"):
     """One run with every operator copy; returns (run, strategies used).  Any
     exception fails the example (pairs without output cells included: once a
-    known bug of the *Many encodings, now a regression check)."""
-    return _run(store, specs, arrays_in, strategies, inputs_of), strategies
+    known bug of the *Many encodings, now a regression check).  ``keep``: the run's
+    policy (intermediates not kept are made again, checked, when a re-execution
+    reads them)."""
+    return _run(store, specs, arrays_in, strategies, inputs_of, keep), strategies
 
 
 # =========================================================================== property tests
@@ -500,7 +503,8 @@ def dag_cases(draw):
     prefers = [None, "reexec"] + ([draw(st.sampled_from(every))] if every else [])
     if any(s.has_mapping for s in specs.values()):
         prefers.append("map")
-    return arrays, specs, inputs_of, strategies, last, qs_back, qs_fwd, prefers
+    keep = draw(st.sampled_from(["auto", "outputs", "all"]))
+    return arrays, specs, inputs_of, strategies, last, qs_back, qs_fwd, prefers, keep
 
 
 def dag_oracle(specs, inputs_of, mat, arrays, start, qbits, backward):
@@ -526,13 +530,14 @@ def dag_oracle(specs, inputs_of, mat, arrays, start, qbits, backward):
 @settings(max_examples=70, **SETTINGS)
 @given(case=dag_cases())
 def test_multi_step_traces_match_composed_oracle(ostore, case):
-    """Paths through 2-3 operators and DAG traces (union over every path)."""
-    arrays, specs, inputs_of, strategies, last, qs_back, qs_fwd, prefers = case
+    """Paths through 2-3 operators and DAG traces (union over every path), whatever
+    the run keeps of its intermediates (``keep``: re-executions read them made again)."""
+    arrays, specs, inputs_of, strategies, last, qs_back, qs_fwd, prefers, keep = case
     inputs = {a: np.arange(size_of(arrays[a]), dtype=np.float32).reshape(arrays[a])
               for a in arrays if a in INPUT_NAMES}
-    run, used = run_workflow(ostore, specs, inputs, strategies, inputs_of)
+    run, used = run_workflow(ostore, specs, inputs, strategies, inputs_of, keep)
     CASES["examples"] += 1
-    event(f"{len(specs)} operators, {sum(len(v) for v in inputs_of.values())} edges")
+    event(f"{len(specs)} operators, {sum(len(v) for v in inputs_of.values())} edges, keep {keep}")
     try:
         chk = Checker(run, specs, used)
         chain = list(specs)

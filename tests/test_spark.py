@@ -242,9 +242,12 @@ def test_disk_budget_is_enforced_on_spark(spark, store, capfd):
     path = str(ROOT / "workflows" / "genomics.py")
     both = "full:fullone:backward+full:fullone:forward"
     strat = {u: both for u in ("extract", "model", "predict")}
+    from subzero.runs.keep import reserve
     free = store.run(path, engine="spark", spark=spark, strategies=strat, progress=False)
+    arrays = reserve(free._arrays, free.workflow)      # what the run keeps of arrays, set aside
     budget = free.lineage_bytes() // 2
-    plan = {"name": "half", "workflow": "genomics", "strategies": strat, "max_disk": budget,
+    plan = {"name": "half", "workflow": "genomics", "strategies": strat,
+            "max_disk": arrays + budget, "arrays_reserve": arrays,
             "predicted_bytes": {}}          # no predictions: the writes must catch it
     with pytest.warns(SubZeroWarning, match="disk budget"):
         run = store.run(path, engine="spark", spark=spark, plan=plan, progress=False)

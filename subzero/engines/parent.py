@@ -204,7 +204,7 @@ class ParentPlan:
         the parent did not keep again when the re-run reads them."""
         arrays = ArrayStore(self.dir, run_uid=self.uid, inputs=self.digests)
         if wf is not None:
-            from subzero.capture.remake import remaker
+            from subzero.engines.remake import remaker
             arrays.recompute = remaker(wf, arrays.read_value)
         lin = Path(self.dir) / "lineage"
         lineage = LineageStore(lin, readonly=True, run_uid=self.uid) if lin.is_dir() else None

@@ -27,7 +27,7 @@ re-run could prove itself on them).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 #: the policies
 POLICIES = KEEP_POLICIES
 __all__ = ["DEFAULT_KEEP", "POLICIES", "array_bytes", "check_policy", "fit", "not_kept",
-           "reexecuted"]
+           "reexecuted", "reserve"]
 
 
 def check_policy(keep: str, pins: Iterable[str], wf: Workflow | None = None) -> None:
@@ -139,6 +139,22 @@ def array_bytes(arrays: ArrayStore, name: str, dropped: bool = False) -> int:
             elif os.path.relpath(here, p).split(os.sep)[:2] == ["data", "c"]:
                 chunks += 1
     return meta + side + 2 * CHUNK_SHA * chunks
+
+
+def reserve(arrays: ArrayStore | None, wf: Workflow,
+            fallback: Callable[[str], int] = lambda name: 0) -> int:
+    """Bytes a run of ``wf`` keeps of arrays whatever its ``--keep`` policy, measured on
+    a run's arrays (``arrays``; None: none to measure): its outputs (arrays no operator
+    reads) whole, and the metadata and checksums of its intermediates; an output not
+    found there counts ``fallback(name)`` (e.g. its uncompressed size)."""
+    total = 0
+    for n in wf.steps:
+        if wf.consumers(n):            # an intermediate: at least its metadata stays
+            total += array_bytes(arrays, n, dropped=True) if arrays is not None else 0
+            continue
+        got = array_bytes(arrays, n) if arrays is not None else 0
+        total += got or fallback(n)
+    return int(total)
 
 
 def fit(arrays: ArrayStore, wf: Workflow, stats: Iterable[OpStats], pins: Iterable[str],
