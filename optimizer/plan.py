@@ -196,7 +196,7 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
     reserve = arrays_reserve(store, wf, stats) if budgets.max_disk is not None else 0
     whole = budgets
     if reserve and budgets.max_disk is not None:
-        if reserve >= budgets.max_disk:
+        if reserve > budgets.max_disk:
             raise BudgetError(f"the disk budget of {fmt_size(budgets.max_disk)} covers a run's "
                               f"arrays and lineage, and the workflow's outputs with the metadata "
                               f"of its other arrays alone take {fmt_size(reserve)} (as its "

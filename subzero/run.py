@@ -100,7 +100,8 @@ class Run:
                        if a.get("kind") == "input"} \
                 if steer.record is not None and steer.verified else None
             self._store_of_arrays = ArrayStore(self.dir, run_uid=self.uid, inputs=digests,
-                                               recompute=self.recompute)
+                                               recompute=self.recompute,
+                                               recompute_chunk=self.recompute_chunk)
         return self._store_of_arrays
 
     def recompute(self, name: str) -> np.ndarray:
@@ -108,12 +109,25 @@ class Run:
         operator run again, whole, on its inputs as it read them (read back, or made
         again in turn).  The array store checks them chunk by chunk against the SHA-256
         recorded when the array was dropped.  Needs the run's code, so a trusted run."""
+        self._require_trust(name)
+        from subzero.engines.remake import remaker
+        return remaker(self.workflow, self._arrays.read_value)(name)
+
+    def recompute_chunk(self, name: str, shape: tuple[int, ...], chunks: tuple[int, ...],
+                        idx: tuple[int, ...]) -> np.ndarray | None:
+        """One chunk of an array this run did not keep, made again from its inputs'
+        regions where its operator runs per tile (else None: :meth:`recompute` makes the
+        whole array); checked as :meth:`recompute`'s values are."""
+        self._require_trust(name)
+        from subzero.engines.remake import chunk_remaker
+        return chunk_remaker(self.workflow, self._arrays.describe,
+                             self._arrays.read_region)(name, shape, chunks, idx)
+
+    def _require_trust(self, name: str) -> None:
         if not self.trusted:
             raise UntrustedRun(f"array {name!r} of run {self.id} was not kept, and making it "
                                f"again runs the run's code: "
                                + untrusted_message(self.store.path, self.id, self.verdict()))
-        from subzero.engines.remake import remaker
-        return remaker(self.workflow, self._arrays.read_value)(name)
 
     def steering(self) -> Steering:
         """What steers this run's traces: its signed record when that verifies, else its

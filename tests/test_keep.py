@@ -229,3 +229,37 @@ def test_an_untrusted_run_does_not_make_its_arrays_again(wfdir, monkeypatch):
             run.array("gate")
         st.trust(rid)
         np.testing.assert_array_equal(st.get(rid).array("gate").values, want)
+
+
+class ReexecFirst:
+    """A query-time planner (the executor's Planner interface) that always puts
+    re-execution first, as a model that prices it cheap would."""
+
+    def __init__(self):
+        self.steps = []
+
+    def plan(self, step, methods):
+        from subzero.query.methods import Reexec
+        return [m for m in methods if isinstance(m, Reexec)] + \
+            [m for m in methods if not isinstance(m, Reexec)], None
+
+    def observe(self, stat):
+        self.steps.append((stat.op, stat.method))
+
+
+def test_a_planner_does_not_reexecute_onto_arrays_not_kept(wfdir):
+    """Re-executing an operator whose input the run did not keep makes that input
+    again first, which no model prices: stored lineage answers instead, the same cells."""
+    with subzero.open_store(wfdir / "s") as st:
+        rid = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="outputs",
+                     strategies={"flip": "full", "scaled": "full"}, progress=False).id
+        full = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="all",
+                      strategies={"flip": "full", "scaled": "full"}, progress=False).id
+        for run_id, reexec_scaled in ((rid, False), (full, True)):
+            p = ReexecFirst()
+            got = cells(st.get(run_id).trace("scaled", [[3, 4]], to="a", planner=p, record=False))
+            want = cells(st.get(full).trace("scaled", [[3, 4]], to="a", record=False))
+            assert got == want
+            reexecuted = {op for op, m in p.steps if m.startswith("reexec")}
+            assert ("scaled" in reexecuted) is reexec_scaled, p.steps
+            assert ("flip" in reexecuted) is reexec_scaled, p.steps   # its input smooth too

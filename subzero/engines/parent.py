@@ -204,8 +204,9 @@ class ParentPlan:
         the parent did not keep again when the re-run reads them."""
         arrays = ArrayStore(self.dir, run_uid=self.uid, inputs=self.digests)
         if wf is not None:
-            from subzero.engines.remake import remaker
+            from subzero.engines.remake import chunk_remaker, remaker
             arrays.recompute = remaker(wf, arrays.read_value)
+            arrays.recompute_chunk = chunk_remaker(wf, arrays.describe, arrays.read_region)
         lin = Path(self.dir) / "lineage"
         lineage = LineageStore(lin, readonly=True, run_uid=self.uid) if lin.is_dir() else None
         return Parent(self.run_id, arrays, lineage, self.strategy_map(), self.shapes,

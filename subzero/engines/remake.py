@@ -1,7 +1,11 @@
 """Making an array a run did not keep again (see :mod:`subzero.runs.keep`): its
-operator run whole on its inputs, as the operator read them.  Plain code over a
-workflow and a reader of the run's arrays, so the same runs in the driver, in a
-re-run of the run, and on a Spark executor re-running it."""
+operator run on its inputs, as the operator read them -- chunk by chunk where the
+operator is tile-local (declared elementwise or a stencil, as the engines run it
+per tile: a chunk's values are what it computes from the chunk grown by its halo),
+else whole.  Plain code over a workflow and readers of the run's arrays, so the
+same runs in the driver, in a re-run of the run, and on a Spark executor
+re-running it.  What it returns is checked by the array store against the
+SHA-256 of each chunk recorded when the array was dropped."""
 
 from __future__ import annotations
 
@@ -10,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from subzero.capture.runner import run_operator
+from subzero.capture.runner import run_operator, run_tile
+from subzero.capture.tiles import input_slices, tile_at, tile_plan
 from subzero.model.workflow import Workflow
 
 
@@ -29,4 +34,32 @@ def remaker(wf: Workflow, read_value: Callable[[str], Any]) -> Callable[[str], n
         out = run_operator(name, step.operator, [read_value(i) for i in step.inputs], (),
                            capture=False)[0]
         return np.asarray(as_dataarray(out, name).values)
+    return remake
+
+
+def chunk_remaker(wf: Workflow, describe: Callable[[str], tuple[Any, Any, bool]],
+                  read_region: Callable[[str, tuple[slice, ...]], np.ndarray],
+                  ) -> Callable[[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]],
+                                np.ndarray | None]:
+    """A function giving the values of one chunk (index ``idx`` of the grid of
+    ``chunks`` over ``shape``) of array ``name`` made again from its inputs' regions
+    (read by ``read_region``: made again in turn, chunk by chunk, where not kept), or
+    None when its operator cannot run on part of the array (global, a statistic of
+    the whole array, labelled inputs, inputs of other shapes): the array is then made
+    again whole.  ``describe(name)`` is the array store's (shape, dtype, numpy)."""
+    def remake(name: str, shape: tuple[int, ...], chunks: tuple[int, ...],
+               idx: tuple[int, ...]) -> np.ndarray | None:
+        step = wf.steps.get(name)
+        if step is None or step.operator.statistic is not None or not step.inputs:
+            return None
+        info = [describe(i) for i in step.inputs]
+        if not all(numpy for _, _, numpy in info):
+            return None
+        in_shapes = [tuple(int(n) for n in s) for s, _, _ in info]
+        h = tile_plan(step.operator, in_shapes)
+        if h is None or in_shapes[0] != tuple(shape):
+            return None
+        tile = tile_at(shape, chunks, idx, h)
+        ins = [read_region(i, input_slices(tile, s)) for i, s in zip(step.inputs, in_shapes)]
+        return run_tile(name, step.operator, ins, (), False, tile, shape, in_shapes).core
     return remake

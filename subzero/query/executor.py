@@ -53,7 +53,7 @@ from subzero.model.strategy import Direction, Strategy
 from subzero.model.workflow import Workflow
 from subzero.query import steps as run_step
 from subzero.query.graph import Edge, RunGraph
-from subzero.query.methods import Mapping, Method, MethodTable, Stored, fallback_order
+from subzero.query.methods import Mapping, Method, MethodTable, Reexec, Stored, fallback_order
 from subzero.query.planner import (
     Planner,
     ReadBudget,
@@ -122,6 +122,8 @@ class Executor:
         self._values: dict[str, np.ndarray | xr.DataArray] = {}
         self._contexts: dict[str, StepContext] = {}
         self._tile_access: dict[str, TileAccess] = {}
+        #: per operator: whether an input of it was not kept by the run (``--keep``)
+        self._remade_inputs: dict[str, bool] = {}
         #: first-use costs paid so far: left out of the steps that paid them
         self.warmup = Warmup()
         self._regions = RegionCache(view.arrays.read_region, REGION_CACHE_BYTES)
@@ -356,6 +358,12 @@ class Executor:
                             if q.form == "sparse" else 1.0, runs)
             methods, asked = planner.plan(info, methods)
             budget = as_budget(asked)
+            if self._reads_remade(name) and any(not isinstance(m, Reexec) for m in methods):
+                # its inputs would be made again first (whole arrays, perhaps several),
+                # which the model does not price: re-execution only when nothing else is left
+                methods = [m for m in methods if not isinstance(m, Reexec)] + \
+                    [m for m in methods if isinstance(m, Reexec)]
+                budget = None
             plan_cpu = time.thread_time() - c0 - (self.warmup.cpu - w0)   # not first uses
 
         def inputs() -> list[object]:
@@ -407,6 +415,14 @@ class Executor:
                          f"(a planner must keep re-execution)")
 
     # -- run-lifetime state ------------------------------------------------------------------
+    def _reads_remade(self, name: str) -> bool:
+        """Whether re-executing ``name`` reads an input its run did not keep."""
+        got = self._remade_inputs.get(name)
+        if got is None:
+            got = self._remade_inputs[name] = not all(
+                self.v.arrays.kept(a) for a in self.v.inputs_of[name])
+        return got
+
     def _operator(self, name: str) -> Operator:
         return self.v.workflow().steps[name].operator
 

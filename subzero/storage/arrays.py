@@ -154,12 +154,18 @@ class ArrayStore:
 
     def __init__(self, run_dir: str | Path, tile: int = DEFAULT_TILE, run_uid: str | None = None,
                  inputs: Mapping[str, str | None] | None = None,
-                 recompute: Callable[[str], np.ndarray] | None = None):
+                 recompute: Callable[[str], np.ndarray] | None = None,
+                 recompute_chunk: Callable[[str, tuple[int, ...], tuple[int, ...],
+                                            tuple[int, ...]], np.ndarray | None] | None = None):
         self.dir = Path(run_dir) / "arrays"
         #: how the values of an array the run did not keep are made again (its operator
         #: on its inputs: :meth:`subzero.run.Run.recompute`); None: they cannot be here
         self.recompute = recompute
+        #: the same for one chunk (name, shape, chunk shape, chunk index), None when the
+        #: operator cannot run on part of the array (:mod:`subzero.engines.remake`)
+        self.recompute_chunk = recompute_chunk
         self._remade: dict[str, np.ndarray] = {}
+        self._remade_chunks: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}
         self.tile = tile
         #: the uid of the run these arrays belong to (None: an unbound run)
         self.run_uid = run_uid
@@ -463,6 +469,59 @@ class ArrayStore:
                         for idx in node.chunks_all())
         drop(p, name, self.run_uid, self.label(name), sums)
 
+    def _remade_region(self, name: str, node: ArrayNode, region: Any) -> np.ndarray:
+        """A region of an array the run did not keep: the chunks it touches made again
+        one by one (each checked against its SHA-256) when its operator allows and the
+        region is a box, else the whole array made again.  A chunk made alone that is
+        not the one recorded (an operator declared elementwise that reads positions)
+        sends the read to the whole array, whose check decides."""
+        whole = name in self._remade or self.recompute_chunk is None or not (
+            isinstance(region, tuple) and len(region) == len(node.shape)
+            and all(isinstance(s, slice) and s.step in (None, 1) for s in region))
+        if not whole:
+            box = tuple(s.indices(n)[:2] for s, n in zip(region, node.shape))
+            if any(b <= a for a, b in box):
+                return np.empty(tuple(max(b - a, 0) for a, b in box), self._dtype(name))
+            parts = {}
+            for idx in node.touched(region):
+                got = self._remade_chunk(name, node, idx)
+                if got is None:
+                    whole = True
+                    break
+                parts[idx] = got
+        if whole:
+            return np.array(self._remade_values(name, node)[region])
+        out = np.empty(tuple(b - a for a, b in box), next(iter(parts.values())).dtype)
+        for idx, v in parts.items():
+            cs = node.chunk_slices(idx)
+            lo = [max(c.start, a) for c, (a, _) in zip(cs, box)]
+            hi = [min(c.stop, b) for c, (_, b) in zip(cs, box)]
+            out[tuple(slice(lo_ - a, hi_ - a) for lo_, hi_, (a, _) in zip(lo, hi, box))] = \
+                v[tuple(slice(lo_ - c.start, hi_ - c.start) for lo_, hi_, c in zip(lo, hi, cs))]
+        return out
+
+    def _dtype(self, name: str) -> np.dtype:
+        return np.dtype(self.describe(name)[1])
+
+    def _remade_chunk(self, name: str, node: ArrayNode, idx: tuple[int, ...]) -> np.ndarray | None:
+        """One chunk of an array not kept, made again alone and checked; None when its
+        operator cannot make it alone, or made it other than recorded."""
+        key = (name, idx)
+        got = self._remade_chunks.get(key)
+        if got is not None:
+            return got
+        assert self.recompute_chunk is not None and node.dropped is not None
+        values = self.recompute_chunk(name, node.shape, node.chunks, idx)
+        if values is None:
+            return None
+        k = node.chunk_index(idx)
+        values = np.asarray(values)
+        if chunk_sha(values) != node.dropped[32 * k:32 * (k + 1)]:
+            return None
+        values.setflags(write=False)
+        self._remade_chunks[key] = values
+        return values
+
     def _remade_values(self, name: str, node: ArrayNode) -> np.ndarray:
         """The values of an array the run did not keep: made again by :attr:`recompute`
         (once per store object), each chunk checked against the SHA-256 recorded when it
@@ -574,7 +633,7 @@ class ArrayStore:
         p, nodes, z = self._zarr(name, "r")
         node = nodes["data"] if nodes is not None else None
         if node is not None and node.dropped is not None:
-            return np.array(self._remade_values(name, node)[region])
+            return self._remade_region(name, node, region)
         if node is not None:
             check_present(p, node, region, self.label(name))
         try:
@@ -590,7 +649,7 @@ class ArrayStore:
         p, nodes = self._open(name)
         node = nodes.get("data") if nodes is not None else None
         if node is not None and node.dropped is not None:
-            return np.array(self._remade_values(name, node)[region])
+            return self._remade_region(name, node, region)
         if (node is None or not isinstance(region, tuple) or len(region) != len(node.shape)
                 or not all(isinstance(s, slice) and s.step in (None, 1) for s in region)):
             return None
