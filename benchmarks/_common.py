@@ -45,13 +45,17 @@ class Timer:
         self.s = time.perf_counter() - self.t0
 
 
-def update_section(name: str, body: str) -> None:
-    """Replace (or append) the section ``name`` of RESULTS.md."""
+def update_section(name: str, body: str, before: str | None = None) -> None:
+    """Replace (or add) the section ``name`` of RESULTS.md: a new one goes just before
+    section ``before`` when that is there, else at the end."""
     text = RESULTS.read_text() if RESULTS.exists() else HEADER
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     block = f"{start}\n{body.rstrip()}\n{end}"
+    ahead = f"<!-- {before}:start -->" if before else None
     if start in text:
         text = re.sub(re.escape(start) + r".*?" + re.escape(end), lambda m: block, text, flags=re.S)
+    elif ahead and ahead in text:
+        text = text.replace(ahead, block + "\n\n" + ahead, 1)
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     RESULTS.write_text(text)
