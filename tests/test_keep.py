@@ -263,3 +263,28 @@ def test_a_planner_does_not_reexecute_onto_arrays_not_kept(wfdir):
             reexecuted = {op for op, m in p.steps if m.startswith("reexec")}
             assert ("scaled" in reexecuted) is reexec_scaled, p.steps
             assert ("flip" in reexecuted) is reexec_scaled, p.steps   # its input smooth too
+
+
+def test_auto_keeps_what_the_workload_reads(wfdir):
+    """The workload file beside the module and the traces logged on earlier runs name
+    the arrays a trace prints values of: `auto` keeps them, `outputs` does not."""
+    (wfdir / "gatewf_workload.json").write_text(json.dumps({"queries": [
+        {"name": "q", "from": "gate", "to": "smooth", "cells": {"where": "bright > 0", "n": 2}},
+        {"name": "p", "from": "scaled", "path": [["scaled", 0], ["gate", 0]],
+         "cells": {"box": [[0, 0], [2, 2]]}}]}))
+    with subzero.open_store(wfdir / "s") as st:
+        first = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="auto",
+                       progress=False)
+        assert {n for n, k in kept(first).items() if k} == {"a", "scaled", "gate", "smooth",
+                                                           "bright", "flip"}
+        (wfdir / "gatewf_workload.json").write_text("{not json")   # unreadable: counts for nothing
+        second = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="auto",
+                        progress=False)
+        assert {n for n, k in kept(second).items() if k} == {"a", "scaled"}
+        second.trace("flip", [[1, 1]], to="smooth")              # logged
+        third = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="auto",
+                       progress=False)
+        assert {n for n, k in kept(third).items() if k} == {"a", "scaled", "flip", "smooth"}
+        outputs = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="outputs",
+                         progress=False)
+        assert {n for n, k in kept(outputs).items() if k} == {"a", "scaled"}

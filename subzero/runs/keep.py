@@ -15,7 +15,10 @@ The policies:
   kept, intermediates are not;
 * ``auto`` (the default): as ``outputs``, and also every array a trace reads:
   the inputs of an operator whose traces re-execute it (it stores no lineage and
-  has no mapping functions), and an array that would take more than
+  has no mapping functions), the arrays the workflow's workload starts at, ends
+  at or picks its cells by (its ``WORKFLOW_workload.json`` beside the module, and
+  the traces logged on the store's earlier runs of the workflow: their values are
+  what a trace prints), and an array that would take more than
   :data:`~subzero.tuning.KEEP_RECOMPUTE_S` to make again (its operator's run time,
   with that of the arrays it would have to make again first).
 
@@ -26,17 +29,20 @@ re-run could prove itself on them).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from subzero.engines.stats import OpStats
-from subzero.errors import BudgetError, UsageError
+from subzero.errors import BudgetError, SubZeroError, UsageError
 from subzero.model.modes import Mode
 from subzero.model.strategy import Strategy
 from subzero.model.workflow import Workflow
-from subzero.tuning import DEFAULT_KEEP, KEEP_POLICIES, KEEP_RECOMPUTE_S
+from subzero.storage.files import read_regular
+from subzero.tuning import DEFAULT_KEEP, KEEP_POLICIES, KEEP_RECOMPUTE_S, METADATA_BYTES
 
 if TYPE_CHECKING:
     from subzero.storage.arrays import ArrayStore
@@ -45,7 +51,7 @@ if TYPE_CHECKING:
 #: the policies
 POLICIES = KEEP_POLICIES
 __all__ = ["DEFAULT_KEEP", "POLICIES", "array_bytes", "check_policy", "fit", "not_kept",
-           "reexecuted", "reserve"]
+           "reexecuted", "reserve", "workload_arrays", "workload_of"]
 
 
 def check_policy(keep: str, pins: Iterable[str], wf: Workflow | None = None) -> None:
@@ -79,14 +85,48 @@ def _must_keep(wf: Workflow, stats: Iterable[OpStats], pins: Iterable[str]) -> s
     return must
 
 
+def workload_arrays(wf: Workflow, queries: Iterable[Mapping]) -> set[str]:
+    """The arrays of ``wf`` that workload ``queries`` (as a workload file writes them, or
+    the trace log's rows: ``start``/``target``) start at, end at, or name in their cell
+    selector (``"where": "crmask == 1"``)."""
+    names = set(wf.arrays())
+    out: set[str] = set()
+    for q in queries:
+        if not isinstance(q, Mapping):
+            continue
+        start = q.get("from", q.get("start"))
+        for key in ("to", "target"):
+            if isinstance(q.get(key), str):
+                out.add(q[key])
+        path = q.get("path")
+        if isinstance(start, str):
+            out.add(start)
+            if isinstance(path, list) and path and all(isinstance(p, (list, tuple)) and len(p) == 2
+                                                      for p in path):
+                op, i = path[-1]
+                step = wf.steps.get(op)
+                if path[0][0] == start and step is not None and isinstance(i, int) \
+                        and 0 <= i < len(step.inputs):
+                    out.add(step.inputs[i])              # backward: the last step's input
+                elif isinstance(op, str):
+                    out.add(op)                          # forward: the last step's output
+        cells = q.get("cells")
+        if isinstance(cells, Mapping) and isinstance(cells.get("where"), str):
+            out.update(re.findall(r"[A-Za-z_][\w.-]*", cells["where"]))
+    return out & names
+
+
 def not_kept(wf: Workflow, strategies: Mapping[str, Sequence[Strategy]], stats: Iterable[OpStats],
-             keep: str, pins: Iterable[str] = ()) -> list[str]:
-    """The arrays a run drops under policy ``keep``, in the workflow's order."""
+             keep: str, pins: Iterable[str] = (), read: Iterable[str] = ()) -> list[str]:
+    """The arrays a run drops under policy ``keep``, in the workflow's order; ``read``:
+    arrays its workload reads (:func:`workload_arrays`), kept under ``auto``."""
     if keep == "all":
         return []
     stats = list(stats)
     by_op = {o.name: o for o in stats}
     must = _must_keep(wf, stats, pins)
+    if keep == "auto":
+        must.update(read)
     for name, step in wf.steps.items():
         if keep == "auto" and reexecuted(strategies.get(name, ())):
             must.update(step.inputs)
@@ -189,4 +229,24 @@ def fit(arrays: ArrayStore, wf: Workflow, stats: Iterable[OpStats], pins: Iterab
                           f"arrays it must keep (its outputs and pinned arrays) take {kept} bytes, "
                           f"the metadata and checksums of those it does not keep {rest}, and its "
                           f"lineage {lineage}; give a larger --max-disk")
+    return out
+
+
+def workload_of(wf: Workflow, logged: Iterable[Mapping]) -> list[Mapping]:
+    """The queries ``auto`` keeps arrays for: the workload file shipped beside the
+    workflow's module (``WORKFLOW_workload.json``; one that cannot be read counts for
+    nothing: a run never fails on it) and the trace log's rows ``logged`` (earlier
+    runs' traces of the same workflow)."""
+    out: list[Mapping] = list(logged)
+    src = wf.source
+    if src and src.endswith(".py"):
+        f = Path(src).with_name(Path(src).stem + "_workload.json")
+        try:
+            data = json.loads(read_regular(f, METADATA_BYTES, "workload file")) \
+                if f.is_file() else None
+        except (SubZeroError, OSError, ValueError):
+            data = None
+        items = data.get("queries") if isinstance(data, dict) else data
+        if isinstance(items, list):
+            out.extend(q for q in items if isinstance(q, Mapping))
     return out
