@@ -218,8 +218,9 @@ def test_wrong_prediction_is_downgraded_never_over_budget(gstore, capfd):
 
 
 def test_planner_picks_the_matching_index_and_switches_when_reading_is_slow(gstore):
+    # every array kept: a switch to re-execution reads the operators' inputs
     both = gstore.run(WF, strategies={u: "full:fullone:backward+full:fullone:forward" for u in UDFS},
-                      progress=False)
+                      progress=False, keep="all")
     planner = planner_for(both)
     assert planner is not None
     res = both.trace("model", [(0, 1)], to="transpose", planner=planner, record=False)
@@ -241,7 +242,8 @@ def test_planner_picks_the_matching_index_and_switches_when_reading_is_slow(gsto
     assert all(s.method.startswith("reexec") for s, sw in zip(steps, switched) if sw)
     assert len(planner.decisions) >= 4 and all(len(d[1]) == 3 for d in planner.decisions)
     # forward-only lineage asked backward: an impatient planner gives up and re-executes
-    forw = gstore.run(WF, strategies={u: "full:fullone:forward" for u in UDFS}, progress=False)
+    forw = gstore.run(WF, strategies={u: "full:fullone:forward" for u in UDFS}, progress=False,
+                      keep="all")         # a switch to re-execution reads the inputs
     ref = forw.trace("model", [(0, 1)], to="transpose", record=False)
     assert ref.steps[0].method.startswith("stored:")
     impatient = Impatient(planner_for(forw).model)
@@ -264,7 +266,8 @@ def test_a_switched_step_teaches_its_read_and_its_reexecution_apart(gstore):
     """A read given up for re-execution corrects the read by what it ran (at least) and
     re-execution by its own CPU time without the read's, at once in the planner and,
     through the trace log, in the next planner made for the run."""
-    forw = gstore.run(WF, strategies={u: "full:fullone:forward" for u in UDFS}, progress=False)
+    forw = gstore.run(WF, strategies={u: "full:fullone:forward" for u in UDFS}, progress=False,
+                      keep="all")         # a switch to re-execution reads the inputs
     ref = forw.trace("model", [(0, 1)], to="transpose", record=False)
     planner = Impatient(planner_for(forw).model)
     read = ("model", 0, correction_key(parse_one("full:fullone:forward"), True))
