@@ -368,6 +368,10 @@ LEASE_WAIT_S = 2.0
 #: again (its operator's run time, with that of the inputs it would make again first):
 #: a read of it would wait that long (:mod:`subzero.runs.keep`)
 KEEP_RECOMPUTE_S = 2.0
+#: ``--keep auto`` keeps an array whose dropping would free less than this many bytes
+#: (its metadata and checksums stay; a scalar made again whole rebuilds what it reads)
+KEEP_MIN_SAVING = 16 << 10
+
 #: the ``--keep`` policies (:mod:`subzero.runs.keep`), and that of a run naming none
 KEEP_POLICIES = ("auto", "outputs", "all")
 DEFAULT_KEEP = "auto"

@@ -53,17 +53,28 @@ def kept(run):
     return {n: run._arrays.kept(n) for n in run.array_names()}
 
 
+def big(wfdir):
+    """An input whose arrays are worth dropping (`auto` keeps an array that would free
+    less than KEEP_MIN_SAVING: the 40 x 36 ones would all be kept)."""
+    np.save(wfdir / "big.npy", np.random.default_rng(4).random((300, 280)))
+    return wfdir / "big.npy"
+
+
 def test_policies_keep_what_they_say(wfdir):
     with subzero.open_store(wfdir / "s") as st:
-        runs = {k: st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep=k,
+        runs = {k: st.run(wfdir / "gatewf.py", inputs={"a": big(wfdir)}, keep=k,
                           strategies=STRATEGIES, progress=False) for k in ("all", "outputs", "auto")}
-        pinned = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="outputs",
+        pinned = st.run(wfdir / "gatewf.py", inputs={"a": big(wfdir)}, keep="outputs",
                         pins=["gate"], strategies=STRATEGIES, progress=False)
+        small = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="auto",
+                       strategies=STRATEGIES, progress=False)
+        assert all(kept(small).values())             # nothing worth dropping
         assert all(kept(runs["all"]).values())
         assert kept(runs["outputs"]) == {"a": True, "smooth": False, "bright": False,
                                          "flip": False, "gate": False, "scaled": True}
         # auto: also what a trace reads (flip re-executes: its input smooth)
-        assert kept(runs["auto"]) == {**kept(runs["outputs"]), "smooth": True}
+        # (and bright, a threshold mask that compresses to little: dropping frees nothing)
+        assert kept(runs["auto"]) == {**kept(runs["outputs"]), "smooth": True, "bright": True}
         assert kept(pinned) == {**kept(runs["outputs"]), "gate": True}
         usage = {k: st.run_usage(r.id) for k, r in runs.items()}
         assert usage["outputs"].kinds["arrays"].bytes < usage["auto"].kinds["arrays"].bytes \
@@ -73,7 +84,7 @@ def test_policies_keep_what_they_say(wfdir):
             st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="some")
         with pytest.raises(UsageError, match="names no array of workflow 'gated': 'nosuch'"):
             st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, pins=["nosuch"])
-        assert len(st.runs()) == 4                    # the refused ones left nothing
+        assert len(st.runs()) == 5                    # the refused ones left nothing
 
 
 @pytest.mark.parametrize("engine", ["local", "spark"])
@@ -272,19 +283,17 @@ def test_auto_keeps_what_the_workload_reads(wfdir):
         {"name": "q", "from": "gate", "to": "smooth", "cells": {"where": "bright > 0", "n": 2}},
         {"name": "p", "from": "scaled", "path": [["scaled", 0], ["gate", 0]],
          "cells": {"box": [[0, 0], [2, 2]]}}]}))
+    a = big(wfdir)
     with subzero.open_store(wfdir / "s") as st:
-        first = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="auto",
-                       progress=False)
+        first = st.run(wfdir / "gatewf.py", inputs={"a": a}, keep="auto", progress=False)
         assert {n for n, k in kept(first).items() if k} == {"a", "scaled", "gate", "smooth",
                                                            "bright", "flip"}
         (wfdir / "gatewf_workload.json").write_text("{not json")   # unreadable: counts for nothing
-        second = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="auto",
-                        progress=False)
-        assert {n for n, k in kept(second).items() if k} == {"a", "scaled"}
+        second = st.run(wfdir / "gatewf.py", inputs={"a": a}, keep="auto", progress=False)
+        assert {n for n, k in kept(second).items() if k} == {"a", "scaled", "bright"}  # cheap
         second.trace("flip", [[1, 1]], to="smooth")              # logged
-        third = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="auto",
-                       progress=False)
-        assert {n for n, k in kept(third).items() if k} == {"a", "scaled", "flip", "smooth"}
-        outputs = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="outputs",
-                         progress=False)
+        third = st.run(wfdir / "gatewf.py", inputs={"a": a}, keep="auto", progress=False)
+        assert {n for n, k in kept(third).items() if k} == {"a", "scaled", "bright", "flip",
+                                                           "smooth"}
+        outputs = st.run(wfdir / "gatewf.py", inputs={"a": a}, keep="outputs", progress=False)
         assert {n for n, k in kept(outputs).items() if k} == {"a", "scaled"}

@@ -18,7 +18,8 @@ The policies:
   has no mapping functions), the arrays the workflow's workload starts at, ends
   at or picks its cells by (its ``WORKFLOW_workload.json`` beside the module, and
   the traces logged on the store's earlier runs of the workflow: their values are
-  what a trace prints), and an array that would take more than
+  what a trace prints), an array whose dropping would free less than
+  :data:`~subzero.tuning.KEEP_MIN_SAVING`, and an array that would take more than
   :data:`~subzero.tuning.KEEP_RECOMPUTE_S` to make again (its operator's run time,
   with that of the arrays it would have to make again first).
 
@@ -42,7 +43,13 @@ from subzero.model.modes import Mode
 from subzero.model.strategy import Strategy
 from subzero.model.workflow import Workflow
 from subzero.storage.files import read_regular
-from subzero.tuning import DEFAULT_KEEP, KEEP_POLICIES, KEEP_RECOMPUTE_S, METADATA_BYTES
+from subzero.tuning import (
+    DEFAULT_KEEP,
+    KEEP_MIN_SAVING,
+    KEEP_POLICIES,
+    KEEP_RECOMPUTE_S,
+    METADATA_BYTES,
+)
 
 if TYPE_CHECKING:
     from subzero.storage.arrays import ArrayStore
@@ -50,7 +57,8 @@ if TYPE_CHECKING:
 
 #: the policies
 POLICIES = KEEP_POLICIES
-__all__ = ["DEFAULT_KEEP", "POLICIES", "array_bytes", "check_policy", "fit", "not_kept",
+__all__ = ["DEFAULT_KEEP", "POLICIES", "array_bytes", "cheap_to_keep", "check_policy", "fit",
+           "not_kept",
            "reexecuted", "reserve", "workload_arrays", "workload_of"]
 
 
@@ -164,7 +172,7 @@ def array_bytes(arrays: ArrayStore, name: str, dropped: bool = False) -> int:
     metadata, its sidecar), not the folders that hold them.  ``dropped``: what it
     would keep if it were not kept (its metadata, its sidecar and the SHA-256 of each
     chunk that the sidecar would add)."""
-    from subzero.storage.chunks import CHUNK_SHA, sums_file
+    from subzero.storage.chunks import CHUNK_SHA, SUMS_FORMAT, TRAILER, sums_file
     p = arrays.path(name)
     side = _bytes(sums_file(p)) if sums_file(p).exists() else 0
     if not p.exists():
@@ -178,7 +186,24 @@ def array_bytes(arrays: ArrayStore, name: str, dropped: bool = False) -> int:
                 meta += os.lstat(os.path.join(here, f)).st_size
             elif os.path.relpath(here, p).split(os.sep)[:2] == ["data", "c"]:
                 chunks += 1
-    return meta + side + 2 * CHUNK_SHA * chunks
+    try:                      # the sidecar as drop() would write it: exactly its bytes
+        body = json.loads(sums_file(p).read_text())
+        if "dropped" not in body:
+            n = len((body.get("chunks") or {}).get("data", "")) // (2 * TRAILER) or chunks
+            body.update({"format": SUMS_FORMAT, "dropped": {"data": "00" * CHUNK_SHA * n}})
+            body["seal"] = "0" * 64
+        side = len(json.dumps(body, indent=1, sort_keys=True).encode())
+    except (OSError, ValueError, AttributeError, TypeError):
+        side += 2 * CHUNK_SHA * chunks + 64
+    return meta + side
+
+
+def cheap_to_keep(arrays: ArrayStore, wf: Workflow) -> set[str]:
+    """The operators' arrays whose dropping would free less than
+    :data:`~subzero.tuning.KEEP_MIN_SAVING` (a scalar such as an overscan mean: made
+    again whole, it would rebuild everything above it for nothing)."""
+    return {n for n in wf.steps if arrays.kept(n)
+            and array_bytes(arrays, n) - array_bytes(arrays, n, dropped=True) < KEEP_MIN_SAVING}
 
 
 def reserve(arrays: ArrayStore | None, wf: Workflow,

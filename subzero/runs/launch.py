@@ -37,7 +37,14 @@ from subzero.model.workflow import Workflow, check_reexecution, load_workflow
 from subzero.runs import share
 from subzero.runs.journal import FILE as JOURNAL_FILE
 from subzero.runs.journal import Journal, Resumable, check_begun, fingerprint, read_journal
-from subzero.runs.keep import check_policy, fit, not_kept, workload_arrays, workload_of
+from subzero.runs.keep import (
+    cheap_to_keep,
+    check_policy,
+    fit,
+    not_kept,
+    workload_arrays,
+    workload_of,
+)
 from subzero.runs.options import RunOptions
 from subzero.runs.transaction import RunTransaction
 from subzero.storage.arrays import ArrayStore
@@ -210,7 +217,7 @@ def execute(tx: RunTransaction, wf: Workflow, values: Mapping[str, Any],
     elif tx.uid is not None:   # a re-run keeps every array (made from its parent's values);
         # a run begun before runs had uids, resumed, too (its arrays have no manifest)
         read = workload_arrays(wf, workload_of(wf, tx.catalog.traces(workflow=wf.name))) \
-            if opts.keep == "auto" else set()
+            | cheap_to_keep(arrays, wf) if opts.keep == "auto" else set()
         for name in not_kept(wf, strat, stats.ops, opts.keep, opts.pins, read):
             arrays.drop(name)
         if budget is not None and capture:
