@@ -8,9 +8,18 @@ process and store, in-process engine (``engine="local"``):
 
 1. the workflow run once per policy, ``keep="all"``, ``"outputs"``, ``"auto"``,
    with the default strategies and (``--budgets``; at 16 Mpix ``--budgets-16``)
-   with the plan of each lineage
-   disk budget (``optimize(max_disk=B, workload=...)`` once per budget, then the
-   plan run under each policy, so the three policies store the same lineage).
+   with the plan of each disk budget.  ``--max-disk`` covers a run's arrays and
+   lineage: the optimizer sets aside ``Plan.arrays_reserve`` (the workflow's outputs
+   and the metadata and checksums of its other arrays, as its profiling run stored
+   them) and plans lineage in the rest, so each budget is ``reserve + X``, the
+   reserve measured first (``optimize(max_disk="10GB", workload=..., save=False)
+   .arrays_reserve``) and X one of the case's ``extra`` (0: no lineage and no slack;
+   4KB: no lineage, a little slack for the arrays; a middle value; roomy); ``optimize(max_disk=reserve + X, workload=...)`` once per budget,
+   then the plan run under each policy.  Every budgeted run's own arrays
+   (``keep.array_bytes`` of each array not read from the store's shared inputs)
+   plus its lineage (``run.lineage_bytes()``, what the budget counts) are checked
+   against the budget: a run over it is printed, stored in the JSON, named in the
+   section and makes the benchmark exit 1.
    Bytes of each run (``store.run_usage``): its folder's total, its arrays, its
    lineage, against the in-memory bytes of the run's inputs (each input's shape
    times its dtype's item size, as the run read it); the store's on-disk copies
@@ -27,7 +36,8 @@ process and store, in-process engine (``engine="local"``):
    policy).  Every policy's cells and values must equal keep="all"'s: the
    benchmark stops on a mismatch;
 3. the first read of a dropped array: ``store.get(id).read_region(name, box)``
-   on a fresh run (its operator run again, whole, and every chunk checked)
+   on a fresh run (its operator run again -- chunk by chunk where it runs per
+   tile, else whole -- and every chunk made checked)
    against the same read of the keep="all" run, alternated, values compared.
 
     .venv/bin/python benchmarks/disk.py [--cases astro1 genomics100 [astro16]] [--budgets]
@@ -67,17 +77,17 @@ GEN_WF = str(ROOT / "workflows" / "genomics.py")
 CASES = {
     "astro1": dict(label="astronomy 1 Mpix", wf=ASTRO_WF, params=None,
                    workload=str(ROOT / "workflows" / "astronomy_workload.json"),
-                   budgets=[0, 60_000, 1_000_000], read_at=(1000, 200),
+                   extra=[0, 4_000, 60_000, 1_000_000], read_at=(1000, 200),
                    dropped=["rmoverscan_1", "rmbg_1", "combine", "rmcr"]),
     # budgets not by default at 16 Mpix (``--budgets-16``): profiling that size and nine
     # more runs of about two minutes each
     "astro16": dict(label="astronomy 16 Mpix", wf=ASTRO_WF, params={"megapixels": 16.0},
                     workload=str(ROOT / "workflows" / "astronomy_workload.json"),
-                    budgets=[0, 60_000, 1_000_000], read_at=(1000, 200),
+                    extra=[0, 4_000, 60_000, 1_000_000], read_at=(1000, 200),
                     dropped=["rmoverscan_1", "rmbg_1", "combine", "rmcr"]),
     "genomics100": dict(label="genomics 100x", wf=GEN_WF, params={"replicate": 100},
                         workload=str(ROOT / "workflows" / "genomics_workload.json"),
-                        budgets=[0, 30_000, 1_000_000], read_at=(0, 0),
+                        extra=[0, 4_000, 30_000, 1_000_000], read_at=(0, 0),
                         dropped=["transpose", "extract", "model", "predict"]),
 }
 DEFAULT_CASES = ["astro1", "genomics100"]
@@ -93,12 +103,22 @@ class Mismatch(Exception):
     """A policy answered a trace or a read differently from keep="all"."""
 
 
+def own_bytes(run) -> tuple[int, int]:
+    """(arrays, lineage) of a run as ``--max-disk`` counts them: its own arrays'
+    files (``keep.array_bytes``; the store's shared inputs are not the run's) and its
+    lineage's encoded bytes (``run.lineage_bytes()``)."""
+    from subzero.runs.keep import array_bytes
+    arrays = sum(array_bytes(run._arrays, n) for n in run.shapes() if not run._arrays.is_shared(n))
+    return int(arrays), int(run.lineage_bytes())
+
+
 def _peak_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9    # Linux: KiB
 
 
-def config_name(budget: int | None) -> str:
-    return "defaults" if budget is None else f"max_disk={fmt_bytes(budget)}"
+def config_name(extra: int | None) -> str:
+    """A configuration's name: the default strategies, or the budget reserve + ``extra``."""
+    return "defaults" if extra is None else f"max_disk=reserve+{fmt_bytes(extra)}"
 
 
 def fmt_bytes(b: float) -> str:
@@ -172,6 +192,7 @@ def run_bytes(st, run) -> dict:
 
 def case_main(key: str, folder: Path, a) -> dict:
     import subzero
+    from subzero.errors import BudgetError
     from subzero.optimizer import optimize
     case = CASES[key]
     st = subzero.open_store(folder / "store")
@@ -183,32 +204,66 @@ def case_main(key: str, folder: Path, a) -> dict:
         if cal.is_file():
             c = json.loads(cal.read_text())
             st.catalog.add_calibration(os.uname().nodename, c["seconds"], c)
-        budgets: list[int | None] = [None] + (case["budgets"] if with_budgets(key, a) else [])
+        budgets: list[int | None] = [None] + (case["extra"] if with_budgets(key, a) else [])
+        if with_budgets(key, a):
+            # what the optimizer sets aside for the run's arrays (it profiles the workflow
+            # once; the budgets' plans reuse that profile)
+            t0 = time.perf_counter()
+            p = optimize(st, case["wf"], case["params"], max_disk="10GB", workload=case["workload"],
+                         save=False, progress=False)
+            out["reserve"] = int(p.arrays_reserve)
+            out["reserve_s"] = time.perf_counter() - t0
+            print(f"{key}: arrays reserve {out['reserve']} bytes ({out['reserve_s']:.0f} s)",
+                  file=sys.stderr, flush=True)
         runs: dict[str, dict[str, int]] = {}
+        over: list[str] = []
         for b in budgets:
             name = config_name(b)
             plan = None
-            conf: dict = {"budget": b, "runs": {}}
+            budget = None if b is None else out["reserve"] + b
+            conf: dict = {"extra": b, "budget": budget, "runs": {}}
             if b is not None:
                 t0 = time.perf_counter()
-                p = optimize(st, case["wf"], case["params"], max_disk=b, workload=case["workload"],
+                p = optimize(st, case["wf"], case["params"], max_disk=budget, workload=case["workload"],
                              name=f"disk-{b}", progress=False)
                 conf["optimize_s"] = time.perf_counter() - t0
-                conf["plan"] = {"strategies": p.strategies, "disk": p.disk}
+                conf["plan"] = {"strategies": p.strategies, "disk": p.disk,
+                                "arrays_reserve": p.arrays_reserve, "max_disk": p.max_disk}
                 plan = p.name
             runs[name] = {}
             for keep in POLICIES:
                 t0 = time.perf_counter()
-                run = st.run(case["wf"], params=case["params"], engine="local", keep=keep, plan=plan,
-                             progress=False)
+                try:
+                    run = st.run(case["wf"], params=case["params"], engine="local", keep=keep, plan=plan,
+                                 progress=False)
+                except BudgetError as e:        # the run did not fit: refused, nothing kept
+                    conf["runs"][keep] = {"error": f"BudgetError: {e}",
+                                          "run_s": time.perf_counter() - t0}
+                    print(f"{key} {name} keep={keep}: REFUSED BudgetError: {e}", file=sys.stderr,
+                          flush=True)
+                    continue
                 run_s = time.perf_counter() - t0
                 runs[name][keep] = run.id
+                arrays, lineage = own_bytes(run)
+                check_ = {"arrays": arrays, "lineage": lineage, "total": arrays + lineage,
+                          "budget": budget, "ok": budget is None or arrays + lineage <= budget}
                 conf["runs"][keep] = {"id": run.id, "run_s": run_s, **run_bytes(st, run),
+                                      "budget_check": check_,
                                       "strategies": {o["name"]: o["strategies"] for o in run.ops()}}
                 run.close()
-                print(f"{key} {name} keep={keep}: run {run_s:.1f} s, "
-                      f"{conf['runs'][keep]['total'] / 1e6:.2f} MB", file=sys.stderr, flush=True)
+                said = (f"{key} {name} keep={keep}: run {run_s:.1f} s, "
+                        f"{conf['runs'][keep]['total'] / 1e6:.2f} MB; arrays {arrays} + lineage "
+                        f"{lineage} = {arrays + lineage} bytes")
+                if budget is not None:
+                    said += f" of a budget of {budget}: " + ("ok" if check_["ok"] else "EXCEEDED")
+                    if not check_["ok"]:
+                        over.append(f"{case['label']} {name} keep={keep}: arrays {arrays} + lineage "
+                                    f"{lineage} = {arrays + lineage} bytes > budget {budget}")
+                print(said, file=sys.stderr, flush=True)
             out["configs"][name] = conf
+        out["budget_exceeded"] = over
+        for o in over:
+            print(f"BUDGET EXCEEDED: {o}", file=sys.stderr, flush=True)
         base = st.get(runs["defaults"]["all"])
         qs = queries_of(case, base, a.stars)
         base.close()
@@ -216,6 +271,8 @@ def case_main(key: str, folder: Path, a) -> dict:
                            "path": q["path"], "cells_in": int(len(q["cells"]))} for q in qs]
         for b in budgets:
             name = config_name(b)
+            if len(runs[name]) < len(POLICIES):         # a policy's run was refused: no latency
+                continue
             out["configs"][name]["latency"] = latencies(st, runs[name], qs, a, f"{key} {name}")
         out["first_read"] = first_reads(st, runs["defaults"], case["dropped"], case["read_at"],
                                         a.first_repeats, key)
@@ -270,7 +327,8 @@ def check(where: str, query: str, keep: str, want: tuple, got: tuple) -> None:
 def first_reads(st, ids: dict[str, int], names: list[str], at: tuple[int, ...], repeats: int,
                 where: str) -> dict:
     """Per dropped array: a small region read on a fresh Run of each policy (the first
-    read of an array not kept makes it again, whole, and checks it), alternated."""
+    read of an array not kept makes it again -- per chunk where its operator is tile-local,
+    else whole -- and checks it), alternated."""
     out: dict = {}
     for name in names:
         dropped = {keep: name in st.run_usage(ids[keep]).not_kept for keep in POLICIES}
@@ -342,6 +400,9 @@ def summarise(r: dict) -> dict:
         s: dict = {}
         for keep in POLICIES:
             b = conf["runs"][keep]
+            if "error" in b:
+                s[keep] = {"error": b["error"], "total_ratio": float("nan")}
+                continue
             row = {"total_ratio": b["total"] / b["inputs_memory"],
                    "arrays_ratio": b["arrays"] / b["inputs_memory"],
                    "with_inputs_ratio": (b["total"] + b["inputs_disk"]) / b["inputs_memory"]}
@@ -378,11 +439,47 @@ def bytes_table(results: dict) -> list[str]:
         for name, conf in r["configs"].items():
             for keep in POLICIES:
                 b, s = conf["runs"][keep], summ[name][keep]
+                if "error" in b:
+                    lines.append(f"| {r['label']} | {name} | {keep} | refused: {b['error'].split(':')[0]} "
+                                 f"| | | | | | | {b['run_s']:.1f} |")
+                    continue
                 lines.append(f"| {r['label']} | {name} | {keep} | {_mb(b['total'])} | {_mb(b['arrays'])} | "
                              f"{_mb(b['lineage'])} | {_mb(b['inputs_memory'])} / {_mb(b['inputs_disk'])} | "
                              f"{s['total_ratio']:.3f}x | {s['with_inputs_ratio']:.3f}x | "
                              f"{len(b['not_kept'])} | {b['run_s']:.1f} |")
     return lines
+
+
+def budget_table(results: dict) -> list[str]:
+    """Per budgeted run: its own arrays and its lineage as ``--max-disk`` counts them,
+    against the budget (reserve + X); beside, the run folder's arrays and lineage as
+    ``store.run_usage`` counts them (file system blocks, folders, files the budget does
+    not count)."""
+    lines = ["| case | budget (reserve + X) bytes | keep | arrays bytes | lineage bytes | arrays + lineage "
+             "| of the budget | within? | arrays not kept | run_usage arrays + lineage |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+    for r in results.values():
+        if "error" in r:
+            continue
+        for conf in r["configs"].values():
+            if conf.get("budget") is None or "extra" not in conf:
+                continue
+            for keep in POLICIES:
+                b = conf["runs"][keep]
+                if "error" in b:
+                    lines.append(f"| {r['label']} | {conf['budget']} ({r['reserve']} + {conf['extra']}) | "
+                                 f"{keep} | | | | | run refused ({b['error']}) | | |")
+                    continue
+                c = b["budget_check"]
+                lines.append(f"| {r['label']} | {conf['budget']} ({r['reserve']} + {conf['extra']}) | "
+                             f"{keep} | {c['arrays']} | {c['lineage']} | {c['total']} | "
+                             f"{c['total'] / c['budget'] * 100:.1f}% | {'yes' if c['ok'] else '**NO**'} | "
+                             f"{len(b['not_kept'])} | {b['arrays'] + b['lineage']} |")
+    return lines
+
+
+def exceeded(results: dict) -> list[str]:
+    return [o for r in results.values() if "error" not in r for o in r.get("budget_exceeded", [])]
 
 
 def latency_table(results: dict) -> list[str]:
@@ -428,9 +525,27 @@ def first_read_table(results: dict) -> list[str]:
 
 
 def targets(results: dict) -> list[tuple[str, str, bool]]:
+    out = []
+    checks = [(r["label"], name, keep, conf["runs"][keep]["budget_check"])
+              for r in results.values() if "error" not in r
+              for name, conf in r["configs"].items() if conf.get("budget") is not None and "extra" in conf
+              for keep in POLICIES if "error" not in conf["runs"][keep]]
+    refused = [(r["label"], name, keep) for r in results.values() if "error" not in r
+               for name, conf in r["configs"].items() if conf.get("budget") is not None
+               for keep in POLICIES if "error" in conf["runs"][keep]]
+    if checks:
+        worst = max(checks, key=lambda c: c[3]["total"] / c[3]["budget"])
+        over = [c for c in checks if not c[3]["ok"]]
+        out.append(("a budget given to --max-disk is never exceeded by arrays plus lineage (every "
+                    "budgeted run, as the budget counts them)",
+                    f"{len(checks) - len(over)} of {len(checks)} runs within; the fullest "
+                    f"{worst[3]['total'] / worst[3]['budget'] * 100:.1f}% ({worst[0]}, {worst[1]}, "
+                    f"keep={worst[2]}: {worst[3]['total']} of {worst[3]['budget']} bytes)"
+                    + (f"; {len(refused)} runs refused by BudgetError (not counted)" if refused else ""),
+                    not over))
     r = results.get("astro1")
     if not r or "error" in r:
-        return []
+        return out
     s = summarise(r)["defaults"]["auto"]
     b = r["configs"]["defaults"]["runs"]["auto"]
     return [
@@ -442,7 +557,7 @@ def targets(results: dict) -> list[tuple[str, str, bool]]:
         (f"... every traced query together (sum of medians) within {TARGET_LATENCY:g}x of keep=all",
          f"{s['total_ratio_latency']:.2f}x (slowest query {s['worst'][0]} {s['worst'][1]:.2f}x)",
          s["total_ratio_latency"] <= TARGET_LATENCY),
-    ]
+    ] + out
 
 
 def plot(results: dict, path: Path) -> None:
@@ -465,6 +580,10 @@ def plot(results: dict, path: Path) -> None:
         stars = [summ[r["case"]][name][keep].get("star_ratio") for r, name in rows]
         axes[1].plot(x + k * w, [np.nan if v is None else v for v in stars], "k^", ms=5,
                      label="star traces (median)" if k == 0 else None)
+    for i, (r, name) in enumerate(rows):
+        if any("error" in r["configs"][name]["runs"][keep] for keep in POLICIES):
+            axes[0].text(x[i] + w, TARGET_BYTES / 10, "run refused\n(BudgetError)", ha="center",
+                         fontsize=6, rotation=90)
     axes[0].axhline(TARGET_BYTES, color="r", lw=0.8, ls="--", label=f"target {TARGET_BYTES:g}x (auto)")
     axes[0].set_yscale("log")
     axes[0].set_title("run's bytes / its inputs' bytes (in memory)")
@@ -483,7 +602,8 @@ def plot(results: dict, path: Path) -> None:
                     color=f"C{k}")
     axes[2].set_yscale("log")
     axes[2].set_ylabel("ms")
-    axes[2].set_title("first read of a small region (up to 10 cells a side), fresh Run\n(an array not kept is made again, whole)")
+    axes[2].set_title("first read of a small region (up to 10 cells a side), fresh Run\n(not kept: "
+                      "made again per chunk where tile-local, else whole)")
     axes[2].set_xticks(xr + w)
     axes[2].set_xticklabels([f"{c}\n{n}" for c, n, _ in reads], rotation=40, ha="right", fontsize=7)
     axes[2].legend(fontsize=7)
@@ -500,7 +620,9 @@ def with_budgets(key: str, a) -> bool:
 
 def settings_line(r: dict) -> str:
     s = r["settings"]
-    budgets = ", ".join(config_name(b) for b in CASES[r["case"]]["budgets"])
+    budgets = ", ".join(config_name(b) for b in CASES[r["case"]]["extra"])
+    if s["budgets"]:
+        budgets += f" (reserve {r['reserve']} bytes)"
     return (f"{r['label']}: {s['repeats']} repeats"
             + (f", {s['stars']} stars" if CASES[r["case"]]["wf"] == ASTRO_WF else "")
             + f", first reads {s['first_repeats']} repeats, "
@@ -513,15 +635,24 @@ def section(results: dict) -> str:
     failed = [f"{r.get('label', k)}: {r['error']}" for k, r in results.items() if "error" in r]
     commands = sorted({r["settings"]["command"] for r in ok.values()})
     tg = targets(results)
+    commits = sorted({r.get("commit", "?") for r in ok.values()})
     lines = ["## Disk budget: arrays kept (issue 32, part 6)", "",
-             "Command" + ("s" if len(commands) > 1 else "") + ": " + "; ".join(f"`{c}`" for c in commands)
+             "Measured at commit " + ", ".join(commits) + " (the library; this benchmark as committed "
+             "with these results). Command" + ("s" if len(commands) > 1 else "") + ": " + "; ".join(f"`{c}`" for c in commands)
              + f" — machine: {machine()}, shared with another engineer's test suites (load averages below).",
              "", "Per case: " + "; ".join(settings_line(r) for r in ok.values()) + ".", "",
              "Each case in a fresh child process and store, in-process engine (`engine=\"local\"`), the "
              "workflow run once per `keep` policy with the default strategies and, where said, with the "
-             "plan of each lineage disk budget (`optimize(max_disk=B, workload=<the shipped workload>)` "
-             "once per budget, then that plan run under each policy, so the three store the same "
-             "lineage). Bytes from `store.run_usage`: the run's folder (arrays, lineage, pickles, "
+             "plan of each disk budget. `--max-disk` covers a run's arrays and lineage: the optimizer sets "
+             "aside `Plan.arrays_reserve` (the workflow's outputs and the metadata and checksums of its "
+             "other arrays, as its profiling run stored them) and plans lineage in the rest, and at the "
+             "end of a run drops intermediates its policy would keep, the largest first, until arrays "
+             "and lineage fit. So each budget is reserve + X: the reserve from "
+             "`optimize(max_disk=\"10GB\", workload=..., save=False).arrays_reserve`, X = 0 (no lineage), "
+             "a middle value and a roomy one; `optimize(max_disk=reserve + X, workload=<the shipped "
+             "workload>)` once per budget, then that plan run under each policy. Every budgeted run is "
+             "checked against its budget: its own arrays (`subzero.runs.keep.array_bytes`, the store's "
+             "shared inputs left out) plus `run.lineage_bytes()`. Bytes from `store.run_usage`: the run's folder (arrays, lineage, pickles, "
              "statistics); the inputs counted in memory (shape x item size, as the run read them) and, "
              "apart, as the store's compressed copies, which no run's folder holds. Latency: each trace "
              "on a fresh `Run` (`store.get` after closing the last one), with the query-time planner "
@@ -534,17 +665,34 @@ def section(results: dict) -> str:
              "were checked equal to keep=all's.",
              "", "![disk](disk.png)", "", "Bytes per run (`run s`: one run each, in the order all, outputs, "
              "auto, not alternated: not a comparison):", ""] + bytes_table(results) + [
+             "", "Budget check of every budgeted run (bytes as `--max-disk` counts them; the last column, "
+             "`store.run_usage`'s arrays + lineage of the run folder, counts file system blocks and files "
+             "the budget does not, for comparison):", ""] + budget_table(results) + [
              "", "Trace latency (trace + values; ratios to keep=all of the same strategies):", ""] + \
         latency_table(results) + [
             "", "First read of a dropped array: `store.get(id).read_region(name, region)` on a fresh run "
             "(median, the policies alternated, after a warm-up round), values checked equal to "
-            "keep=all's; \"(kept)\": that policy kept the array:", ""] + first_read_table(results)
+            "keep=all's; an array not kept is made again chunk by chunk where its operator runs per "
+            "tile, else whole; \"(kept)\": that policy kept the array:", ""] + first_read_table(results)
     if tg:
         lines += ["", "| target (issue 32, part 6) | measured | met? |", "| --- | --- | --- |"]
         lines += [f"| {t} | {m} | {'yes' if ok_ else 'no'} |" for t, m, ok_ in tg]
     if failed:
         lines += ["", "Failed: " + "; ".join(failed) + "."]
+    if exceeded(results):
+        lines += ["", "**Budget exceeded**: " + "; ".join(exceeded(results)) + "."]
     return "\n".join(lines)
+
+
+def library_commit() -> str:
+    """The commit measured: HEAD's short hash, "+changes" when files outside
+    benchmarks/ differ from it."""
+    import subprocess
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
+    head = git("log", "-1", "--format=%h") or "?"
+    changed = git("status", "--porcelain", "--", ".", ":(exclude)benchmarks")
+    return head + ("+changes" if changed else "")
 
 
 def calibration(a) -> tuple[dict, bool]:
@@ -610,7 +758,8 @@ def main() -> int:
                    "--stars", str(a.stars)] + (["--budgets"] if a.budgets else []) \
                 + (["--budgets-16"] if a.budgets_16 else [])
             res, wall = run_child(cmd, folder / "result.json", CASES[key]["label"])
-            res.update(took_s=wall, load=[load0, os.getloadavg()[0]], calibration_reused=reused)
+            res.update(took_s=wall, load=[load0, os.getloadavg()[0]], calibration_reused=reused,
+                       commit=library_commit())
             res.setdefault("label", CASES[key]["label"])
             res.setdefault("case", key)
             res.setdefault("settings", {})["command"] = command_line()      # not the child's
@@ -632,14 +781,17 @@ def main() -> int:
 def report(results: dict, a) -> int:
     for lines in (bytes_table(results), latency_table(results), first_read_table(results)):
         print("\n".join(lines) + "\n")
+    print("\n".join(budget_table(results)) + "\n")
     for t, m, ok in targets(results):
         print(f"{t}: {m} -> {'met' if ok else 'MISSED'}")
-    if a.no_write:
-        return 0
-    plot(results, HERE / "disk.png")
-    update_section("disk", section(results), before="codecs")
-    print("RESULTS.md updated (disk.png)")
-    return 0
+    over = exceeded(results)
+    for o in over:
+        print(f"BUDGET EXCEEDED: {o}", file=sys.stderr)
+    if not a.no_write:
+        plot(results, HERE / "disk.png")
+        update_section("disk", section(results), before="codecs")
+        print("RESULTS.md updated (disk.png)")
+    return 1 if over else 0
 
 
 if __name__ == "__main__":
