@@ -209,12 +209,16 @@ def cheap_to_keep(arrays: ArrayStore, wf: Workflow) -> set[str]:
 def reserve(arrays: ArrayStore | None, wf: Workflow,
             fallback: Callable[[str], int] = lambda name: 0) -> int:
     """Bytes a run of ``wf`` keeps of arrays whatever its ``--keep`` policy, measured on
-    a run's arrays (``arrays``; None: none to measure): its outputs (arrays no operator
-    reads) whole, and the metadata and checksums of its intermediates; an output not
-    found there counts ``fallback(name)`` (e.g. its uncompressed size)."""
+    a run's arrays (``arrays``; None: none to measure): whole, its outputs (arrays no
+    operator reads) and the arrays of operators that are not deterministic or declare
+    a whole-array statistic (no policy drops them where the engine merged it over
+    tiles); the metadata and checksums of its other intermediates; an array kept
+    whole that is not found there counts ``fallback(name)`` (its uncompressed size)."""
     total = 0
-    for n in wf.steps:
-        if wf.consumers(n):            # an intermediate: at least its metadata stays
+    for n, step in wf.steps.items():
+        op = step.operator
+        whole = not wf.consumers(n) or not op.deterministic or op.statistic is not None
+        if not whole:                  # an intermediate: at least its metadata stays
             total += array_bytes(arrays, n, dropped=True) if arrays is not None else 0
             continue
         got = array_bytes(arrays, n) if arrays is not None else 0
