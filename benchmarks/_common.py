@@ -11,7 +11,10 @@ import statistics
 import subprocess
 import sys
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NoReturn
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 HEADER = """# Benchmark results
@@ -126,6 +129,30 @@ def sandwiched_runtimes(run_baseline, run_strategy, strategies: dict, repeats: i
             if bar is not None:
                 bar.update(1)
     return ratios, base_times, kept
+
+
+class Mismatch(Exception):
+    """Variants of a benchmark answered differently: a wrong answer, which stops the
+    benchmark (:func:`child_main` reports it, :func:`run_child` raises)."""
+
+
+def child_main(measure: Callable[[], dict], result: Path,
+               default: Callable[[Any], Any] | None = None) -> NoReturn:
+    """The child side of :func:`run_child`: run ``measure``, write its numbers (or what
+    went wrong: out of memory, a :class:`Mismatch`, any other error with its traceback
+    on stderr) to ``result`` as JSON (``default`` as for ``json.dumps``), and exit 1 on
+    an error, else 0."""
+    try:
+        res = measure()
+    except MemoryError:
+        res = {"error": "MemoryError"}
+    except Mismatch as e:
+        res = {"error": str(e), "mismatch": True}
+    except Exception as e:
+        traceback.print_exc()
+        res = {"error": f"{type(e).__name__}: {e}"}
+    result.write_text(json.dumps(res, default=default))
+    sys.exit(1 if "error" in res else 0)
 
 
 def run_child(cmd: list[str], result: Path, what: str) -> tuple[dict, float]:

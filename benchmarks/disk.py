@@ -61,7 +61,6 @@ import statistics
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +68,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+import _common as common  # noqa: E402
 from _common import command_line, machine, run_child, update_section  # noqa: E402
 
 POLICIES = ("all", "outputs", "auto")
@@ -99,7 +99,7 @@ TARGET_BYTES = 2.0                              # the run's bytes / its inputs' 
 TARGET_LATENCY = 1.5                            # latency / keep="all"'s
 
 
-class Mismatch(Exception):
+class Mismatch(common.Mismatch):
     """A policy answered a trace or a read differently from keep="all"."""
 
 
@@ -362,17 +362,7 @@ def first_reads(st, ids: dict[str, int], names: list[str], at: tuple[int, ...], 
 
 def child_main(a) -> None:
     folder = Path(a.folder)
-    try:
-        res = case_main(a.child, folder, a)
-    except MemoryError:
-        res = {"error": "MemoryError"}
-    except Mismatch as e:
-        res = {"error": str(e), "mismatch": True}
-    except Exception as e:
-        traceback.print_exc()
-        res = {"error": f"{type(e).__name__}: {e}"}
-    (folder / "result.json").write_text(json.dumps(res, default=_json))
-    sys.exit(1 if "error" in res else 0)
+    common.child_main(lambda: case_main(a.child, folder, a), folder / "result.json", _json)
 
 
 def _json(x):

@@ -49,7 +49,6 @@ import shutil
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -81,12 +80,13 @@ def _shared():
 
 bench = _shared()
 sys.path.insert(0, str(HERE))
+import _common as common  # noqa: E402
 from _common import command_line, machine, run_child, update_section  # noqa: E402
 
 optimizer = bench.optimizer      # the package (subzero.optimizer), as optimizer.py imports it
 
 
-class Mismatch(Exception):
+class Mismatch(common.Mismatch):
     """Two strategies answered a query with different cells."""
 
 
@@ -181,18 +181,10 @@ def measure(flow: str, size: float, folder: Path, calibration: dict, max_disk="1
 def child_main(a) -> None:
     flow, _, size = a.child.partition(":")
     folder = Path(a.folder)
-    try:
-        res = measure(flow, float(size), folder, json.loads((folder / "calibration.json").read_text()),
-                      a.max_disk, a.repeats, a.query_seconds)
-    except MemoryError:
-        res = {"error": "MemoryError"}
-    except Mismatch as e:
-        res = {"error": str(e), "mismatch": True}
-    except Exception as e:
-        traceback.print_exc()
-        res = {"error": f"{type(e).__name__}: {e}"}
-    (folder / "result.json").write_text(json.dumps(res, default=float))
-    sys.exit(1 if "error" in res else 0)
+    common.child_main(lambda: measure(flow, float(size), folder,
+                                      json.loads((folder / "calibration.json").read_text()),
+                                      a.max_disk, a.repeats, a.query_seconds),
+                      folder / "result.json", float)
 
 
 def run_size(flow: str, size: float, folder: Path, a) -> dict:

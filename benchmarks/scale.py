@@ -47,12 +47,12 @@ import statistics
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as common  # noqa: E402
 from _common import command_line, machine, run_child, update_section  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -197,8 +197,8 @@ def pick_stars(run, n: int) -> np.ndarray:
     return np.asarray(peaks, np.int64).reshape(-1, 2)
 
 
-class Mismatch(Exception):
-    pass
+class Mismatch(common.Mismatch):
+    """Two ways of tracing gave different answers."""
 
 
 def check(got, want, what: str, against: str) -> None:
@@ -209,17 +209,8 @@ def check(got, want, what: str, against: str) -> None:
 
 def child_main(a) -> None:
     folder = Path(a.folder)
-    try:
-        res = child(a.child, a.megapixels, folder, a.stars, a.blackbox_stars, a.box_threads)
-    except MemoryError:
-        res = {"error": "MemoryError"}
-    except Mismatch as e:
-        res = {"error": str(e), "mismatch": True}
-    except Exception as e:
-        traceback.print_exc()
-        res = {"error": f"{type(e).__name__}: {e}"}
-    (folder / f"{a.child}.json").write_text(json.dumps(res))
-    sys.exit(1 if "error" in res else 0)
+    common.child_main(lambda: child(a.child, a.megapixels, folder, a.stars, a.blackbox_stars,
+                                    a.box_threads), folder / f"{a.child}.json")
 
 
 # -- the parent ------------------------------------------------------------------------------------
