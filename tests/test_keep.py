@@ -11,7 +11,8 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, subzero_exe
+from conftest import ROOT
+from test_gc import cli  # the CLI on the store `s` in the workflow's folder
 
 import subzero
 from subzero.errors import CorruptArray, StoreError, UsageError
@@ -25,12 +26,6 @@ def wfdir(tmp_path):
     shutil.copy(ROOT / "tests" / "gated_workflow.py", tmp_path / "gatewf.py")
     np.save(tmp_path / "a.npy", np.random.default_rng(3).random((40, 36)))
     return tmp_path
-
-
-def cli(wfdir, *args):
-    p = subprocess.run([subzero_exe(), *map(str, args), "--store", "s"], cwd=wfdir,
-                       capture_output=True, text=True, timeout=600)
-    return p.returncode, p.stdout, p.stderr
 
 
 def cells(res):
