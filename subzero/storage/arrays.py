@@ -514,9 +514,8 @@ class ArrayStore:
         values = self.recompute_chunk(name, node.shape, node.chunks, idx)
         if values is None:
             return None
-        k = node.chunk_index(idx)
         values = np.asarray(values)
-        if chunk_sha(values) != node.dropped[32 * k:32 * (k + 1)]:
+        if chunk_sha(values) != node.chunk_sum(idx):
             return None
         values.setflags(write=False)
         self._remade_chunks[key] = values
@@ -540,8 +539,7 @@ class ArrayStore:
             raise StoreError(f"{label} was not kept, and making it again gave shape "
                              f"{values.shape} instead of {node.shape}; it cannot be read")
         for idx in node.chunks_all():
-            k = node.chunk_index(idx)
-            if chunk_sha(values[node.chunk_slices(idx)]) != node.dropped[32 * k:32 * (k + 1)]:
+            if chunk_sha(values[node.chunk_slices(idx)]) != node.chunk_sum(idx):
                 where = ", ".join(f"{s.start}:{s.stop}" for s in node.chunk_slices(idx))
                 raise StoreError(f"{label} was not kept, and making it again gave other values "
                                  f"in its chunk [{where}] than the run stored (its operator is not "

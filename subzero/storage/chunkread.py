@@ -79,9 +79,7 @@ def read_region(root: Path, node: ArrayNode, dtype: np.dtype, region: tuple[slic
                                f"{where} {data}")
         body, trailer = data[:-TRAILER], data[-TRAILER:]
         if node.trailers is not None:
-            k = 0
-            for i, n in zip(idx, grid):
-                k = k * n + i
+            k = node.chunk_index(idx, grid)
             if trailer != node.trailers[TRAILER * k:TRAILER * (k + 1)]:
                 sound = google_crc32c.value(body) == int.from_bytes(trailer, "little")
                 raise CorruptArray(

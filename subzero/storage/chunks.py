@@ -75,6 +75,8 @@ UNBOUND_SUMS_FORMAT = 1
 _CRC = "crc32c"
 #: bytes of a chunk file's crc32c trailer (zarr's codec appends it)
 TRAILER = 4
+#: bytes of a chunk's SHA-256, as an array not kept records it
+CHUNK_SHA = 32
 #: how a chunk file is opened to check it: never through a link, never waiting on a FIFO
 _OPEN_CHUNK = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
 
@@ -101,10 +103,11 @@ class ArrayNode:
     #: in C order of the grid, against which a recomputed array is checked; None: kept
     dropped: bytes | None = None
 
-    def chunk_index(self, idx: tuple[int, ...]) -> int:
-        """The chunk's position in C order of the grid (the manifests' order)."""
+    def chunk_index(self, idx: tuple[int, ...], grid: tuple[int, ...] | None = None) -> int:
+        """The chunk's position in C order of the grid (the manifests' order); ``grid``:
+        :meth:`grid`, when the caller has it (a loop over many chunks)."""
         k = 0
-        for i, n in zip(idx, self.grid()):
+        for i, n in zip(idx, grid if grid is not None else self.grid()):
             k = k * n + i
         return k
 
@@ -116,6 +119,19 @@ class ArrayNode:
     def chunks_all(self) -> Iterator[tuple[int, ...]]:
         """Every chunk index of the grid, in C order."""
         return itertools.product(*(range(n) for n in self.grid()))
+
+    def chunk_count(self) -> int:
+        """The chunks of the grid (what each manifest holds one entry of)."""
+        n = 1
+        for k in self.grid():
+            n *= k
+        return n
+
+    def chunk_sum(self, idx: tuple[int, ...]) -> bytes:
+        """The SHA-256 an array not kept recorded for chunk ``idx``'s values."""
+        assert self.dropped is not None
+        k = self.chunk_index(idx)
+        return self.dropped[CHUNK_SHA * k:CHUNK_SHA * (k + 1)]
 
     def grid(self) -> tuple[int, ...]:
         if any(n == 0 for n in self.shape):
@@ -221,7 +237,7 @@ def _manifest(root: Path, node: ArrayNode, label: str) -> bytes:
     """The crc32c trailers of every chunk file of ``node``, in C order of its grid."""
     base = f"{root / node.path}{os.sep}"
     out = []
-    for idx in itertools.product(*(range(n) for n in node.grid())):
+    for idx in node.chunks_all():
         got = _read_trailer(base + node.chunk_key(idx))
         if isinstance(got, str):
             raise CorruptArray(f"{label} cannot be bound: chunk file "
@@ -308,10 +324,7 @@ def open_nodes(root: Path, label: str, run_uid: str | None = None,
                 trailers = bytes.fromhex(chunks[path])
             except (KeyError, TypeError, ValueError):
                 trailers = b""
-            cells = 1
-            for n in node.grid():
-                cells *= n
-            if len(trailers) != TRAILER * cells:
+            if len(trailers) != TRAILER * node.chunk_count():
                 raise CorruptArray(f"{label} is damaged: its checksum file {sums_file(root)} "
                                    f"has no manifest of the chunks of {path!r}")
             nodes[path] = dataclasses.replace(node, trailers=trailers)
@@ -322,18 +335,11 @@ def open_nodes(root: Path, label: str, run_uid: str | None = None,
             sums = bytes.fromhex(dropped["data"])
         except (KeyError, TypeError, ValueError):
             sums = b""
-        n = 1
-        for k in node.grid():
-            n *= k
-        if not node.checksummed or len(sums) != CHUNK_SHA * n:
+        if not node.checksummed or len(sums) != CHUNK_SHA * node.chunk_count():
             raise CorruptArray(f"{label} is damaged: its checksum file {sums_file(root)} has "
                                f"no checksums of the values it did not keep")
         nodes["data"] = dataclasses.replace(node, dropped=sums)
     return nodes
-
-
-#: bytes of a chunk's SHA-256, as an array not kept records it
-CHUNK_SHA = 32
 
 
 def chunk_sha(values: np.ndarray) -> bytes:
@@ -493,9 +499,7 @@ def check_present(root: Path, node: ArrayNode, region: tuple[slice, ...] | None,
     trailers, grid = node.trailers, node.grid()
     for idx in node.touched(region):
         got = _read_trailer(base + "".join(f"{sep}{k}" for k in idx))
-        k = 0
-        for i, n in zip(idx, grid):
-            k = k * n + i
+        k = node.chunk_index(idx, grid)
         if got == trailers[TRAILER * k:TRAILER * (k + 1)]:
             continue
         f = node.chunk_file(root, idx)
@@ -533,9 +537,7 @@ def share_chunks(src_root: Path, src: ArrayNode, dst_root: Path, dst: ArrayNode,
     grid = src.grid()
     linked = 0
     for idx in src.touched(region):
-        k = 0
-        for i, n in zip(idx, grid):
-            k = k * n + i
+        k = src.chunk_index(idx, grid)
         want = src.trailers[TRAILER * k:TRAILER * (k + 1)] if src.trailers is not None else None
         f, g = src.chunk_file(src_root, idx), dst.chunk_file(dst_root, idx)
         g.parent.mkdir(parents=True, exist_ok=True)
