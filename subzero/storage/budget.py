@@ -36,15 +36,15 @@ class DiskBudget:
     arrays_reserve: int = 0
 
     @property
-    def lineage_bytes(self) -> int:
+    def lineage_allowance(self) -> int:
         """What lineage may take: the budget less what is set aside for arrays."""
         return max(self.max_bytes - self.arrays_reserve, 0)
 
     def fits(self, nbytes: int) -> bool:
-        return self.used + int(nbytes) <= self.lineage_bytes
+        return self.used + int(nbytes) <= self.lineage_allowance
 
     def downgrade(self, op: str, s: Strategy, predicted: int | None, needed: int | None) -> None:
-        left = self.lineage_bytes - self.used
+        left = self.lineage_allowance - self.used
         size = needed if needed is not None else predicted
         self.downgrades.append({
             "op": op, "strategy": str(s), "predicted_bytes": predicted, "needed_bytes": needed,
