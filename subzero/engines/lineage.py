@@ -17,7 +17,7 @@ from subzero.model.cells import as_cells, first_out_of_bounds, fmt_cell, pack, u
 from subzero.model.modes import Mode
 from subzero.model.operator import Operator, own_code
 from subzero.model.reach import check, declared
-from subzero.model.strategy import BLACKBOX, MAP, Direction, Encoding, Strategy
+from subzero.model.strategy import BLACKBOX, MAP, Direction, Encoding, Strategy, reexecuted
 from subzero.storage.budget import DiskBudget
 from subzero.storage.encodings import KEY_BITS, MapPPairs
 from subzero.storage.lineage import LineageStore, ShardWrite, commit_shard_files, write_shard
@@ -81,7 +81,7 @@ def _keep(op: Operator, strategies: tuple[Strategy, ...], dropped: list[Strategy
     """The strategies the operator keeps once ``dropped`` did not fit the budget."""
     if dropped:
         kept = [s for s in strategies if s not in dropped]
-        if not any(s.stored or s.mode is Mode.MAP for s in kept):
+        if reexecuted(kept):
             kept = [MAP if Mode.MAP in op.supported_modes() and op.has_mapping() else BLACKBOX]
         stats.strategies = [str(s) for s in kept]
 

@@ -8,6 +8,7 @@ with ``+`` (``full:fullmany:backward+full:fullone:forward``).
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TypeVar
@@ -213,6 +214,12 @@ def default_for(operator: Operator) -> tuple[Strategy, ...]:
     if Mode.FULL in modes:
         return (Strategy(Mode.FULL, Encoding.FULLONE, Direction.BACKWARD),)
     return (BLACKBOX,)
+
+
+def reexecuted(strategies: Sequence[Strategy]) -> bool:
+    """Whether a trace through an operator with these strategies re-executes it: it
+    stores no lineage and has no mapping functions (it then reads its inputs)."""
+    return not any(s.stored or s.mode is Mode.MAP for s in strategies)
 
 
 def modes_needed(strategies: tuple[Strategy, ...]) -> frozenset[Mode]:

@@ -22,9 +22,8 @@ from typing import Any
 
 from subzero.errors import StrategyError, WorkflowError
 from subzero.model.exits import described, ends_process
-from subzero.model.modes import Mode
 from subzero.model.operator import Operator, lineage_reproducible, rerun_mode
-from subzero.model.strategy import Strategy
+from subzero.model.strategy import Strategy, reexecuted
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
@@ -195,8 +194,7 @@ def check_reexecution(wf: Workflow, strategies: Mapping[str, tuple[Strategy, ...
         op = step.operator
         mode = rerun_mode(op)
         strat = strategies.get(name, ())
-        if lineage_reproducible(op) or mode is None or any(s.stored or s.mode is Mode.MAP
-                                                            for s in strat):
+        if lineage_reproducible(op) or mode is None or not reexecuted(strat):
             continue
         if step.inputs and all(op.is_all_to_all(i) for i in range(len(step.inputs))):
             continue

@@ -39,8 +39,7 @@ from typing import TYPE_CHECKING
 
 from subzero.engines.stats import OpStats
 from subzero.errors import BudgetError, SubZeroError, UsageError
-from subzero.model.modes import Mode
-from subzero.model.strategy import Strategy
+from subzero.model.strategy import Strategy, reexecuted
 from subzero.model.workflow import Workflow
 from subzero.storage.files import read_regular
 from subzero.tuning import (
@@ -58,8 +57,7 @@ if TYPE_CHECKING:
 #: the policies
 POLICIES = KEEP_POLICIES
 __all__ = ["DEFAULT_KEEP", "POLICIES", "array_bytes", "cheap_to_keep", "check_policy", "fit",
-           "not_kept",
-           "reexecuted", "reserve", "workload_arrays", "workload_of"]
+           "not_kept", "reserve", "workload_arrays", "workload_of"]
 
 
 def check_policy(keep: str, pins: Iterable[str], wf: Workflow | None = None) -> None:
@@ -72,12 +70,6 @@ def check_policy(keep: str, pins: Iterable[str], wf: Workflow | None = None) -> 
             if p not in wf.steps and p not in wf.inputs:
                 raise UsageError(f"`pins` names no array of workflow {wf.name!r}: {p!r}; its "
                                  f"arrays are: {', '.join(wf.arrays())}")
-
-
-def reexecuted(strategies: Sequence[Strategy]) -> bool:
-    """Whether a trace through an operator with these strategies re-executes it (no
-    stored lineage, no mapping functions): it then reads its inputs."""
-    return not any(s.stored or s.mode is Mode.MAP for s in strategies)
 
 
 def _must_keep(wf: Workflow, stats: Iterable[OpStats], pins: Iterable[str]) -> set[str]:
