@@ -17,6 +17,21 @@ subject to sum_j y_kj = 1                     every step is answered
            pinned x fixed
            sum_{k in q} sum_j c_kj y_kj - s_q <= bound_q - fixed_q,  s_q >= 0   per bounded query q.
 
+and, per intermediate array ``a`` a run may drop (``Problem.arrays``):
+
+           k_a  in {0,1}   the run keeps array a (its chunks count on the disk row: bytes_a k_a)
+           n_ra in [0,1]   read r has to make array a again (a is dropped and r needs it)
+           + sum_r w_r sum_a f_ra remake_a n_ra + eps_d * sum_a bytes_a k_a
+           n_ra >= act_r - k_a      for the arrays r reads itself (act_r: y_kj of the option
+                                    that reads them -- a re-execution reads its operator's
+                                    inputs -- or 1 for a read every plan makes)
+           n_rb >= n_ra - k_b       for b an input of a: making a again reads b, made again
+                                    in turn when it is not kept either.
+
+So an array is priced like lineage: the bytes it keeps against the seconds of the
+remakes the workload would pay without it (``f_ra``: the share of its operator's
+run a read makes again: its tiles' share where the operators run per tile, else 1).
+
 ``y`` selects the cheapest stored strategy per step: the paper's min over an
 operator's strategies, linearised.  ``c`` is the price the plan is chosen by (the
 optimizer passes pessimistic prices: prediction times its measured error), each
@@ -71,6 +86,34 @@ class Step:
 
 
 @dataclass
+class ArrayItem:
+    """An intermediate array a run may keep or drop (``subzero.runs.keep``)."""
+
+    name: str
+    bytes: float           # what keeping it adds to the run's disk (its chunks)
+    remake_s: float        # seconds to make it again whole (its operator's run)
+    inputs: list[int] = field(default_factory=list)   # droppable arrays it is made from
+
+
+@dataclass
+class Read:
+    """Arrays a trace step or query reads (``arrays``, indices into ``Problem.arrays``),
+    made again when not kept.  ``step``/``option``: read only when that option answers
+    step ``step`` (a re-execution reads its operator's inputs), weighted as the step
+    is; ``step`` None: read whatever the plan, with ``weight`` (a query's values, an
+    array read outside traces), counted in query ``query``'s bound.  ``factor``: per
+    array the read may have to make again (the arrays' closure through their dropped
+    inputs), the share of its remake the read pays."""
+
+    arrays: list[int]
+    factor: dict[int, float]
+    step: int | None = None
+    option: int | None = None
+    weight: float = 0.0
+    query: str | None = None
+
+
+@dataclass
 class QueryBound:
     """A query's steps (indices into ``Problem.steps``, repeats allowed), the cost of
     its steps that have no choice, and the most its priced cost should be."""
@@ -98,6 +141,9 @@ class Problem:
     bounds: list[QueryBound] = field(default_factory=list)
     #: candidates every plan stores (an operator's defaults the model cannot vouch against)
     required: list[int] = field(default_factory=list)
+    #: intermediate arrays the plan keeps or drops, and what reads them
+    arrays: list[ArrayItem] = field(default_factory=list)
+    reads: list[Read] = field(default_factory=list)
 
     def cands_of(self, op: str) -> list[int]:
         return [k for k, c in enumerate(self.candidates) if c.op == op]
@@ -112,16 +158,46 @@ class Solution:
     runtime_s: float
     solve_s: float
     status: str = "optimal"
+    kept: list[int] = field(default_factory=list)     # arrays kept (indices into Problem.arrays)
 
 
-def evaluate(p: Problem, chosen) -> tuple[float, float, float, float]:
-    """(objective, query cost, disk, runtime) of storing exactly ``chosen``."""
+def remake_cost(p: Problem, r: Read, kept) -> float:
+    """Seconds read ``r`` pays to make again what it reads and ``kept`` does not keep
+    (each array once: made again, it is read from there)."""
+    need, seen, total = [a for a in r.arrays if a not in kept], set(), 0.0
+    while need:
+        a = need.pop()
+        if a in seen:
+            continue
+        seen.add(a)
+        total += r.factor.get(a, 1.0) * p.arrays[a].remake_s
+        need.extend(b for b in p.arrays[a].inputs if b not in kept)
+    return total
+
+
+def evaluate(p: Problem, chosen, kept=None) -> tuple[float, float, float, float]:
+    """(objective, query cost, disk, runtime) of storing exactly ``chosen`` and keeping
+    the arrays ``kept`` (None: every array)."""
     chosen = set(chosen)
-    best = [min(o.cost for o in st.options if o.cand is None or o.cand in chosen) for st in p.steps]
-    q = sum(st.weight * c for st, c in zip(p.steps, best))
-    q += sum(BOUND_PENALTY * qb.weight * max(0.0, qb.fixed + sum(best[k] for k in qb.steps) - qb.bound)
+    kept = set(range(len(p.arrays))) if kept is None else set(kept)
+    extra: dict[tuple[int, int], float] = {}      # (step, option) -> its reads' remakes
+    of_query: dict[str | None, float] = {}        # query -> its own reads' remakes
+    q = 0.0
+    for r in p.reads:
+        c = remake_cost(p, r, kept)
+        if r.step is None:
+            q += r.weight * c
+            of_query[r.query] = of_query.get(r.query, 0.0) + c
+        else:
+            assert r.option is not None
+            extra[(r.step, r.option)] = extra.get((r.step, r.option), 0.0) + c
+    best = [min(o.cost + extra.get((k, j), 0.0) for j, o in enumerate(st.options)
+                if o.cand is None or o.cand in chosen) for k, st in enumerate(p.steps)]
+    q += sum(st.weight * c for st, c in zip(p.steps, best))
+    q += sum(BOUND_PENALTY * qb.weight * max(0.0, qb.fixed + of_query.get(qb.name, 0.0)
+                                             + sum(best[k] for k in qb.steps) - qb.bound)
              for qb in p.bounds)
-    disk = sum(p.candidates[k].bytes for k in chosen)
+    disk = sum(p.candidates[k].bytes for k in chosen) + sum(p.arrays[a].bytes for a in kept)
     modes = {(p.candidates[k].op, p.candidates[k].mode) for k in chosen}
     rt = sum(p.gen_s.get(m, 0.0) for m in modes) + sum(p.candidates[k].write_s for k in chosen)
     rt += p.fixed_runtime_s if chosen else 0.0
@@ -150,14 +226,30 @@ def brute_force(p: Problem) -> Solution:
                    and must <= set(s)]
         per_op.append(subsets)
     best = None
+    keeps = [s for r in range(len(p.arrays) + 1)
+             for s in itertools.combinations(range(len(p.arrays)), r)]
     for combo in itertools.product(*per_op):
         chosen = [k for s in combo for k in s]
-        obj, q, disk, rt = evaluate(p, chosen)
-        if _feasible(p, disk, rt) and (best is None or obj < best[0] - 1e-12):
-            best = (obj, q, disk, rt, sorted(chosen))
+        for kept in keeps:
+            obj, q, disk, rt = evaluate(p, chosen, kept)
+            if _feasible(p, disk, rt) and (best is None or obj < best[0] - 1e-12):
+                best = (obj, q, disk, rt, sorted(chosen), list(kept))
     if best is None:
         return Solution([], math.inf, math.inf, 0, 0, time.perf_counter() - t0, "infeasible")
-    return Solution(best[4], best[0], best[1], best[2], best[3], time.perf_counter() - t0)
+    return Solution(best[4], best[0], best[1], best[2], best[3], time.perf_counter() - t0,
+                    kept=best[5])
+
+
+def closure(p: Problem, arrays) -> list[int]:
+    """``arrays`` and every array they are made from, through their inputs."""
+    out: list[int] = []
+    need = list(arrays)
+    while need:
+        a = need.pop()
+        if a not in out:
+            out.append(a)
+            need.extend(p.arrays[a].inputs)
+    return sorted(out)
 
 
 class _Builder:
@@ -213,8 +305,10 @@ def solve(p: Problem) -> Solution:
         b.row({**{x[k]: 1.0 for k in p.cands_of(op)}, bb[op]: 1.0}, lo=1.0)
     for ka, kb in p.exclusive:
         b.row({x[ka]: 1.0, x[kb]: 1.0}, hi=1.0)
+    kk = [b.col(f"k{a}", p.eps_disk * item.bytes) for a, item in enumerate(p.arrays)]
     if p.max_disk is not None:
-        b.row({x[k]: c.bytes for k, c in enumerate(p.candidates)}, hi=float(p.max_disk))
+        b.row({**{x[k]: c.bytes for k, c in enumerate(p.candidates)},
+               **{kk[a]: item.bytes for a, item in enumerate(p.arrays)}}, hi=float(p.max_disk))
     if p.max_runtime_s is not None:
         b.row({**{x[k]: c.write_s for k, c in enumerate(p.candidates)},
                **{m[om]: p.gen_s.get(om, 0.0) for om in modes}, z: p.fixed_runtime_s},
@@ -228,20 +322,41 @@ def solve(p: Problem) -> Solution:
         for col, opt in zip(cols, st.options):
             if opt.cand is not None:
                 b.row({col: 1.0, x[opt.cand]: -1.0}, hi=0.0)
+    # reads: n_ra >= act_r - k_a for what r reads, n_rb >= n_ra - k_b up the inputs
+    in_bound: dict[str | None, dict[int, float]] = {}     # query -> its own reads' n coefs
+    by_step: dict[int, dict[int, float]] = {}             # step -> its options' reads' n coefs
+    for i, r in enumerate(p.reads):
+        weight = r.weight if r.step is None else p.steps[r.step].weight
+        n = {a: b.col(f"n{i}_{a}", weight * r.factor.get(a, 1.0) * p.arrays[a].remake_s,
+                      integer=False) for a in closure(p, r.arrays)}
+        act = {} if r.step is None or r.option is None else {ys[r.step][r.option]: 1.0}
+        for a in r.arrays:       # n + k - y >= 0, or n + k >= 1 for a read every plan makes
+            b.row({n[a]: 1.0, kk[a]: 1.0, **{c: -v for c, v in act.items()}},
+                  lo=0.0 if act else 1.0)
+        for a, col in n.items():
+            for inp in p.arrays[a].inputs:
+                b.row({n[inp]: 1.0, col: -1.0, kk[inp]: 1.0}, lo=0.0)
+        into = in_bound.setdefault(r.query, {}) if r.step is None \
+            else by_step.setdefault(r.step, {})
+        for a, col in n.items():
+            into[col] = into.get(col, 0.0) + r.factor.get(a, 1.0) * p.arrays[a].remake_s
     for qb in p.bounds:
         slack = b.col(f"s_{qb.name}", BOUND_PENALTY * qb.weight, 0.0, math.inf, integer=False)
-        coefs: dict[int, float] = {slack: -1.0}
+        coefs: dict[int, float] = {slack: -1.0, **in_bound.get(qb.name, {})}
         for k in qb.steps:
             for col, opt in zip(ys[k], p.steps[k].options):
                 coefs[col] = coefs.get(col, 0.0) + opt.cost
+            for col, v in by_step.get(k, {}).items():
+                coefs[col] = coefs.get(col, 0.0) + v
         b.row(coefs, hi=qb.bound - qb.fixed)
     status, values = _glpk(b)
     solve_s = time.perf_counter() - t0
     if status != "optimal":
         return Solution([], math.inf, math.inf, 0, 0, solve_s, status)
     chosen = [k for k in range(len(p.candidates)) if values[x[k] - 1] > 0.5]
-    obj, q, disk, rt = evaluate(p, chosen)     # exact, free of GLPK's tolerances
-    return Solution(chosen, obj, q, disk, rt, solve_s)
+    kept = [a for a in range(len(p.arrays)) if values[kk[a] - 1] > 0.5]
+    obj, q, disk, rt = evaluate(p, chosen, kept)     # exact, free of GLPK's tolerances
+    return Solution(chosen, obj, q, disk, rt, solve_s, kept=kept)
 
 
 def _glpk(b: _Builder):

@@ -21,7 +21,7 @@ from .calibration import ensure_calibration
 from .costmodel import CostModel
 from .ilp import solve
 from .planner import QueryPlanner
-from .problem import build, unvouched
+from .problem import ArrayFact, ArrayFacts, build, unvouched
 from .profile import profile_workflow
 from .progress import Progress, ProgressArg
 from .stats import collect, for_run, required
@@ -61,6 +61,15 @@ class Plan:
     #: of ``max_disk``, the bytes set aside for the arrays a run must keep (its outputs,
     #: as the profiling run stored them); lineage was planned within the rest
     arrays_reserve: int = 0
+    #: the intermediate arrays the plan chose to keep or drop (a disk budget's plan):
+    #: name -> {"keep": bool, "bytes": what keeping it takes, "remake_s": its remake};
+    #: a run with ``--keep auto`` keeps what the plan keeps
+    arrays: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def drops(self) -> list[str]:
+        """The intermediate arrays the plan does not keep."""
+        return [n for n, a in self.arrays.items() if not a.get("keep")]
 
     @property
     def strategies(self) -> dict[str, str]:
@@ -85,7 +94,8 @@ class Plan:
     def as_dict(self) -> dict:
         d = asdict(self)
         d.update(strategies=self.strategies, disk=self.disk, runtime_s=self.runtime_s,
-                 runtime_factor=self.runtime_factor)
+                 runtime_factor=self.runtime_factor,
+                 drops=self.drops if self.arrays else None)
         return d
 
     @classmethod
@@ -113,6 +123,12 @@ class Plan:
                      f"no-lineage run ({self.base_s:.2f}s){rt}; workload cost "
                      f"{self.query_s * 1000:.1f} ms, {self.blackbox_query_s * 1000:.1f} ms without "
                      f"stored lineage")
+        if self.arrays:
+            kept = [n for n, a in self.arrays.items() if a.get("keep")]
+            size = sum(a["bytes"] for a in self.arrays.values() if a.get("keep"))
+            lines.append(f"  arrays: keeps {len(kept)} of {len(self.arrays)} intermediates "
+                         f"({fmt_size(size)}): {', '.join(kept) or 'none'}; made again when "
+                         f"read: {', '.join(self.drops) or 'none'}")
         lines.append(f"  ILP: {self.candidates} candidate strategies after pruning "
                      f"{sum(self.pruned.values())}, solved in {self.solve_s * 1000:.1f} ms")
         lines += [f"  note: {n}" for n in self.notes]
@@ -194,6 +210,7 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
         stats = collect(store, wf.name, wf.params)
     model = CostModel(cal, required(stats, f"workflow {wf.name}"))
     reserve = arrays_reserve(store, wf, stats) if budgets.max_disk is not None else 0
+    facts = array_facts(store, wf, stats) if budgets.max_disk is not None else None
     whole = budgets
     if reserve and budgets.max_disk is not None:
         if reserve > budgets.max_disk:
@@ -207,12 +224,12 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
     queries = _workload(store, model, stats, workload, wf, prog)
     prog.note(f"choosing strategies for {len(queries)} queries within {budgets.describe()} (GLPK)")
     defaults = {name: default_for(step.operator) for name, step in wf.steps.items()}
-    built = build(model, queries, budgets, pins, defaults)
+    built = build(model, queries, budgets, pins, defaults, arrays=facts)
     sol = solve(built.problem)
     keep = unvouched(model, built.problem, sol.chosen) if sol.status == "optimal" else {}
     plain: dict[str, str] = {}
     if keep:            # a plan the model cannot vouch for: keep those operators' defaults
-        kept = build(model, queries, budgets, pins, defaults, keep_defaults=keep)
+        kept = build(model, queries, budgets, pins, defaults, keep_defaults=keep, arrays=facts)
         again = solve(kept.problem)
         if again.status != "optimal":
             # their defaults do not fit the budgets either: those operators store nothing
@@ -221,7 +238,7 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
             ops = model.stats.ops
             pins = {**pins, **{op: parse("map" if ops[op].has_map else "blackbox")
                                for op in plain}}
-            kept = build(model, queries, budgets, pins, defaults)
+            kept = build(model, queries, budgets, pins, defaults, arrays=facts)
             again = solve(kept.problem)
         built, sol = kept, again
     if sol.status != "optimal":
@@ -232,7 +249,8 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
     if reserve:
         plan.notes.append(f"{fmt_size(reserve)} of the disk budget is set aside for the "
                           f"workflow's outputs (a run keeps them whatever --keep says); lineage "
-                          f"was planned within the other {fmt_size(budgets.max_disk)}")
+                          f"and the intermediate arrays kept were planned within the other "
+                          f"{fmt_size(budgets.max_disk)}")
     for op, why in plain.items():
         plan.notes.append(f"{op} stores no lineage: the model cannot vouch for its strategies "
                           f"({why}) and its defaults do not fit the budgets")
@@ -256,6 +274,49 @@ def arrays_reserve(store, wf, stats) -> int:
         except SubZeroError:
             arrays = None
     return reserve(arrays, wf, lambda n: stats.op(n).out_bytes)
+
+
+def array_facts(store, wf, stats) -> ArrayFacts:
+    """The intermediate arrays a run of ``wf`` may drop (:func:`subzero.runs.keep.droppable`),
+    as its profiling run stored them: the bytes keeping each takes, its operator's run
+    time (what making it again costs), whether it is made again per chunk, and whether
+    ``--keep auto`` keeps it whatever the workload (:func:`subzero.runs.keep.preferred`)."""
+    from subzero.capture.tiles import tile_plan
+    from subzero.runs.keep import array_bytes, droppable, preferred
+    from subzero.storage.arrays import ArrayStore
+    from subzero.tuning import DEFAULT_TILE
+    arrays = None
+    if stats.profile_run is not None:
+        try:
+            arrays = ArrayStore(store.run_dir(stats.profile_run))
+        except SubZeroError:
+            arrays = None
+    local = set()
+    for name, step in wf.steps.items():
+        info = stats.ops.get(name)
+        if info is not None and step.operator.statistic is None and \
+                tile_plan(step.operator, info.in_shapes) is not None \
+                and info.in_shapes and tuple(info.in_shapes[0]) == tuple(info.out_shape):
+            local.add(name)
+    run_s = {n: stats.op(n).run_s for n in wf.steps if n in stats.ops}
+    sizes: dict[str, float] = {}
+    for n in droppable(wf):
+        info = stats.op(n)
+        if info.drop_saves:            # measured as the profiling run computed it
+            sizes[n] = float(info.drop_saves)
+        else:                          # a profile from before: its run's folder, or its size
+            got = array_bytes(arrays, n) - array_bytes(arrays, n, dropped=True) \
+                if arrays is not None else 0
+            sizes[n] = float(got if got > 0 else info.out_bytes)
+    prefer = preferred(wf, run_s, sizes)
+    out = []
+    for n, b in sizes.items():
+        shape = tuple(stats.op(n).out_shape)
+        cells = int(math.prod(shape)) if shape else 1
+        share = math.prod(min(s, DEFAULT_TILE) / s for s in shape if s) if shape else 1.0
+        out.append(ArrayFact(n, b, run_s.get(n, 0.0), list(wf.steps[n].inputs), n in local,
+                             cells, share, n in prefer))
+    return ArrayFacts(out, local)
 
 
 def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) -> Plan:
@@ -291,6 +352,9 @@ def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) ->
                 len(p.candidates), {r: len(v) for r, v in built.pruned.items()},
                 capture_s=model.capture_fixed_s,
                 priced_s=sol.query_cost + built.fixed_priced)
+    kept = set(sol.kept)
+    plan.arrays = {a.name: {"keep": i in kept, "bytes": a.bytes, "remake_s": a.remake_s}
+                   for i, a in enumerate(built.arrays)}
     if not chosen:
         small = built.smallest
         if budgets.max_disk is not None and small is not None and small[0] > budgets.max_disk:

@@ -28,14 +28,37 @@ from dataclasses import dataclass, field
 from subzero.errors import BudgetError, OptimizerError, StrategyError
 from subzero.model.modes import Mode
 from subzero.model.strategy import Strategy, parse_one
-from subzero.tuning import DEFAULTS_TOLERANCE, TIE_BREAK
+from subzero.tuning import DEFAULTS_TOLERANCE, KEEP_ADHOC_READS, TIE_BREAK
 
 from .budgets import Budgets, fmt_size
 from .costmodel import CostModel
-from .ilp import Candidate, Option, Problem, QueryBound, Step
+from .ilp import ArrayItem, Candidate, Option, Problem, QueryBound, Read, Step
 from .workloads import WorkloadQuery
 
 UNANSWERABLE_S = 1e4        # re-executing a non-deterministic operator is impossible
+
+
+@dataclass
+class ArrayFact:
+    """An intermediate array a run may drop, as its profiling run measured it."""
+
+    name: str
+    bytes: float             # what keeping it adds to the run's disk (its chunks)
+    remake_s: float          # its operator's run: seconds to make it again whole
+    inputs: list[str]        # the arrays it is made from
+    tile_local: bool         # made again per chunk (its operator runs per tile)
+    cells: int               # its size in cells
+    chunk_share: float       # one chunk's share of it (a small read makes one again)
+    #: ``--keep auto`` keeps it whatever the workload (slow to make again, or cheap to keep)
+    prefer: bool = False
+
+
+@dataclass
+class ArrayFacts:
+    """What the plan needs to choose which intermediate arrays a run keeps."""
+
+    arrays: list[ArrayFact]
+    tile_local: set[str] = field(default_factory=set)     # operators that run per tile
 
 
 @dataclass
@@ -48,6 +71,9 @@ class Built:
     smallest: tuple[float, str] | None = None                      # cheapest candidate on disk
     #: op -> why its defaults are kept (the model cannot vouch for one of its strategies)
     kept_defaults: dict[str, str] = field(default_factory=dict)
+    #: the arrays the plan keeps or drops (``problem.arrays``), and what not keeping each
+    #: would cost the workload, by name (what the plan reports)
+    arrays: list[ArrayFact] = field(default_factory=list)
 
 
 def _supported(info, s: Strategy) -> bool:
@@ -105,12 +131,16 @@ def _priced(model: CostModel, op: str, method: str, args: tuple[int, bool, float
 def build(model: CostModel, queries: list[WorkloadQuery], budgets: Budgets,
           pins: dict[str, tuple[Strategy, ...]] | None = None,
           defaults: dict[str, tuple[Strategy, ...]] | None = None,
-          keep_defaults: dict[str, str] | None = None) -> Built:
+          keep_defaults: dict[str, str] | None = None,
+          arrays: ArrayFacts | None = None) -> Built:
     """The integer program for ``queries`` within ``budgets``.  ``defaults``: the
     strategies a run stores when none are given; each query is then bounded by its
     price under them (``DEFAULTS_TOLERANCE``), so a plan does not trade one query's
     speed for another's beyond what the model can vouch for.  ``keep_defaults``: op ->
-    why; those operators' stored defaults are required in the plan (``unvouched``)."""
+    why; those operators' stored defaults are required in the plan (``unvouched``).
+    ``arrays``: intermediate arrays the plan keeps or drops within the disk budget (None:
+    the run's ``--keep`` policy alone decides), priced by the remakes of what reads them:
+    a re-execution its operator's inputs, a query the arrays it starts and ends at."""
     pins = dict(pins or {})
     check_pins(model, pins)
     stats = model.stats
@@ -174,7 +204,7 @@ def build(model: CostModel, queries: list[WorkloadQuery], budgets: Budgets,
     for key, ent in raw.items():
         opts = list(ent["always"]) + [Option(index[k], o.cost, o.label, o.expected)
                                       for k, o in ent["costs"].items() if k in index and o is not None]
-        if len(opts) == len(ent["always"]):
+        if len(opts) == len(ent["always"]) and not _reads_arrays(ent, arrays, stats.ops):
             built.fixed_cost[ent["op"]] = built.fixed_cost.get(ent["op"], 0.0) + \
                 ent["weight"] * min(o.predicted for o in opts)
             fixed_of[key] = min(o.cost for o in opts)
@@ -188,13 +218,15 @@ def build(model: CostModel, queries: list[WorkloadQuery], budgets: Budgets,
                                        [step_of[k] for k in keys_of[q.name] if k in step_of],
                                        sum(fixed_of.get(k, 0.0) for k in keys_of[q.name]),
                                        DEFAULTS_TOLERANCE * default_cost[q.name]))
+    if arrays is not None and arrays.arrays:
+        _array_reads(built, arrays, queries, raw, step_of, model)
     for steps in built.query_steps.values():           # reporting: surviving candidates only
         for j, (op, opts, w) in enumerate(steps):
             steps[j] = (op, [Option(index.get(o.cand) if o.cand is not None else None, o.cost,
                                     o.label, o.expected) for o in opts
                              if o.cand is None or o.cand in index], w)
     blackbox = sum(e["weight"] * min(o.cost for o in e["always"]) for e in raw.values())
-    total_b = sum(c.bytes for c in p.candidates) or 1.0
+    total_b = sum(c.bytes for c in p.candidates) + sum(a.bytes for a in p.arrays) or 1.0
     total_r = sum(c.write_s for c in p.candidates) + sum(p.gen_s.values()) or 1.0
     # a small penalty breaks ties (TIE_BREAK): storing every candidate would cost 0.1% of
     # the workload without stored lineage, so megabytes are not spent on microseconds
@@ -206,6 +238,76 @@ def build(model: CostModel, queries: list[WorkloadQuery], budgets: Budgets,
         raise BudgetError(f"the pinned strategies alone need {fmt_size(pinned_bytes)}, more than "
                           f"the disk budget of {fmt_size(budgets.max_disk)}")
     return built
+
+
+def _reexec(ent: dict) -> int | None:
+    """The index of a step entry's re-execution option, when it can answer."""
+    return next((j for j, o in enumerate(ent["always"])
+                 if o.label == "reexec" and o.cost < UNANSWERABLE_S), None)
+
+
+def _reads_arrays(ent: dict, arrays: ArrayFacts | None, ops: dict) -> bool:
+    """Whether re-executing the entry's operator reads an array the plan may drop."""
+    if arrays is None or _reexec(ent) is None:
+        return False
+    names = {a.name for a in arrays.arrays}
+    return any(i in names for i in ops[ent["op"]].inputs)
+
+
+def _array_reads(built: Built, facts: ArrayFacts, queries: list[WorkloadQuery],
+                 raw: dict, step_of: dict, model: CostModel) -> None:
+    """The plan's arrays and their readers: a re-execution reads its operator's inputs
+    over the share of its run the step re-runs (all of them where it is not tile-local);
+    a query the arrays it starts and ends at (over the chunks its cells touch); an array
+    ``--keep auto`` keeps whatever the workload, ``KEEP_ADHOC_READS`` reads per unit of
+    the workload's weight.  Made again, an array reads its own inputs: the same share
+    where it is tile-local, else whole (``closure``)."""
+    p = built.problem
+    arrays = facts.arrays
+    idx = {a.name: i for i, a in enumerate(arrays)}
+    built.arrays = list(arrays)
+    p.arrays = [ArrayItem(a.name, a.bytes, a.remake_s, [idx[i] for i in a.inputs if i in idx])
+                for a in arrays]
+
+    def factors(direct: list[int], share: float) -> dict[int, float]:
+        out: dict[int, float] = {}
+        todo = [(a, share) for a in direct]
+        while todo:
+            a, f = todo.pop()
+            f = f if arrays[a].tile_local else 1.0
+            if out.get(a, -1.0) >= f:
+                continue
+            out[a] = f
+            todo.extend((b, f) for b in p.arrays[a].inputs)
+        return out
+
+    ops = model.stats.ops
+    for key, ent in raw.items():
+        j = _reexec(ent)
+        k = step_of.get(key)
+        if j is None or k is None:
+            continue
+        info = ops[ent["op"]]
+        direct = [idx[i] for i in info.inputs if i in idx]
+        if not direct:
+            continue
+        local = ent["op"] in facts.tile_local
+        share = min(1.0, ent["always"][j].predicted / info.run_s) if local and info.run_s > 0 \
+            else 1.0
+        p.reads.append(Read(direct, factors(direct, share), step=k, option=j))
+    total = sum(q.weight for q in queries)
+    for q in queries:
+        for name, cells in ((q.start, q.steps[0]["cells_in"] if q.steps else 0),
+                            (q.target, q.steps[-1]["cells_out"] if q.steps else 0)):
+            a = idx.get(name)
+            if a is None:
+                continue
+            f = arrays[a]
+            share = min(1.0, max(float(cells or 0) / max(f.cells, 1), f.chunk_share))
+            p.reads.append(Read([a], factors([a], share), weight=q.weight, query=q.name))
+    for a, f in enumerate(arrays):
+        if f.prefer:
+            p.reads.append(Read([a], factors([a], 1.0), weight=KEEP_ADHOC_READS * total))
 
 
 def _c(ent: dict, k: int) -> float | None:

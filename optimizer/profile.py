@@ -78,6 +78,7 @@ class Profiler:
     def __init__(self, scratch: Path, sample_pairs: int = SAMPLE_PAIRS, all_ops: bool = False,
                  read_samples: bool = True):
         self.scratch = LineageStore(scratch)
+        self.arrays_dir = Path(scratch).with_name(Path(scratch).name + "-arrays")
         self.read_samples = read_samples
         self.all_ops = all_ops
         self.sample_pairs = sample_pairs
@@ -92,8 +93,26 @@ class Profiler:
         t0 = time.perf_counter()
         try:
             self.ops[name] = self._profile(name, op, inputs, out, run_s)
+            self.ops[name]["drop_saves"] = self._drop_saves(name, out)
         finally:
             self.seconds += time.perf_counter() - t0
+
+    def _drop_saves(self, name: str, out) -> int:
+        """Bytes not keeping the operator's array frees in a run: its stored chunks, as
+        a run's array store writes them (compressed) into a scratch folder, less the
+        checksums a dropped array keeps instead.  The profiling run itself may drop it
+        (``--keep auto``), so its own folder cannot say."""
+        from subzero.runs.keep import array_bytes
+        from subzero.storage.arrays import ArrayStore
+        folder = self.arrays_dir
+        try:
+            arrays = ArrayStore(folder)
+            arrays.write(name, out)
+            return max(array_bytes(arrays, name) - array_bytes(arrays, name, dropped=True), 0)
+        except Exception:               # measured another way (its size in memory)
+            return 0
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def _profile(self, name, op, inputs, out, run_s) -> dict:
         in_shapes = [shape_of(x) for x in inputs]

@@ -57,6 +57,9 @@ class OpInfo:
     reruns: int = 1
     #: bytes of its output array in memory (uncompressed)
     out_bytes: int = 0
+    #: bytes a run frees by not keeping its output array (its compressed chunks; 0:
+    #: not measured)
+    drop_saves: int = 0
 
     @property
     def has_map(self) -> bool:
@@ -100,6 +103,7 @@ def _op_info(name: str, inputs: list[str], rec: dict) -> OpInfo:
         deterministic=bool(rec["deterministic"]), reexec_mode=rec.get("reexec_mode"),
         modes=dict(rec.get("modes", {})), profiled=bool(rec.get("profiled", True)),
         reruns=int(rec.get("reruns", 1)), out_bytes=int(rec.get("out_bytes", 0)),
+        drop_saves=int(rec.get("drop_saves", 0)),
         strategies={s: StrategyInfo(float(v["bytes"]), float(v["write_s"]), v["spaces"],
                                     sample_frac=float(v.get("sample_frac", 1.0)),
                                     sample=v.get("sample"))

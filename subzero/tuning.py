@@ -371,6 +371,11 @@ KEEP_RECOMPUTE_S = 2.0
 #: ``--keep auto`` keeps an array whose dropping would free less than this many bytes
 #: (its metadata and checksums stay; a scalar made again whole rebuilds what it reads)
 KEEP_MIN_SAVING = 16 << 10
+#: under a disk budget the integer program prices every array ``--keep auto`` would keep
+#: for a read outside the workload (slow to make again, or cheap to keep) as read this
+#: many times per unit of the workload's weight (``subzero.optimizer.problem``): kept
+#: while the budget has room, dropped before anything the workload reads
+KEEP_ADHOC_READS = 0.05
 
 #: the ``--keep`` policies (:mod:`subzero.runs.keep`), and that of a run naming none
 KEEP_POLICIES = ("auto", "outputs", "all")

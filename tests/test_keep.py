@@ -292,3 +292,90 @@ def test_auto_keeps_what_the_workload_reads(wfdir):
                                                            "smooth"}
         outputs = st.run(wfdir / "gatewf.py", inputs={"a": a}, keep="outputs", progress=False)
         assert {n for n, k in kept(outputs).items() if k} == {"a", "scaled"}
+
+
+def _planned(st, wfdir, a, budget, pin):
+    """A plan for the workload `gate -> a` (its re-execution of flip, when flip stores
+    no lineage, reads smooth: no query starts or ends there) within ``budget``."""
+    from subzero.optimizer import optimize
+    wl = wfdir / "plan_workload.json"
+    wl.write_text(json.dumps({"queries": [
+        {"name": "g", "from": "gate", "to": "a", "cells": {"box": [[0, 0], [2, 2]]}}]}))
+    return optimize(st, wfdir / "gatewf.py", inputs={"a": a}, max_disk=budget, workload=wl,
+                    pins=[f"flip={pin}"], name=f"p-{pin}-{budget}", progress=False)
+
+
+def test_the_plan_keeps_an_array_when_its_workload_reads_it(wfdir, calibration):
+    """Under a disk budget the integer program chooses the arrays a run keeps, priced
+    against the workload: smooth, read only by a re-execution of flip, is kept while
+    flip stores no lineage and the budget has room for it, and dropped when flip's
+    lineage answers or the budget is tight.  The run keeps what its plan kept, fits
+    its budget, and answers as a run that keeps everything."""
+    import os
+    a = big(wfdir)
+    with subzero.open_store(wfdir / "s") as st:
+        st.catalog.add_calibration(os.uname().nodename, calibration["seconds"], calibration)
+        full = st.run(wfdir / "gatewf.py", inputs={"a": a}, keep="all", progress=False)
+        want = [cells(full.trace("gate", [[1, 2]], to="a", record=False)),
+                cells(full.trace("scaled", [[5, 5]], to="a", record=False))]
+        roomy = 20_000_000
+        plans = {pin: _planned(st, wfdir, a, roomy, pin) for pin in ("blackbox", "full")}
+        assert set(plans["blackbox"].arrays) == {"smooth", "bright", "flip", "gate"}
+        assert "smooth" not in plans["blackbox"].drops        # flip re-executes onto it
+        assert "smooth" in plans["full"].drops                # flip's lineage answers
+        # tight: room for the outputs, the lineage and less than smooth's chunks
+        saves = plans["blackbox"].arrays["smooth"]["bytes"]
+        tight_b = plans["blackbox"].arrays_reserve + int(plans["blackbox"].disk) + int(saves) // 2
+        tight = _planned(st, wfdir, a, tight_b, "blackbox")
+        assert "smooth" in tight.drops
+        for plan in (*plans.values(), tight):
+            run = st.run(wfdir / "gatewf.py", inputs={"a": a}, plan=plan.name, progress=False)
+            assert {n for n, k in kept(run).items() if not k} == set(plan.drops), plan.name
+            assert [cells(run.trace("gate", [[1, 2]], to="a", record=False)),
+                    cells(run.trace("scaled", [[5, 5]], to="a", record=False))] == want
+        from test_optimizer import _run_bytes
+        assert _run_bytes(run) <= tight_b
+        # a pinned array is kept whatever the plan says; `all` keeps everything
+        pinned = st.run(wfdir / "gatewf.py", inputs={"a": a}, plan=plans["full"].name,
+                        pins=["smooth"], progress=False)
+        assert kept(pinned)["smooth"]
+        every = st.run(wfdir / "gatewf.py", inputs={"a": a}, plan=plans["full"].name,
+                       keep="all", progress=False)
+        assert all(kept(every).values())
+
+
+def test_cli_plan_says_which_arrays_it_keeps(wfdir, calibration):
+    import os
+    a = big(wfdir)
+    with subzero.open_store(wfdir / "s") as st:
+        st.catalog.add_calibration(os.uname().nodename, calibration["seconds"], calibration)
+    (wfdir / "gatewf_workload.json").write_text(json.dumps({"queries": [
+        {"name": "g", "from": "gate", "to": "a", "cells": {"box": [[0, 0], [2, 2]]}}]}))
+    code, out, err = cli(wfdir, "optimize", "gatewf.py", "--input", f"a={a}", "--max-disk",
+                         "20MB", "--pin", "flip=full", "--name", "p")
+    assert code == 0, err
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("arrays:"))
+    assert "smooth" in line.split("made again when read:")[1], line
+    code, out, err = cli(wfdir, "run", "gatewf.py", "--input", f"a={a}", "--plan", "p")
+    assert code == 0, err
+    code, out, err = cli(wfdir, "du", "2")
+    assert code == 0, err
+    assert "smooth" in next(ln for ln in out.splitlines() if "not kept" in ln)
+
+
+def test_a_resumed_run_drops_what_its_plan_chose(tmp_path):
+    """The plan's choice of arrays is in the signed journal's budget, so a run resumed
+    after its driver was lost drops what it began to drop, not what `auto` would."""
+    from subzero.model.workflow import load_workflow
+    from subzero.runs.journal import Journal, read_journal
+    from subzero.storage.budget import DiskBudget
+    shutil.copy(ROOT / "tests" / "gated_workflow.py", tmp_path / "gatewf.py")
+    wf = load_workflow(str(tmp_path / "gatewf.py"), {})
+    for drops in (("smooth", "gate"), (), None):
+        folder = tmp_path / f"run{drops}"
+        folder.mkdir()
+        budget = DiskBudget(10**6, {("flip", "full"): 100}, arrays_reserve=5, drops=drops)
+        Journal(folder).begin(1, wf, {}, "local", {}, True, 64, budget,
+                              keep={"policy": "auto", "pins": []})
+        got = read_journal(folder, 1).disk_budget()
+        assert got is not None and got.drops == drops and got.arrays_reserve == 5

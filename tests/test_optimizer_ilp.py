@@ -8,7 +8,18 @@ import pytest
 
 from subzero.errors import BudgetError
 from subzero.optimizer.budgets import Budgets, parse_factor, parse_size
-from subzero.optimizer.ilp import Candidate, Option, Problem, QueryBound, Step, brute_force, evaluate, solve
+from subzero.optimizer.ilp import (
+    ArrayItem,
+    Candidate,
+    Option,
+    Problem,
+    QueryBound,
+    Read,
+    Step,
+    brute_force,
+    evaluate,
+    solve,
+)
 
 
 def random_problem(rng: random.Random, n_ops=3, max_cands=4, n_steps=8, pins=False,
@@ -45,6 +56,83 @@ def random_problem(rng: random.Random, n_ops=3, max_cands=4, n_steps=8, pins=Fal
             p.bounds.append(QueryBound(f"q{q}", rng.uniform(0.5, 2), ks, rng.uniform(0, 0.3),
                                        bb * rng.uniform(0.2, 1.2)))
     return p
+
+
+def with_arrays(rng: random.Random, p: Problem, n_arrays=3) -> Problem:
+    """``p`` with intermediate arrays to keep or drop: a chain-like DAG (an array made
+    from earlier ones), re-executions reading them, and reads every plan makes."""
+    for a in range(n_arrays):
+        ins = sorted(rng.sample(range(a), min(a, rng.randint(0, 2))))
+        p.arrays.append(ArrayItem(f"a{a}", rng.uniform(5, 120), rng.uniform(0.1, 3), ins))
+    for k, st in enumerate(p.steps):
+        for j, o in enumerate(st.options):
+            if o.label == "reexec" and rng.random() < 0.6:
+                arrs = sorted(rng.sample(range(n_arrays), rng.randint(1, 2)))
+                p.reads.append(Read(arrs, {a: rng.choice([1.0, rng.uniform(0.05, 1)])
+                                           for a in range(n_arrays)}, step=k, option=j))
+    for q in range(2):
+        p.reads.append(Read([rng.randrange(n_arrays)], {}, weight=rng.uniform(0.01, 0.5),
+                            query=p.bounds[q].name if p.bounds and q < len(p.bounds) else None))
+    return p
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_ilp_with_arrays_equals_brute_force(seed):
+    """Arrays kept or dropped, priced by the remakes their readers pay (through inputs
+    dropped too), on the same disk row as lineage: GLPK finds brute force's optimum."""
+    rng = random.Random(900 + seed)
+    p = with_arrays(rng, random_problem(rng, max_cands=3, n_steps=6, pins=seed % 3 == 0,
+                                        bounds=seed % 2 == 1))
+    p.max_disk = rng.uniform(50, 400)
+    ilp, brute = solve(p), brute_force(p)
+    assert ilp.status == brute.status
+    if brute.status == "optimal":
+        assert ilp.objective == pytest.approx(brute.objective, rel=1e-9, abs=1e-12)
+        _, _, disk, _ = evaluate(p, ilp.chosen, ilp.kept)
+        assert disk <= p.max_disk + 1e-9
+
+
+def test_array_choices_are_not_trivial():
+    """Guard against a comparison that cannot fail: over the same random problems the
+    optimum keeps some arrays and drops others, the disk row trades arrays against
+    lineage, and a dropped array's readers pay for it."""
+    kept_sets, traded = set(), 0
+    for seed in range(40):
+        rng = random.Random(900 + seed)
+        p = with_arrays(rng, random_problem(rng, max_cands=3, n_steps=6, pins=seed % 3 == 0,
+                                            bounds=seed % 2 == 1))
+        p.max_disk = rng.uniform(50, 400)
+        sol = brute_force(p)
+        kept_sets.add(tuple(sol.kept))
+        no_arrays = brute_force(Problem(p.ops, p.candidates, p.gen_s, p.steps, p.max_disk,
+                                        p.max_runtime_s, exclusive=p.exclusive,
+                                        eps_disk=p.eps_disk, eps_runtime=p.eps_runtime,
+                                        fixed_runtime_s=p.fixed_runtime_s, pinned=p.pinned,
+                                        bounds=p.bounds))
+        traded += sol.chosen != no_arrays.chosen
+        every = evaluate(p, sol.chosen)        # keeping everything costs no remake
+        none = evaluate(p, sol.chosen, [])
+        assert none[1] >= every[1] - 1e-12
+    assert len(kept_sets) >= 5 and traded >= 3
+
+
+def test_a_dropped_array_is_made_again_through_its_dropped_inputs():
+    """The price of a read is the remake of what it reads and of every dropped array
+    that is made from, once each; kept ones stop the chain."""
+    p = Problem(["op"], [], {}, [Step("op", 2.0, [Option(None, 1.0, "reexec")])])
+    p.arrays = [ArrayItem("a", 10, 3.0), ArrayItem("b", 10, 5.0, [0]), ArrayItem("c", 10, 7.0, [0, 1])]
+    p.reads = [Read([2], {2: 0.5}, step=0, option=0)]
+    assert evaluate(p, [], [0, 1, 2])[1] == pytest.approx(2.0)
+    assert evaluate(p, [], [0, 1])[1] == pytest.approx(2.0 * (1 + 3.5))
+    assert evaluate(p, [], [0])[1] == pytest.approx(2.0 * (1 + 3.5 + 5))
+    assert evaluate(p, [], [])[1] == pytest.approx(2.0 * (1 + 3.5 + 5 + 3))
+    assert evaluate(p, [], [1])[1] == pytest.approx(2.0 * (1 + 3.5 + 3))
+    p.max_disk = 10                            # room for one: the costliest chain is cut at c
+    sol = solve(p)
+    assert sol.kept == [2] and sol.query_cost == pytest.approx(2.0)
+    p.reads.append(Read([0], {}, weight=100.0))      # a read of a every plan makes: keep a
+    sol = solve(p)
+    assert sol.kept == [0] and brute_force(p).kept == [0]
 
 
 @pytest.mark.parametrize("seed", range(40))

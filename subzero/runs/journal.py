@@ -110,6 +110,8 @@ class Resumable:
         return DiskBudget(int(self.budget["max_bytes"]),
                           {(op, s): int(b) for op, s, b in self.budget["predicted"]},
                           arrays_reserve=int(self.budget.get("arrays_reserve", 0)),
+                          drops=None if self.budget.get("drops") is None
+                          else tuple(str(n) for n in self.budget["drops"]),
                           used=self.used, downgrades=list(self.downgrades))
 
 
@@ -144,7 +146,8 @@ class Journal:
             "capture": capture, "tile": tile,
             "budget": None if budget is None else {
                 "max_bytes": budget.max_bytes, "arrays_reserve": budget.arrays_reserve,
-                "predicted": [[op, s, b] for (op, s), b in budget.predicted.items()]},
+                "predicted": [[op, s, b] for (op, s), b in budget.predicted.items()],
+                **({"drops": list(budget.drops)} if budget.drops is not None else {})},
             **({"rerun": dict(rerun)} if rerun is not None else {}),
             **({"keep": dict(keep)} if keep is not None else {})})
         try:

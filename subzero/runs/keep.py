@@ -56,8 +56,9 @@ if TYPE_CHECKING:
 
 #: the policies
 POLICIES = KEEP_POLICIES
-__all__ = ["DEFAULT_KEEP", "POLICIES", "array_bytes", "cheap_to_keep", "check_policy", "fit",
-           "not_kept", "reserve", "workload_arrays", "workload_of"]
+__all__ = ["DEFAULT_KEEP", "POLICIES", "array_bytes", "cheap_to_keep", "check_policy",
+           "droppable", "fit", "not_kept", "preferred", "reserve", "workload_arrays",
+           "workload_of"]
 
 
 def check_policy(keep: str, pins: Iterable[str], wf: Workflow | None = None) -> None:
@@ -83,6 +84,32 @@ def _must_keep(wf: Workflow, stats: Iterable[OpStats], pins: Iterable[str]) -> s
                 or not wf.consumers(name):
             must.add(name)
     return must
+
+
+def droppable(wf: Workflow) -> list[str]:
+    """The intermediate arrays of ``wf`` a run may drop, in its order: read by an operator,
+    made by a deterministic one that declares no whole-array statistic (what
+    :func:`reserve` does not count whole)."""
+    return [n for n in wf.order() if wf.consumers(n) and wf.steps[n].operator.deterministic
+            and wf.steps[n].operator.statistic is None]
+
+
+def preferred(wf: Workflow, run_s: Mapping[str, float], sizes: Mapping[str, float]) -> set[str]:
+    """The arrays among ``sizes`` (name -> bytes dropping it frees) ``auto`` keeps whatever
+    the workload: dropping it frees less than :data:`~subzero.tuning.KEEP_MIN_SAVING`,
+    or making it again takes more than :data:`~subzero.tuning.KEEP_RECOMPUTE_S` (its
+    operator's run, ``run_s``, with that of the inputs it makes again first)."""
+    out: set[str] = set()
+    cost: dict[str, float] = {}
+    for name in wf.order():
+        if name not in sizes:
+            continue
+        c = run_s.get(name, 0.0) + sum(cost.get(i, 0.0) for i in wf.steps[name].inputs)
+        if sizes[name] < KEEP_MIN_SAVING or c > KEEP_RECOMPUTE_S:
+            out.add(name)
+        else:
+            cost[name] = c
+    return out
 
 
 def workload_arrays(wf: Workflow, queries: Iterable[Mapping]) -> set[str]:
@@ -117,14 +144,21 @@ def workload_arrays(wf: Workflow, queries: Iterable[Mapping]) -> set[str]:
 
 
 def not_kept(wf: Workflow, strategies: Mapping[str, Sequence[Strategy]], stats: Iterable[OpStats],
-             keep: str, pins: Iterable[str] = (), read: Iterable[str] = ()) -> list[str]:
+             keep: str, pins: Iterable[str] = (), read: Iterable[str] = (),
+             planned: Iterable[str] | None = None) -> list[str]:
     """The arrays a run drops under policy ``keep``, in the workflow's order; ``read``:
-    arrays its workload reads (:func:`workload_arrays`), kept under ``auto``."""
+    arrays its workload reads (:func:`workload_arrays`), kept under ``auto``.
+    ``planned``: the arrays a disk budget's plan chose to drop (``subzero optimize``
+    priced each against the workload); under ``auto`` they are what the run drops, but
+    for what no policy drops (pins, outputs, arrays no re-run could prove)."""
     if keep == "all":
         return []
     stats = list(stats)
     by_op = {o.name: o for o in stats}
     must = _must_keep(wf, stats, pins)
+    if keep == "auto" and planned is not None:
+        chosen = set(planned)
+        return [n for n in wf.order() if n in chosen and n not in must]
     if keep == "auto":
         must.update(read)
     for name, step in wf.steps.items():
@@ -207,10 +241,9 @@ def reserve(arrays: ArrayStore | None, wf: Workflow,
     tiles); the metadata and checksums of its other intermediates; an array kept
     whole that is not found there counts ``fallback(name)`` (its uncompressed size)."""
     total = 0
-    for n, step in wf.steps.items():
-        op = step.operator
-        whole = not wf.consumers(n) or not op.deterministic or op.statistic is not None
-        if not whole:                  # an intermediate: at least its metadata stays
+    drop = set(droppable(wf))
+    for n in wf.steps:
+        if n in drop:                  # an intermediate: at least its metadata stays
             total += array_bytes(arrays, n, dropped=True) if arrays is not None else 0
             continue
         got = array_bytes(arrays, n) if arrays is not None else 0

@@ -216,9 +216,10 @@ def execute(tx: RunTransaction, wf: Workflow, values: Mapping[str, Any],
         annotate(stats)
     elif tx.uid is not None:   # a re-run keeps every array (made from its parent's values);
         # a run begun before runs had uids, resumed, too (its arrays have no manifest)
+        planned = budget.drops if budget is not None else None
         read = workload_arrays(wf, workload_of(wf, tx.catalog.traces(workflow=wf.name))) \
-            | cheap_to_keep(arrays, wf) if opts.keep == "auto" else set()
-        for name in not_kept(wf, strat, stats.ops, opts.keep, opts.pins, read):
+            | cheap_to_keep(arrays, wf) if opts.keep == "auto" and planned is None else set()
+        for name in not_kept(wf, strat, stats.ops, opts.keep, opts.pins, read, planned):
             arrays.drop(name)
         if budget is not None and capture:
             fit(arrays, wf, stats.ops, opts.pins, budget)
@@ -273,7 +274,9 @@ def plan_strategies(catalog: Catalog, plan: str | Mapping[str, Any], wf: Workflo
         budget = DiskBudget(int(limit), {(op, s): int(b) for op, per in
                                          data.get("predicted_bytes", {}).items()
                                          for s, b in per.items()},
-                            arrays_reserve=int(data.get("arrays_reserve") or 0))
+                            arrays_reserve=int(data.get("arrays_reserve") or 0),
+                            drops=None if data.get("drops") is None
+                            else tuple(str(n) for n in data["drops"]))
     return data["strategies"], budget
 
 

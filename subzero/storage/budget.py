@@ -34,6 +34,9 @@ class DiskBudget:
     used: int = 0
     downgrades: list[dict] = field(default_factory=list)
     arrays_reserve: int = 0
+    #: the intermediate arrays the plan chose not to keep (``--keep auto`` drops them;
+    #: None: a plan that did not choose, the policy decides)
+    drops: tuple[str, ...] | None = None
 
     @property
     def lineage_allowance(self) -> int:
