@@ -19,7 +19,7 @@ from subzero.model.workflow import load_workflow
 from .budgets import Budgets, fmt_size
 from .calibration import ensure_calibration
 from .costmodel import CostModel
-from .ilp import solve
+from .ilp import remake_cost, solve
 from .planner import QueryPlanner
 from .problem import ArrayFact, ArrayFacts, build, unvouched
 from .profile import profile_workflow
@@ -119,7 +119,13 @@ class Plan:
         rt = "" if self.max_runtime is None else f" (budget {self.max_runtime:g}x)"
         lines.append(f"  {'total':<16} {'':<{w}} {fmt_size(self.disk):>11} {self.runtime_s:9.3f}s "
                      f"{self.query_s * 1000:9.1f}ms")
-        lines.append(f"  disk {fmt_size(self.disk)}{budget}; runtime {self.runtime_factor:.2f}x the "
+        used = fmt_size(self.disk)
+        if self.arrays or self.arrays_reserve:
+            kept = sum(a["bytes"] for a in self.arrays.values() if a.get("keep"))
+            used = (f"{fmt_size(self.disk + kept + self.arrays_reserve)} (lineage {used}, "
+                    f"intermediate arrays kept {fmt_size(kept)}, outputs and metadata "
+                    f"{fmt_size(self.arrays_reserve)})")
+        lines.append(f"  disk {used}{budget}; runtime {self.runtime_factor:.2f}x the "
                      f"no-lineage run ({self.base_s:.2f}s){rt}; workload cost "
                      f"{self.query_s * 1000:.1f} ms, {self.blackbox_query_s * 1000:.1f} ms without "
                      f"stored lineage")
@@ -323,10 +329,25 @@ def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) ->
     p = built.problem
     chosen = {k: p.candidates[k] for k in sol.chosen}
     # reports use predicted (not pessimistic) seconds of the method a planner would pick
+    kept = set(sol.kept)
+    # what the workload pays to make dropped arrays again: per option of a step, per query
+    extra: dict[tuple[int, int], float] = {}
+    of_query: dict[str, float] = {}
+    for r in p.reads:
+        c = remake_cost(p, r, kept)
+        if r.step is not None and r.option is not None:
+            extra[(r.step, r.option)] = extra.get((r.step, r.option), 0.0) + c
+        elif r.query is not None:
+            of_query[r.query] = of_query.get(r.query, 0.0) + c
+
+    def step_s(k: int) -> float:
+        return min(o.predicted + extra.get((k, j), 0.0) for j, o in enumerate(p.steps[k].options)
+                   if o.cand is None or o.cand in chosen)
     op_cost = dict(built.fixed_cost)
-    for st in p.steps:
-        op_cost[st.op] = op_cost.get(st.op, 0.0) + st.weight * min(
-            o.predicted for o in st.options if o.cand is None or o.cand in chosen)
+    for k, st in enumerate(p.steps):
+        op_cost[st.op] = op_cost.get(st.op, 0.0) + st.weight * step_s(k)
+    weights = {b.name: b.weight for b in p.bounds}
+    remakes_s = sum(weights.get(q, 1.0) * c for q, c in of_query.items())
     rows, predicted = [], {}
     for op, info in stats.ops.items():
         mine = [c for c in chosen.values() if c.op == op]
@@ -342,17 +363,19 @@ def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) ->
                             op_cost.get(op, 0.0)))
     queries = {}
     for qname, steps in built.query_steps.items():
-        queries[qname] = sum(min(o.predicted for o in opts if o.cand is None or o.cand in chosen)
-                             for _, opts, _ in steps)
+        index = built.step_index.get(qname, [])
+        queries[qname] = of_query.get(qname, 0.0) + sum(
+            step_s(k) if k is not None else
+            min(o.predicted for o in opts if o.cand is None or o.cand in chosen)
+            for (_, opts, _), k in zip(steps, index + [None] * (len(steps) - len(index))))
     blackbox = sum(w * min(o.predicted for o in opts if o.cand is None)
                    for steps in built.query_steps.values() for _, opts, w in steps)
     plan = Plan(name, wf.name, dict(wf.params), budgets.max_disk, budgets.max_runtime, stats.base_s,
-                rows, sum(op_cost.values()), blackbox, queries,
+                rows, sum(op_cost.values()) + remakes_s, blackbox, queries,
                 predicted, sol.solve_s,
                 len(p.candidates), {r: len(v) for r, v in built.pruned.items()},
                 capture_s=model.capture_fixed_s,
                 priced_s=sol.query_cost + built.fixed_priced)
-    kept = set(sol.kept)
     plan.arrays = {a.name: {"keep": i in kept, "bytes": a.bytes, "remake_s": a.remake_s}
                    for i, a in enumerate(built.arrays)}
     if not chosen:

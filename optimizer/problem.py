@@ -74,6 +74,9 @@ class Built:
     #: the arrays the plan keeps or drops (``problem.arrays``), and what not keeping each
     #: would cost the workload, by name (what the plan reports)
     arrays: list[ArrayFact] = field(default_factory=list)
+    #: per query, the index into ``problem.steps`` of each of its ``query_steps`` (None:
+    #: a step with no choice)
+    step_index: dict[str, list[int | None]] = field(default_factory=dict)
 
 
 def _supported(info, s: Strategy) -> bool:
@@ -218,6 +221,7 @@ def build(model: CostModel, queries: list[WorkloadQuery], budgets: Budgets,
                                        [step_of[k] for k in keys_of[q.name] if k in step_of],
                                        sum(fixed_of.get(k, 0.0) for k in keys_of[q.name]),
                                        DEFAULTS_TOLERANCE * default_cost[q.name]))
+    built.step_index = {name: [step_of.get(k) for k in keys] for name, keys in keys_of.items()}
     if arrays is not None and arrays.arrays:
         _array_reads(built, arrays, queries, raw, step_of, model)
     for steps in built.query_steps.values():           # reporting: surviving candidates only
