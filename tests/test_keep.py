@@ -379,3 +379,19 @@ def test_a_resumed_run_drops_what_its_plan_chose(tmp_path):
                               keep={"policy": "auto", "pins": []})
         got = read_journal(folder, 1).disk_budget()
         assert got is not None and got.drops == drops and got.arrays_reserve == 5
+
+
+def test_a_plan_cannot_drop_what_no_policy_drops(wfdir):
+    """A plan (saved in the catalog, or given as a dict) whose choice names the
+    workflow's output, an input, a pinned array or no array at all drops only the
+    intermediates it may: the rest is kept, and the answers are those of a full run."""
+    a = big(wfdir)
+    plan = {"name": "hand", "workflow": "gated", "strategies": {"flip": "blackbox"},
+            "max_disk": 10**9, "drops": ["scaled", "a", "nosuch", "smooth", "gate", "bright"]}
+    with subzero.open_store(wfdir / "s") as st:
+        run = st.run(wfdir / "gatewf.py", inputs={"a": a}, plan=plan, pins=["bright"],
+                     progress=False)
+        assert {n for n, k in kept(run).items() if not k} == {"smooth", "gate"}
+        full = st.run(wfdir / "gatewf.py", inputs={"a": a}, keep="all", progress=False)
+        assert queries(run) == queries(full)
+        assert np.array_equal(run.array("gate").values, full.array("gate").values)
