@@ -402,12 +402,18 @@ def release(run) -> None:
 
 
 def _run(store, specs, arrays_in, strategies, inputs_of, keep="auto"):
+    """``keep``: a policy, or ``("planned", names)``: a disk budget's plan that chose to
+    drop ``names`` (the run keeps what no policy drops whatever the plan says)."""
     wf = subzero.Workflow("oracle")
     nodes = {n: wf.input(n) for n in arrays_in}
     for name, spec in specs.items():
         nodes[name] = wf.add(name, make_op(spec), *[nodes[a] for a in inputs_of[name]])
-    return store.run(wf, inputs=arrays_in, keep=keep,
-                     strategies={k: "+".join(v) for k, v in strategies.items()}, progress=False)
+    given = {k: "+".join(v) for k, v in strategies.items()}
+    if isinstance(keep, tuple):
+        plan = {"name": "drawn", "workflow": "oracle", "strategies": given,
+                "max_disk": 10**12, "drops": list(keep[1])}
+        return store.run(wf, inputs=arrays_in, plan=plan, progress=False)
+    return store.run(wf, inputs=arrays_in, keep=keep, strategies=given, progress=False)
 
 
 def run_workflow(store, specs: dict, arrays_in: dict, strategies: dict, inputs_of: dict,
@@ -503,7 +509,9 @@ def dag_cases(draw):
     prefers = [None, "reexec"] + ([draw(st.sampled_from(every))] if every else [])
     if any(s.has_mapping for s in specs.values()):
         prefers.append("map")
-    keep = draw(st.sampled_from(["auto", "outputs", "all"]))
+    keep = draw(st.sampled_from(["auto", "planned", "outputs", "all"]))
+    if keep == "planned":          # a plan's choice of intermediates to drop (any subset)
+        keep = ("planned", tuple(sorted(draw(st.sets(st.sampled_from(sorted(specs)))))))
     return arrays, specs, inputs_of, strategies, last, qs_back, qs_fwd, prefers, keep
 
 
