@@ -143,7 +143,8 @@ def build(model: CostModel, queries: list[WorkloadQuery], budgets: Budgets,
     why; those operators' stored defaults are required in the plan (``unvouched``).
     ``arrays``: intermediate arrays the plan keeps or drops within the disk budget (None:
     the run's ``--keep`` policy alone decides), priced by the remakes of what reads them:
-    a re-execution its operator's inputs, a query the arrays it starts and ends at."""
+    a re-execution its operator's inputs, a query the values of its answer and the arrays
+    its cell selector reads."""
     pins = dict(pins or {})
     check_pins(model, pins)
     stats = model.stats
@@ -262,7 +263,8 @@ def _array_reads(built: Built, facts: ArrayFacts, queries: list[WorkloadQuery],
                  raw: dict, step_of: dict, model: CostModel) -> None:
     """The plan's arrays and their readers: a re-execution reads its operator's inputs
     over the share of its run the step re-runs (all of them where it is not tile-local);
-    a query the arrays it starts and ends at (over the chunks its cells touch); an array
+    a query the values of its answer (over the chunks its cells touch: what `subzero trace`
+    prints) and the arrays its ``where`` selector names (whole); an array
     ``--keep auto`` keeps whatever the workload, ``KEEP_ADHOC_READS`` reads per unit of
     the workload's weight.  Made again, an array reads its own inputs: the same share
     where it is tile-local, else whole (``closure``)."""
@@ -301,13 +303,16 @@ def _array_reads(built: Built, facts: ArrayFacts, queries: list[WorkloadQuery],
         p.reads.append(Read(direct, factors(direct, share), step=k, option=j))
     total = sum(q.weight for q in queries)
     for q in queries:
-        for name, cells in ((q.start, q.steps[0]["cells_in"] if q.steps else 0),
-                            (q.target, q.steps[-1]["cells_out"] if q.steps else 0)):
+        # the answer's values (what `subzero trace` prints) over the chunks its cells touch;
+        # a `where` selector's arrays whole
+        reads = [(q.target, float(q.steps[-1]["cells_out"] if q.steps else 0))]
+        reads += [(n, math.inf) for n in q.selects]
+        for name, cells in reads:
             a = idx.get(name)
             if a is None:
                 continue
             f = arrays[a]
-            share = min(1.0, max(float(cells or 0) / max(f.cells, 1), f.chunk_share))
+            share = min(1.0, max(cells / max(f.cells, 1), f.chunk_share))
             p.reads.append(Read([a], factors([a], share), weight=q.weight, query=q.name))
     for a, f in enumerate(arrays):
         if f.prefer:

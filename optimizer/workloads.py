@@ -40,6 +40,9 @@ class WorkloadQuery:
     start: str
     target: str
     steps: list[dict] = field(default_factory=list)   # op, input, direction, cells_in/out, blocks_in, runs_in
+    #: arrays its cell selector reads values of (``"where": "crmask == 1"``); a query
+    #: picking cells by index, box, label or sky position reads none of its start's
+    selects: list[str] = field(default_factory=list)
 
 
 def read_file(path: str | Path) -> list[tuple[Query, int | None]]:
@@ -100,10 +103,21 @@ def measure(store, run, queries: list[tuple[Query, int | None]], planner=None,
         if want and want != direction:
             raise WorkloadError(f"query {q.name!r} says it goes {want}, but {q.start} -> "
                                 f"{target} is {direction}")
-        out.append(WorkloadQuery(q.name, q.weight, direction, q.start, target, steps))
+        out.append(WorkloadQuery(q.name, q.weight, direction, q.start, target, steps,
+                                 selects=selected_arrays(q.cells, run.shapes())))
         if progress is not None:
             progress()
     return out
+
+
+def selected_arrays(cells, names) -> list[str]:
+    """The arrays (among ``names``) a query's cell selector reads values of: those its
+    ``"where"`` expression names."""
+    import re
+    where = cells.get("where") if isinstance(cells, dict) else None
+    if not isinstance(where, str):
+        return []
+    return sorted(set(re.findall(r"[A-Za-z_][\w.-]*", where)) & set(names))
 
 
 def from_trace_log(store, workflow: str, params: dict,

@@ -294,15 +294,17 @@ def test_auto_keeps_what_the_workload_reads(wfdir):
         assert {n for n, k in kept(outputs).items() if k} == {"a", "scaled"}
 
 
-def _planned(st, wfdir, a, budget, pin):
+def _planned(st, wfdir, a, budget, pin, where=False):
     """A plan for the workload `gate -> a` (its re-execution of flip, when flip stores
-    no lineage, reads smooth: no query starts or ends there) within ``budget``."""
+    no lineage, reads smooth: no query starts or ends there) within ``budget``;
+    ``where``: its cells picked by the values of smooth instead of by a box."""
     from subzero.optimizer import optimize
     wl = wfdir / "plan_workload.json"
-    wl.write_text(json.dumps({"queries": [
-        {"name": "g", "from": "gate", "to": "a", "cells": {"box": [[0, 0], [2, 2]]}}]}))
+    cells = {"where": "smooth > 0.5", "n": 4} if where else {"box": [[0, 0], [2, 2]]}
+    wl.write_text(json.dumps({"queries": [{"name": "g", "from": "gate", "to": "a",
+                                           "cells": cells}]}))
     return optimize(st, wfdir / "gatewf.py", inputs={"a": a}, max_disk=budget, workload=wl,
-                    pins=[f"flip={pin}"], name=f"p-{pin}-{budget}", progress=False)
+                    pins=[f"flip={pin}"], name=f"p-{pin}-{budget}-{where}", progress=False)
 
 
 def test_the_plan_keeps_an_array_when_its_workload_reads_it(wfdir, calibration):
@@ -323,6 +325,10 @@ def test_the_plan_keeps_an_array_when_its_workload_reads_it(wfdir, calibration):
         assert set(plans["blackbox"].arrays) == {"smooth", "bright", "flip", "gate"}
         assert "smooth" not in plans["blackbox"].drops        # flip re-executes onto it
         assert "smooth" in plans["full"].drops                # flip's lineage answers
+        # a trace picking cells by a box reads no values of its start (gate); one picking
+        # them by smooth's values reads smooth
+        assert "gate" in plans["full"].drops
+        assert "smooth" not in _planned(st, wfdir, a, roomy, "full", where=True).drops
         # tight: room for the outputs, the lineage and less than smooth's chunks
         saves = plans["blackbox"].arrays["smooth"]["bytes"]
         tight_b = plans["blackbox"].arrays_reserve + int(plans["blackbox"].disk) + int(saves) // 2
