@@ -155,13 +155,18 @@ def child_main(measure: Callable[[], dict], result: Path,
     sys.exit(1 if "error" in res else 0)
 
 
-def run_child(cmd: list[str], result: Path, what: str) -> tuple[dict, float]:
+def run_child(cmd: list[str], result: Path, what: str, stream: bool = False) -> tuple[dict, float]:
     """Run a benchmark child process that writes its numbers to ``result``; returns
     (numbers, wall seconds).  A child that dies (killed, out of memory) is reported in
     the numbers, not fatal; a child that found a wrong answer (``mismatch``) stops the
-    benchmark, naming ``what``."""
+    benchmark, naming ``what``.  ``stream``: the child's output goes straight to this
+    process's stderr (its progress as it comes) rather than kept for an error."""
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if stream:
+        proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr, text=True)
+        proc.stdout = ""
+    else:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     wall = time.perf_counter() - t0
     if result.exists():
         res = json.loads(result.read_text())
