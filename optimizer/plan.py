@@ -19,7 +19,7 @@ from subzero.model.workflow import load_workflow
 from .budgets import Budgets, fmt_size
 from .calibration import ensure_calibration
 from .costmodel import CostModel
-from .ilp import remake_cost, solve
+from .ilp import evaluate, remake_cost, solve
 from .planner import QueryPlanner
 from .problem import ArrayFact, ArrayFacts, build, unvouched
 from .profile import profile_workflow
@@ -72,6 +72,14 @@ class Plan:
         return [n for n, a in self.arrays.items() if not a.get("keep")]
 
     @property
+    def spare(self) -> list[str]:
+        """The arrays the plan keeps, those the workload would miss least per byte first:
+        what a run whose arrays came out larger than planned drops to fit its budget."""
+        kept = [(a.get("value_s", 0.0) / max(a["bytes"], 1.0), n) for n, a in self.arrays.items()
+                if a.get("keep")]
+        return [n for _, n in sorted(kept)]
+
+    @property
     def strategies(self) -> dict[str, str]:
         return {r.op: r.strategies for r in self.rows}
 
@@ -95,7 +103,8 @@ class Plan:
         d = asdict(self)
         d.update(strategies=self.strategies, disk=self.disk, runtime_s=self.runtime_s,
                  runtime_factor=self.runtime_factor,
-                 drops=self.drops if self.arrays else None)
+                 drops=self.drops if self.arrays else None,
+                 spare=self.spare if self.arrays else None)
         return d
 
     @classmethod
@@ -378,6 +387,11 @@ def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) ->
                 priced_s=sol.query_cost + built.fixed_priced)
     plan.arrays = {a.name: {"keep": i in kept, "bytes": a.bytes, "remake_s": a.remake_s}
                    for i, a in enumerate(built.arrays)}
+    if kept:               # what dropping each kept array alone would cost the workload
+        base = evaluate(p, sol.chosen, kept)[0]
+        for i in kept:
+            plan.arrays[built.arrays[i].name]["value_s"] = \
+                max(evaluate(p, sol.chosen, kept - {i})[0] - base, 0.0)
     if not chosen:
         small = built.smallest
         if budgets.max_disk is not None and small is not None and small[0] > budgets.max_disk:

@@ -324,6 +324,8 @@ def test_the_plan_keeps_an_array_when_its_workload_reads_it(wfdir, calibration):
         plans = {pin: _planned(st, wfdir, a, roomy, pin) for pin in ("blackbox", "full")}
         assert set(plans["blackbox"].arrays) == {"smooth", "bright", "flip", "gate"}
         assert "smooth" not in plans["blackbox"].drops        # flip re-executes onto it
+        for p in plans.values():           # what a run over its budget gives up first
+            assert set(p.spare) == set(p.arrays) - set(p.drops)
         assert "smooth" in plans["full"].drops                # flip's lineage answers
         # a trace picking cells by a box reads no values of its start (gate); one picking
         # them by smooth's values reads smooth
@@ -401,3 +403,22 @@ def test_a_plan_cannot_drop_what_no_policy_drops(wfdir):
         full = st.run(wfdir / "gatewf.py", inputs={"a": a}, keep="all", progress=False)
         assert queries(run) == queries(full)
         assert np.array_equal(run.array("gate").values, full.array("gate").values)
+
+
+def test_a_run_over_its_budget_drops_what_its_plan_values_least(wfdir):
+    """A run whose arrays came out larger than its plan predicted drops, to fit, the
+    arrays its plan said the workload would miss least per byte (``spare``) -- not the
+    largest, and no more than it needs; the answers stay those of a full run."""
+    from test_optimizer import _run_bytes
+    a = big(wfdir)
+    with subzero.open_store(wfdir / "s") as st:
+        full = st.run(wfdir / "gatewf.py", inputs={"a": a}, keep="all",
+                      strategies={"flip": "blackbox"}, progress=False)
+        total = _run_bytes(full)
+        for spare in (["smooth", "gate", "flip"], ["flip", "smooth", "gate"]):
+            plan = {"name": "hand", "workflow": "gated", "strategies": {"flip": "blackbox"},
+                    "max_disk": total - 300_000, "drops": [], "spare": spare}
+            run = st.run(wfdir / "gatewf.py", inputs={"a": a}, plan=plan, progress=False)
+            assert {n for n, k in kept(run).items() if not k} == {spare[0]}
+            assert _run_bytes(run) <= total - 300_000
+            assert queries(run) == queries(full)

@@ -112,6 +112,7 @@ class Resumable:
                           arrays_reserve=int(self.budget.get("arrays_reserve", 0)),
                           drops=None if self.budget.get("drops") is None
                           else tuple(str(n) for n in self.budget["drops"]),
+                          spare=tuple(str(n) for n in self.budget.get("spare") or ()),
                           used=self.used, downgrades=list(self.downgrades))
 
 
@@ -147,7 +148,8 @@ class Journal:
             "budget": None if budget is None else {
                 "max_bytes": budget.max_bytes, "arrays_reserve": budget.arrays_reserve,
                 "predicted": [[op, s, b] for (op, s), b in budget.predicted.items()],
-                **({"drops": list(budget.drops)} if budget.drops is not None else {})},
+                **({"drops": list(budget.drops)} if budget.drops is not None else {}),
+                **({"spare": list(budget.spare)} if budget.spare else {})},
             **({"rerun": dict(rerun)} if rerun is not None else {}),
             **({"keep": dict(keep)} if keep is not None else {})})
         try:

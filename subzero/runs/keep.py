@@ -254,8 +254,9 @@ def reserve(arrays: ArrayStore | None, wf: Workflow,
 def fit(arrays: ArrayStore, wf: Workflow, stats: Iterable[OpStats], pins: Iterable[str],
         budget: DiskBudget) -> list[str]:
     """Make the run's arrays and lineage fit its ``--max-disk`` together, once the last
-    operator ran: drop more of the intermediate arrays it still keeps, the largest
-    first, until they do; returns what was dropped (what the budget asks for, not a
+    operator ran: drop more of the intermediate arrays it still keeps until they do --
+    first those its plan says the workload would miss least per byte
+    (``budget.spare``), then the largest -- and return what was dropped (what the budget asks for, not a
     misprediction: no warning; ``subzero du`` names every array not kept).
     The workflow's inputs are stored once for the store and are not the run's to
     count.  When the arrays no budget drops (outputs, pins) and the lineage do not fit,
@@ -269,8 +270,9 @@ def fit(arrays: ArrayStore, wf: Workflow, stats: Iterable[OpStats], pins: Iterab
     lineage = budget.used
     total = sum(sizes.values()) + lineage
     out: list[str] = []
+    rank = {n: k for k, n in enumerate(budget.spare)}
     for name in sorted((n for n in sizes if n not in must and arrays.kept(n)),
-                       key=lambda n: (-sizes[n], n)):
+                       key=lambda n: (rank.get(n, len(rank)), -sizes[n], n)):
         if total <= budget.max_bytes:
             break
         arrays.drop(name)

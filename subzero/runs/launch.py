@@ -276,7 +276,8 @@ def plan_strategies(catalog: Catalog, plan: str | Mapping[str, Any], wf: Workflo
                                          for s, b in per.items()},
                             arrays_reserve=int(data.get("arrays_reserve") or 0),
                             drops=None if data.get("drops") is None
-                            else tuple(str(n) for n in data["drops"]))
+                            else tuple(str(n) for n in data["drops"]),
+                            spare=tuple(str(n) for n in data.get("spare") or ()))
     return data["strategies"], budget
 
 

@@ -37,6 +37,9 @@ class DiskBudget:
     #: the intermediate arrays the plan chose not to keep (``--keep auto`` drops them;
     #: None: a plan that did not choose, the policy decides)
     drops: tuple[str, ...] | None = None
+    #: the arrays the plan kept, those its workload would miss least per byte first: what
+    #: a run over its budget at its end drops first (:func:`subzero.runs.keep.fit`)
+    spare: tuple[str, ...] = ()
 
     @property
     def lineage_allowance(self) -> int:
