@@ -278,8 +278,49 @@ def _bounds(lo, hi):
 
 
 def solve(p: Problem) -> Solution:
-    """Solve the integer program with GLPK's branch and cut."""
+    """Solve the integer program with GLPK's branch and cut.
+
+    The answer is checked against the budgets exactly (``evaluate``).  GLPK's MIP
+    presolver accepts a row broken by up to about 1e-3 in absolute terms: where pinned or
+    required candidates are fixed it folds them into the runtime row, whose seconds are
+    of that size (a budget of a few milliseconds), and could call a plan "optimal" that
+    breaks the runtime budget by most of a millisecond.  Such an answer is solved again
+    without the presolver, the runtime row in units of the budget (GLPK's tolerances then
+    relative to it) and its bound moved in by more than the simplex's tolerance."""
     t0 = time.perf_counter()
+    b, x, kk = _program(p)
+    status, values = _glpk(b)
+    chosen: list[int] = []
+    kept: list[int] = []
+
+    def read(values) -> tuple[list[int], list[int]]:
+        return ([k for k in range(len(p.candidates)) if values[x[k] - 1] > 0.5],
+                [a for a in range(len(p.arrays)) if values[kk[a] - 1] > 0.5])
+    if status == "optimal":
+        chosen, kept = read(values)
+        if not _feasible(p, *evaluate(p, chosen, kept)[2:]):
+            b, x, kk = _program(p, strict=True)
+            status, values = _glpk(b, presolve=False)
+            if status == "optimal":
+                chosen, kept = read(values)
+    solve_s = time.perf_counter() - t0
+    if status != "optimal":
+        return Solution([], math.inf, math.inf, 0, 0, solve_s, status)
+    obj, q, disk, rt = evaluate(p, chosen, kept)     # exact, free of GLPK's tolerances
+    return Solution(chosen, obj, q, disk, rt, solve_s, kept=kept)
+
+
+#: how far the runtime row's bound moves in (a share of the budget) when the program is
+#: solved without the presolver: beyond the simplex's primal tolerance (1e-7, relative
+#: to a bound of 1), so an answer it accepts keeps to the budget exactly
+STRICT_RUNTIME_MARGIN = 1e-6
+
+
+def _program(p: Problem, strict: bool = False) -> tuple[_Builder, list[int], list[int]]:
+    """The program's columns and rows, the column of each candidate's ``x`` and of
+    each array's ``k``.
+    ``strict``: the runtime row in units of the budget, its bound moved in by
+    ``STRICT_RUNTIME_MARGIN`` (for a solve without the presolver)."""
     b = _Builder()
     x = [b.col(f"x{k}", p.eps_disk * c.bytes + p.eps_runtime * c.write_s)
          for k, c in enumerate(p.candidates)]
@@ -310,9 +351,12 @@ def solve(p: Problem) -> Solution:
         b.row({**{x[k]: c.bytes for k, c in enumerate(p.candidates)},
                **{kk[a]: item.bytes for a, item in enumerate(p.arrays)}}, hi=float(p.max_disk))
     if p.max_runtime_s is not None:
-        b.row({**{x[k]: c.write_s for k, c in enumerate(p.candidates)},
-               **{m[om]: p.gen_s.get(om, 0.0) for om in modes}, z: p.fixed_runtime_s},
-              hi=float(p.max_runtime_s))
+        unit, hi = 1.0, float(p.max_runtime_s)
+        if strict and hi > 0:
+            unit, hi = hi, 1.0 - STRICT_RUNTIME_MARGIN
+        b.row({**{x[k]: c.write_s / unit for k, c in enumerate(p.candidates)},
+               **{m[om]: p.gen_s.get(om, 0.0) / unit for om in modes}, z: p.fixed_runtime_s / unit},
+              hi=hi)
     ys = []
     for s, st in enumerate(p.steps):
         cols = [b.col(f"y{s}_{j}", st.weight * opt.cost, integer=False)
@@ -349,17 +393,10 @@ def solve(p: Problem) -> Solution:
             for col, v in by_step.get(k, {}).items():
                 coefs[col] = coefs.get(col, 0.0) + v
         b.row(coefs, hi=qb.bound - qb.fixed)
-    status, values = _glpk(b)
-    solve_s = time.perf_counter() - t0
-    if status != "optimal":
-        return Solution([], math.inf, math.inf, 0, 0, solve_s, status)
-    chosen = [k for k in range(len(p.candidates)) if values[x[k] - 1] > 0.5]
-    kept = [a for a in range(len(p.arrays)) if values[kk[a] - 1] > 0.5]
-    obj, q, disk, rt = evaluate(p, chosen, kept)     # exact, free of GLPK's tolerances
-    return Solution(chosen, obj, q, disk, rt, solve_s, kept=kept)
+    return b, x, kk
 
 
-def _glpk(b: _Builder):
+def _glpk(b: _Builder, presolve: bool = True):
     lp = glp.glp_create_prob()
     try:
         glp.glp_set_obj_dir(lp, glp.GLP_MIN)
@@ -382,9 +419,19 @@ def _glpk(b: _Builder):
                 n += 1
                 ia[n], ja[n], ar[n] = i, j, float(v)
         glp.glp_load_matrix(lp, n, ia, ja, ar)
+        if not presolve:        # branch and cut then starts from the LP relaxation's optimum
+            smcp = glp.glp_smcp()
+            glp.glp_init_smcp(smcp)
+            smcp.msg_lev = glp.GLP_MSG_OFF
+            ret = glp.glp_simplex(lp, smcp)
+            if ret == 0 and glp.glp_get_status(lp) in (glp.GLP_NOFEAS, glp.GLP_INFEAS):
+                return "infeasible", None
+            if ret != 0 or glp.glp_get_status(lp) != glp.GLP_OPT:
+                raise BudgetError(f"GLPK could not solve the storage plan's relaxation (code {ret}, "
+                                  f"status {glp.glp_get_status(lp)})")
         parm = glp.glp_iocp()
         glp.glp_init_iocp(parm)
-        parm.presolve = glp.GLP_ON
+        parm.presolve = glp.GLP_ON if presolve else glp.GLP_OFF
         parm.msg_lev = glp.GLP_MSG_OFF
         ret = glp.glp_intopt(lp, parm)
         st = glp.glp_mip_status(lp)

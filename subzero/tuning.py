@@ -203,6 +203,11 @@ PRICE_MEMO_ENTRIES = 50_000
 #: are 12 stored strategies, mapping and re-execution, each named a few ways, times two
 #: directions -- under a hundred keys; the bound only stops unbounded growth.
 CORRECTION_KEYS_CACHED = 4096
+#: Box radii whose offset grids ``subzero.window`` keeps (one per radius and rank; a
+#: stencil's mapping function asks for the same few on every call).  Chosen, not
+#: measured: the bound only stops unbounded growth (a radius of 5 in 3-D is 1,331 offsets,
+#: 32 KB).
+WINDOW_OFFSETS_CACHED = 256
 
 # -- profiling runs (subzero.optimizer.profile) -------------------------------------------
 #: Pairs encoded per candidate strategy at most (then extrapolated).

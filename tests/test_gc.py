@@ -2,6 +2,8 @@
 run at once or not at all (a kill at every step of a deletion), safe beside a trace
 or a run going on, refused by read-only stores."""
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -35,9 +37,15 @@ def cli(wfdir, *args):
 
 
 def runs(wfdir, n, inp="a.npy", workflow="gatewf.py"):
-    for _ in range(n):
-        code, _, err = cli(wfdir, "run", workflow, "--input", f"a={inp}", "-q", "--engine", "local")
-        assert code == 0, err
+    """``n`` runs made by `subzero run`, in this process (the runs a test begins with; what
+    it tests -- gc, tags, traces -- goes through the installed command, ``cli``): a
+    subprocess would pay the interpreter's start and the imports once per run."""
+    from subzero.cli import main
+    with contextlib.chdir(wfdir), contextlib.redirect_stdout(io.StringIO()):
+        for _ in range(n):
+            code = main(["run", workflow, "--input", f"a={inp}", "-q", "--engine", "local",
+                         "--store", "s"])
+            assert code == 0
 
 
 def statuses(store_dir):

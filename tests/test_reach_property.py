@@ -184,9 +184,18 @@ def payload_copies(spec: oo.OpSpec) -> dict[str, list[str]]:
     return out
 
 
+@pytest.fixture(scope="module")
+def rstore(tmp_path_factory):
+    """One store for every example (each example is a run of its own in it): a store
+    made per example cost its catalog and folders 120 times."""
+    st_ = subzero.open_store(tmp_path_factory.mktemp("reach") / "store")
+    yield st_
+    st_.close()
+
+
 @settings(max_examples=120, **SETTINGS)
 @given(case=reach_cases())
-def test_forward_traces_with_a_declared_reach_match_the_oracle(tmp_path_factory, case):
+def test_forward_traces_with_a_declared_reach_match_the_oracle(rstore, case):
     spec, declared, in_qs = case
     copies = payload_copies(spec)
     if not copies:
@@ -200,38 +209,35 @@ def test_forward_traces_with_a_declared_reach_match_the_oracle(tmp_path_factory,
     too_far = any(r is not None and spec_true_reach(spec, i) > r for i, r in enumerate(declared))
     event("declared too small: the run must fail" if too_far else
           "declared" if any(x is not None for x in declared) else "none declared")
-    store = subzero.open_store(tmp_path_factory.mktemp("reach") / "store")
-    try:
-        def run():
-            return store.run(wf, inputs=input_arrays(spec.in_shapes, NAMES),
-                             strategies={k: "+".join(v) for k, v in copies.items()}, progress=False)
-        if too_far:
-            with pytest.raises(LineageError, match="payload_reach"):
-                run()
-            return
-        r = run()
-        lineage = LineageStore(r.dir / "lineage", readonly=True, run_uid=r.uid)
-        for copy, strategies in copies.items():
-            kind = "comp" if copy == "op" else "pairs"
-            mats = oo.relation(spec, kind)
-            for s in strategies:
-                recorded = lineage.meta(copy, parse_one(s)).reach
-                assert recorded == (declared if any(x is not None for x in declared) else None)
-                for i, qs in enumerate(in_qs):
-                    for q in qs:
-                        cells = oo.cells_of(sorted(q), spec.in_shapes[i])
-                        qbits = np.zeros(oo.size_of(spec.in_shapes[i]), bool)
-                        qbits[list(q)] = True
-                        want = np.flatnonzero(oo.step(mats[i], qbits, backward=False))
-                        if want.size and declared[i] is not None:
-                            event("a forward trace through a recorded reach reached cells")
-                        got = traced(r, NAMES[i], cells, copy, i, s)
-                        assert got.tolist() == want.tolist(), (copy, s, i, q, declared)
-                        assert scanned(r, NAMES[i], cells, copy, i, s).tolist() == want.tolist()
-        lineage.close()
-        r.close()
-    finally:
-        store.close()
+
+    def run():
+        return rstore.run(wf, inputs=input_arrays(spec.in_shapes, NAMES),
+                         strategies={k: "+".join(v) for k, v in copies.items()}, progress=False)
+    if too_far:
+        with pytest.raises(LineageError, match="payload_reach"):
+            run()
+        return
+    r = run()
+    lineage = LineageStore(r.dir / "lineage", readonly=True, run_uid=r.uid)
+    for copy, strategies in copies.items():
+        kind = "comp" if copy == "op" else "pairs"
+        mats = oo.relation(spec, kind)
+        for s in strategies:
+            recorded = lineage.meta(copy, parse_one(s)).reach
+            assert recorded == (declared if any(x is not None for x in declared) else None)
+            for i, qs in enumerate(in_qs):
+                for q in qs:
+                    cells = oo.cells_of(sorted(q), spec.in_shapes[i])
+                    qbits = np.zeros(oo.size_of(spec.in_shapes[i]), bool)
+                    qbits[list(q)] = True
+                    want = np.flatnonzero(oo.step(mats[i], qbits, backward=False))
+                    if want.size and declared[i] is not None:
+                        event("a forward trace through a recorded reach reached cells")
+                    got = traced(r, NAMES[i], cells, copy, i, s)
+                    assert got.tolist() == want.tolist(), (copy, s, i, q, declared)
+                    assert scanned(r, NAMES[i], cells, copy, i, s).tolist() == want.tolist()
+    lineage.close()
+    r.close()
 
 
 def traced(run, start, cells, copy, i, strategy) -> np.ndarray:

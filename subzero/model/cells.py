@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from typing import Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from subzero.errors import QueryError
-from subzero.tuning import MAX_SPEC_CELLS
+from subzero.tuning import MAX_SPEC_CELLS, WINDOW_OFFSETS_CACHED
 
 Shape = tuple[int, ...]
 
@@ -129,16 +130,28 @@ def cells_from_bitmap(bm: np.ndarray) -> np.ndarray:
 def window(cells: np.ndarray, radius: int | Sequence[int], shape: Shape) -> np.ndarray:
     """All cells within a box of ``radius`` around each cell, clipped to ``shape``.
 
-    Vectorized: builds the offset grid once and broadcasts it over the cells.
-    Duplicates are possible (callers dedupe through bitmaps).
+    Vectorized: the offset grid of a radius is built once (cached) and broadcast over
+    the cells.  Duplicates are possible (callers dedupe through bitmaps).
     """
-    cells = as_cells(cells, len(shape))
-    r = np.broadcast_to(np.asarray(radius, dtype=np.int64), (len(shape),))
-    grids = np.meshgrid(*[np.arange(-x, x + 1) for x in r], indexing="ij")
-    offs = np.stack([g.ravel() for g in grids], axis=1)
-    out = (cells[:, None, :] + offs[None, :, :]).reshape(-1, len(shape))
-    ok = np.all((out >= 0) & (out < np.asarray(shape)), axis=1)
+    nd = len(shape)
+    cells = as_cells(cells, nd)
+    if isinstance(radius, (int, np.integer)):
+        r = (int(radius),) * nd
+    else:
+        r = tuple(int(x) for x in np.broadcast_to(np.asarray(radius, dtype=np.int64), (nd,)))
+    offs = _offsets(r)
+    out = (cells[:, None, :] + offs[None, :, :]).reshape(-1, nd)
+    ok = ((out >= 0) & (out < np.asarray(shape, dtype=np.int64))).all(axis=1)
     return out[ok]
+
+
+@lru_cache(maxsize=WINDOW_OFFSETS_CACHED)
+def _offsets(radius: tuple[int, ...]) -> np.ndarray:
+    """The ``(M, ndim)`` offsets of a box of ``radius`` around a cell, in C order (read-only)."""
+    grids = np.meshgrid(*[np.arange(-x, x + 1, dtype=np.int64) for x in radius], indexing="ij")
+    offs = np.stack([g.ravel() for g in grids], axis=1)
+    offs.flags.writeable = False
+    return offs
 
 
 def box(lo: Sequence[int], hi: Sequence[int]) -> np.ndarray:
