@@ -281,14 +281,19 @@ def arrays_reserve(store, wf, stats) -> int:
     them: :func:`subzero.runs.keep.array_bytes`); an output the profiling run no longer
     has counts its uncompressed size from the profile."""
     from subzero.runs.keep import reserve
+    return reserve(_profile_arrays(store, stats), wf, lambda n: stats.op(n).out_bytes)
+
+
+def _profile_arrays(store, stats):
+    """The profiling run's array store (None: no profiling run, or its folder is gone),
+    read by file sizes only (:func:`subzero.runs.keep.array_bytes`)."""
     from subzero.storage.arrays import ArrayStore
-    arrays = None
-    if stats.profile_run is not None:
-        try:
-            arrays = ArrayStore(store.run_dir(stats.profile_run))
-        except SubZeroError:
-            arrays = None
-    return reserve(arrays, wf, lambda n: stats.op(n).out_bytes)
+    if stats.profile_run is None:
+        return None
+    try:
+        return ArrayStore(store.run_dir(stats.profile_run))
+    except SubZeroError:
+        return None
 
 
 def array_facts(store, wf, stats) -> ArrayFacts:
@@ -296,23 +301,13 @@ def array_facts(store, wf, stats) -> ArrayFacts:
     as its profiling run stored them: the bytes keeping each takes, its operator's run
     time (what making it again costs), whether it is made again per chunk, and whether
     ``--keep auto`` keeps it whatever the workload (:func:`subzero.runs.keep.preferred`)."""
-    from subzero.capture.tiles import tile_plan
+    from subzero.engines.remake import chunk_halo
     from subzero.runs.keep import array_bytes, droppable, preferred
-    from subzero.storage.arrays import ArrayStore
     from subzero.tuning import DEFAULT_TILE
-    arrays = None
-    if stats.profile_run is not None:
-        try:
-            arrays = ArrayStore(store.run_dir(stats.profile_run))
-        except SubZeroError:
-            arrays = None
-    local = set()
-    for name, step in wf.steps.items():
-        info = stats.ops.get(name)
-        if info is not None and step.operator.statistic is None and \
-                tile_plan(step.operator, info.in_shapes) is not None \
-                and info.in_shapes and tuple(info.in_shapes[0]) == tuple(info.out_shape):
-            local.add(name)
+    arrays = _profile_arrays(store, stats)
+    local = {name for name, step in wf.steps.items() if name in stats.ops
+             and chunk_halo(step.operator, [tuple(s) for s in stats.ops[name].in_shapes],
+                            tuple(stats.ops[name].out_shape)) is not None}
     run_s = {n: stats.op(n).run_s for n in wf.steps if n in stats.ops}
     sizes: dict[str, float] = {}
     for n in droppable(wf):

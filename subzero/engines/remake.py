@@ -37,6 +37,18 @@ def remaker(wf: Workflow, read_value: Callable[[str], Any]) -> Callable[[str], n
     return remake
 
 
+def chunk_halo(op: Any, in_shapes: list[tuple[int, ...]], shape: tuple[int, ...]) -> int | None:
+    """The halo with which an array of ``shape`` that ``op`` made from inputs of
+    ``in_shapes`` is made again chunk by chunk, or None when it is made again whole
+    (global, a statistic of the whole array, no inputs, inputs of another shape)."""
+    if op.statistic is not None or not in_shapes:
+        return None
+    h = tile_plan(op, in_shapes)
+    if h is None or tuple(in_shapes[0]) != tuple(shape):
+        return None
+    return h
+
+
 def chunk_remaker(wf: Workflow, describe: Callable[[str], tuple[Any, Any, bool]],
                   read_region: Callable[[str, tuple[slice, ...]], np.ndarray],
                   ) -> Callable[[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]],
@@ -56,8 +68,8 @@ def chunk_remaker(wf: Workflow, describe: Callable[[str], tuple[Any, Any, bool]]
         if not all(numpy for _, _, numpy in info):
             return None
         in_shapes = [tuple(int(n) for n in s) for s, _, _ in info]
-        h = tile_plan(step.operator, in_shapes)
-        if h is None or in_shapes[0] != tuple(shape):
+        h = chunk_halo(step.operator, in_shapes, shape)
+        if h is None:
             return None
         tile = tile_at(shape, chunks, idx, h)
         ins = [read_region(i, input_slices(tile, s)) for i, s in zip(step.inputs, in_shapes)]

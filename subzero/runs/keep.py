@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -99,13 +99,22 @@ def preferred(wf: Workflow, run_s: Mapping[str, float], sizes: Mapping[str, floa
     the workload: dropping it frees less than :data:`~subzero.tuning.KEEP_MIN_SAVING`,
     or making it again takes more than :data:`~subzero.tuning.KEEP_RECOMPUTE_S` (its
     operator's run, ``run_s``, with that of the inputs it makes again first)."""
+    return _slow_to_make_again(wf, sizes, run_s, also=lambda n: sizes[n] < KEEP_MIN_SAVING)
+
+
+def _slow_to_make_again(wf: Workflow, candidates: Collection[str], run_s: Mapping[str, float],
+                        also: Callable[[str], bool] = lambda name: False) -> set[str]:
+    """Of ``candidates`` (arrays a run might drop), those ``auto`` keeps because making one
+    again would take more than :data:`~subzero.tuning.KEEP_RECOMPUTE_S`: its operator's
+    run (``run_s``) and that of the inputs it would make again first (the candidates
+    not kept) -- or for which ``also`` says so."""
     out: set[str] = set()
     cost: dict[str, float] = {}
     for name in wf.order():
-        if name not in sizes:
+        if name not in candidates:
             continue
         c = run_s.get(name, 0.0) + sum(cost.get(i, 0.0) for i in wf.steps[name].inputs)
-        if sizes[name] < KEEP_MIN_SAVING or c > KEEP_RECOMPUTE_S:
+        if also(name) or c > KEEP_RECOMPUTE_S:
             out.add(name)
         else:
             cost[name] = c
@@ -164,19 +173,11 @@ def not_kept(wf: Workflow, strategies: Mapping[str, Sequence[Strategy]], stats: 
     for name, step in wf.steps.items():
         if keep == "auto" and reexecuted(strategies.get(name, ())):
             must.update(step.inputs)
-    out: list[str] = []
-    cost: dict[str, float] = {}
-    for name in wf.order():
-        if name in must:
-            continue
-        step = wf.steps[name]
-        # seconds to make it again: its own run, and that of inputs made again first
-        c = by_op[name].run_s + sum(cost.get(i, 0.0) for i in step.inputs)
-        if keep == "auto" and c > KEEP_RECOMPUTE_S:
-            continue
-        cost[name] = c
-        out.append(name)
-    return out
+    candidates = [n for n in wf.order() if n not in must]
+    if keep != "auto":
+        return candidates
+    slow = _slow_to_make_again(wf, set(candidates), {n: o.run_s for n, o in by_op.items()})
+    return [n for n in candidates if n not in slow]
 
 
 def _bytes(path: Path) -> int:
