@@ -70,6 +70,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 import _common as common  # noqa: E402
 from _common import command_line, machine, run_child, update_section  # noqa: E402
+from _common import median as med  # noqa: E402
 
 POLICIES = ("all", "outputs", "auto")
 ASTRO_WF = str(ROOT / "workflows" / "astronomy.py")
@@ -295,7 +296,7 @@ def latencies(st, ids: dict[str, int], qs: list[dict], a, where: str) -> dict:
             if keep == "all":
                 answers[q["name"]] = (cells, values)
             else:
-                check(where, q["name"], keep, answers[q["name"]], (cells, values))
+                check(where, q["name"], f"keep={keep}", answers[q["name"]], (cells, values))
         slow = max(warm.values()) > SLOW_S
         res[q["name"]] = {"cells_out": len(answers[q["name"]][0]), "warmup_s": warm, "methods": methods,
                           "repeats": 1 if slow else a.repeats,
@@ -309,19 +310,20 @@ def latencies(st, ids: dict[str, int], qs: list[dict], a, where: str) -> dict:
             for keep in order:
                 o, s, cells, values, _ = timed_trace(st, ids[keep], q)
                 if keep != "all":
-                    check(where, q["name"], keep, answers[q["name"]], (cells, values))
+                    check(where, q["name"], f"keep={keep}", answers[q["name"]], (cells, values))
                 r[keep]["s"].append(s)
                 r[keep]["open_s"].append(o)
         print(f"{where}: latency round {rep + 1}/{a.repeats}", file=sys.stderr, flush=True)
     return res
 
 
-def check(where: str, query: str, keep: str, want: tuple, got: tuple) -> None:
+def check(where: str, query: str, who: str, want: tuple, got: tuple) -> None:
+    """``got`` (cells, values) of ``who`` (a run, as the message names it) is keep=all's."""
     if got[0] != want[0]:
-        raise Mismatch(f"MISMATCH: {where}, {query}: keep={keep} answers {len(got[0])} cells, "
+        raise Mismatch(f"MISMATCH: {where}, {query}: {who} answers {len(got[0])} cells, "
                        f"keep=all {len(want[0])}")
     if not same_values(got[1], want[1]):
-        raise Mismatch(f"MISMATCH: {where}, {query}: keep={keep} reads other values than keep=all")
+        raise Mismatch(f"MISMATCH: {where}, {query}: {who} reads other values than keep=all")
 
 
 def first_reads(st, ids: dict[str, int], names: list[str], at: tuple[int, ...], repeats: int,
@@ -376,10 +378,6 @@ def _json(x):
 
 
 # -- the parent: numbers, table, plot, RESULTS.md --------------------------------------------------
-def med(xs: list[float]) -> float:
-    return statistics.median(xs)
-
-
 def summarise(r: dict) -> dict:
     """Per config and policy: bytes ratios; latency per query (median), ratios to
     keep="all"; the star traces pooled; the sum of every query's median."""

@@ -43,7 +43,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,7 +56,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 import _common as common  # noqa: E402
 from _common import command_line, machine, run_child, update_section  # noqa: E402
-from disk import _json, library_commit, own_bytes, same_values, timed_trace  # noqa: E402
+from _common import median as med  # noqa: E402
+from disk import _json, check, library_commit, own_bytes, timed_trace  # noqa: E402
 
 VARIANTS = ("A", "B")
 VARIANT_NAMES = {"A": "A: arrays the plan kept", "B": "B: auto heuristic + largest first"}
@@ -93,14 +93,6 @@ def queries_of(case: dict, run) -> list[dict]:
     from subzero.query.workload import load_workload, select_cells
     return [dict(name=q.name, start=q.start, cells=select_cells(run, q), to=q.to, path=q.path,
                  shortcut=q.shortcut) for q in load_workload(case["workload"])]
-
-
-def check(where: str, query: str, v: str, want: tuple, got: tuple) -> None:
-    if got[0] != want[0]:
-        raise Mismatch(f"MISMATCH: {where}, {query}: {v} answers {len(got[0])} cells, "
-                       f"keep=all {len(want[0])}")
-    if not same_values(got[1], want[1]):
-        raise Mismatch(f"MISMATCH: {where}, {query}: {v} reads other values than keep=all")
 
 
 def plan_facts(p) -> dict:
@@ -230,10 +222,6 @@ def child_main(a) -> None:
 
 
 # -- the parent: numbers, tables, plot, RESULTS.md -------------------------------------------------
-def med(xs: list[float]) -> float:
-    return statistics.median(xs)
-
-
 def totals(r: dict, b: dict) -> dict[str, float] | None:
     if "latency" not in b:
         return None
