@@ -179,3 +179,17 @@ def run_child(cmd: list[str], result: Path, what: str, stream: bool = False) -> 
     if res.get("mismatch"):
         raise SystemExit(f"{what}: {res['error']}")
     return res, wall
+
+
+def bytecode_env(cache: Path | None) -> dict[str, str]:
+    """This process's environment for a child ``python``/``subzero``: with its own bytecode
+    cache in ``cache`` (``PYTHONPYCACHEPREFIX``), as an installed SubZero loads its modules
+    from bytecode; or none (``cache`` None): every module compiled by every process, as
+    with ``PYTHONDONTWRITEBYTECODE=1``, which this machine's environment sets."""
+    env = {key: v for key, v in os.environ.items()
+           if key not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    if cache is not None:
+        env["PYTHONPYCACHEPREFIX"] = str(cache)
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env

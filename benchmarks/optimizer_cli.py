@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import shutil
 import subprocess
 import sys
@@ -39,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 WORK = HERE / ".work"
 sys.path.insert(0, str(HERE))
-from _common import command_line, machine, update_section  # noqa: E402
+from _common import bytecode_env, command_line, machine, update_section  # noqa: E402
 
 WORKFLOW = "workflows/genomics.py"
 WORKLOAD = "workflows/genomics_workload.json"
@@ -47,11 +48,19 @@ PLAN_VS_DEFAULTS = 1.2
 WORKLOAD_ERROR = 0.25
 
 
+#: the commands' bytecode cache (``--no-bytecode-cache``: None, every module compiled by
+#: every process): an installed SubZero loads its modules from bytecode, and this machine's
+#: environment sets PYTHONDONTWRITEBYTECODE, which would charge every trace the compiling
+#: of the code it runs -- more than a small query's own work
+BYTECODE: dict[str, Path | None] = {"cache": WORK / "pycache"}
+
+
 def _cli(*args: str, cwd: Path = ROOT) -> tuple[str, float]:
     """Run one ``subzero`` command in a fresh process; (stdout, wall seconds)."""
     exe = Path(sys.executable).parent / "subzero"
     t0 = time.perf_counter()
-    p = subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True)
+    p = subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True,
+                       env=bytecode_env(BYTECODE["cache"]))
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         raise RuntimeError(f"subzero {' '.join(args)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
@@ -229,6 +238,17 @@ def targets(results: dict) -> list[str]:
     return lines
 
 
+def _loads(results: dict) -> str:
+    """The machine's load average around each size, and how the commands loaded SubZero."""
+    parts = [f"{r['size']:,}x: {r['loadavg'][0]:.1f} -> {r['loadavg'][1]:.1f}"
+             for r in results.values() if r.get("loadavg")]
+    code = ("each command loading SubZero from a bytecode cache, as an installed one does"
+            if all(r.get("bytecode") for r in results.values()) else
+            "some sizes measured with every module compiled by every command")
+    return ("load average at the start and end of each size: " + ", ".join(parts) + "; "
+            if parts else "load average not recorded; ") + code
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="the optimizer on the CLI path (issue 33)")
     ap.add_argument("--genomics", default="1,100,1000", help="replicates, comma-separated")
@@ -238,16 +258,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-disk", default="100MB")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--work", default=str(WORK))
+    ap.add_argument("--no-bytecode-cache", action="store_true",
+                    help="compile every module in every command (PYTHONDONTWRITEBYTECODE=1)")
     a = ap.parse_args(argv)
+    BYTECODE["cache"] = None if a.no_bytecode_cache else Path(a.work) / "pycache"
     saved = Path(a.work) / "optimizer_cli.json"
     results = json.loads(saved.read_text())["sizes"] if saved.is_file() else {}
     for size in [int(s) for s in a.genomics.split(",") if s.strip()]:
         folder = Path(tempfile.mkdtemp(prefix="sz-optimizer-cli-"))
+        before = os.getloadavg()[0]
         try:
             r = measure(size, a.load, a.traces, a.max_disk, folder)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         r["command"] = command_line()
+        r["loadavg"] = [before, os.getloadavg()[0]]
+        r["bytecode"] = BYTECODE["cache"] is not None
         results[f"{size}:{a.load}"] = r
         print("\n".join(table({"x": r}) + [""] + table_alone({"x": r})), flush=True)
         results = dict(sorted(results.items(), key=lambda kv: (kv[1]["load"], kv[1]["size"])))
@@ -258,9 +284,8 @@ def main(argv: list[str] | None = None) -> None:
         cmds = sorted({r["command"] for r in results.values()})
         update_section("optimizer-cli", "\n".join(
             ["## Storage-budget optimizer on the command line (issue 33)", "",
-             "Commands: " + "; ".join(f"`{c}`" for c in cmds) + f" — machine: {machine()}, "
-             "shared with other work while measuring (absolute times inflated; ratios are "
-             "what count).", "",
+             "Commands: " + "; ".join(f"`{c}`" for c in cmds) + f" — machine: {machine()}; "
+             + _loads(results) + ".", "",
              "Per size, two fresh stores: `subzero run workflows/genomics.py --param replicate=N` "
              "(the defaults) and the same with `--max-disk 100MB` (calibration in the fresh "
              "store, profiling, the plan and its run; with `--load K`, K busy-loop processes ran "

@@ -51,7 +51,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import command_line, machine, update_section  # noqa: E402
+from _common import bytecode_env, command_line, machine, update_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 STAR = "1162,112"
@@ -102,13 +102,8 @@ def _ensure_store(store: Path) -> None:
 def _environment(work: Path, k: int, bytecode: bool) -> dict[str, str]:
     """The environment of interpreter ``k``'s processes: its own bytecode cache under
     ``work`` (or none: every module compiled by every process)."""
-    env = {key: v for key, v in os.environ.items()
-           if key not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    env = bytecode_env(work / f"pycache-{k}" if bytecode else None)
     env["SUBZERO_ENGINE"] = "local"
-    if bytecode:
-        env["PYTHONPYCACHEPREFIX"] = str(work / f"pycache-{k}")
-    else:
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
 

@@ -259,6 +259,9 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
     if sol.status != "optimal":
         raise BudgetError(f"no plan fits {budgets.describe()}" + (" with the pinned strategies"
                                                                    if pins else ""))
+    insured = _insure(model, queries, budgets, pins, defaults, facts, built, sol)
+    if insured is not None:
+        built, sol, pins = insured
     plan = _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save=False)
     plan.max_disk, plan.arrays_reserve = whole.max_disk, reserve
     if reserve:
@@ -272,6 +275,61 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
     if save:
         store.catalog.save_plan(name, wf.name, plan.as_dict())
     return plan
+
+
+def _insure(model, queries, budgets, pins, defaults, facts, built, sol):
+    """The plan with the operators' stored defaults added where the budgets have room
+    for them after it, or None (nothing to add, or no room): (built, solution, pins).
+
+    A plan is chosen by the model's prices, and a price can be wrong by more than its
+    error factor -- a scan that decodes a cold index, a first read in a fresh process.
+    A strategy added to a plan only adds methods a trace may choose from, so keeping the
+    defaults (each operator's declared strategies, what a run without a plan stores)
+    is the insurance that a query the defaults answer well is not left to a scan the
+    model misjudged.  It takes only room the plan leaves: operators are insured smallest
+    defaults first while their bytes fit; the plan is then solved again with those
+    operators' strategies fixed to the plan's own plus their defaults (the arrays it
+    keeps, and the other operators, chosen around them), and kept only if that fits."""
+    p = built.problem
+    have: dict[str, list[Strategy]] = {}
+    for k in sol.chosen:
+        c = p.candidates[k]
+        have.setdefault(c.op, []).append(parse(c.strategy)[0])
+    missing: dict[str, list[Strategy]] = {}
+    for op, ds in defaults.items():
+        info = model.stats.ops.get(op)
+        if op in pins or info is None:
+            continue
+        need = [d for d in ds if d.stored and d not in have.get(op, [])]
+        if need and all(str(d) in info.strategies for d in need):
+            missing[op] = need
+    room = None if budgets.max_disk is None else budgets.max_disk - sol.disk
+    add: dict[str, list[Strategy]] = {}
+    for op, need in sorted(missing.items(), key=lambda kv: sum(model.disk(kv[0], d) for d in kv[1])):
+        size = sum(model.disk(op, d) for d in need)
+        if room is not None and size > room:
+            continue
+        room = None if room is None else room - size
+        add[op] = need
+    if not add:
+        return None
+    # every operator that stores lineage keeps what the plan chose (the solve again must
+    # not trade one operator's defaults for another's), plus its defaults where added
+    fixed = dict(pins)
+    for op in set(have) | set(add):
+        mapped = (parse("map")[0],) if model.stats.ops[op].has_map else ()
+        fixed[op] = mapped + tuple(have.get(op, [])) + tuple(add.get(op, []))
+    try:
+        again_built = build(model, queries, budgets, fixed, defaults, arrays=facts)
+    except SubZeroError:             # e.g. the plan's payload mode and a default's differ
+        return None
+    again = solve(again_built.problem)
+    if again.status != "optimal":
+        return None
+    for op in add:
+        again_built.kept_defaults[op] = ("the plan left room for them (a plan adds to the "
+                                         "defaults where the budgets allow)")
+    return again_built, again, fixed
 
 
 def arrays_reserve(store, wf, stats) -> int:

@@ -144,6 +144,9 @@ REACH_GROWN_CELLS = 1 << 20
 #: runs against the planner's deadline (it checks the clock between calls).
 TIMED_RECORD_PAIRS = 4096
 TIMED_QUERY_CELLS = 1024
+#: ... the first of those calls; each next one twice as large, up to this many times
+#: the first (``sources.growing_chunks``)
+TIMED_CHUNK_GROWTH = 16
 #: A trace's re-run on a box of at most this many cells (its read region: at most one
 #: default tile, 512x512) runs native thread pools (OpenMP, BLAS) on one thread
 #: (subzero.query.threads).  astroscrappy's detect_cosmics (niter=4, on Gaussian noise)

@@ -191,7 +191,8 @@ def test_deadline_source_reads_in_chunks_like_one_read_and_gives_up_late(store):
         timed = TimedSource(reader, ReadBudget(after=float("inf")), 50)
         assert timed.progress() is None
         assert np.array_equal(timed.all_pairs("b"), pids)
-        timed.CHUNK = 3                        # 17 chunks, each with its own payload table
+        timed.CHUNK = 3                        # growing chunks, each with its own payload table
+        timed._rest_fits = lambda done: False  # never the rest at once
         chunked = timed.records("b", pids, ["key", "pay"])
         for got, want in zip(chunked["key"], one["key"]):
             assert np.array_equal(got, want)
@@ -210,6 +211,33 @@ def test_deadline_source_reads_in_chunks_like_one_read_and_gives_up_late(store):
             late.records("b", pids, ["key"])
         with pytest.raises(Deadline):
             late.lookup("b", CellSet.everything((50,)))
+    finally:
+        lineage.close()
+
+
+def test_timed_pieces_grow_cover_everything_once_and_merge_to_one_lookup(store):
+    """A timed read's pieces start small and double up to their cap, cover every item once
+    and in order, and end in one piece when the rest fits; a lookup made of pieces finds
+    exactly the pairs one lookup finds."""
+    from subzero.query.planner import ReadBudget
+    from subzero.query.sources import TimedSource, growing_chunks
+    pieces = list(growing_chunks(1000, 10, most=8))
+    assert pieces[0] == (0, 10) and pieces[-1][1] == 1000
+    assert all(a == b for (_, a), (b, _) in zip(pieces, pieces[1:]))
+    sizes = [b - a for a, b in pieces]
+    assert sizes[:4] == [10, 20, 40, 80] and max(sizes) == 80
+    rest = list(growing_chunks(1000, 10, fits=lambda done: done >= 0.03))
+    assert rest == [(0, 10), (10, 30), (30, 1000)]
+    assert list(growing_chunks(0, 10)) == []
+    _run, lineage, reader = _shifted_reader(store)
+    try:
+        q = CellSet.everything((50,))
+        want = reader.lookup("b", q)
+        timed = TimedSource(reader, ReadBudget(after=float("inf")), 50)
+        timed.QUERY_CHUNK = 1                  # pieces of 1, 2, 4, ... cells
+        timed._rest_fits = lambda done: False
+        got = timed.lookup("b", q)
+        assert len(want) > 1 and np.array_equal(got, want) and np.all(np.diff(got) > 0)
     finally:
         lineage.close()
 

@@ -117,6 +117,38 @@ def test_when_the_kept_defaults_fit_no_budget_those_operators_store_nothing(gsto
     assert p.disk <= 40_000 and len(calls) == 3
 
 
+def test_a_plan_adds_to_the_defaults_where_the_budget_has_room(gstore, tmp_path, monkeypatch):
+    """A workload of forward queries alone is answered best by forward indexes, which the
+    plan chooses; with room left it keeps each operator's default (backward) strategies
+    as well, so a query the defaults answer by their index is never left to a scan the
+    model may misjudge -- and says so.  Where the room is only the plan's own, it adds
+    nothing and keeps to the budget.  (The model vouches for every strategy here: an
+    unvouched one keeps its operator's defaults by another rule.)"""
+    from subzero.model.strategy import default_for
+    from subzero.optimizer.costmodel import CostModel
+    monkeypatch.setattr(CostModel, "vouched", lambda self, op, s: (True, ""))
+    from subzero.model.workflow import load_workflow
+    forward = json.loads(Path(WORKLOAD).read_text())
+    forward["queries"] = [q for q in forward["queries"] if q["name"].startswith("FQ")]
+    wl = tmp_path / "forward.json"
+    wl.write_text(json.dumps(forward))
+    wf = load_workflow(WF, {})
+    stored = {op: [str(s) for s in default_for(st.operator) if s.stored]
+              for op, st in wf.steps.items()}
+    roomy = optimize(gstore, WF, max_disk="100MB", workload=str(wl), save=False)
+    for op, mine in stored.items():
+        assert set(mine) <= set(roomy.strategies[op].split("+")), (op, roomy.strategies)
+    insured = [op for op in stored if any(n.startswith(f"kept {op}'s default strategies: the "
+                                                      f"plan left room") for n in roomy.notes)]
+    assert insured, "\n".join(roomy.notes)          # some defaults the plan did not choose
+    for op in insured:
+        assert any(s.endswith(":forward") for s in roomy.strategies[op].split("+")), roomy.strategies
+    tight = optimize(gstore, WF, max_disk=roomy.arrays_reserve + roomy.disk
+                     - sum(roomy.predicted_bytes[insured[0]].get(s, 0) for s in stored[insured[0]]),
+                     workload=str(wl), save=False)
+    assert tight.disk + tight.arrays_reserve <= tight.max_disk
+
+
 def test_pins_are_kept(gstore):
     p = optimize(gstore, WF, max_disk="40KB", workload=WORKLOAD,
                  pins=["model=pay:paymany:backward", "extract=blackbox"])

@@ -330,6 +330,16 @@ def unique(a: np.ndarray) -> np.ndarray:
     return a[run_starts(a)]
 
 
+def merge_unique(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """Sorted distinct values of the union of ``parts``, each already sorted and distinct:
+    a stable sort (timsort) merges sorted runs in a pass or two where ``unique``'s
+    quicksort starts over."""
+    if len(parts) == 1:
+        return parts[0]
+    a = np.sort(np.concatenate(parts), kind="stable")
+    return a[run_starts(a)]
+
+
 def unique_ids(ids: np.ndarray, bound: int) -> np.ndarray:
     """Sorted distinct values of ``ids`` (all in [0, bound)).  Many ids over a small
     range are deduplicated with a bitmap, far cheaper than np.unique's hash and sort."""

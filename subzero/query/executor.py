@@ -348,7 +348,8 @@ class Executor:
         blocks, runs, note, gave_up, plan_cpu = 0, 0, "", _GaveUp(), 0.0
         planner = opts.pricing
         if planner is not None:
-            from subzero.query.tilerun import share
+            # pricing a re-execution imports the tile re-runs: a first use, not the step's
+            share = self.warmup.first("tilerun", _tile_share)
             tiles = self._tiles(name)
             c0, w0 = time.thread_time(), self.warmup.cpu
             blocks, runs = blocks_of(q), runs_of(q)
@@ -461,6 +462,7 @@ class Executor:
         by every trace."""
         t = self._tile_access.get(name)
         if t is None:
+            self.warmup.first("tilerun", _tile_share)
             from subzero.query.tilerun import TileAccess
             def region(a: str, r: tuple[slice, ...]) -> np.ndarray:
                 v = self._values.get(a)
@@ -511,3 +513,10 @@ def _switch_note(method: str, budget: ReadBudget, timed: TimedSource) -> str:
            f"the rest of the read" if budget.reexec > 0 else "the planner's limit")
     return (f"{method} had run {timed.spent * 1000:.1f} ms of CPU{done}, past its budget of "
             f"{budget.after * 1000:.1f} ms; {why}: switched to re-execution")
+
+
+def _tile_share() -> Callable[..., float]:
+    """``tilerun.share``, importing the tile re-runs (with the capture code they run) on
+    first use: a trace that neither prices nor runs a re-execution never loads them."""
+    from subzero.query.tilerun import share
+    return share

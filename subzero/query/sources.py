@@ -16,17 +16,18 @@ interface, so every source answers with the same semantics.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from subzero.capture.buffer import Pairs
 from subzero.errors import Deadline
-from subzero.model.cells import csr_take, lengths_to_offsets, rows_hitting, unique
+from subzero.model.cells import csr_take, lengths_to_offsets, merge_unique, rows_hitting, unique
 from subzero.model.cellset import CellSet
 from subzero.query.planner import ReadBudget
 from subzero.storage.encodings import Records, concat_records
-from subzero.tuning import TIMED_QUERY_CELLS, TIMED_RECORD_PAIRS
+from subzero.tuning import TIMED_CHUNK_GROWTH, TIMED_QUERY_CELLS, TIMED_RECORD_PAIRS
 
 
 @runtime_checkable
@@ -148,6 +149,12 @@ class TimedSource:
         if self.budget.switch(self.spent, self.done):
             raise Deadline()
 
+    def _rest_fits(self, done: float) -> bool:
+        """Whether the rest of a call ``done`` (0..1) through can run in one piece: at the
+        rate so far (the whole read's CPU time, a pessimistic share of this call's) the
+        call ends within half the budget's ``after``, before which nothing is given up."""
+        return done > 0 and (time.thread_time() - self._cpu0) / done <= 0.5 * self.budget.after
+
     def has_space(self, space: str) -> bool:
         return self.source.has_space(space)
 
@@ -166,12 +173,11 @@ class TimedSource:
             return self.source.lookup(space, q)
         ids = []                  # pairs hit by any chunk of the query are hit by the query
         cells = q.ids()
-        for a in range(0, len(cells), self.QUERY_CHUNK):
+        for a, b in growing_chunks(len(cells), self.QUERY_CHUNK, fits=self._rest_fits):
             self._part = self.LOOKUP_SHARE * a / len(cells)
             self._check()
-            ids.append(self.source.lookup(space, CellSet.of_sorted(cells[a:a + self.QUERY_CHUNK],
-                                                                   q.shape)))
-        return unique(np.concatenate(ids))
+            ids.append(self.source.lookup(space, CellSet.of_sorted(cells[a:b], q.shape)))
+        return merge_unique(ids)
 
     def all_pairs(self, space: str) -> np.ndarray:
         self._check()
@@ -187,13 +193,30 @@ class TimedSource:
     def records(self, space: str, pids: np.ndarray, fields: list[str]) -> Records:
         scan = space in self._scan_spaces
         parts = []
-        for a in range(0, max(len(pids), 1), self.CHUNK):
+        for a, b in growing_chunks(max(len(pids), 1), self.CHUNK, fits=self._rest_fits):
             if not scan and len(pids):
                 self._part = self.LOOKUP_SHARE + (1 - self.LOOKUP_SHARE) * a / len(pids)
             self._check()
-            parts.append(self.source.records(space, pids[a:a + self.CHUNK], fields))
+            parts.append(self.source.records(space, pids[a:b], fields))
             if scan:
-                self._scanned += len(pids[a:a + self.CHUNK])
+                self._scanned += len(pids[a:b])
         if not scan:
             self._part = 1.0
         return parts[0] if len(parts) == 1 else concat_records(parts, fields)
+
+
+def growing_chunks(n: int, first: int, most: int = TIMED_CHUNK_GROWTH,
+                   fits: Callable[[float], bool] | None = None) -> Iterator[tuple[int, int]]:
+    """``[a, b)`` pieces covering ``range(n)``: ``first`` long, each after twice the one
+    before, up to ``most`` times ``first``; the whole rest at once when ``fits(a / n)``
+    says it can run without a check.  A timed read checks its clock between pieces:
+    small ones first notice a read that is slow from the start, and growing ones keep
+    the calls few -- in equal pieces of ``first``, a 56,500-cell lookup made 55 calls
+    and took 2.4x the read in one call.  A piece is at most ``most`` pieces of ``first``
+    unless ``fits``, so a switch is never decided later than that much work."""
+    first = max(int(first), 1)
+    a, size = 0, first
+    while a < n:
+        b = n if a and fits is not None and fits(a / n) else min(n, a + size)
+        yield a, b
+        a, size = b, min(size * 2, first * most)

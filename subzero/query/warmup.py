@@ -45,6 +45,10 @@ class Warmup:
             self.seconds += time.perf_counter() - t
             self.cpu += time.thread_time() - c
 
+    def made(self) -> frozenset[Hashable]:
+        """The first uses made so far (their keys): what a step no longer pays."""
+        return frozenset(self._done)
+
     def mark(self) -> tuple[float, float]:
         """The totals so far, to subtract a step's share: ``since(mark())``."""
         return self.seconds, self.cpu
