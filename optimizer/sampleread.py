@@ -26,27 +26,29 @@ import time
 import numpy as np
 
 from subzero.capture.context import Context
+from subzero.model.cells import unique
 from subzero.model.cellset import CellSet
 from subzero.model.strategy import Strategy
 from subzero.query import steps as run_step
-from subzero.query.planner import blocks_spanned, runs_of
+from subzero.query.planner import blocks_of, runs_of
 from subzero.query.relation import StepContext
 from subzero.tuning import SAMPLE_READ_CELLS, SAMPLE_READ_REPEATS, SLOW_OBSERVATION_S
 
 
-def _query(shape, keys: np.ndarray | None, n: int, rng) -> np.ndarray:
-    """A boolean bitmap of ``n`` cells of ``shape``: cells that are keys of the sample
-    when they are known (an index read then finds pairs, as a real query's does), else
-    scattered cells."""
+def _query(shape, keys: np.ndarray | None, n: int, rng) -> CellSet:
+    """``n`` cells of ``shape``: cells that are keys of the sample when they are known (an
+    index read then finds pairs, as a real query's does), else scattered cells.  Drawn
+    as ids, never as a bitmap of the whole array: a 1,000x genomics output is 10^8 cells,
+    and its bitmaps took most of the profile's time (issue 33)."""
     size = int(np.prod(shape))
-    pool = np.unique(keys) if keys is not None and keys.size else None
+    pool = None
+    if keys is not None and keys.size:      # a few times n of the keys, not all of them
+        pool = unique(keys[rng.choice(keys.size, min(keys.size, 4 * n), replace=False)])
     if pool is None or pool.size == 0:
         ids = rng.choice(size, min(n, size), replace=False)
     else:
         ids = rng.choice(pool, min(n, pool.size), replace=False)
-    bm = np.zeros(size, bool)
-    bm[ids] = True
-    return bm.reshape(shape)
+    return CellSet.of_sorted(np.sort(np.asarray(ids, np.int64)), shape)
 
 
 def time_reads(lineage, key: str, name: str, op, s: Strategy, pairs, out_shape,
@@ -67,8 +69,7 @@ def time_reads(lineage, key: str, name: str, op, s: Strategy, pairs, out_shape,
         keys = None
         if backward == s.backward:       # an index read: ask cells the index holds
             keys = pairs.out if backward else (pairs.ins[0] if pairs.ins else None)
-        bm = _query(shape, keys, n, rng)
-        q = CellSet.of_bitmap(bm)
+        q = _query(shape, keys, n, rng)
         times: list[float] = []
         n_out = 0
         while len(times) < repeats and sum(times) < SLOW_OBSERVATION_S:
@@ -79,8 +80,8 @@ def time_reads(lineage, key: str, name: str, op, s: Strategy, pairs, out_shape,
             # wall time below it means threads shared the work
             times.append(min(time.process_time() - c0, time.perf_counter() - w0))
             n_out = len(res)
-        reads.append({"backward": backward, "cells_in": int(bm.sum()), "cells_out": int(n_out),
-                      "blocks": blocks_spanned(bm), "runs": runs_of(q),
+        reads.append({"backward": backward, "cells_in": len(q), "cells_out": int(n_out),
+                      "blocks": blocks_of(q), "runs": runs_of(q),
                       "seconds": statistics.median(times),
                       "spread": (max(times) - min(times)) / max(statistics.median(times), 1e-9)})
     return {"spaces": spaces, "reads": reads}

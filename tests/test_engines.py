@@ -126,11 +126,25 @@ def test_profiling_hook_needs_the_local_engine(store):
 def test_profiler_sees_every_operator_with_its_values(store):
     seen = []
 
-    def profiler(name, op, inputs, out, run_s):
-        seen.append((name, [np.shape(x) for x in inputs], np.shape(out), run_s >= 0))
+    class Copy(Operator):
+        """A copy that writes one Full pair per cell."""
 
-    store.run(chain(Ident()), inputs={"a": np.zeros((3, 4))}, profiler=profiler)
-    assert seen == [("ident", [(3, 4)], (3, 4), True), ("last", [(3, 4)], (3, 4), True)]
+        def supported_modes(self):
+            return {Mode.FULL, Mode.BLACKBOX}
+
+        def run(self, ctx, x):
+            if Mode.FULL in ctx.modes:
+                cells = np.argwhere(np.ones(np.shape(x), bool))
+                ctx.lwrite(cells, cells, each=True)
+            return np.asarray(x) + 0
+
+    def profiler(name, op, inputs, out, run_s, captured):
+        seen.append((name, [np.shape(x) for x in inputs], np.shape(out), run_s >= 0,
+                     None if captured is None else sorted(m.value for m in captured.modes)))
+
+    store.run(chain(Ident(), first=Copy()), inputs={"a": np.zeros((3, 4))}, profiler=profiler,
+              strategies={"ident": "full:fullone:backward"})
+    assert seen == [("ident", [(3, 4)], (3, 4), True, ["full"]), ("last", [(3, 4)], (3, 4), True, None)]
 
 
 def test_progress_is_silent_off_a_terminal(store, capfd):

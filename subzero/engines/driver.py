@@ -13,20 +13,36 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from subzero.capture.buffer import Pairs
 from subzero.engines.base import Engine, StepResult
 from subzero.engines.lineage import commit_tile_shards, store_lineage
 from subzero.engines.progress import Progress
 from subzero.engines.stats import ArrayInfo, OpStats, RunStats
 from subzero.errors import SubZeroError
-from subzero.model.strategy import BLACKBOX, Strategy
+from subzero.model.strategy import BLACKBOX, Strategy, modes_needed
 from subzero.model.workflow import Workflow, check_reexecution
 from subzero.storage.budget import DiskBudget
 from subzero.storage.lineage import LineageStore
 
-#: ``profiler(name, op, inputs, output, run_s)``: called after each operator runs
-Profiler = Callable[[str, Any, list, Any, float], None]
+
+@dataclass(frozen=True)
+class Captured:
+    """What an operator's step captured while it ran, as the profiling hook sees it: the
+    lineage modes, their pairs, and the run's seconds with its lwrite time."""
+
+    modes: frozenset
+    full: Pairs | None
+    pay: Pairs | None
+    run_s: float
+    lwrite_s: float
+
+
+#: ``profiler(name, op, inputs, output, run_s, captured)``: called after each operator runs
+#: (``run_s`` without its lineage capture; ``captured`` None when nothing was)
+Profiler = Callable[[str, Any, list, Any, float, "Captured | None"], None]
 
 
 class Recorder(Protocol):
@@ -256,5 +272,10 @@ def _finish_step(name: str, wf: Workflow, res: StepResult, strat: tuple[Strategy
         if res.inputs is None:
             raise SubZeroError(f"profiling runs use the local engine (`engine='local'`) "
                                f"made with profiling=True, not {engine.name}")
-        profiler(name, op, res.inputs, res.output, res.run_s)
+        # the operator's time without its lineage capture (a profiling run may store some),
+        # and what it captured: the profiler need not run a mode again to see its pairs
+        modes = modes_needed(strat) if capture else frozenset()
+        profiler(name, op, res.inputs, res.output, max(res.run_s - res.lwrite_s, 0.0),
+                 Captured(modes, res.full, res.pay, res.run_s, res.lwrite_s)
+                 if res.shards is None and modes else None)
     stats.ops.append(st)
