@@ -101,12 +101,15 @@ def _trace_once(store: Path, best: dict, planner: bool = True, workload: str = W
     out, _ = _cli(*args)
     for q in json.loads(out)["queries"]:
         ms, cpu = q["seconds"] * 1e3, q.get("cpu_seconds", q["seconds"]) * 1e3
+        steps = q.get("steps_cpu_seconds", float("nan")) * 1e3   # first uses left out
         had = best.get(q["name"])
         if had is None or ms < had["ms"]:
             best[q["name"]] = {"ms": ms, "methods": q.get("methods", []),
-                               "cpu_ms": min(cpu, had["cpu_ms"]) if had else cpu}
+                               "cpu_ms": min(cpu, had["cpu_ms"]) if had else cpu,
+                               "steps_ms": min(steps, had.get("steps_ms", steps)) if had else steps}
         else:
             had["cpu_ms"] = min(had["cpu_ms"], cpu)
+            had["steps_ms"] = min(had.get("steps_ms", steps), steps)
 
 
 def _plan_of(store: Path) -> dict:
@@ -227,6 +230,16 @@ def targets(results: dict) -> list[str]:
                 err = abs(tot - meas) / meas
                 row.append(f"{tot:.0f} vs {meas:.0f} ms ({err:.0%}) | {_ok(err <= WORKLOAD_ERROR)}")
             lines.append(" | ".join(row) + " |")
+            # the model prices steps, not a process's first uses (imports, opening the store
+            # and its readers): the same prediction against the steps' own CPU time
+            own = [p[q].get("steps_ms") for q in pred if q in p]
+            if own and all(v is not None and v == v for v in own):
+                meas = sum(own)
+                err = abs(tot - meas) / meas
+                lines.append(f"| {r['size']:,}x | {r['load']} | predicted workload cost within "
+                             f"{WORKLOAD_ERROR:.0%} of the steps' own CPU time (first uses left "
+                             f"out) | | | {tot:.0f} vs {meas:.0f} ms ({err:.0%}) | "
+                             f"{_ok(err <= WORKLOAD_ERROR)} |")
         cal = ((r.get("plan") or {}).get("calibration") or {})
         if cal.get("seconds") is not None:
             cpu = sum((cal.get("cpu_s") or {}).values())

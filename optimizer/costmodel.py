@@ -475,7 +475,8 @@ class CostModel:
     def learn(self, steps: list[dict], min_obs: int = CORRECTION_MIN_STEPS,
               recent: int = CORRECTION_RECENT_STEPS) -> None:
         """Per operator, input and method (``correction_key``): the median of observed /
-        predicted over the latest traced steps corrects the calibration (clamped).  A step
+        predicted over the latest warm traced steps (not ``cold``: a first read in its
+        process) corrects the calibration (clamped).  A step
         counts the CPU seconds of its own work when the log has them; a switched step
         counts twice: its abandoned read by what it would have cost by its progress (at
         least what it ran), its re-execution by its own time without the read's."""
@@ -493,7 +494,8 @@ class CostModel:
                     max(1.0, floor) if r is None else max(r, floor))   # a floor: no faster
         for st in steps:
             method = st["method"]
-            if method in ("all-to-all", "empty") or st["op"] not in self.stats.ops:
+            if method in ("all-to-all", "empty") or st["op"] not in self.stats.ops \
+                    or st.get("cold"):     # cold caches: not what the method costs warm
                 continue
             fam = method_family(method)
             m, backward = (method if fam == "stored" else fam), st["direction"] == "backward"

@@ -17,7 +17,8 @@ opening the lineage store) are never counted (``subzero.query.warmup``).  That
 replaces a share of the predicted re-execution measured in wall time, which on
 a loaded machine gave up 2-10 ms reads for re-executions of seconds.
 
-The planner learns from every step, in CPU seconds: observed / predicted corrects
+The planner learns from every warm step, in CPU seconds (a step that met cold caches,
+``StepStat.cold``, is not what its method costs): observed / predicted corrects
 the model per operator input and method while the process runs
 (``CORRECTION_KEEP``), clamped to ``CORRECTION_RANGE``.  A switched step teaches
 both ways: the abandoned read by what it would have cost by its progress (at
@@ -94,6 +95,8 @@ class QueryPlanner:
         step corrects its abandoned read and its re-execution apart."""
         backward = st.direction == "backward"
         tiles = self._tiles.pop((st.op, st.input, backward), 1.0)
+        if st.cold:          # cold caches: what the method costs warm is not what it took
+            return
         own = own_seconds(st.cpu, st.seconds)
         if st.abandoned:
             self._learn(st, st.abandoned, backward, 1.0, read=(st.abandoned_s, st.done))

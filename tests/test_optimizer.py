@@ -306,7 +306,7 @@ def test_a_switched_step_teaches_its_read_and_its_reexecution_apart(gstore):
     reexec = ("model", 0, "reexec")
     planner.model.corrections.pop(read, None)      # other tests' traces of this workflow
     planner.model.corrections.pop(reexec, None)    # taught the model: start from none
-    for _ in range(2):
+    for _ in range(3):          # the first met cold caches: the two after it teach
         res = forw.trace("model", [(0, 1)], to="transpose", planner=planner)
         assert np.array_equal(res.bitmap, ref.bitmap)
         st = res.steps[0]
@@ -314,7 +314,8 @@ def test_a_switched_step_teaches_its_read_and_its_reexecution_apart(gstore):
         assert st.abandoned == "stored:full:fullone:forward" and 0 < st.abandoned_s <= st.cpu
     assert read in planner.model.corrections and reexec in planner.model.corrections
     logged = [s for s in gstore.catalog.trace_steps(forw.id) if s["op"] == "model"]
-    assert len(logged) == 2 and all(s["abandoned"] == "stored:full:fullone:forward"
+    assert [bool(s["cold"]) for s in logged] == [True, False, False]
+    assert all(s["abandoned"] == "stored:full:fullone:forward"
                                     and 0 < s["abandoned_s"] <= s["cpu_s"] for s in logged)
     again = planner_for(forw)              # a new process: the trace log teaches it both
     assert read in again.model.corrections and reexec in again.model.corrections

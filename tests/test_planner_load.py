@@ -233,6 +233,35 @@ def test_an_abandoned_read_with_no_measured_progress_only_raises_its_price(cstor
     assert model.corrections[read] == 1.0
 
 
+def test_a_step_that_met_cold_caches_teaches_neither_the_planner_nor_the_log(cstore):
+    """The first read of each strategy in a process opens its reader and meets pages and
+    blocks never touched: marked cold, it is logged with its times, but neither the
+    planner's corrections nor the trace log's learning take it.  The same read again,
+    warm, is learnt from."""
+    from subzero.optimizer.costmodel import CostModel
+    from subzero.optimizer.stats import for_run
+    run = cstore.run(WF, strategies={u: FORWARD for u in UDFS}, progress=False)
+    fresh = cstore.get(run.id)
+    planner = _planner(fresh)
+    planner.model.corrections.clear()
+    res = fresh.trace("transpose", [(0, 3)], to="model", planner=planner)
+    stored = [s for s in res.steps if s.method.startswith("stored:")]
+    assert stored and all(s.cold for s in stored)
+    assert planner.model.corrections == {}              # nothing learnt from cold steps
+    again = fresh.trace("transpose", [(0, 3)], to="model", planner=planner)
+    assert not any(s.cold for s in again.steps)
+    assert set(planner.model.corrections) == {
+        (s.op, s.input, correction_key(s.method, False)) for s in again.steps
+        if s.method.startswith("stored:")}
+    logged = [s for s in cstore.catalog.trace_steps(run.id) if s["method"].startswith("stored:")]
+    assert [bool(s["cold"]) for s in logged] == [True] * len(stored) + [False] * len(stored)
+    model = CostModel(cstore.catalog.latest_calibration(os.uname().nodename), for_run(cstore, fresh))
+    model.learn(logged, min_obs=1)                      # from the log: its warm steps only
+    both = CostModel(cstore.catalog.latest_calibration(os.uname().nodename), for_run(cstore, fresh))
+    both.learn([{**s, "cold": 0} for s in logged], min_obs=1)
+    assert model.corrections and model.corrections != both.corrections
+
+
 def test_first_use_costs_are_kept_out_of_the_steps_and_the_trace_log(cstore):
     """A fresh executor's first stored read opens the LMDB environment and its reader:
     reported as the step's warm-up, not in its seconds; the trace log keeps each step's

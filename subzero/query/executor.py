@@ -313,6 +313,7 @@ class Executor:
         seconds and CPU time leave out the first-use costs it paid (``warmup``); its CPU
         time, what the planner's model learns from, the planner's own pricing too."""
         t0, c0, w0 = time.perf_counter(), time.thread_time(), self.warmup.mark()
+        made = self.warmup.made()
         tgt_shape = self.v.shapes[e.dst]
         shape_in, note, gave_up, plan_cpu = (0, 0), "", _GaveUp(), 0.0
         if not q:
@@ -330,7 +331,8 @@ class Executor:
         st = StepStat(e.op, e.input, e.direction, method, len(q), len(res),
                       max(time.perf_counter() - t0 - warm, 0.0), shape_in[0], note, shape_in[1],
                       cpu=max(time.thread_time() - c0 - warm_cpu - plan_cpu, 0.0), warmup=warm,
-                      abandoned=gave_up.method, abandoned_s=gave_up.spent, done=gave_up.done)
+                      abandoned=gave_up.method, abandoned_s=gave_up.spent, done=gave_up.done,
+                      cold=any(k not in _NOT_CACHES for k in self.warmup.made() - made))
         stats.append(st)
         planner = opts.pricing
         if planner is not None and method not in ("empty", "all-to-all", EXCLUDED):
@@ -520,3 +522,7 @@ def _tile_share() -> Callable[..., float]:
     first use: a trace that neither prices nor runs a re-execution never loads them."""
     from subzero.query.tilerun import share
     return share
+
+
+#: first uses that are imports, not caches a read then finds cold (``StepStat.cold``)
+_NOT_CACHES = frozenset({"tilerun"})

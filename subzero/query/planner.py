@@ -8,9 +8,10 @@ what happened (:class:`StepStat`).  The optimizer implements it
 (``subzero.optimizer.planner.QueryPlanner``); the core never imports that.
 
 Times a planner sees are the step's own work: first-use costs (imports, opening
-the lineage store, a reader, an array) are kept apart (``StepStat.warmup``), and
-a read's budget is counted in the CPU time of its own thread, which a busy
-machine does not stretch.
+the lineage store, a reader, an array) are kept apart (``StepStat.warmup``), a
+step that made such a first use met cold caches and is not learnt from
+(``StepStat.cold``), and a read's budget is counted in the CPU time of its own
+thread, which a busy machine does not stretch.
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ class StepStat:
     abandoned_s: float = 0.0
     #: ... and the share of its work it had done (0: not measured)
     done: float = 0.0
+    #: the step made a first use (opened the lineage store, its reader or an array): its
+    #: read met cold caches -- pages this process never touched, blocks never decoded --
+    #: which cost it more than the method does once they are warm.  Its times are
+    #: reported, but neither the planner nor the trace log's corrections learn from them
+    cold: bool = False
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,8 @@ def record_trace(catalog: Catalog, run_id: int, start: str, cells: Any, to: str 
     now = time.time()
     catalog.add_trace_steps([
         (tid, run_id, s.op, s.input, s.direction, s.method, s.cells_in, s.cells_out,
-         s.seconds, now, s.blocks_in, s.runs_in, s.cpu, s.abandoned, s.abandoned_s, s.done)
+         s.seconds, now, s.blocks_in, s.runs_in, s.cpu, s.abandoned, s.abandoned_s, s.done,
+         int(s.cold))
         for s in res.steps])
     sig, n_in = trace_signature(start, cells, to, path, shortcut)
     catalog.add_trace(tid, run_id, start, res.target, res.direction, sig,

@@ -245,18 +245,23 @@ def run_workload(run: TracingRun, queries: list[Query], prefer: str | None = Non
     rows = []
     for q in queries:
         cells = select_cells(run, q)
-        times, cpu = [], []
+        times, cpu, own = [], [], []
         for _ in range(max(1, repeats)):
             c0, t0 = time.process_time(), time.perf_counter()
             res = run.trace(q.start, cells, to=q.to, path=q.path, prefer=prefer,
                             shortcut=q.shortcut, record=record)
             times.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
+            own.append(sum(s.cpu for s in res.steps))
         rows.append({"name": q.name, "from": q.start, "to": res.target, "direction": res.direction,
                      "cells_in": int(len(cells)), "count": int(len(res)),
                      "seconds": float(np.median(times)), "weight": q.weight,
                      # CPU seconds: what the query cost, without the time other processes
                      # held the core (a shared machine's benchmarks compare these too)
                      "cpu_seconds": float(np.median(cpu)),
+                     # the steps' own CPU seconds (first uses left out): what the cost
+                     # model predicts; and how many steps met cold caches
+                     "steps_cpu_seconds": float(np.median(own)),
+                     "cold_steps": sum(1 for s in res.steps if s.cold),
                      "methods": [s.method for s in res.steps], "result": res})
     return rows

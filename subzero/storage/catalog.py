@@ -309,22 +309,24 @@ class Catalog:
 
     def add_trace_steps(self, steps: list[tuple]) -> None:
         """Rows of (trace_id, run_id, op, input, direction, method, cells_in, cells_out,
-        seconds, ts, blocks_in, runs_in[, cpu_s, abandoned, abandoned_s, done])."""
-        rows = [tuple(s) + (0.0, "", 0.0, 0.0)[len(s) - 12:] for s in steps]
+        seconds, ts, blocks_in, runs_in[, cpu_s, abandoned, abandoned_s, done, cold])."""
+        rows = [tuple(s) + (0.0, "", 0.0, 0.0, 0)[len(s) - 12:] for s in steps]
         with self.tx():
             self.db.executemany(
                 "INSERT INTO trace_steps (trace_id, run_id, op, input_idx, direction, method,"
                 " cells_in, cells_out, seconds, ts, blocks_in, runs_in, cpu_s, abandoned,"
-                " abandoned_s, done) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                " abandoned_s, done, cold) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+                " ?, ?)", rows)
 
     def trace_steps(self, run_id: int | None = None) -> list[dict[str, Any]]:
         q = ("SELECT trace_id, run_id, op, input_idx, direction, method, cells_in, cells_out,"
-             " seconds, blocks_in, runs_in, cpu_s, abandoned, abandoned_s, done FROM trace_steps")
+             " seconds, blocks_in, runs_in, cpu_s, abandoned, abandoned_s, done, cold"
+             " FROM trace_steps")
         rows = self.db.execute(q + (" WHERE run_id=?" if run_id is not None else "") + " ORDER BY id",
                                (() if run_id is None else (run_id,))).fetchall()
         keys = ("trace_id", "run_id", "op", "input", "direction", "method", "cells_in",
                 "cells_out", "seconds", "blocks_in", "runs_in", "cpu_s", "abandoned",
-                "abandoned_s", "done")
+                "abandoned_s", "done", "cold")
         return [dict(zip(keys, r)) for r in rows]
 
     # -- optimizer bookkeeping: traces, lineage sizes, profiles, calibrations, plans ---------

@@ -116,6 +116,13 @@ def _add_tags(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS tags_run ON tags (run_id)")
 
 
+def _add_cold(db: sqlite3.Connection) -> None:
+    # a step that met cold caches (its first use of the lineage store, a reader or an
+    # array): the cost model does not learn from it
+    if "cold" not in _columns(db, "trace_steps"):
+        db.execute("ALTER TABLE trace_steps ADD COLUMN cold INTEGER DEFAULT 0")
+
+
 @dataclass(frozen=True)
 class Migration:
     """Brings a catalog from version ``to - 1`` to ``to``."""
@@ -144,6 +151,8 @@ MIGRATIONS: tuple[Migration, ...] = (
                  "steps have none)", _add_step_work),
     Migration(8, "tags: names given to runs (`subzero tag`), which `subzero gc` keeps",
               _add_tags),
+    Migration(9, "trace_steps.cold: a step that met cold caches, which the cost model does not "
+                 "learn from (older steps read as warm)", _add_cold),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].to
 assert [m.to for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))
