@@ -98,6 +98,18 @@ def tile_plan(op: Operator, in_shapes: Sequence[Shape]) -> int | None:
     return int(op.tiling.radius) if kind is TilingKind.STENCIL else 0
 
 
+def tile_halo(op: Operator, in_shapes: Sequence[Shape], out_shape: Shape) -> int | None:
+    """The halo radius when ``op`` can re-run per tile on inputs of ``in_shapes`` making
+    ``out_shape``, else None: declared elementwise or stencil, its first input of the
+    output's shape and every other one of that shape or of one cell (read whole by
+    every tile)."""
+    if not in_shapes or tuple(in_shapes[0]) != tuple(out_shape):
+        return None
+    if any(tuple(s) != tuple(out_shape) and not one_cell(s) for s in in_shapes):
+        return None
+    return tile_plan(op, in_shapes)
+
+
 def one_cell(shape: Shape) -> bool:
     """A one-cell input (a scalar an operator broadcasts): every tile reads it whole."""
     return int(np.prod(shape)) == 1

@@ -61,7 +61,7 @@ from subzero.capture.tiles import (
     input_slices,
     one_cell,
     tile_at,
-    tile_plan,
+    tile_halo,
     tile_shape,
 )
 from subzero.errors import WholeArray, warn
@@ -112,14 +112,9 @@ class TileAccess:
 
 
 def halo(sc: StepContext) -> int | None:
-    """The halo radius when the step's operator can re-run per tile, else None: declared
-    elementwise or stencil, its first input of the output's (stored) shape and every
-    other one of that shape or of one cell (read whole by every tile)."""
-    if not sc.in_shapes or tuple(sc.in_shapes[0]) != sc.out_shape:
-        return None
-    if any(tuple(s) != sc.out_shape and not one_cell(s) for s in sc.in_shapes):
-        return None
-    return tile_plan(sc.op, sc.in_shapes)
+    """The halo radius when the step's operator can re-run per tile, else None
+    (:func:`~subzero.capture.tiles.tile_halo` of its stored shapes)."""
+    return tile_halo(sc.op, sc.in_shapes, sc.out_shape)
 
 
 def _from_scalar(sc: StepContext, i: int, backward: bool) -> bool:
