@@ -214,9 +214,6 @@ def _cold_load_s() -> float:
     """CPU seconds a fresh process pays on its first array read (the array store's
     imports: zarr, dask, codecs), measured in a child process: a command-line trace is
     such a process, and its first re-execution pays this on top of the warm price."""
-    import subprocess
-    import sys
-
     from subzero.storage.arrays import ArrayStore
     tmp = Path(tempfile.mkdtemp(prefix="subzero-cold-"))
     code = ("import sys, time\n"
@@ -227,13 +224,23 @@ def _cold_load_s() -> float:
             "print(time.process_time() - t)\n")
     try:
         ArrayStore(tmp).write("a", np.zeros((8, 8)))
-        p = subprocess.run([sys.executable, "-c", code, str(tmp)], capture_output=True, text=True,
+        return _child_cpu_s(code, str(tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _child_cpu_s(code: str, *args: str) -> float:
+    """The CPU seconds a fresh Python process prints running ``code`` with ``args`` (0.0
+    when it fails): what a command-line trace pays once, for a first use a warm process
+    paid long ago."""
+    import subprocess
+    import sys
+    try:
+        p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                            timeout=120)
         return max(0.0, float(p.stdout.strip().splitlines()[-1])) if p.returncode == 0 else 0.0
     except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
         return 0.0
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _rtree_quadratic() -> float:
@@ -438,6 +445,9 @@ def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
             phase("capture overheads")
             rtree_quadratic = _rtree_quadratic()
             cold_s = _cold_load_s()
+            rtree_cold_s = _child_cpu_s("import time\nt = time.process_time()\n"
+                                        "from rtree import index\n"
+                                        "print(time.process_time() - t)\n")
             advance(share["tail"])
             phase("rtree and cold start")
     finally:
@@ -450,6 +460,7 @@ def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
             "rtree_quadratic": rtree_quadratic, "quality": quality, "errors": errors,
             "capture_fixed_s": capture_s, "strategy_fixed_s": strategy_s,
             "load_fixed_s": load_fixed_s, "load_byte_s": load_byte_s, "reexec_cold_s": cold_s,
+            "rtree_cold_s": rtree_cold_s,
             "seconds": time.perf_counter() - t0, "host": os.uname().nodename}
 
 

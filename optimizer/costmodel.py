@@ -161,6 +161,9 @@ class CostModel:
         self.load_byte_s = float(calibration.get("load_byte_s", 0.0))
         #: a fresh process's first array read: imports a warm process paid long ago
         self.reexec_cold_s = float(calibration.get("reexec_cold_s", 0.0))
+        #: ... and its first R-tree read: the R-tree library's import (tens of ms, more
+        #: than a small query's whole work)
+        self.rtree_cold_s = float(calibration.get("rtree_cold_s", 0.0))
         self.stats = stats
         self.corrections = dict(corrections or {})
         self._memo: dict[tuple, tuple | None] = {}
@@ -238,14 +241,16 @@ class CostModel:
     # -- queries ----------------------------------------------------------------------------
     def cost(self, op: str, method, i: int, backward: bool, n_in: float, n_out: float,
              loaded: bool = False, blocks: int = 0, tiles: float = 1.0,
-             runs: int = 0) -> float | None:
+             runs: int = 0, fresh: bool = True) -> float | None:
         """Predicted seconds of one step; None when the statistics cannot price it.
 
         ``blocks``: distinct key blocks the step's input cells span (0 = unknown:
         assume they are scattered).  ``tiles``: the share of the operator's tiles a
         re-execution runs (tile-parallel operators re-run only the touched tiles).
         ``runs``: runs of consecutive input cells, the probes of an R-tree lookup (0 =
-        unknown: estimated from ``blocks``)."""
+        unknown: estimated from ``blocks``).  ``fresh``: add the first uses this process
+        has not made yet (:meth:`cold_s`), as a query-time planner does; a plan's prices
+        and what is learnt from a step leave them out."""
         key = (op, method, i, backward, n_in, n_out, loaded, blocks, tiles, runs)
         base = self._memo.get(key)
         if base is None:
@@ -261,15 +266,20 @@ class CostModel:
         if compute is None:
             return 0.0
         corr = self.corrections.get((op, i, correction_key(method, backward)), 1.0)
-        return compute * corr + load + self.cold_s(op, method, loaded)
+        return compute * corr + load + (self.cold_s(op, method, loaded) if fresh else 0.0)
 
     def cold_s(self, op: str, method, loaded: bool = False) -> float:
-        """What a re-execution pays on top of its warm price in a process that has not
-        read an array yet (``reexec_cold_s``: the array store's imports).  Every
+        """What a method pays on top of its warm price in a process that has not made its
+        first use yet: a re-execution the array store's imports until an array was read
+        (``reexec_cold_s``), an R-tree read the R-tree library's (``rtree_cold_s``).  Every
         ``subzero trace`` is such a process: priced warm, a switch into re-execution
-        looked cheap and then took seconds on the command line (issue 33)."""
-        if loaded or not self.reexec_cold_s or method_family(method) != "reexec" \
-                or "zarr" in sys.modules:
+        looked cheap and then took seconds on the command line, and a FullMany read chosen
+        over a FullOne one doubled a small query (issue 33)."""
+        fam = method_family(method)
+        if fam == "stored":
+            return self.rtree_cold_s if self.rtree_cold_s and _strategy(method).many \
+                and "rtree" not in sys.modules else 0.0
+        if loaded or not self.reexec_cold_s or fam != "reexec" or "zarr" in sys.modules:
             return 0.0
         info = self.stats.ops.get(op)
         return self.reexec_cold_s if info is not None and info.reexec_mode is not None else 0.0
@@ -487,7 +497,7 @@ class CostModel:
                 read: tuple[float, float] | None = None) -> None:
             pred = self.cost(st["op"], method, st["input"], backward, st["cells_in"],
                              st["cells_out"], loaded=True, blocks=st.get("blocks_in") or 0,
-                             runs=st.get("runs_in") or 0)
+                             runs=st.get("runs_in") or 0, fresh=False)
             if pred:
                 r, floor = read_ratio(*read, pred) if read is not None else (own / pred, 0.0)
                 ratios[(st["op"], st["input"], correction_key(method, backward))].append(

@@ -115,7 +115,8 @@ class QueryPlanner:
         key = (st.op, st.input, correction_key(method, backward))
         old = corr.pop(key, None)
         pred = self.model.cost(st.op, method, st.input, backward, st.cells_in, st.cells_out,
-                               loaded=True, blocks=st.blocks_in, runs=st.runs_in, tiles=tiles)
+                               loaded=True, blocks=st.blocks_in, runs=st.runs_in, tiles=tiles,
+                               fresh=False)
         if old is not None:
             corr[key] = old
         if not pred:

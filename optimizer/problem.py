@@ -109,7 +109,7 @@ def _option(model: CostModel, op: str, method, args: tuple[int, bool, float, flo
     """An option priced twice: pessimistically (what the plan is chosen by: the model
     is trusted only as far as the calibration measured it for steps of this kind and
     size) and as predicted (what the plan reports)."""
-    c = model.cost(op, method, *args, **where)
+    c = model.cost(op, method, *args, **where, fresh=False)   # a workload, not one process
     if c is None:
         return None
     hi = model.high_factor(op, method, *args)

@@ -146,3 +146,33 @@ def test_a_fresh_process_prices_its_first_re_execution_with_the_array_imports(pr
     loaded, cold, warm = json.loads(p.stdout.strip().splitlines()[-1])
     assert not loaded
     assert cold == pytest.approx(warm + calibration["reexec_cold_s"], rel=1e-6)
+
+
+def test_a_fresh_process_prices_its_first_r_tree_read_with_the_library_import(profiled,
+                                                                             calibration):
+    """The R-tree library's import is tens of milliseconds, more than a small query: a
+    fresh process's query-time planner prices an R-tree read with it until the library
+    is loaded; a plan's prices and what the model learns leave it out (``fresh=False``)."""
+    import json
+    import subprocess
+    import sys
+    assert calibration["rtree_cold_s"] > 0
+    code = ("import json, sys\n"
+            "import subzero\n"
+            "from subzero.optimizer.costmodel import CostModel\n"
+            "from subzero.optimizer.stats import collect\n"
+            "st = subzero.open_store(sys.argv[1], create=False)\n"
+            "m = CostModel(json.loads(sys.argv[2]), collect(st, 'genomics', {}))\n"
+            "args = ('extract', 'stored:full:fullmany:forward', 0, True, 10, 10)\n"
+            "one = ('extract', 'stored:full:fullone:forward', 0, True, 10, 10)\n"
+            "before = ['rtree' in sys.modules, m.cost(*args), m.cost(*args, fresh=False),\n"
+            "          m.cost(*one), m.cost(*one, fresh=False)]\n"
+            "from rtree import index\n"
+            "print(json.dumps(before + [m.cost(*args)]))\n")
+    p = subprocess.run([sys.executable, "-c", code, str(profiled.path), json.dumps(calibration)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    loaded, cold, plan, one_cold, one_plan, warm = json.loads(p.stdout.strip().splitlines()[-1])
+    assert not loaded
+    assert cold == pytest.approx(warm + calibration["rtree_cold_s"], rel=1e-6)
+    assert plan == pytest.approx(warm, rel=1e-6) and one_cold == one_plan
