@@ -326,6 +326,8 @@ def _insure(model, queries, budgets, pins, defaults, facts, built, sol):
     again = solve(again_built.problem)
     if again.status != "optimal":
         return None
+    # the first plan's reasons stay (an operator it kept the defaults of, unvouched)
+    again_built.kept_defaults = {**built.kept_defaults, **again_built.kept_defaults}
     for op in add:
         again_built.kept_defaults[op] = ("the plan left room for them (a plan adds to the "
                                          "defaults where the budgets allow)")
