@@ -313,7 +313,7 @@ class Executor:
         seconds and CPU time leave out the first-use costs it paid (``warmup``); its CPU
         time, what the planner's model learns from, the planner's own pricing too."""
         t0, c0, w0 = time.perf_counter(), time.thread_time(), self.warmup.mark()
-        made = self.warmup.made()
+        caches = self.warmup.caches
         tgt_shape = self.v.shapes[e.dst]
         shape_in, note, gave_up, plan_cpu = (0, 0), "", _GaveUp(), 0.0
         if not q:
@@ -332,7 +332,7 @@ class Executor:
                       max(time.perf_counter() - t0 - warm, 0.0), shape_in[0], note, shape_in[1],
                       cpu=max(time.thread_time() - c0 - warm_cpu - plan_cpu, 0.0), warmup=warm,
                       abandoned=gave_up.method, abandoned_s=gave_up.spent, done=gave_up.done,
-                      cold=any(k not in _NOT_CACHES for k in self.warmup.made() - made))
+                      cold=self.warmup.caches > caches)
         stats.append(st)
         planner = opts.pricing
         if planner is not None and method not in ("empty", "all-to-all", EXCLUDED):
@@ -421,7 +421,7 @@ class Executor:
         from subzero.capture.tiles import tile_halo
         if q.form != "sparse" or tile_halo(sc.op, sc.in_shapes, sc.out_shape) is None:
             return 1.0
-        share = self.warmup.first("tilerun", _tile_share)
+        share = self.warmup.first("tilerun", _import_tile_share, cache=False)
         return share(sc, self._tiles(sc.name), q.ids(), i, backward)
 
     # -- run-lifetime state ------------------------------------------------------------------
@@ -471,7 +471,7 @@ class Executor:
         by every trace."""
         t = self._tile_access.get(name)
         if t is None:
-            self.warmup.first("tilerun", _tile_share)
+            self.warmup.first("tilerun", _import_tile_share, cache=False)
             from subzero.query.tilerun import TileAccess
             def region(a: str, r: tuple[slice, ...]) -> np.ndarray:
                 v = self._values.get(a)
@@ -524,12 +524,8 @@ def _switch_note(method: str, budget: ReadBudget, timed: TimedSource) -> str:
             f"{budget.after * 1000:.1f} ms; {why}: switched to re-execution")
 
 
-def _tile_share() -> Callable[..., float]:
+def _import_tile_share() -> Callable[..., float]:
     """``tilerun.share``, importing the tile re-runs (with the capture code they run) on
     first use: a trace that neither prices nor runs a re-execution never loads them."""
     from subzero.query.tilerun import share
     return share
-
-
-#: first uses that are imports, not caches a read then finds cold (``StepStat.cold``)
-_NOT_CACHES = frozenset({"tilerun"})

@@ -28,10 +28,17 @@ class Warmup:
         self.cpu = 0.0
         self._done: set[Hashable] = set()
         self._depth = 0
+        #: first uses made that open or load something a read then finds cold (the
+        #: lineage store, a reader, an array), as opposed to imports alone
+        self.caches = 0
 
-    def first(self, key: Hashable, fn: Callable[[], T]) -> T:
+    def first(self, key: Hashable, fn: Callable[[], T], cache: bool = True) -> T:
         """``fn()``, timed as warm-up the first time ``key`` is asked for (later calls
-        are the caller's own work: whatever ``fn`` caches is warm by then)."""
+        are the caller's own work: whatever ``fn`` caches is warm by then).  ``cache``:
+        the first use opens or loads what the step then reads (counted in ``caches``),
+        not only an import."""
+        if key not in self._done and cache:
+            self.caches += 1
         if key in self._done or self._depth:       # done, or inside a first use timed already
             self._done.add(key)
             return fn()
