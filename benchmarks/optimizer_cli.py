@@ -162,34 +162,24 @@ def _predicted(r: dict) -> dict[str, float]:
     return {k: v * 1e3 for k, v in (plan.get("queries") or {}).items()}
 
 
-def table(results: dict) -> list[str]:
+def table(results: dict, alone: bool = False) -> list[str]:
+    """Each query under the defaults and the plan: traced in one ``trace --workload``
+    process with the plan's prediction, or (``alone``) each in a process of its own."""
     lines = ["| size | load while optimizing | query | defaults ms | plan ms | plan / defaults "
-             "| defaults CPU ms | plan CPU ms | plan / defaults, CPU | predicted ms "
-             "| plan's methods |",
-             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "| defaults CPU ms | plan CPU ms | plan / defaults, CPU "
+             + ("" if alone else "| predicted ms ") + "| plan's methods |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | "
+             + ("" if alone else "---: | ") + "--- |"]
     for r in results.values():
-        pred = _predicted(r)
-        for q, d in r["defaults"].items():
-            p = r["planned"][q]
-            guess = f"{pred[q]:.1f}" if q in pred else "—"
+        pred = {} if alone else _predicted(r)
+        planned = r.get("alone_planned" if alone else "planned") or {}
+        for q, d in (r.get("alone_defaults" if alone else "defaults") or {}).items():
+            p = planned[q]
+            guess = "" if alone else (f"{pred[q]:.1f} | " if q in pred else "— | ")
             methods = ", ".join(m for m in p["methods"] if m != "map") or "map"
             lines.append(f"| {r['size']:,}x | {r['load']} | {q} | {d['ms']:.1f} | {p['ms']:.1f} | "
                          f"{p['ms'] / d['ms']:.2f}x | {d['cpu_ms']:.1f} | {p['cpu_ms']:.1f} | "
-                         f"{p['cpu_ms'] / d['cpu_ms']:.2f}x | {guess} | {methods} |")
-    return lines
-
-
-def table_alone(results: dict) -> list[str]:
-    lines = ["| size | load while optimizing | query | defaults ms | plan ms | plan / defaults "
-             "| defaults CPU ms | plan CPU ms | plan / defaults, CPU | plan's methods |",
-             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for r in results.values():
-        for q, d in (r.get("alone_defaults") or {}).items():
-            p = r["alone_planned"][q]
-            methods = ", ".join(m for m in p["methods"] if m != "map") or "map"
-            lines.append(f"| {r['size']:,}x | {r['load']} | {q} | {d['ms']:.1f} | {p['ms']:.1f} | "
-                         f"{p['ms'] / d['ms']:.2f}x | {d['cpu_ms']:.1f} | {p['cpu_ms']:.1f} | "
-                         f"{p['cpu_ms'] / d['cpu_ms']:.2f}x | {methods} |")
+                         f"{p['cpu_ms'] / d['cpu_ms']:.2f}x | {guess}{methods} |")
     return lines
 
 
@@ -288,7 +278,7 @@ def main(argv: list[str] | None = None) -> None:
         r["loadavg"] = [before, os.getloadavg()[0]]
         r["bytecode"] = BYTECODE["cache"] is not None
         results[f"{size}:{a.load}"] = r
-        print("\n".join(table({"x": r}) + [""] + table_alone({"x": r})), flush=True)
+        print("\n".join(table({"x": r}) + [""] + table({"x": r}, alone=True)), flush=True)
         results = dict(sorted(results.items(), key=lambda kv: (kv[1]["load"], kv[1]["size"])))
         saved.parent.mkdir(parents=True, exist_ok=True)     # kept size by size
         saved.write_text(json.dumps({"machine": machine(), "sizes": results}, indent=1, default=str))
@@ -307,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
             + targets(results) + ["", "Each query in one `trace --workload` process (best of "
                                   "the traces; CPU: the least CPU seconds):", ""]
             + table(results) + ["", "Each query in its own process (a workload file of that "
-                                "query alone):", ""] + table_alone(results)))
+                                "query alone):", ""] + table(results, alone=True)))
 
 
 if __name__ == "__main__":

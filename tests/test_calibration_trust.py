@@ -121,29 +121,35 @@ def test_a_plan_the_model_cannot_vouch_for_keeps_the_defaults(tmp_path, profiled
     assert kept and all("calibrated prediction" in n for n in kept)
 
 
-def test_a_fresh_process_prices_its_first_re_execution_with_the_array_imports(profiled, calibration):
-    """A command-line trace is a fresh process: its first re-execution pays the array
-    store's imports, and the model says so until an array was read."""
+def _in_a_fresh_process(store, calibration, body: str) -> list:
+    """What ``body`` prints (a JSON list, its last line) run in a fresh Python process
+    with ``m``, a cost model of ``calibration`` and the genomics profile of ``store``
+    (``st``): a command-line trace is such a process."""
     import json
     import subprocess
     import sys
-    assert calibration["reexec_cold_s"] > 0
-    code = ("import json, os, sys\n"
+    code = ("import json, sys\n"
             "import subzero\n"
             "from subzero.optimizer.costmodel import CostModel\n"
             "from subzero.optimizer.stats import collect\n"
             "st = subzero.open_store(sys.argv[1], create=False)\n"
-            "cal = json.loads(sys.argv[2])\n"
-            "m = CostModel(cal, collect(st, 'genomics', {}))\n"
-            "before = 'zarr' in sys.modules, m.cost('extract', 'reexec', 0, True, 10, 10)\n"
-            "run = st.get('latest')\n"
-            "run.trace('extract', [[0, 0]], path=[('extract', 0)], prefer='reexec', record=False)\n"
-            "after = m.cost('extract', 'reexec', 0, True, 10, 10)\n"
-            "print(json.dumps([before[0], before[1], after]))\n")
-    p = subprocess.run([sys.executable, "-c", code, str(profiled.path), json.dumps(calibration)],
+            "m = CostModel(json.loads(sys.argv[2]), collect(st, 'genomics', {}))\n" + body)
+    p = subprocess.run([sys.executable, "-c", code, str(store.path), json.dumps(calibration)],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
-    loaded, cold, warm = json.loads(p.stdout.strip().splitlines()[-1])
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_a_fresh_process_prices_its_first_re_execution_with_the_array_imports(profiled, calibration):
+    """A command-line trace is a fresh process: its first re-execution pays the array
+    store's imports, and the model says so until an array was read."""
+    assert calibration["reexec_cold_s"] > 0
+    loaded, cold, warm = _in_a_fresh_process(profiled, calibration, (
+        "before = 'zarr' in sys.modules, m.cost('extract', 'reexec', 0, True, 10, 10)\n"
+        "run = st.get('latest')\n"
+        "run.trace('extract', [[0, 0]], path=[('extract', 0)], prefer='reexec', record=False)\n"
+        "after = m.cost('extract', 'reexec', 0, True, 10, 10)\n"
+        "print(json.dumps([before[0], before[1], after]))\n"))
     assert not loaded
     assert cold == pytest.approx(warm + calibration["reexec_cold_s"], rel=1e-6)
 
@@ -153,26 +159,14 @@ def test_a_fresh_process_prices_its_first_r_tree_read_with_the_library_import(pr
     """The R-tree library's import is tens of milliseconds, more than a small query: a
     fresh process's query-time planner prices an R-tree read with it until the library
     is loaded; a plan's prices and what the model learns leave it out (``fresh=False``)."""
-    import json
-    import subprocess
-    import sys
     assert calibration["rtree_cold_s"] > 0
-    code = ("import json, sys\n"
-            "import subzero\n"
-            "from subzero.optimizer.costmodel import CostModel\n"
-            "from subzero.optimizer.stats import collect\n"
-            "st = subzero.open_store(sys.argv[1], create=False)\n"
-            "m = CostModel(json.loads(sys.argv[2]), collect(st, 'genomics', {}))\n"
-            "args = ('extract', 'stored:full:fullmany:forward', 0, True, 10, 10)\n"
-            "one = ('extract', 'stored:full:fullone:forward', 0, True, 10, 10)\n"
-            "before = ['rtree' in sys.modules, m.cost(*args), m.cost(*args, fresh=False),\n"
-            "          m.cost(*one), m.cost(*one, fresh=False)]\n"
-            "from rtree import index\n"
-            "print(json.dumps(before + [m.cost(*args)]))\n")
-    p = subprocess.run([sys.executable, "-c", code, str(profiled.path), json.dumps(calibration)],
-                       capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr
-    loaded, cold, plan, one_cold, one_plan, warm = json.loads(p.stdout.strip().splitlines()[-1])
+    loaded, cold, plan, one_cold, one_plan, warm = _in_a_fresh_process(profiled, calibration, (
+        "args = ('extract', 'stored:full:fullmany:forward', 0, True, 10, 10)\n"
+        "one = ('extract', 'stored:full:fullone:forward', 0, True, 10, 10)\n"
+        "before = ['rtree' in sys.modules, m.cost(*args), m.cost(*args, fresh=False),\n"
+        "          m.cost(*one), m.cost(*one, fresh=False)]\n"
+        "from rtree import index\n"
+        "print(json.dumps(before + [m.cost(*args)]))\n"))
     assert not loaded
     assert cold == pytest.approx(warm + calibration["rtree_cold_s"], rel=1e-6)
     assert plan == pytest.approx(warm, rel=1e-6) and one_cold == one_plan

@@ -126,18 +126,6 @@ def test_profiling_hook_needs_the_local_engine(store):
 def test_profiler_sees_every_operator_with_its_values(store):
     seen = []
 
-    class Copy(Operator):
-        """A copy that writes one Full pair per cell."""
-
-        def supported_modes(self):
-            return {Mode.FULL, Mode.BLACKBOX}
-
-        def run(self, ctx, x):
-            if Mode.FULL in ctx.modes:
-                cells = np.argwhere(np.ones(np.shape(x), bool))
-                ctx.lwrite(cells, cells, each=True)
-            return np.asarray(x) + 0
-
     def profiler(name, op, inputs, out, run_s, captured):
         seen.append((name, [np.shape(x) for x in inputs], np.shape(out), run_s >= 0,
                      None if captured is None else sorted(m.value for m in captured.modes)))
