@@ -110,13 +110,16 @@ def _op_info(name: str, inputs: list[str], rec: dict) -> OpInfo:
                     for s, v in rec.get("strategies", {}).items()})
 
 
-def from_profile(store, profile: dict, workflow: str, params: dict) -> WorkflowStats:
+def from_profile(store, profile: dict, workflow: str, params: dict,
+                 only_run: int | None = None) -> WorkflowStats:
+    """The profile's statistics, with the sizes every run of the workflow and parameters
+    measured (``only_run``: that run's alone; the others' stay predictions)."""
     run_ops = {o["name"]: o for o in store.catalog.ops(profile["run_id"])}
     ops = {n: _op_info(n, run_ops[n]["inputs"] if n in run_ops else [], rec)
            for n, rec in profile["ops"].items()}
     base = base_runtime(store, workflow, params, float(profile["base_s"]))
     stats = WorkflowStats(workflow, params, base, ops, profile["run_id"])
-    _apply_measured(store, stats)
+    _apply_measured(store, stats, only_run=only_run)
     return stats
 
 
@@ -157,9 +160,11 @@ def _apply_measured(store, stats: WorkflowStats, only_run: int | None = None) ->
             if op is None or sp is None:
                 continue
             old = op.strategies.get(st["strategy"])
-            op.strategies[st["strategy"]] = StrategyInfo(float(st["bytes"]), float(st["write_s"]),
-                                                         sp, measured=True,
-                                                         sample=old.sample if old else None)
+            # the profile's timed reads of its sample stay, with the share of the pairs
+            # they were made on: they are the operator's decode rate, whatever run stored it
+            op.strategies[st["strategy"]] = StrategyInfo(
+                float(st["bytes"]), float(st["write_s"]), sp, measured=True,
+                sample_frac=old.sample_frac if old else 1.0, sample=old.sample if old else None)
 
 
 def for_run(store, run) -> WorkflowStats | None:
@@ -168,11 +173,10 @@ def for_run(store, run) -> WorkflowStats | None:
     costs; without a profile, the run's own operator times stand in."""
     prof = store.catalog.latest_profile(run.row.workflow, run.row.params)
     if prof is not None:
-        stats = from_profile(store, prof, run.row.workflow, run.row.params)
-        for op in stats.ops.values():          # this run's lineage, not other runs'
-            op.strategies = {k: v for k, v in op.strategies.items() if not v.measured}
-        _apply_measured(store, stats, only_run=run.id)
-        return stats
+        # this run's lineage, not other runs': measured over the profile's predictions
+        # only where this run stored it (dropping what other runs measured dropped the
+        # profile's own samples with it, and their decode rates: issue 33)
+        return from_profile(store, prof, run.row.workflow, run.row.params, only_run=run.id)
     spaces = store.catalog.strategy_spaces(run.id)
     shapes = run.shapes()
     arrays = store.catalog.arrays(run.id)

@@ -82,6 +82,34 @@ def test_the_profile_reads_each_strategy_s_own_sample(profiled, calibration):
             assert model.sample_ratio(op, s, True) > 0 and model.sample_ratio(op, s, False) > 0
 
 
+def test_a_run_s_planner_keeps_the_profile_s_samples_of_what_the_run_stored(profiled,
+                                                                          calibration):
+    """The query-time planner prices a run's own strategies with their measured sizes
+    and the profile's timed reads of their samples (the operator's decode rate), also
+    when another run (here the profiling run itself) stored the same strategies.
+    Dropping what other runs measured dropped the samples with it, and genomics'
+    extract scans at 1,000x were priced 4-14x too cheap and chosen over its index."""
+    from subzero.optimizer.stats import for_run
+    stats = collect(profiled, "genomics", {})
+    run = profiled.get(stats.profile_run)
+    profiled.run(WF, progress=False)                      # stores the same defaults
+    mine = for_run(profiled, run)
+    stored = {(r["op"], r["strategy"]) for r in profiled.catalog.strategy_stats(run.id)}
+    model = CostModel(calibration, mine)
+    checked = 0
+    for op in UDFS:
+        for name, si in mine.ops[op].strategies.items():
+            if (op, name) not in stored:
+                continue
+            prof = stats.ops[op].strategies[name]
+            assert si.measured and si.sample == prof.sample and si.sample is not None
+            assert si.sample_frac == prof.sample_frac
+            s = mine.ops[op].candidates()[list(mine.ops[op].strategies).index(name)]
+            assert model.sample_ratio(op, s, True) is not None
+            checked += 1
+    assert checked >= len(UDFS)
+
+
 def _fooled(calibration, factor: float) -> dict:
     """A calibration whose stored-read coefficients are ``factor`` times too low: its
     model prices every stored read that much too fast, as a calibration on other

@@ -175,13 +175,18 @@ def _chunks(pids: np.ndarray) -> Iterator[np.ndarray]:
 def _scan(src: PairSource, space: str, field: str, q: CellSet) -> np.ndarray:
     """Key cells of every pair of ``space`` whose ``field`` cells meet ``q``: a step
     against the stored index reads every pair, one piece at a time."""
-    found = []
+    hits = []
     for pids in _chunks(src.all_pairs(space)):
         vals, off = src.records(space, pids, [field])[field]
         hit = rows_hitting(vals, off, q)
         if hit.size:
-            found.append(src.scan_keys(space, pids[hit])[0])
-    return np.concatenate(found) if found else np.zeros(0, np.int64)
+            hits.append(pids[hit])
+    if not hits:
+        return np.zeros(0, np.int64)
+    # one call for the pairs hit in every piece: a One encoding finds key cells by
+    # decoding its whole key index, and a call per piece decoded it once per piece
+    # (5 times over for a backward step scanning genomics' extract at 1,000x)
+    return src.scan_keys(space, np.concatenate(hits))[0]
 
 
 def composite(src: PairSource, direction_stored: Direction, sc: StepContext, i: int,
