@@ -9,8 +9,16 @@ from subzero import LineageError, Mode, Operator, Workflow
 from subzero.capture.buffer import LineageBuffer
 from subzero.capture.context import Context
 from subzero.errors import SubZeroWarning
-from subzero.storage.codec import pack_arrays, pack_bytes, unpack_arrays, unpack_bytes
-from subzero.storage.encodings import KEY_BITS, decode_key_block, key_blocks, merge_key_blocks
+from subzero.storage.codec import pack_arrays, pack_bytes, unpack_arrays, unpack_bytes, unpack_concat
+from subzero.storage.encodings import (
+    KEY_BITS,
+    decode_key_block,
+    decode_key_blocks,
+    decode_record_blocks,
+    encode_key_block,
+    key_blocks,
+    merge_key_blocks,
+)
 
 
 class FullOp(Operator):
@@ -109,6 +117,44 @@ def test_codec_roundtrip():
         np.testing.assert_array_equal(a, b)
     for items in ([b"", b"\x00\x01", b"hello" * 100], [b""], [b"", b""], []):
         assert unpack_bytes(pack_bytes(items)) == items     # empty payloads too (regression)
+
+
+def test_many_blobs_decode_together_as_each_alone():
+    """``unpack_concat`` lays many blobs' arrays end to end: the same values as decoding
+    each blob alone, whatever type each blob narrowed an array to, empty ones too."""
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        blobs, want = [], [[], [], []]
+        for _b in range(int(rng.integers(1, 7))):
+            arrays = []
+            for _j in range(3):
+                scale = int(rng.choice([1, 100, 30000, 2**40]))
+                a = rng.integers(-scale, scale + 1, int(rng.integers(0, 9)))
+                arrays.append(np.sort(a) if rng.random() < 0.5 else a)
+            blobs.append(pack_arrays(*arrays))
+            for j, a in enumerate(unpack_arrays(blobs[-1])):
+                want[j].append(a)
+        got, lens = unpack_concat(blobs)
+        for j in range(3):
+            np.testing.assert_array_equal(got[j], np.concatenate(want[j]))
+            assert lens[j].tolist() == [len(a) for a in want[j]]
+
+
+def test_blocks_decoded_together_refuse_one_that_would_shift_the_others():
+    """Laid end to end, a block whose counts do not add up to its pair ids (or whose
+    lengths do not add up to its cells) would shift every block after it: refused, which
+    a reader reports as damaged lineage, never as other cells."""
+    good = encode_key_block(np.array([5, 5, 9]), np.array([0, 1, 2]))
+    bad = pack_arrays(np.array([5, 9]), np.array([2, 2]), np.array([0, 1, 2]))
+    assert [c.tolist() for c, _, _ in decode_key_blocks([good, good])] == [[5, 9], [5, 9]]
+    with pytest.raises(ValueError, match="add up"):
+        decode_key_blocks([bad, good])
+    rec = pack_arrays(np.array([2, 1]), np.array([4, 5, 6]))
+    short = pack_arrays(np.array([2, 1]), np.array([4, 5]))
+    blocks = decode_record_blocks([rec, rec], ["v0"])
+    assert [b.n for b in blocks] == [2, 2] and blocks[1].cells("v0").tolist() == [4, 5, 6]
+    with pytest.raises(ValueError, match="add up"):
+        decode_record_blocks([rec, short], ["v0"])
 
 
 def test_sorted_cells_are_compact():

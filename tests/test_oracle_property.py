@@ -939,12 +939,13 @@ def test_malformed_strategy_is_rejected(tmp_path, spec):
 
 @pytest.mark.parametrize("kind", ["full", "pay", "map"])
 def test_large_arrays_cross_block_boundaries(tmp_path, kind):
-    """> 4096 cells (several key blocks) and > 256 pairs (several record blocks)."""
+    """> 4096 cells (several key blocks) and > 2 * REC_PAIRS pairs (several record
+    blocks, decoded together when a read first meets them)."""
     rng = np.random.default_rng({"full": 1, "pay": 2, "map": 3}[kind])
     shape = (70, 70)
     n = size_of(shape)
     ps = []
-    for j in range(900):
+    for j in range(2400):
         out = tuple(int(x) for x in rng.integers(0, n, int(rng.integers(1, 3))))
         if j % 3 == 0:
             ps.append(Pair(out, pkind="radius", r=int(rng.integers(0, 2))))

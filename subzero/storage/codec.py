@@ -157,6 +157,61 @@ class PackedArrays:
         return a
 
 
+def unpack_concat(blobs: list[Blob], delta: bool = True) -> tuple[list[np.ndarray], np.ndarray]:
+    """The arrays of many blobs that each hold the same number of them, laid end to end:
+    (one int64 array per position over all the blobs in order, the length of each
+    blob's part as an array of shape (arrays, blobs)).  The values are those
+    :func:`unpack_arrays` gives blob by blob, at a few microseconds a blob where that
+    takes tens: a cold read decodes thousands of small blocks, and their per-call numpy
+    work was most of it (genomics' extract at 1,000x: 2,000 blocks, 80 ms of 140)."""
+    nb = len(blobs)
+    if nb == 0:
+        return [], np.zeros((0, 0), np.int64)
+    raws = [_decompress(b) for b in blobs]
+    (k,) = struct.unpack_from("<H", raws[0], 0)
+    lens = np.zeros((k, nb), np.int64)
+    codes = np.zeros((k, nb), np.int64)
+    pieces: list[list[list[bytes]]] = [[[], [], [], []] for _ in range(k)]
+    size = [d.itemsize for d in _DTYPES]
+    hdr = _HDR.unpack_from
+    for b, raw in enumerate(raws):
+        if struct.unpack_from("<H", raw, 0)[0] != k:
+            raise ValueError(f"block {b} of {nb} holds another number of arrays than the first")
+        pos = 2 + k * _HDR.size
+        for j in range(k):
+            code, n = hdr(raw, 2 + j * _HDR.size)
+            end = pos + n * size[code]
+            if end > len(raw):
+                raise ValueError(f"block {b} of {nb} is shorter than its header says")
+            pieces[j][code].append(raw[pos:end])
+            lens[j, b], codes[j, b] = n, code
+            pos = end
+    out = []
+    for j in range(k):
+        used = [c for c in range(4) if pieces[j][c]]
+        if len(used) == 1:
+            a = np.frombuffer(b"".join(pieces[j][used[0]]), _DTYPES[used[0]]).astype(np.int64)
+        else:                          # blocks narrowed to different types: each its own place
+            a = np.empty(int(lens[j].sum()), np.int64)
+            for c in used:
+                a[np.repeat(codes[j] == c, lens[j])] = np.frombuffer(b"".join(pieces[j][c]), _DTYPES[c])
+        out.append(_segment_sums(a, lens[j]) if delta else a)
+    return out, lens
+
+
+def _segment_sums(d: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Running sums of ``d`` restarted at each segment (``lens`` long each): the delta
+    decoding of blocks laid end to end.  int64 wraps in a running sum over all of them,
+    and wraps back exactly in the subtraction."""
+    if d.size == 0:
+        return d
+    with np.errstate(over="ignore"):
+        run = np.cumsum(d)
+        full = lens > 0
+        starts = (np.cumsum(lens) - lens)[full]
+        return run - np.repeat(run[starts] - d[starts], lens[full])
+
+
 def unpack_arrays(blob: Blob, delta: bool = True) -> list[np.ndarray]:
     p = PackedArrays(blob, delta)
     return [p[j] for j in range(len(p))]

@@ -41,6 +41,7 @@ from subzero.storage.codec import (
     pack_bytes,
     unpack_arrays,
     unpack_bytes,
+    unpack_concat,
 )
 from subzero.tuning import KEY_BITS
 
@@ -213,6 +214,24 @@ def decode_key_block(blob: Blob) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return cells, lengths_to_offsets(counts), pids
 
 
+def decode_key_blocks(blobs: list[Blob]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Many key blocks at once: (cells, counts, pair ids) of each, as views of arrays
+    decoded together (``unpack_concat``).  Each block's counts must add up to its pair
+    ids: laid end to end, one that did not would shift every block after it."""
+    if not blobs:
+        return []
+    (cells, counts, pids), lens = unpack_concat(blobs)
+    if lens.shape[0] != 3 or not np.array_equal(lens[0], lens[1]):
+        raise ValueError("a key block's cells and counts differ in length")
+    ce, pe = np.cumsum(lens[0]), np.cumsum(lens[2])
+    cs, ps = ce - lens[0], pe - lens[2]
+    run = np.concatenate(([0], np.cumsum(counts)))
+    if (counts < 0).any() or not np.array_equal(run[ce] - run[cs], lens[2]):
+        raise ValueError("a key block's counts do not add up to its pair ids")
+    return [(cells[a:b], counts[a:b], pids[c:d])
+            for a, b, c, d in zip(cs.tolist(), ce.tolist(), ps.tolist(), pe.tolist())]
+
+
 def merge_key_blocks(old: Blob, new: bytes) -> bytes:
     c1, o1, p1 = decode_key_block(old)
     c2, o2, p2 = decode_key_block(new)
@@ -290,13 +309,21 @@ class RecordBlock:
     Fields are widened and the payload part (per-pair payload ids and the payload
     table) decoded on first use: a forward lookup reads only the value cells."""
 
-    def __init__(self, arrays: PackedArrays, names: list[str],
+    def __init__(self, arrays: PackedArrays | list[np.ndarray], names: list[str],
                  pay_blob: tuple[Blob, Blob] | None = None):
         self._arrays = arrays
         self._index = {f: 2 * k for k, f in enumerate(names)}    # lengths, then cells
         self._fields: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._pay_blob = pay_blob
         self._pay: tuple[np.ndarray, list[bytes]] | tuple[None, None] | None = None   # decoded lazily
+
+    def lengths(self, name: str) -> np.ndarray:
+        """Cells per pair of a field (what ``field`` gives as offsets)."""
+        return self._arrays[self._index[name]]
+
+    def cells(self, name: str) -> np.ndarray:
+        """A field's cells, pair after pair (``field`` without the offsets)."""
+        return self._arrays[self._index[name] + 1]
 
     def field(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         got = self._fields.get(name)
@@ -326,8 +353,39 @@ class RecordBlock:
     @property
     def n(self) -> int:
         for name in self._index:
-            return len(self.field(name)[1]) - 1
+            return len(self.lengths(name))
         return 0 if self.pay_local is None else len(self.pay_local)
+
+
+def decode_record_blocks(blobs: list[Blob], fields: Sequence[str]) -> list[RecordBlock]:
+    """Many record blocks at once (``unpack_concat`` over their cell arrays; payloads
+    stay per block, decoded when asked for).  Every field of a block must hold as many
+    pairs as the others."""
+    if not blobs:
+        return []
+    names = [f for f in fields if f != "pay"]
+    pays: list[tuple[Blob, Blob] | None]
+    if "pay" in fields:
+        split = [_split(b) for b in blobs]
+        mains, pays = [m for m, _, _ in split], [(lo, t) for _, lo, t in split]
+    else:
+        mains, pays = list(blobs), [None] * len(blobs)
+    arrays, lens = unpack_concat(mains)
+    if lens.shape[0] != 2 * len(names):
+        raise ValueError("a record block holds other fields than its space says")
+    ends = np.cumsum(lens, axis=1)
+    starts = ends - lens
+    for k in range(len(names)):            # lengths of field k, then its cells
+        n = lens[2 * k]
+        run = np.concatenate(([0], np.cumsum(arrays[2 * k])))
+        if k and not np.array_equal(n, lens[0]):
+            raise ValueError("a record block's fields hold different numbers of pairs")
+        if (arrays[2 * k] < 0).any() or not np.array_equal(
+                run[ends[2 * k]] - run[starts[2 * k]], lens[2 * k + 1]):
+            raise ValueError("a record block's lengths do not add up to its cells")
+    s, e = starts.T.tolist(), ends.T.tolist()
+    return [RecordBlock([arrays[j][s[b][j]:e[b][j]] for j in range(len(arrays))], names, pays[b])
+            for b in range(len(mains))]
 
 
 def decode_record_block(blob: Blob, fields: Sequence[str]) -> RecordBlock:

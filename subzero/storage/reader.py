@@ -52,7 +52,9 @@ from subzero.storage.encodings import (
     RecordBlock,
     Records,
     decode_key_block,
+    decode_key_blocks,
     decode_record_block,
+    decode_record_blocks,
     merge_payload_tables,
 )
 from subzero.storage.integrity import seed, seed_in, unseal
@@ -71,7 +73,7 @@ from subzero.storage.metadata import (
     stored_encoding,
 )
 
-#: A decoded key-index block: (cells, offsets into its pair ids, pair ids)
+#: A decoded key-index block: (cells, pair ids per cell, pair ids)
 KeyBlock = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 __all__ = ["RTREE_FILES", "LineageSource", "ReadCursor", "ReadEnv", "ReadTxn", "StrategyReader",
@@ -248,15 +250,26 @@ class StrategyReader:
         return info
 
     def _record(self, txn: ReadTxn, space: str, blk: int) -> RecordBlock:
-        key = record_key(space, blk)
-        rb = self._blocks.get(key)
-        if rb is None:
-            raw = self._get(txn, key, f"record block {blk} of space {space!r}")
-            if raw is None:
-                raise self._damaged(f"record block {blk} of space {space!r} is missing")
-            rb = decode_record_block(raw, self._space(space).fields)
-            self._blocks[key] = rb
-        return rb
+        return self._record_blocks(txn, space, [blk])[0]
+
+    def _record_blocks(self, txn: ReadTxn, space: str, blocks: list[int]) -> list[RecordBlock]:
+        """Record blocks ``blocks`` of ``space``; those not decoded before are decoded
+        together (``decode_record_blocks``)."""
+        keys = [record_key(space, b) for b in blocks]
+        new = [(b, k) for b, k in zip(blocks, keys) if k not in self._blocks]
+        if new:
+            raws = []
+            for b, k in new:
+                raw = self._get(txn, k, f"record block {b} of space {space!r}")
+                if raw is None:
+                    raise self._damaged(f"record block {b} of space {space!r} is missing")
+                raws.append(raw)
+            fields = self._space(space).fields
+            decoded = ([decode_record_block(raws[0], fields)] if len(raws) == 1
+                       else decode_record_blocks(raws, fields))
+            for (_, k), rb in zip(new, decoded):
+                self._blocks[k] = rb
+        return [self._blocks[k] for k in keys]
 
     # -- lookups ---------------------------------------------------------------------
     def lookup(self, space: str, q: CellSet) -> np.ndarray:
@@ -288,16 +301,29 @@ class StrategyReader:
             self._key_sets[space] = got
         return got
 
-    def _decoded_key_block(self, txn: ReadTxn, space: str, blk: int) -> KeyBlock | None:
-        key = key_index_key(space, blk)
-        if key in self._key_index:      # read before (None: no such block)
-            return self._key_index[key]
-        raw = self._get(txn, key, f"key-index block {blk} of space {space!r}")
-        if raw is None and self._checked:
-            raise self._damaged(f"key-index block {blk} of space {space!r} is missing")
-        dec = decode_key_block(raw) if raw is not None else None
-        self._key_index[key] = dec
-        return dec
+    def _key_blocks(self, txn: ReadTxn, space: str, blocks: list[int]) -> list[KeyBlock]:
+        """The key-index blocks ``blocks`` of ``space`` that exist, in order; those not
+        decoded before are decoded together (``decode_key_blocks``)."""
+        keys = [key_index_key(space, b) for b in blocks]
+        raws, fresh = [], []
+        for b, k in zip(blocks, keys):
+            if k in self._key_index:          # read before (None: no such block)
+                continue
+            raw = self._get(txn, k, f"key-index block {b} of space {space!r}")
+            if raw is None:
+                if self._checked:
+                    raise self._damaged(f"key-index block {b} of space {space!r} is missing")
+                self._key_index[k] = None
+            else:
+                raws.append(raw)
+                fresh.append(k)
+        if len(raws) == 1:              # one block: decoded alone, with less to set up
+            c, off, p = decode_key_block(raws[0])
+            self._key_index[fresh[0]] = (c, np.diff(off), p)
+        else:
+            for k, dec in zip(fresh, decode_key_blocks(raws)):
+                self._key_index[k] = dec
+        return [d for d in (self._key_index[k] for k in keys) if d is not None]
 
     def _lookup_one(self, txn: ReadTxn, space: str, q: np.ndarray) -> np.ndarray:
         """Decode every touched key block, then one vectorized search over all of them
@@ -307,22 +333,19 @@ class StrategyReader:
         blocks = sorted_unique(q >> bits)      # q is sorted
         if self._checked:      # blocks never written hold no cells: not even a read
             blocks = blocks[self._key_set(space)[blocks]]
-        blocks = blocks.tolist()
-        decs = [d for d in (self._decoded_key_block(txn, space, b) for b in blocks) if d is not None]
+        decs = self._key_blocks(txn, space, blocks.tolist())
         if not decs:
             return np.zeros(0, np.int64)
         if len(decs) == 1:       # one block: search it as decoded (work ~ the query, not the block)
-            c, off, p = decs[0]
+            c, counts, p = decs[0]
             pos = np.minimum(np.searchsorted(c, q), len(c) - 1)
-            return unique_ids(csr_take(p, off, pos[c[pos] == q]), n_pairs)
+            return unique_ids(csr_take(p, lengths_to_offsets(counts), pos[c[pos] == q]), n_pairs)
         cells = np.concatenate([d[0] for d in decs])
-        counts = [np.diff(d[1]) for d in decs]
-        pids = [d[2] for d in decs]
-        off = lengths_to_offsets(np.concatenate(counts))
+        off = lengths_to_offsets(np.concatenate([d[1] for d in decs]))
         pos = np.searchsorted(cells, q)
         pos_c = np.minimum(pos, len(cells) - 1)
         hit = pos_c[cells[pos_c] == q]
-        return unique_ids(csr_take(np.concatenate(pids), off, hit), n_pairs)
+        return unique_ids(csr_take(np.concatenate([d[2] for d in decs]), off, hit), n_pairs)
 
     def _rtree(self, space: str) -> rindex.Index:
         t = self._rtrees.get(space)
@@ -390,11 +413,11 @@ class StrategyReader:
             ublocks, inv = blocks[first], np.cumsum(first) - 1
         else:
             ublocks, inv = np.unique(blocks, return_inverse=True)
-        decoded = [self._record(txn, space, int(b)) for b in ublocks.tolist()]
+        decoded = self._record_blocks(txn, space, ublocks.tolist())
         if len(decoded) == 1 and "pay" not in fields:     # the common small query: no concatenation
             rb = decoded[0]
             return {f: (csr_take(*rb.field(f), local),
-                        lengths_to_offsets(np.diff(rb.field(f)[1])[local])) for f in fields}
+                        lengths_to_offsets(rb.lengths(f)[local])) for f in fields}
         base = lengths_to_offsets(np.array([rb.n for rb in decoded], np.int64))
         rows = base[inv] + local               # row of each pid in the concatenation
         out: Records = {}
@@ -402,8 +425,8 @@ class StrategyReader:
             if f == "pay":
                 continue
             if decoded:
-                cells = np.concatenate([rb.field(f)[0] for rb in decoded])
-                lens = np.concatenate([np.diff(rb.field(f)[1]) for rb in decoded])
+                cells = np.concatenate([rb.cells(f) for rb in decoded])
+                lens = np.concatenate([rb.lengths(f) for rb in decoded])
             else:
                 cells, lens = np.zeros(0, np.int64), np.zeros(0, np.int64)
             off = lengths_to_offsets(lens)
@@ -430,8 +453,9 @@ class StrategyReader:
         # pair ids that exist: each block holds up to REC_PAIRS; trim by decoding lengths
         try:
             with self.store.env.begin(db=self.db, buffers=False) as txn:
-                ids = [np.arange(b << REC_BITS, (b << REC_BITS) + self._record(txn, space, int(b)).n)
-                       for b in blocks]
+                decoded = self._record_blocks(txn, space, blocks.tolist())
+            ids = [np.arange(b << REC_BITS, (b << REC_BITS) + rb.n)
+                   for b, rb in zip(blocks.tolist(), decoded)]
         except CorruptLineage:
             raise
         except Exception as e:
@@ -448,7 +472,7 @@ class StrategyReader:
         try:
             with self.store.env.begin(db=self.db, buffers=False) as txn:
                 prefix = space.encode() + b"\x00K"
-                ks, ps, seen = [], [], []
+                raws, seen = [], []
                 with txn.cursor() as cur:
                     if cur.set_range(prefix):
                         for key, value in cur:
@@ -462,22 +486,22 @@ class StrategyReader:
                                 except ChecksumMismatch as e:
                                     raise self._damaged(f"key-index block {blk} of space {space!r} "
                                                         f"fails its checksum ({e})") from e
-                            cells, off, p = decode_key_block(raw)
-                            ks.append(np.repeat(cells, np.diff(off)))
-                            ps.append(p)
+                            raws.append(raw)
                             seen.append(blk)
             if self._checked:      # a scan must meet every block written, and only those
                 want = np.flatnonzero(self._key_set(space))
                 if not np.array_equal(np.asarray(seen, np.int64), want):
                     raise self._damaged(f"the key-index blocks of space {space!r} found by a "
                                         f"scan ({len(seen)}) are not those written ({len(want)})")
+            decs = decode_key_blocks(raws)    # together: a scan decodes every block
         except CorruptLineage:
             raise
         except Exception as e:
             raise self._fail(e) from e
-        if not ks:
+        if not decs:
             return np.zeros(0, np.int64), np.zeros(len(pids) + 1, np.int64)
-        k, p = np.concatenate(ks), np.concatenate(ps)
+        k = np.repeat(np.concatenate([c for c, _, _ in decs]), np.concatenate([n for _, n, _ in decs]))
+        p = np.concatenate([p for _, _, p in decs])
         pos = np.searchsorted(pids, p)
         pos_c = np.minimum(pos, len(pids) - 1)
         keep = (pos < len(pids)) & (pids[pos_c] == p)
