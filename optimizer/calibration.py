@@ -27,11 +27,18 @@ the synthetic lineage's decode rates; the profiler's reads of each operator's ow
 sample correct that (``sampleread.py``, ``CostModel.own_factor``).
 
 The result is stored in the catalog per host and reused until ``subzero optimize
---recalibrate`` (or a new cost model version).
+--recalibrate`` (or a new cost model version).  A calibration made on a quiet
+machine is also kept in the user's cache (``$SUBZERO_CACHE_DIR``, else
+``$XDG_CACHE_HOME/subzero``, else ``~/.cache/subzero``), so that a new store on the
+same machine starts from it instead of spending half a minute calibrating again;
+it is taken only for the same machine (host name, processor, cores, Python and
+numpy), the same cost model and a well-formed file, else the benchmark runs.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
 import tempfile
@@ -42,7 +49,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from subzero import Mode, Operator, Workflow
-from subzero.errors import warn
+from subzero.errors import StoreError, warn
 from subzero.model.cellset import CellSet
 from subzero.model.strategy import DIRECTIONS, ENCODINGS, Strategy
 from subzero.operators import WindowComposite, box_payloads
@@ -56,6 +63,11 @@ from .progress import Progress, ProgressArg
 from .stats import for_run, required
 
 VERSION = 6
+
+#: The environment variable naming the folder of the user's cache (calibrations)
+CACHE_ENV = "SUBZERO_CACHE_DIR"
+#: The largest calibration file the cache holds (they are some 20 kB)
+CACHE_FILE_BYTES = 1 << 22
 
 
 class CalibrationPatches(WindowComposite):
@@ -461,25 +473,137 @@ def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
             "capture_fixed_s": capture_s, "strategy_fixed_s": strategy_s,
             "load_fixed_s": load_fixed_s, "load_byte_s": load_byte_s, "reexec_cold_s": cold_s,
             "rtree_cold_s": rtree_cold_s,
-            "seconds": time.perf_counter() - t0, "host": os.uname().nodename}
+            "seconds": time.perf_counter() - t0, "host": os.uname().nodename,
+            "machine": machine()}
+
+
+def machine() -> dict:
+    """What a calibration is a calibration of: this host's name, processor and cores,
+    and the Python and numpy its timings ran on."""
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name")), "")
+    except OSError:
+        pass
+    import platform
+    return {"host": os.uname().nodename, "cpu": cpu or platform.processor(),
+            "cores": os.cpu_count(), "python": platform.python_version(),
+            "numpy": np.__version__}
+
+
+def cache_dir() -> Path:
+    """The user's cache folder for SubZero: ``$SUBZERO_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/subzero``, else ``~/.cache/subzero``."""
+    given = os.environ.get(CACHE_ENV)
+    if given:
+        return Path(given).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "subzero"
+
+
+def cache_file() -> Path:
+    """Where this host's calibration is cached for every store of this user."""
+    host = "".join(c if c.isalnum() or c in "-_." else "_" for c in os.uname().nodename)
+    return cache_dir() / f"calibration-{host or 'host'}.json"
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def well_formed(cal) -> bool:
+    """Whether ``cal`` is a calibration the cost model can use as it is: this model's
+    version and features, finite coefficients of the right lengths, an error model of
+    the right shape.  A cached file is checked before it is used: a damaged or
+    hand-edited one is made again, never a crash in the middle of a plan."""
+    if not isinstance(cal, dict) or cal.get("version") != VERSION:
+        return False
+    if cal.get("features") != {f: list(v) for f, v in FEATURES.items()}:
+        return False
+    coef = cal.get("coef")
+    if not isinstance(coef, dict) or not all(
+            isinstance(coef.get(f), list) and len(coef[f]) == len(v) and all(map(_number, coef[f]))
+            for f, v in FEATURES.items()):
+        return False
+    scalars = ("seconds", "rtree_quadratic", "capture_fixed_s", "strategy_fixed_s",
+               "load_fixed_s", "load_byte_s", "reexec_cold_s", "rtree_cold_s")
+    if not all(_number(cal[k]) for k in scalars if k in cal) or not _number(cal.get("seconds")):
+        return False
+    errors = cal.get("errors", {})
+    if not isinstance(errors, dict):
+        return False
+    for table in errors.values():
+        if not isinstance(table, dict) or not _number(table.get("max_cells")):
+            return False
+        rows = table.get("buckets")
+        if not isinstance(rows, list) or not all(
+                isinstance(r, list) and len(r) == 4 and all(map(_number, r)) for r in rows):
+            return False
+    return isinstance(cal.get("load"), dict) and isinstance(cal.get("quality", {}), dict)
+
+
+def cached_calibration() -> dict | None:
+    """This machine's calibration as another store of this user made it, or None:
+    none cached, unreadable, for another machine or cost model, made on a busy
+    machine, or malformed.  The file is read as the store's files are (never through
+    a symbolic link, never blocking on a FIFO, bounded in size)."""
+    from subzero.storage.files import read_regular
+    try:
+        cal = json.loads(read_regular(cache_file(), CACHE_FILE_BYTES, "the cached calibration"))
+    except (OSError, ValueError, StoreError):      # missing, a link, too big, not JSON
+        return None
+    if not well_formed(cal) or cal.get("machine") != machine() or cal["load"].get("busy", True):
+        return None
+    return cal
+
+
+def keep_for_host(cal: dict) -> Path | None:
+    """Cache a calibration for this user's other stores on this machine (only one made
+    on a quiet machine); written whole or not at all.  A cache that cannot be written
+    is no error: the next store calibrates again.  Returns where it was written."""
+    if cal["load"].get("busy", True) or not well_formed(cal):
+        return None
+    folder = cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(prefix=".calibration-", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({k: v for k, v in cal.items() if k not in ("id", "created")}, f)
+            os.replace(tmp, cache_file())
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError:
+        return None
+    return cache_file()
 
 
 def ensure_calibration(store, recalibrate: bool = False, progress: ProgressArg = False) -> dict:
     """The stored calibration of this host, running the benchmark when there is none
     (or when asked)."""
     host = os.uname().nodename
+    prog = Progress.of(progress)
     if not recalibrate:
         cal = store.catalog.latest_calibration(host)
         features = {f: list(v) for f, v in FEATURES.items()}
         if cal is not None and cal.get("version") == VERSION and cal.get("features") == features:
             return cal                        # same machine, same cost model: still valid
-    prog = Progress.of(progress)
+        cached = cached_calibration()
+        if cached is not None:                # made for another store on this machine
+            prog.note(f"using this machine's calibration from {cache_file()} (--recalibrate "
+                      f"makes a new one)")
+            store.catalog.add_calibration(host, cached["seconds"], cached)
+            return store.catalog.latest_calibration(host)
     prog.note("calibrating this machine's cost model (once per host, or with --recalibrate)")
     cal = calibrate(progress=prog)
     said = busy.warning(cal["load"])
     if said:
         warn(said)
     store.catalog.add_calibration(host, cal["seconds"], cal)
+    keep_for_host(cal)
     return store.catalog.latest_calibration(host)
 
 

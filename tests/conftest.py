@@ -22,6 +22,17 @@ def signing_key_dir(tmp_path_factory):
         yield folder
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_cache_dir(tmp_path_factory):
+    """Nor the real user's cache (``~/.cache/subzero``, where a calibration made on a
+    quiet machine is kept for the user's other stores): $SUBZERO_CACHE_DIR points at a
+    folder of this session's."""
+    folder = tmp_path_factory.mktemp("subzero-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SUBZERO_CACHE_DIR", str(folder))     # optimizer.calibration.CACHE_ENV
+        yield folder
+
+
 @pytest.fixture
 def store(tmp_path):
     import subzero

@@ -5,6 +5,7 @@ model cannot vouch for its choice.  Behaviour, not timings: real GLPK, real
 LMDB, the real profiler on genomics 1x."""
 
 import copy
+import json
 import multiprocessing as mp
 import os
 
@@ -108,6 +109,72 @@ def test_a_run_s_planner_keeps_the_profile_s_samples_of_what_the_run_stored(prof
             assert model.sample_ratio(op, s, True) is not None
             checked += 1
     assert checked >= len(UDFS)
+
+
+def _quiet(calibration) -> dict:
+    """The session's calibration as one made on a quiet machine (it may have been made
+    beside another test worker) for this machine."""
+    from subzero.optimizer.calibration import machine
+    return {**copy.deepcopy(calibration), "machine": machine(),
+            "load": {**calibration["load"], "busy": False}}
+
+
+def test_a_new_store_starts_from_this_machine_s_cached_calibration(tmp_path, calibration,
+                                                                    cli, monkeypatch):
+    """A calibration made on a quiet machine is kept in the user's cache; `subzero
+    optimize` in a fresh store on the same machine starts from it (the benchmark does
+    not run again) and stores it in its own catalog."""
+    from subzero.optimizer import calibration as cal_mod
+    monkeypatch.setenv(cal_mod.CACHE_ENV, str(tmp_path / "cache"))
+    made = cal_mod.keep_for_host(_quiet(calibration))
+    assert made is not None and made.parent == tmp_path / "cache"
+
+    def never(*a, **k):
+        raise AssertionError("calibrated again, with a calibration of this machine cached")
+    monkeypatch.setattr(cal_mod, "calibrate", never)
+    store = tmp_path / "store"
+    code, out, err = cli("optimize", WF, "--store", store, "--max-disk", "30KB", "--workload",
+                         WORKLOAD)
+    assert code == 0, err
+    with subzero.open_store(store) as st:
+        got = st.catalog.latest_calibration(os.uname().nodename)
+    assert got["coef"] == calibration["coef"] and got["machine"] == cal_mod.machine()
+
+
+def test_a_cached_calibration_is_used_only_when_it_is_sound(tmp_path, calibration, monkeypatch):
+    """Not one made on a busy machine, for another machine or cost model, damaged,
+    reached through a symbolic link, or a FIFO (which a read must not block on): each
+    is refused, and the next store calibrates."""
+    from subzero.optimizer import calibration as cal_mod
+    monkeypatch.setenv(cal_mod.CACHE_ENV, str(tmp_path / "cache"))
+    good = _quiet(calibration)
+    assert cal_mod.keep_for_host({**good, "load": {**good["load"], "busy": True}}) is None
+    assert cal_mod.cached_calibration() is None
+    path = cal_mod.keep_for_host(good)
+    assert path is not None and cal_mod.cached_calibration()["coef"] == good["coef"]
+    text = path.read_text()
+    bad_coef = {**good, "coef": {**good["coef"], "map": good["coef"]["map"][:-1]}}
+    variants = {
+        "truncated": text[: len(text) // 2],
+        "another machine": json.dumps({**good, "machine": {**good["machine"], "cores": 999}}),
+        "another cost model": json.dumps({**good, "version": -1}),
+        "a coefficient short": json.dumps(bad_coef),
+        "not a number": json.dumps({**good, "seconds": "x"}),
+    }
+    for what, body in variants.items():
+        path.write_text(body)
+        assert cal_mod.cached_calibration() is None, what
+    real = tmp_path / "elsewhere.json"
+    real.write_text(text)
+    path.unlink()
+    path.symlink_to(real)
+    assert cal_mod.cached_calibration() is None
+    path.unlink()
+    os.mkfifo(path)
+    assert cal_mod.cached_calibration() is None       # returns at once: never blocks
+    path.unlink()
+    path.write_text(text)
+    assert cal_mod.cached_calibration() is not None   # the same bytes, as a file: used
 
 
 def _fooled(calibration, factor: float) -> dict:
