@@ -62,7 +62,10 @@ from .profile import profile_workflow
 from .progress import Progress, ProgressArg
 from .stats import for_run, required
 
-VERSION = 6
+#: The calibration's version: a calibration of another is made again.  7: cold reads
+#: decode their blocks together (``codec.unpack_concat``), which changed what stored
+#: reads cost
+VERSION = 7
 
 #: The environment variable naming the folder of the user's cache (calibrations)
 CACHE_ENV = "SUBZERO_CACHE_DIR"
