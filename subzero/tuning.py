@@ -212,6 +212,11 @@ CORRECTION_KEYS_CACHED = 4096
 #: 32 KB).
 WINDOW_OFFSETS_CACHED = 256
 
+#: Blocks a stored read decodes together at most (``storage.codec.unpack_concat``): most
+#: of the per-call work saved, and the temporary arrays of one decoding bounded (256
+#: record blocks: 262,144 pairs), not the operator's whole lineage.  Chosen, not measured.
+DECODE_BLOCKS = 256
+
 # -- profiling runs (subzero.optimizer.profile) -------------------------------------------
 #: Pairs encoded per candidate strategy at most (then extrapolated).
 SAMPLE_PAIRS = 32 * 1024

@@ -171,19 +171,20 @@ def unpack_concat(blobs: list[Blob], delta: bool = True) -> tuple[list[np.ndarra
     (k,) = struct.unpack_from("<H", raws[0], 0)
     lens = np.zeros((k, nb), np.int64)
     codes = np.zeros((k, nb), np.int64)
-    pieces: list[list[list[bytes]]] = [[[], [], [], []] for _ in range(k)]
+    pieces: list[list[list[memoryview]]] = [[[], [], [], []] for _ in range(k)]
     size = [d.itemsize for d in _DTYPES]
     hdr = _HDR.unpack_from
     for b, raw in enumerate(raws):
         if struct.unpack_from("<H", raw, 0)[0] != k:
             raise ValueError(f"block {b} of {nb} holds another number of arrays than the first")
         pos = 2 + k * _HDR.size
+        view = memoryview(raw)                # slices without copies; one join copies
         for j in range(k):
             code, n = hdr(raw, 2 + j * _HDR.size)
             end = pos + n * size[code]
             if end > len(raw):
                 raise ValueError(f"block {b} of {nb} is shorter than its header says")
-            pieces[j][code].append(raw[pos:end])
+            pieces[j][code].append(view[pos:end])
             lens[j, b], codes[j, b] = n, code
             pos = end
     out = []

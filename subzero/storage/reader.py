@@ -72,6 +72,7 @@ from subzero.storage.metadata import (
     seed_name,
     stored_encoding,
 )
+from subzero.tuning import DECODE_BLOCKS
 
 #: A decoded key-index block: (cells, pair ids per cell, pair ids)
 KeyBlock = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -265,8 +266,9 @@ class StrategyReader:
                     raise self._damaged(f"record block {b} of space {space!r} is missing")
                 raws.append(raw)
             fields = self._space(space).fields
-            decoded = ([decode_record_block(raws[0], fields)] if len(raws) == 1
-                       else decode_record_blocks(raws, fields))
+            decoded = ([decode_record_block(raws[0], fields)] if len(raws) == 1 else
+                       [rb for a in range(0, len(raws), DECODE_BLOCKS)
+                        for rb in decode_record_blocks(raws[a:a + DECODE_BLOCKS], fields)])
             for (_, k), rb in zip(new, decoded):
                 self._blocks[k] = rb
         return [self._blocks[k] for k in keys]
@@ -321,8 +323,10 @@ class StrategyReader:
             c, off, p = decode_key_block(raws[0])
             self._key_index[fresh[0]] = (c, np.diff(off), p)
         else:
-            for k, dec in zip(fresh, decode_key_blocks(raws)):
-                self._key_index[k] = dec
+            for a in range(0, len(raws), DECODE_BLOCKS):
+                for k, dec in zip(fresh[a:a + DECODE_BLOCKS],
+                                  decode_key_blocks(raws[a:a + DECODE_BLOCKS])):
+                    self._key_index[k] = dec
         return [d for d in (self._key_index[k] for k in keys) if d is not None]
 
     def _lookup_one(self, txn: ReadTxn, space: str, q: np.ndarray) -> np.ndarray:
@@ -493,7 +497,9 @@ class StrategyReader:
                 if not np.array_equal(np.asarray(seen, np.int64), want):
                     raise self._damaged(f"the key-index blocks of space {space!r} found by a "
                                         f"scan ({len(seen)}) are not those written ({len(want)})")
-            decs = decode_key_blocks(raws)    # together: a scan decodes every block
+            # together, a batch at a time: a scan decodes every block
+            decs = [d for a in range(0, len(raws), DECODE_BLOCKS)
+                     for d in decode_key_blocks(raws[a:a + DECODE_BLOCKS])]
         except CorruptLineage:
             raise
         except Exception as e:
