@@ -321,6 +321,8 @@ class StrategyReader:
                 fresh.append(k)
         if len(raws) == 1:              # one block: decoded alone, with less to set up
             c, off, p = decode_key_block(raws[0])
+            if len(off) != len(c) + 1 or off[-1] != len(p):     # as decode_key_blocks checks
+                raise ValueError("a key block's counts do not add up to its pair ids")
             self._key_index[fresh[0]] = (c, np.diff(off), p)
         else:
             for a in range(0, len(raws), DECODE_BLOCKS):
