@@ -223,8 +223,7 @@ SAMPLE_PAIRS = 32 * 1024
 #: A sample smaller than this (bytes) is grown before extrapolating.
 SMALL_SAMPLE_BYTES = 64 * 4096
 #: The sample a profiled strategy's reads are timed on is at most this many pairs and
-#: cells (the pairs' cells on both sides; a payload pair counts its output cells, not
-#: the cells ``map_p`` expands it to, so payload reads are not cut) -- a decode rate, not a
+#: cells (pairs in and out, or payload pairs' expanded cells) -- a decode rate, not a
 #: size: reading the whole lineage grown for exact bytes cost most of a profile at
 #: cohort scale (genomics 1,000x: scans of 1,056,000 pairs, model's 70 pairs of a
 #: million cells each).  Chosen, not measured.
