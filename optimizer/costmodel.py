@@ -326,8 +326,7 @@ class CostModel:
         if info is None or si is None or smp is None or not reads:
             return []
         # the sample's own sizes; what the profile extrapolated to all pairs, cut back
-        # (reads are timed on a sample of their own; older profiles read the bytes')
-        frac = float(smp.get("frac", si.sample_frac))
+        frac = si.sample_frac
         mode = dict(info.modes.get(s.mode.value, {}))
         for k in ("payloads", "out_cells"):
             if mode.get(k):

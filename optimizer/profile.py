@@ -42,15 +42,7 @@ from subzero.model.workflow import load_workflow
 from subzero.query.reexec import capture_mode
 from subzero.storage.encodings import REC_PAIRS
 from subzero.storage.lineage import LineageStore
-from subzero.tuning import (
-    FAST_OP_REPEATS,
-    FAST_OP_S,
-    KEY_BITS,
-    READ_SAMPLE_CELLS,
-    READ_SAMPLE_PAIRS,
-    SAMPLE_PAIRS,
-    SMALL_SAMPLE_BYTES,
-)
+from subzero.tuning import FAST_OP_REPEATS, FAST_OP_S, KEY_BITS, SAMPLE_PAIRS, SMALL_SAMPLE_BYTES
 
 from .sampleread import time_reads
 
@@ -213,21 +205,12 @@ class Profiler:
         store_lineage(key, op, (s,), full, pay, out_shape, in_shapes, self.scratch, st)
         return {**st.per_strategy[0], "key": key}
 
-    def _reads(self, name, op, s, w, sample, pairs, out_shape, in_shapes) -> dict | None:
-        """The index read and scan of a sample of ``pairs``, timed (``sampleread``): of
-        ``sample`` as written (``w``) when it is small enough, else of a smaller one
-        written for the purpose (``read_rows``): a decode rate needs a few thousand
-        pairs, not the whole lineage an exact size needed.  ``frac``: the share of the
-        pairs it holds, which the cost model scales the operator's sizes by."""
+    def _reads(self, name, op, s, w, pairs, out_shape, in_shapes) -> dict | None:
+        """The sample's own index read and scan, timed (``sampleread``)."""
         if not self.read_samples:
             return None
-        rows = read_rows(pairs.n, sample.n, sample.n_cells())
-        if rows is not None:
-            sample = take_pairs(pairs, rows)
-            w = self._write(name, op, s, sample, out_shape, in_shapes)
-        got = time_reads(self.scratch, w["key"], name, op, s, sample, out_shape, in_shapes,
-                         w["spaces"])
-        return {**got, "frac": sample.n / max(pairs.n, 1)}
+        return time_reads(self.scratch, w["key"], name, op, s, pairs, out_shape, in_shapes,
+                          w["spaces"])
 
     def _encode(self, name, op, s, pairs, out_shape, in_shapes) -> dict:
         """Bytes, write seconds and space sizes of ``s`` over all pairs, from a sample."""
@@ -237,7 +220,7 @@ class Profiler:
                 w = self._write(name, op, s, pairs, out_shape, in_shapes)
                 return {"bytes": w["bytes"], "write_s": w["write_s"], "spaces": w["spaces"],
                         "exact": True,
-                        "sample": self._reads(name, op, s, w, pairs, pairs, out_shape, in_shapes)}
+                        "sample": self._reads(name, op, s, w, pairs, out_shape, in_shapes)}
             rows = _sample_rows(n, size)
             sample = take_pairs(pairs, rows)
             big = self._write(name, op, s, sample, out_shape, in_shapes)
@@ -266,21 +249,7 @@ class Profiler:
         return {"bytes": int(_extrapolate(small["bytes"], big["bytes"], len(half), len(rows), n)),
                 "write_s": _extrapolate(small["write_s"], big["write_s"], len(half), len(rows), n),
                 "spaces": spaces, "exact": False, "sample_frac": len(rows) / n,
-                "sample": self._reads(name, op, s, big, sample, pairs, out_shape, in_shapes)}
-
-
-def read_rows(n: int, pairs: int, cells: int) -> np.ndarray | None:
-    """Rows of the ``n`` pairs to time reads on, when a sample of ``pairs`` pairs holding
-    ``cells`` cells is more than READ_SAMPLE_PAIRS or READ_SAMPLE_CELLS; None: that sample will
-    do.  At least one pair; runs of REC_PAIRS consecutive pairs when there are that many
-    (a record block's locality), else pairs spread evenly."""
-    most_pairs, most_cells = READ_SAMPLE_PAIRS, READ_SAMPLE_CELLS
-    if pairs <= most_pairs and cells <= most_cells:
-        return None
-    k = max(1, min(most_pairs, int(most_cells * pairs / max(cells, 1))))
-    if k >= REC_PAIRS and n >= REC_PAIRS:
-        return _sample_rows(n, k)
-    return np.unique(np.linspace(0, n - 1, k).round().astype(np.int64))
+                "sample": self._reads(name, op, s, big, sample, out_shape, in_shapes)}
 
 
 def _extrapolate(y1: float, y2: float, n1: int, n2: int, n: int) -> float:

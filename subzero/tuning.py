@@ -222,13 +222,6 @@ DECODE_BLOCKS = 256
 SAMPLE_PAIRS = 32 * 1024
 #: A sample smaller than this (bytes) is grown before extrapolating.
 SMALL_SAMPLE_BYTES = 64 * 4096
-#: The sample a profiled strategy's reads are timed on is at most this many pairs and
-#: cells (pairs in and out, or payload pairs' expanded cells) -- a decode rate, not a
-#: size: reading the whole lineage grown for exact bytes cost most of a profile at
-#: cohort scale (genomics 1,000x: scans of 1,056,000 pairs, model's 70 pairs of a
-#: million cells each).  Chosen, not measured.
-READ_SAMPLE_PAIRS = 32 * 1024
-READ_SAMPLE_CELLS = 1 << 18
 #: Cells asked of a profiled strategy's own sample to time its index read and its
 #: scan (optimizer.sampleread), and the timings of each (median; one untimed first).
 SAMPLE_READ_CELLS = 64

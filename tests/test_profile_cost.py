@@ -90,44 +90,6 @@ def test_small_lineage_sample_grows_straight_to_all_pairs(tmp_path):
     assert got["spaces"] == real["spaces"]
 
 
-def test_reads_are_timed_on_a_sample_of_their_own_when_the_lineage_is_large(tmp_path,
-                                                                             monkeypatch):
-    """Lineage encoded whole for its exact size (small in bytes, many pairs) is read
-    back on a sample of at most READ_SAMPLE_PAIRS pairs, which says the decode rate as
-    well and costs a fraction; the sample records the share of the pairs it holds, and
-    its own sizes."""
-    import subzero.optimizer.profile as profile
-    monkeypatch.setattr(profile, "READ_SAMPLE_PAIRS", 2048)
-    shape = (50, 400)                           # 20,000 pairs
-    op, pairs = _pairs(shape)
-    s = Strategy(Mode.FULL, "fullone", Direction.FORWARD)
-    prof = Profiler(tmp_path / "scratch", sample_pairs=1024)
-    try:
-        got = prof._encode("op", op, s, pairs, shape, [shape])
-    finally:
-        prof.close()
-    smp = got["sample"]
-    assert got["exact"] and got["spaces"]["f0"]["pairs"] == 20000
-    assert smp["frac"] == smp["spaces"]["f0"]["pairs"] / 20000 and 0 < smp["frac"] <= 2048 / 20000
-    assert len(smp["reads"]) == 4 and all(r["seconds"] > 0 for r in smp["reads"])
-
-
-def test_a_read_sample_of_few_large_pairs_is_bounded_by_cells():
-    """70 pairs of a million cells each (genomics' model at 1,000x) are read on a few of
-    them, spread over all; many small pairs in runs of a record block; a small sample
-    as it is."""
-    from subzero.optimizer.profile import read_rows as profile_rows
-    from subzero.storage.encodings import REC_PAIRS
-    from subzero.tuning import READ_SAMPLE_CELLS, READ_SAMPLE_PAIRS
-    rows = profile_rows(70, 70, 70 * 10**6)
-    assert rows is not None and 1 <= len(rows) and len(rows) * 10**6 <= max(READ_SAMPLE_CELLS, 10**6)
-    assert rows.min() >= 0 and rows.max() <= 69
-    many = profile_rows(1_056_000, 1_056_000, 2_112_000)
-    assert many is not None and len(many) <= READ_SAMPLE_PAIRS and many.max() < 1_056_000
-    assert len(many) % REC_PAIRS == 0 and np.all(np.diff(many) > 0)
-    assert profile_rows(20_000, 20_000, 40_000) is None
-
-
 def test_sampled_prediction_stays_close_to_the_stored_bytes(tmp_path):
     shape = (300, 1000)                         # 300,000 pairs, sampled
     op, pairs = _pairs(shape)
