@@ -942,8 +942,8 @@ def test_large_arrays_cross_block_boundaries(tmp_path, kind, monkeypatch):
     """> 4096 cells (several key blocks) and > 2 * REC_PAIRS pairs (several record
     blocks, decoded together when a read first meets them, here three at a time so
     that batches end between blocks)."""
-    from subzero.storage import reader
-    monkeypatch.setattr(reader, "DECODE_BLOCKS", 3)
+    from subzero.storage import encodings
+    monkeypatch.setattr(encodings, "DECODE_BLOCKS", 3)
     rng = np.random.default_rng({"full": 1, "pay": 2, "map": 3}[kind])
     shape = (70, 70)
     n = size_of(shape)

@@ -43,7 +43,7 @@ from subzero.storage.codec import (
     unpack_bytes,
     unpack_concat,
 )
-from subzero.tuning import KEY_BITS
+from subzero.tuning import DECODE_BLOCKS, KEY_BITS
 
 #: Key-index block size of stores written before each space recorded its own
 #: (new writes use ``subzero.tuning.KEY_BITS``).
@@ -215,9 +215,21 @@ def decode_key_block(blob: Blob) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def decode_key_blocks(blobs: list[Blob]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Many key blocks at once: (cells, counts, pair ids) of each, as views of arrays
-    decoded together (``unpack_concat``).  Each block's counts must add up to its pair
-    ids: laid end to end, one that did not would shift every block after it."""
+    """Many key blocks: (cells, counts, pair ids) of each, as views of arrays decoded
+    together (``unpack_concat``), at most DECODE_BLOCKS at a time (the temporary arrays
+    stay bounded by the batch); a lone block is decoded alone, with less to set up.
+    Each block's counts must add up to its pair ids: laid end to end, one that did not
+    would shift every block after it."""
+    if len(blobs) == 1:
+        cells, counts, pids = unpack_arrays(blobs[0])
+        if len(counts) != len(cells) or int(counts.sum()) != len(pids):
+            raise ValueError("a key block's counts do not add up to its pair ids")
+        return [(cells, counts, pids)]
+    return [d for a in range(0, len(blobs), DECODE_BLOCKS)
+            for d in _key_batch(blobs[a:a + DECODE_BLOCKS])]
+
+
+def _key_batch(blobs: list[Blob]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     if not blobs:
         return []
     (cells, counts, pids), lens = unpack_concat(blobs)
@@ -358,9 +370,17 @@ class RecordBlock:
 
 
 def decode_record_blocks(blobs: list[Blob], fields: Sequence[str]) -> list[RecordBlock]:
-    """Many record blocks at once (``unpack_concat`` over their cell arrays; payloads
-    stay per block, decoded when asked for).  Every field of a block must hold as many
-    pairs as the others."""
+    """Many record blocks (``unpack_concat`` over their cell arrays, at most
+    DECODE_BLOCKS at a time; payloads stay per block, decoded when asked for); a lone
+    block is decoded alone, each field when first asked for.  Every field of a block
+    decoded together must hold as many pairs as the others."""
+    if len(blobs) == 1:
+        return [decode_record_block(blobs[0], fields)]
+    return [rb for a in range(0, len(blobs), DECODE_BLOCKS)
+            for rb in _record_batch(blobs[a:a + DECODE_BLOCKS], fields)]
+
+
+def _record_batch(blobs: list[Blob], fields: Sequence[str]) -> list[RecordBlock]:
     if not blobs:
         return []
     names = [f for f in fields if f != "pay"]

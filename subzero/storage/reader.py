@@ -51,9 +51,7 @@ from subzero.storage.encodings import (
     REC_PAIRS,
     RecordBlock,
     Records,
-    decode_key_block,
     decode_key_blocks,
-    decode_record_block,
     decode_record_blocks,
     merge_payload_tables,
 )
@@ -72,7 +70,6 @@ from subzero.storage.metadata import (
     seed_name,
     stored_encoding,
 )
-from subzero.tuning import DECODE_BLOCKS
 
 #: A decoded key-index block: (cells, pair ids per cell, pair ids)
 KeyBlock = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -265,11 +262,7 @@ class StrategyReader:
                 if raw is None:
                     raise self._damaged(f"record block {b} of space {space!r} is missing")
                 raws.append(raw)
-            fields = self._space(space).fields
-            decoded = ([decode_record_block(raws[0], fields)] if len(raws) == 1 else
-                       [rb for a in range(0, len(raws), DECODE_BLOCKS)
-                        for rb in decode_record_blocks(raws[a:a + DECODE_BLOCKS], fields)])
-            for (_, k), rb in zip(new, decoded):
+            for (_, k), rb in zip(new, decode_record_blocks(raws, self._space(space).fields)):
                 self._blocks[k] = rb
         return [self._blocks[k] for k in keys]
 
@@ -319,16 +312,8 @@ class StrategyReader:
             else:
                 raws.append(raw)
                 fresh.append(k)
-        if len(raws) == 1:              # one block: decoded alone, with less to set up
-            c, off, p = decode_key_block(raws[0])
-            if len(off) != len(c) + 1 or off[-1] != len(p):     # as decode_key_blocks checks
-                raise ValueError("a key block's counts do not add up to its pair ids")
-            self._key_index[fresh[0]] = (c, np.diff(off), p)
-        else:
-            for a in range(0, len(raws), DECODE_BLOCKS):
-                for k, dec in zip(fresh[a:a + DECODE_BLOCKS],
-                                  decode_key_blocks(raws[a:a + DECODE_BLOCKS])):
-                    self._key_index[k] = dec
+        for k, dec in zip(fresh, decode_key_blocks(raws)):
+            self._key_index[k] = dec
         return [d for d in (self._key_index[k] for k in keys) if d is not None]
 
     def _lookup_one(self, txn: ReadTxn, space: str, q: np.ndarray) -> np.ndarray:
@@ -499,9 +484,7 @@ class StrategyReader:
                 if not np.array_equal(np.asarray(seen, np.int64), want):
                     raise self._damaged(f"the key-index blocks of space {space!r} found by a "
                                         f"scan ({len(seen)}) are not those written ({len(want)})")
-            # together, a batch at a time: a scan decodes every block
-            decs = [d for a in range(0, len(raws), DECODE_BLOCKS)
-                     for d in decode_key_blocks(raws[a:a + DECODE_BLOCKS])]
+            decs = decode_key_blocks(raws)    # together: a scan decodes every block
         except CorruptLineage:
             raise
         except Exception as e:
