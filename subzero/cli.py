@@ -431,6 +431,8 @@ def cmd_trace(a) -> int:
             if a.export:
                 raise SubZeroError("--export writes one trace's answer; it does not go with --workload")
             return _workload(store, a)
+        if a.warm:
+            raise SubZeroError("--warm goes with --workload")
         named = _region_flags(a)
         if not a.frm or len(named) != 1:
             raise SubZeroError("trace needs --from ARRAY and one of --cells SPEC, --sky RA,DEC or "
@@ -607,9 +609,9 @@ def _workload(store, a) -> int:
     run = store.get(a.run)
     queries = load_workload(a.workload)
     run.planner = _planner(run, a)
-    rows = run_workload(run, queries)
+    rows = run_workload(run, queries, warm=a.warm)
     if a.json:
-        print(json.dumps({"run_id": run.id, "queries": [
+        print(json.dumps({"run_id": run.id, "warm": a.warm, "queries": [
             {k: v for k, v in r.items() if k != "result"} for r in rows]}))
     else:
         print(f"workload {a.workload} on run {run.id}:")
@@ -1339,7 +1341,11 @@ def build_parser() -> argparse.ArgumentParser:
     region_args(t)
     t.add_argument("--to", metavar="ARRAY", help="target array; every DAG path to it is traced")
     t.add_argument("--path", metavar="OP:IDX,...", help="explicit path of (operator, input index)")
-    t.add_argument("--workload", metavar="FILE", help="run every query of a workload file")
+    t.add_argument("--workload", metavar="FILE",
+                   help="run every query of a workload file, each timed from nothing decoded")
+    t.add_argument("--warm", action="store_true",
+                   help="with --workload: let each query use the lineage earlier ones decoded "
+                        "(a session's total; a query's time then depends on those before it)")
     t.add_argument("--plot", metavar="FILE.png", help="draw the start and result arrays")
     t.add_argument("--no-shortcut", action="store_true",
                    help="disable the entire-array short-cut for all-to-all operators")

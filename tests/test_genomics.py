@@ -214,6 +214,36 @@ def test_workload_file_and_stored_lineage(runs, queries, reference):
                       for s in ("pay:payone:backward", "full:fullone:forward")}
 
 
+def _decoded(run) -> int:
+    """Lineage blocks the run's readers hold decoded."""
+    return sum(len(r._blocks) + len(r._key_index) for r in run.executor()._readers.values())
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_a_workload_times_each_query_from_nothing_decoded(runs, queries, reference, monkeypatch,
+                                                          warm):
+    """Under FullOne (backward) the forward queries scan the backward indexes and leave
+    every block decoded; a workload's later queries must not start from that (their
+    time would be the file order's), unless ``warm`` asks for a session's total."""
+    run = runs["FullOne"]
+    run.executor().clear_cache()
+    seen, trace = [], run.trace
+
+    def spy(*args, **kw):
+        seen.append(_decoded(run))
+        return trace(*args, **kw)
+    monkeypatch.setattr(run, "trace", spy)
+    rows = run_workload(run, queries, record=False, warm=warm)
+    assert [r["name"] for r in rows] == ["FQ0", "FQ1", "BQ0", "BQ1"]
+    for row in rows:
+        assert np.array_equal(row["result"].cells, reference[row["name"]]), row["name"]
+    assert _decoded(run) > 0 and seen[0] == 0
+    if warm:
+        assert min(seen[1:]) > 0, seen
+    else:
+        assert seen == [0, 0, 0, 0], seen
+
+
 def test_cli_run_and_workload_trace(tmp_path, cli, monkeypatch):
     monkeypatch.chdir(ROOT)
     store = tmp_path / "store"
@@ -227,8 +257,17 @@ def test_cli_run_and_workload_trace(tmp_path, cli, monkeypatch):
     assert set(rows) == {"FQ0", "FQ1", "BQ0", "BQ1"}
     assert rows["FQ1"]["count"] == 192                          # both copies of every patient
     assert rows["BQ0"]["count"] == 2 * (65 + 96)
+    assert json.loads(out)["warm"] is False
+    code, out, err = cli("trace", "--workload", WORKLOAD, "--store", store, "--warm", "--json")
+    assert code == 0, err
+    warm = {q["name"]: q for q in json.loads(out)["queries"]}
+    assert json.loads(out)["warm"] is True
+    assert {k: q["count"] for k, q in warm.items()} == {k: q["count"] for k, q in rows.items()}
     code, out, err = cli("trace", "--workload", WORKLOAD, "--store", store)
     assert code == 0 and "BQ1" in out, err
+    code, out, err = cli("trace", "--from", "predict", "--cells", "0", "--to", "patients",
+                         "--store", store, "--warm")
+    assert code == 2 and err.strip().splitlines() == ["subzero: error: --warm goes with --workload"], err
 
 
 # -- the built-in-like steps and errors -----------------------------------------------------------

@@ -81,6 +81,10 @@ class TracingRun(RunArrays, Protocol):
               path: list[tuple[str, int]] | None = None, prefer: str | None = None,
               shortcut: bool = True, record: bool = True) -> TraceResult: ...
 
+    def executor(self) -> Any:
+        """The run's query executor (its ``clear_cache`` drops what traces decoded)."""
+        ...
+
 
 def parse_workload(data: Any, source: str = "workload") -> list[Query]:
     if isinstance(data, dict):
@@ -240,13 +244,24 @@ def select_cells(run: RunArrays, q: Query) -> np.ndarray:
 
 
 def run_workload(run: TracingRun, queries: list[Query], prefer: str | None = None, repeats: int = 1,
-                 record: bool = True) -> list[dict[str, Any]]:
-    """Run every query; returns one row per query (median time of ``repeats``)."""
+                 record: bool = True, warm: bool = False) -> list[dict[str, Any]]:
+    """Run every query; returns one row per query (median time of ``repeats``).
+
+    Each query (each repeat) starts from nothing decoded: the lineage blocks and
+    arrays the queries before it loaded are dropped first (the stores stay open).  A
+    workload is a set of questions, and its table says what each costs; otherwise a
+    query is fast or slow for what came before it in the file -- under one plan a
+    forward scan decodes every block of a backward index and the backward queries
+    after it read it warm, under another they read it cold -- and its steps teach the
+    trace log that order's cost.  ``warm=True`` keeps what earlier queries decoded (a
+    session's total, in the file's order)."""
     rows = []
     for q in queries:
         cells = select_cells(run, q)
         times, cpu, own = [], [], []
         for _ in range(max(1, repeats)):
+            if not warm:
+                run.executor().clear_cache()
             c0, t0 = time.process_time(), time.perf_counter()
             res = run.trace(q.start, cells, to=q.to, path=q.path, prefer=prefer,
                             shortcut=q.shortcut, record=record)
