@@ -149,11 +149,23 @@ class TimedSource:
         if self.budget.switch(self.spent, self.done):
             raise Deadline()
 
-    def _rest_fits(self, done: float) -> bool:
-        """Whether the rest of a call ``done`` (0..1) through can run in one piece: at the
-        rate so far (the whole read's CPU time, a pessimistic share of this call's) the
-        call ends within half the budget's ``after``, before which nothing is given up."""
-        return done > 0 and (time.thread_time() - self._cpu0) / done <= 0.5 * self.budget.after
+    def _room(self) -> Callable[[float], float]:
+        """For a call starting now: the share of it (``done``, 0..1, through) that its
+        next piece may take without a check in between -- half of what is left of the
+        budget's ``after`` (before which nothing is given up, so a check there is only
+        overhead) at the call's own rate so far (its first piece's fixed costs make that
+        pessimistic).  At 1,000x genomics a 565,000-cell lookup under a 148 ms ``after``
+        took 60 pieces of at most 16,384 cells, all before ``after``, and 1.25x the
+        read in one call."""
+        start = time.thread_time()
+
+        def room(done: float) -> float:
+            now = time.thread_time()
+            left = self.budget.after - (now - self._cpu0)
+            if done <= 0 or left <= 0:
+                return 0.0
+            return 0.5 * left * done / max(now - start, 1e-9)
+        return room
 
     def has_space(self, space: str) -> bool:
         return self.source.has_space(space)
@@ -173,7 +185,7 @@ class TimedSource:
             return self.source.lookup(space, q)
         ids = []                  # pairs hit by any chunk of the query are hit by the query
         cells = q.ids()
-        for a, b in growing_chunks(len(cells), self.QUERY_CHUNK, fits=self._rest_fits):
+        for a, b in growing_chunks(len(cells), self.QUERY_CHUNK, room=self._room()):
             self._part = self.LOOKUP_SHARE * a / len(cells)
             self._check()
             ids.append(self.source.lookup(space, CellSet.of_sorted(cells[a:b], q.shape)))
@@ -193,7 +205,7 @@ class TimedSource:
     def records(self, space: str, pids: np.ndarray, fields: list[str]) -> Records:
         scan = space in self._scan_spaces
         parts = []
-        for a, b in growing_chunks(max(len(pids), 1), self.CHUNK, fits=self._rest_fits):
+        for a, b in growing_chunks(max(len(pids), 1), self.CHUNK, room=self._room()):
             if not scan and len(pids):
                 self._part = self.LOOKUP_SHARE + (1 - self.LOOKUP_SHARE) * a / len(pids)
             self._check()
@@ -206,17 +218,19 @@ class TimedSource:
 
 
 def growing_chunks(n: int, first: int, most: int = TIMED_CHUNK_GROWTH,
-                   fits: Callable[[float], bool] | None = None) -> Iterator[tuple[int, int]]:
+                   room: Callable[[float], float] | None = None) -> Iterator[tuple[int, int]]:
     """``[a, b)`` pieces covering ``range(n)``: ``first`` long, each after twice the one
-    before, up to ``most`` times ``first``; the whole rest at once when ``fits(a / n)``
-    says it can run without a check.  A timed read checks its clock between pieces:
-    small ones first notice a read that is slow from the start, and growing ones keep
-    the calls few -- in equal pieces of ``first``, a 56,500-cell lookup made 55 calls
-    and took 2.4x the read in one call.  A piece is at most ``most`` pieces of ``first``
-    unless ``fits``, so a switch is never decided later than that much work."""
+    before, up to ``most`` times ``first``; or longer, up to the share of ``n`` that
+    ``room(a / n)`` says can run without a check (the whole rest when it all can).  A
+    timed read checks its clock between pieces: small ones first notice a read that is
+    slow from the start, and growing ones keep the calls few -- in equal pieces of
+    ``first``, a 56,500-cell lookup made 55 calls and took 2.4x the read in one call.
+    Past what ``room`` allows, a piece is at most ``most`` pieces of ``first``, so a
+    switch is never decided later than that much work."""
     first = max(int(first), 1)
     a, size = 0, first
     while a < n:
-        b = n if a and fits is not None and fits(a / n) else min(n, a + size)
+        free = int(min(room(a / n), 1.0) * n) if a and room is not None else 0
+        b = min(n, a + max(size, free))
         yield a, b
         a, size = b, min(size * 2, first * most)
