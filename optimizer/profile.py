@@ -91,27 +91,36 @@ class Profiler:
     def close(self) -> None:
         self.scratch.close()
 
-    def __call__(self, name: str, op, inputs: list, out, run_s: float, captured=None) -> None:
+    def __call__(self, name: str, op, inputs: list, out, run_s: float, captured=None,
+                 arrays=None) -> None:
         t0 = time.perf_counter()
         self._captured = captured
         try:
             self.ops[name] = self._profile(name, op, inputs, out, run_s)
-            self.ops[name]["drop_saves"] = self._drop_saves(name, out)
+            self.ops[name]["drop_saves"] = self._drop_saves(name, out, arrays)
         finally:
             self.seconds += time.perf_counter() - t0
 
-    def _drop_saves(self, name: str, out) -> int:
+    def _drop_saves(self, name: str, out, arrays=None) -> int:
         """Bytes not keeping the operator's array frees in a run: its stored chunks, as
-        a run's array store writes them (compressed) into a scratch folder, less the
-        checksums a dropped array keeps instead.  The profiling run itself may drop it
-        (``--keep auto``), so its own folder cannot say."""
+        the run's array store (``arrays``) has just written them (compressed), less the
+        checksums a dropped array keeps instead.  Read there as the step ends: the
+        profiling run may drop the array when it ends (``--keep auto``).  Without the
+        run's store (or when the array is not in it: an input the store shares), the
+        array is written to a scratch folder and measured there (2.4 s of the profiling
+        run at genomics 1,000x, every array written twice)."""
         from subzero.runs.keep import array_bytes
         from subzero.storage.arrays import ArrayStore
+        try:
+            if arrays is not None and arrays.path(name).exists():
+                return max(array_bytes(arrays, name) - array_bytes(arrays, name, dropped=True), 0)
+        except Exception:               # measured the other way
+            pass
         folder = self.arrays_dir
         try:
-            arrays = ArrayStore(folder)
-            arrays.write(name, out)
-            return max(array_bytes(arrays, name) - array_bytes(arrays, name, dropped=True), 0)
+            scratch = ArrayStore(folder)
+            scratch.write(name, out)
+            return max(array_bytes(scratch, name) - array_bytes(scratch, name, dropped=True), 0)
         except Exception:               # measured another way (its size in memory)
             return 0
         finally:

@@ -126,9 +126,10 @@ def test_profiling_hook_needs_the_local_engine(store):
 def test_profiler_sees_every_operator_with_its_values(store):
     seen = []
 
-    def profiler(name, op, inputs, out, run_s, captured):
+    def profiler(name, op, inputs, out, run_s, captured, arrays):
         seen.append((name, [np.shape(x) for x in inputs], np.shape(out), run_s >= 0,
                      None if captured is None else sorted(m.value for m in captured.modes)))
+        assert np.array_equal(arrays.read_value(name), out)      # the run's own, as written
 
     store.run(chain(Ident(), first=Copy()), inputs={"a": np.zeros((3, 4))}, profiler=profiler,
               strategies={"ident": "full:fullone:backward"})

@@ -148,3 +148,26 @@ def test_sampled_forward_payload_key_blocks_follow_the_key_index_blocks(tmp_path
     blocks, want = got["spaces"]["f0"]["key_blocks"], real["f0"]["key_blocks"]
     assert want > shape[0] * shape[1] // 2**14 + 1          # more than the old cap allowed
     assert 0.5 * want <= blocks <= -(-shape[0] * shape[1] // 2**KEY_BITS)
+
+
+def test_what_dropping_an_array_saves_is_read_from_the_run_s_own_array_store(store, monkeypatch):
+    """The profiler sizes each operator's array where the profiling run has just written
+    it (the run may drop it when it ends), not by writing it a second time: its numbers
+    are a run's that keeps the arrays, byte for byte."""
+    from subzero.runs.keep import array_bytes
+    from subzero.storage.arrays import ArrayStore
+    roots = []
+    write = ArrayStore.write
+
+    def spy(self, name, value, *a, **kw):
+        roots.append(str(self.dir))
+        return write(self, name, value, *a, **kw)
+    monkeypatch.setattr(ArrayStore, "write", spy)
+    a = {"a": np.arange(4096.0).reshape(64, 64)}
+    prof = profile_workflow(store, _workflow(Cellwise(), Cellwise()), inputs=a, progress=False)
+    assert roots and not any(r.endswith("-arrays") for r in roots), roots
+    kept = store.run(_workflow(Cellwise(), Cellwise()), inputs=a, keep="all", progress=False)
+    arrays = ArrayStore(kept.dir)
+    for name in ("slow", "fast"):
+        want = array_bytes(arrays, name) - array_bytes(arrays, name, dropped=True)
+        assert want > 0 and prof["ops"][name]["drop_saves"] == want, name

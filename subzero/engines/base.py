@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from subzero.capture.buffer import Pairs
 from subzero.engines.progress import Progress
 from subzero.model.strategy import Strategy
 from subzero.model.workflow import Step, Workflow
+
+if TYPE_CHECKING:
+    from subzero.storage.arrays import ArrayStore
 
 
 @dataclass
@@ -62,7 +65,9 @@ class Engine(Protocol):
       :meth:`run_group` runs them;
     * :meth:`waits_for`: whether a group had better wait for a running job;
     * :meth:`cancel`: stop the jobs still running (another one failed);
-    * :meth:`bind`: bind stored arrays to their place once they are final.
+    * :meth:`bind`: bind stored arrays to their place once they are final;
+    * :meth:`array_store`: the run's array store, where the driver's profiling hook
+      reads what an operator's array takes on disk.
 
     An engine subclasses this protocol to take the defaults (as the local engine
     does); the defaults are what an engine without the ability does.
@@ -120,4 +125,10 @@ class Engine(Protocol):
         array store (:meth:`subzero.storage.arrays.ArrayStore.bind`).  The driver loop
         calls it before the journal says they are done.  Default: the engine stores no
         arrays, so nothing to bind."""
+        return None
+
+    def array_store(self) -> ArrayStore | None:
+        """The run's array store, holding each operator's array once its step is over
+        (until the run drops what it does not keep).  Default: None (an engine whose
+        arrays the profiling hook does not see)."""
         return None

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from subzero.capture.buffer import Pairs
 from subzero.engines.base import Engine, StepResult
@@ -26,6 +26,9 @@ from subzero.model.strategy import BLACKBOX, Strategy, modes_needed
 from subzero.model.workflow import Workflow, check_reexecution
 from subzero.storage.budget import DiskBudget
 from subzero.storage.lineage import LineageStore
+
+if TYPE_CHECKING:
+    from subzero.storage.arrays import ArrayStore
 
 
 @dataclass(frozen=True)
@@ -40,9 +43,11 @@ class Captured:
     lwrite_s: float
 
 
-#: ``profiler(name, op, inputs, output, run_s, captured)``: called after each operator runs
-#: (``run_s`` without its lineage capture; ``captured`` None when nothing was)
-Profiler = Callable[[str, Any, list, Any, float, "Captured | None"], None]
+#: ``profiler(name, op, inputs, output, run_s, captured, arrays)``: called after each
+#: operator runs (``run_s`` without its lineage capture; ``captured`` None when nothing
+#: was; ``arrays`` the run's array store, which holds the operator's array as the run
+#: wrote it: what keeping it costs is read there, not written a second time)
+Profiler = Callable[[str, Any, list, Any, float, "Captured | None", "ArrayStore | None"], None]
 
 
 class Recorder(Protocol):
@@ -277,5 +282,5 @@ def _finish_step(name: str, wf: Workflow, res: StepResult, strat: tuple[Strategy
         modes = modes_needed(strat) if capture else frozenset()
         profiler(name, op, res.inputs, res.output, max(res.run_s - res.lwrite_s, 0.0),
                  Captured(modes, res.full, res.pay, res.run_s, res.lwrite_s)
-                 if res.shards is None and modes else None)
+                 if res.shards is None and modes else None, engine.array_store())
     stats.ops.append(st)

@@ -330,5 +330,8 @@ class LocalEngine(Engine):
         for name in names:
             self.arrays.bind(name)
 
+    def array_store(self) -> ArrayStore:
+        return self.arrays
+
     def close(self) -> None:
         self.values.clear()
