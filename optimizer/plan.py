@@ -362,7 +362,7 @@ def array_facts(store, wf, stats) -> ArrayFacts:
     time (what making it again costs), whether it is made again per chunk, and whether
     ``--keep auto`` keeps it whatever the workload (:func:`subzero.runs.keep.preferred`)."""
     from subzero.engines.remake import chunk_halo
-    from subzero.runs.keep import array_bytes, droppable, preferred
+    from subzero.runs.keep import drop_saving, droppable, preferred
     from subzero.tuning import DEFAULT_TILE
     arrays = _profile_arrays(store, stats)
     local = {name for name, step in wf.steps.items() if name in stats.ops
@@ -375,8 +375,7 @@ def array_facts(store, wf, stats) -> ArrayFacts:
         if info.drop_saves:            # measured as the profiling run computed it
             sizes[n] = float(info.drop_saves)
         else:                          # a profile from before: its run's folder, or its size
-            got = array_bytes(arrays, n) - array_bytes(arrays, n, dropped=True) \
-                if arrays is not None else 0
+            got = drop_saving(arrays, n) if arrays is not None else 0
             sizes[n] = float(got if got > 0 else info.out_bytes)
     prefer = preferred(wf, run_s, sizes)
     out = []

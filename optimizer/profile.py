@@ -106,21 +106,21 @@ class Profiler:
         the run's array store (``arrays``) has just written them (compressed), less the
         checksums a dropped array keeps instead.  Read there as the step ends: the
         profiling run may drop the array when it ends (``--keep auto``).  Without the
-        run's store (or when the array is not in it: an input the store shares), the
-        array is written to a scratch folder and measured there (2.4 s of the profiling
-        run at genomics 1,000x, every array written twice)."""
-        from subzero.runs.keep import array_bytes
+        run's store (an engine that does not hand it over) or the array in it, the array
+        is written to a scratch folder and measured there (2.4 s of the profiling run at
+        genomics 1,000x, every array written twice)."""
+        from subzero.runs.keep import drop_saving
         from subzero.storage.arrays import ArrayStore
         try:
             if arrays is not None and arrays.path(name).exists():
-                return max(array_bytes(arrays, name) - array_bytes(arrays, name, dropped=True), 0)
+                return drop_saving(arrays, name)
         except Exception:               # measured the other way
             pass
         folder = self.arrays_dir
         try:
             scratch = ArrayStore(folder)
             scratch.write(name, out)
-            return max(array_bytes(scratch, name) - array_bytes(scratch, name, dropped=True), 0)
+            return drop_saving(scratch, name)
         except Exception:               # measured another way (its size in memory)
             return 0
         finally:

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 #: the policies
 POLICIES = KEEP_POLICIES
 __all__ = ["DEFAULT_KEEP", "POLICIES", "array_bytes", "cheap_to_keep", "check_policy",
-           "droppable", "fit", "not_kept", "preferred", "reserve", "workload_arrays",
+           "drop_saving", "droppable", "fit", "not_kept", "preferred", "reserve", "workload_arrays",
            "workload_of"]
 
 
@@ -225,12 +225,18 @@ def array_bytes(arrays: ArrayStore, name: str, dropped: bool = False) -> int:
     return meta + side
 
 
+def drop_saving(arrays: ArrayStore, name: str) -> int:
+    """Bytes not keeping array ``name`` frees: its files less what a dropped array keeps
+    (:func:`array_bytes`), never below nothing."""
+    return max(array_bytes(arrays, name) - array_bytes(arrays, name, dropped=True), 0)
+
+
 def cheap_to_keep(arrays: ArrayStore, wf: Workflow) -> set[str]:
     """The operators' arrays whose dropping would free less than
     :data:`~subzero.tuning.KEEP_MIN_SAVING` (a scalar such as an overscan mean: made
     again whole, it would rebuild everything above it for nothing)."""
     return {n for n in wf.steps if arrays.kept(n)
-            and array_bytes(arrays, n) - array_bytes(arrays, n, dropped=True) < KEEP_MIN_SAVING}
+            and drop_saving(arrays, n) < KEEP_MIN_SAVING}
 
 
 def reserve(arrays: ArrayStore | None, wf: Workflow,
