@@ -35,6 +35,10 @@ LMDB_MAX_DBS = 4096
 CHECKSUM_READ_BYTES = 1 << 22
 #: Zarr chunk (and Spark tile) size per axis.
 DEFAULT_TILE = 512
+#: A whole array in memory is written in slabs of whole chunks of at most this many
+#: bytes (``ArrayStore.fill``): one zarr call per slab, not per chunk, its extra memory
+#: the slab's encoded chunks.  Chosen, not measured.
+FILL_SLAB_BYTES = 64 * 2**20
 #: Bytes of array regions a trace's executor keeps after reading them for re-execution:
 #: in a chain of elementwise operators one region is a step's output, checked, and the
 #: next step's input (a 4-column strip of a 16 Mpix image decodes 16 whole chunks).

@@ -135,6 +135,87 @@ def test_region_written_array_is_checksummed_and_complete(arrays):
         arrays.read_region("y", (slice(0, 2), slice(4, 6)))
 
 
+@pytest.mark.parametrize("shape,most", [((9, 14), 1), ((9, 14), 8 * 4 * 14), ((3, 30), 8 * 3 * 8),
+                                        ((30,), 10**6), ((0, 5), 64)])
+def test_a_whole_array_filled_in_slabs_is_chunk_for_chunk_a_region_by_region_write(
+        tmp_path, shape, most, monkeypatch):
+    """``fill`` (a whole in-memory output, one zarr call per slab of whole chunks) writes
+    the very chunk files, checksums and sidecar that one ``write_region`` per chunk
+    writes, whatever the slab size (one chunk, several, a ragged last slab, all), and
+    reads back as the array; every chunk of zeros is there too."""
+    from subzero.storage import arrays as arrays_mod
+    value = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape) % 5
+    by_region = ArrayStore(tmp_path / "a" / "runs" / "7", tile=4)
+    by_region.create("x", shape, np.int64)
+    for idx in np.ndindex(*[-(-n // 4) for n in shape]):
+        region = tuple(slice(4 * k, min(4 * k + 4, n)) for k, n in zip(idx, shape))
+        by_region.write_region("x", region, value[region])
+    monkeypatch.setattr(arrays_mod, "FILL_SLAB_BYTES", most)
+    filled = ArrayStore(tmp_path / "b" / "runs" / "7", tile=4)
+    filled.create("x", shape, np.int64)
+    filled.fill("x", value)
+    a, b = by_region.path("x"), filled.path("x")
+    assert grid_files(a) == grid_files(b)
+    for f in grid_files(a):
+        assert (a / f).read_bytes() == (b / f).read_bytes(), f
+    assert sums_file(a).read_bytes() == sums_file(b).read_bytes()
+    np.testing.assert_array_equal(filled.read_value("x"), value)
+
+
+def test_slabs_cover_the_array_once_in_whole_chunks():
+    """The slabs ``fill`` writes: every cell once, cut only at chunk boundaries, across
+    the axis with the most chunks, no slab over the byte limit unless one chunk-thick
+    cut is over it."""
+    from subzero.storage.slabs import slabs
+    for shape, chunks, most in [((10, 7), (4, 4), 8 * 7 * 4), ((7, 10), (4, 4), 1), ((5,), (2,), 24),
+                                ((1000, 3, 2), (512, 3, 2), 48 * 600), ((4, 4), (4, 4), 1)]:
+        seen = np.zeros(shape, np.int64)
+        for region in slabs(shape, chunks, 8, most):
+            seen[region] += 1
+            for s, n, c in zip(region, shape, chunks):
+                assert s.start % c == 0 and (s.stop % c == 0 or s.stop == n)
+            cells = int(np.prod([s.stop - s.start for s in region]))
+            one_cut = max(int(np.prod(shape)) // max(shape[k], 1) * chunks[k]
+                          for k in range(len(shape)))
+            assert cells * 8 <= max(most, one_cut * 8)
+        assert (seen == 1).all()
+
+
+@pytest.mark.parametrize("most", [1, 8 * 4 * 14, 10**6])
+@pytest.mark.parametrize("order", ["grid", "shuffled"])
+def test_tiles_written_in_slabs_are_chunk_for_chunk_those_written_one_by_one(tmp_path, most, order):
+    """A tiled step's tiles held and written in slabs (``tile_writer``): the same chunk
+    files as a ``write_region`` per tile, in the grid order steps make them (whole bands
+    of tiles per slab) and in any other (tiles that do not make one rectangle are
+    written one by one); nothing is written before ``close`` that is not complete."""
+    from subzero.capture.tiles import tiles_for
+    from subzero.storage import arrays as arrays_mod
+    shape = (13, 10, 3)
+    value = (np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape) * 0.5) % 7
+    tiles = [t.core_slices() for t in tiles_for(shape, 4)]
+    if order == "shuffled":
+        tiles = [tiles[k] for k in np.random.default_rng(1).permutation(len(tiles))]
+    one = ArrayStore(tmp_path / "a" / "runs" / "7", tile=4)
+    one.create("x", shape, np.float64)
+    for region in tiles:
+        one.write_region("x", region, value[region])
+    arrays_mod.FILL_SLAB_BYTES, was = most, arrays_mod.FILL_SLAB_BYTES
+    try:
+        slabbed = ArrayStore(tmp_path / "b" / "runs" / "7", tile=4)
+        slabbed.create("x", shape, np.float64)
+        writer = slabbed.tile_writer("x")
+    finally:
+        arrays_mod.FILL_SLAB_BYTES = was
+    for region in tiles:
+        writer.add(region, value[region].copy())
+    writer.close()
+    a, b = one.path("x"), slabbed.path("x")
+    assert grid_files(a) == grid_files(b)
+    for f in grid_files(a):
+        assert (a / f).read_bytes() == (b / f).read_bytes(), f
+    np.testing.assert_array_equal(slabbed.read_value("x"), value)
+
+
 def legacy_write(arrays, name, value):
     """An array as today's main writes it: no crc32c codec, no digests, empty chunks skipped."""
     p = arrays.path(name)

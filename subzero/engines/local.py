@@ -167,26 +167,24 @@ class LocalEngine(Engine):
                 self.values.pop(a, None)
 
     def _value(self, name: str) -> np.ndarray | xr.DataArray:
-        """The whole array, as the operator first saw it: held, else read back chunk by
-        chunk into one array (a DataArray, with its dims and attrs, through xarray)."""
+        """The whole array, as the operator first saw it: held, else read back as one
+        region, each chunk checked (a DataArray, with its dims and attrs, through
+        xarray).  Always the operator's own copy: it may write into its input."""
         if name in self.values:
             return self.values[name]
         if name in self._xarray:
             return self.arrays.read_value(name)
-        out = np.empty(self.shapes[name], self.dtypes[name])
-        for t in tiles_for(out.shape, self.arrays.tile):
-            out[t.core_slices()] = self.arrays.read_region(name, t.core_slices())
-        return out
+        out = self.arrays.read_region(name, tuple(slice(0, n) for n in self.shapes[name]))
+        return out if out.flags.writeable and out.flags.owndata else np.array(out)
 
     def _store(self, name: str, value: np.ndarray | xr.DataArray) -> None:
-        """Write a whole output.  A numeric numpy array goes chunk by chunk into an array
-        made with :meth:`ArrayStore.create`, as streamed outputs do (xarray's writer
-        holds several copies of the array at once)."""
+        """Write a whole output.  A numeric numpy array goes into an array made with
+        :meth:`ArrayStore.create`, as streamed outputs do (xarray's writer holds several
+        copies of the array at once), in slabs of whole chunks (:meth:`ArrayStore.fill`)."""
         if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
             dtype = _native(value.dtype)
             self.arrays.create(name, value.shape, dtype)
-            for t in tiles_for(value.shape, self.arrays.tile):
-                self.arrays.write_region(name, t.core_slices(), value[t.core_slices()])
+            self.arrays.fill(name, value)
         else:
             self.arrays.write(name, value)
 
@@ -299,18 +297,20 @@ class LocalEngine(Engine):
             if dtype is None:
                 dtype = got
                 self.arrays.create(name, out_shape, dtype)
+                writer = self.arrays.tile_writer(name)
             elif got != dtype:
                 raise OperatorError(
                     f"operator {name!r} is declared {op.tiling.kind} but returned {got} on tile "
                     f"{tile.describe()} and {dtype} on the first tile; return one dtype, or "
                     f"declare it global")
-            self.arrays.write_region(name, tile.core_slices(), done.core)
+            writer.add(tile.core_slices(), done.core)
             fulls.append(done.full)
             pays.append(done.pay)
             run_s += done.run_s
             lwrite_s += done.lwrite_s
             progress.tiles(k + 1, len(tiles))
         assert dtype is not None
+        writer.close()
         self.shapes[name] = tuple(out_shape)
         self.dtypes[name] = dtype
         return StepResult(tuple(out_shape), str(dtype), int(np.prod(out_shape)) * dtype.itemsize,

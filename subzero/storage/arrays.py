@@ -32,6 +32,7 @@ from subzero.model import content
 from subzero.model.grid import stored_grid
 from subzero.model.labelled import is_dataarray
 from subzero.storage import chunkread, shared
+from subzero.storage.slabs import SlabWriter, slabs
 from subzero.storage.chunkread import plain_layout
 from subzero.storage.chunks import (
     SUMS,
@@ -50,7 +51,7 @@ from subzero.storage.chunks import (
     share_chunks,
     sums_file,
 )
-from subzero.tuning import DEFAULT_TILE
+from subzero.tuning import DEFAULT_TILE, FILL_SLAB_BYTES
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -569,9 +570,39 @@ class ArrayStore:
         return p, nodes, z
 
     def write_region(self, name: str, region: tuple[slice, ...], values: ArrayLike) -> None:
+        self.region_writer(name)(region, values)
+
+    def region_writer(self, name: str) -> Callable[[tuple[slice, ...], ArrayLike], None]:
+        """A function that writes regions of array ``name`` (made with :meth:`create`),
+        the array opened once: a step writing its tiles one after another would
+        otherwise verify the metadata and open the zarr array again for each (a third
+        of a genomics 10,000x run's array writes, 5,625 tiles).  Every chunk is written,
+        even one of fill values: a missing chunk means damage."""
         _, _, z = self._zarr(name, "r+")
-        # every chunk is written, even one of fill values: a missing chunk means damage
-        z.with_config({"write_empty_chunks": True})[region] = np.asarray(values)
+        z = z.with_config({"write_empty_chunks": True})
+
+        def write(region: tuple[slice, ...], values: ArrayLike) -> None:
+            z[region] = np.asarray(values)
+        return write
+
+    def fill(self, name: str, value: np.ndarray) -> None:
+        """Write the whole of an in-memory array into array ``name`` (made with
+        :meth:`create` with its shape and dtype): in slabs of whole chunks of at most
+        ``FILL_SLAB_BYTES``, so that zarr encodes and writes each slab's chunks
+        together.  The chunk files are those region-by-region writes make; one zarr
+        call per chunk cost ~2.5 ms of a 4 KB chunk's write (genomics 10,000x: 1,875
+        chunks per array, 24,000 calls, 40% of a plain run)."""
+        write = self.region_writer(name)
+        chunks = self.chunk_shape(name)
+        for region in slabs(value.shape, chunks, value.dtype.itemsize, FILL_SLAB_BYTES):
+            write(region, value[region])
+
+    def tile_writer(self, name: str) -> SlabWriter:
+        """A writer of array ``name``'s tiles as a step makes them, one after another in
+        grid order (:func:`subzero.capture.tiles.tiles_for`): whole bands of tiles go to
+        zarr together, up to ``FILL_SLAB_BYTES`` (see :meth:`fill`); ``close`` writes the
+        rest.  What is not yet written is in memory: at most one slab and a band."""
+        return SlabWriter(self.region_writer(name), FILL_SLAB_BYTES)
 
     def create_like(self, name: str, other: ArrayStore) -> None:
         """An empty array made as :meth:`create` makes it, with the metadata of array
@@ -799,3 +830,4 @@ class _Remade:
 
     def __getitem__(self, region: Any) -> np.ndarray:
         return self.store.read_region(self.name, region)
+
