@@ -32,7 +32,6 @@ from subzero.model import content
 from subzero.model.grid import stored_grid
 from subzero.model.labelled import is_dataarray
 from subzero.storage import chunkread, shared
-from subzero.storage.slabs import SlabWriter, slabs
 from subzero.storage.chunkread import plain_layout
 from subzero.storage.chunks import (
     SUMS,
@@ -51,6 +50,7 @@ from subzero.storage.chunks import (
     share_chunks,
     sums_file,
 )
+from subzero.storage.slabs import SlabWriter, slabs
 from subzero.tuning import DEFAULT_TILE, FILL_SLAB_BYTES
 
 if TYPE_CHECKING:
