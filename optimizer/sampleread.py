@@ -32,7 +32,13 @@ from subzero.model.strategy import Strategy
 from subzero.query import steps as run_step
 from subzero.query.planner import blocks_of, runs_of
 from subzero.query.relation import StepContext
-from subzero.tuning import SAMPLE_READ_CELLS, SAMPLE_READ_REPEATS, SLOW_OBSERVATION_S
+from subzero.tuning import (
+    SAMPLE_READ_CELLS,
+    SAMPLE_READ_OUT_CELLS,
+    SAMPLE_READ_REPEATS,
+    SAMPLE_SCAN_ONCE_S,
+    SLOW_OBSERVATION_S,
+)
 
 
 def _query(shape, keys: np.ndarray | None, n: int, rng) -> CellSet:
@@ -55,7 +61,8 @@ def time_reads(lineage, key: str, name: str, op, s: Strategy, pairs, out_shape,
                in_shapes, spaces: dict, repeats: int = SAMPLE_READ_REPEATS) -> dict:
     """The sample's index read and scan (through input 0), each asked one cell and
     ``SAMPLE_READ_CELLS`` cells (a step's cost does not grow alike with its cells in
-    every method, so one size would correct the other wrongly), each timed ``repeats``
+    every method, so one size would correct the other wrongly; fewer, or a slow scan
+    once, when those reads would take seconds: :func:`_second_size`), each timed ``repeats``
     times (fewer once they add up to ``SLOW_OBSERVATION_S``), median kept, CPU seconds.
     ``key``: the sample's name in ``lineage`` (the profiler's scratch store);
     ``spaces``: the sample's own sizes, which the cost model prices the reads by."""
@@ -63,11 +70,16 @@ def time_reads(lineage, key: str, name: str, op, s: Strategy, pairs, out_shape,
     sc = StepContext(name, op, Context(name, op, frozenset(), in_shapes, out_shape),
                      out_shape, in_shapes)
     reader = lineage.reader(key, s)
-    reads = []
+    reads: list[dict] = []
     for backward, n in ((b, n) for b in (s.backward, not s.backward) for n in (1, SAMPLE_READ_CELLS)):
         shape = tuple(out_shape) if backward else tuple(in_shapes[0])
+        index = backward == s.backward
+        if n > 1:
+            n = _second_size(reads[-1], index, n)
+            if n <= 1:
+                continue
         keys = None
-        if backward == s.backward:       # an index read: ask cells the index holds
+        if index:                        # an index read: ask cells the index holds
             keys = pairs.out if backward else (pairs.ins[0] if pairs.ins else None)
         q = _query(shape, keys, n, rng)
         times: list[float] = []
@@ -85,3 +97,17 @@ def time_reads(lineage, key: str, name: str, op, s: Strategy, pairs, out_shape,
                       "seconds": statistics.median(times),
                       "spread": (max(times) - min(times)) / max(statistics.median(times), 1e-9)})
     return {"spaces": spaces, "reads": reads}
+
+
+def _second_size(first: dict, index: bool, n: int) -> int:
+    """The cells the second, larger read of a kind asks (after ``first``, the one-cell
+    read): ``n``, fewer when ``n`` of them would return more than ``SAMPLE_READ_OUT_CELLS``
+    cells through the index, and none (1) after a scan of ``SAMPLE_SCAN_ONCE_S`` or more.
+    A scan decodes the whole sample whatever it is asked, so a slow one is measured
+    well enough once; an index read of cells that each name a million others (genomics'
+    ``model`` at 10,000x) returned 70 million cells for 64.  Those two reads were 40 s
+    of that profile."""
+    if not index:
+        return 1 if first["seconds"] >= SAMPLE_SCAN_ONCE_S else n
+    per_cell = first["cells_out"] / max(first["cells_in"], 1)
+    return int(min(n, max(2, SAMPLE_READ_OUT_CELLS // max(per_cell, 1.0))))

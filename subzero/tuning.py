@@ -230,6 +230,11 @@ SMALL_SAMPLE_BYTES = 64 * 4096
 #: scan (optimizer.sampleread), and the timings of each (median; one untimed first).
 SAMPLE_READ_CELLS = 64
 SAMPLE_READ_REPEATS = 3
+#: ... fewer when its 64 would return more cells than this through the index (at least
+#: 2 are asked), and a scan taking this long (seconds) is not timed again with 64:
+#: both are then measured on seconds of decoding already.  Chosen, not measured.
+SAMPLE_READ_OUT_CELLS = 2 * 2**20
+SAMPLE_SCAN_ONCE_S = 0.25
 #: Clamp of an operator's own decode factor (measured / predicted on its sample).
 OWN_FACTOR_RANGE = (0.2, 50.0)
 #: Beyond this factor (or below its inverse) between reading an operator's own sample

@@ -6,6 +6,7 @@ same strategy measures."""
 import time
 
 import numpy as np
+import pytest
 
 from subzero import Mode, Operator, Workflow
 from subzero.capture.runner import run_operator
@@ -171,3 +172,54 @@ def test_what_dropping_an_array_saves_is_read_from_the_run_s_own_array_store(sto
     for name in ("slow", "fast"):
         want = array_bytes(arrays, name) - array_bytes(arrays, name, dropped=True)
         assert want > 0 and prof["ops"][name]["drop_saves"] == want, name
+
+
+class Groups(Operator):
+    """Few big pairs, as genomics' ``model`` makes at cohort scale: output cell g is made
+    of every row r of its input with r % G == g."""
+
+    G = 12
+
+    def supported_modes(self):
+        return {Mode.FULL, Mode.BLACKBOX}
+
+    def output_shape(self, shape):
+        return (self.G,)
+
+    def run(self, ctx, x):
+        shape = np.shape(x)
+        for g in range(self.G):
+            rows = np.arange(g, shape[0], self.G)
+            ctx.lwrite(np.array([[g]]), np.column_stack([np.repeat(rows, shape[1]),
+                                                         np.tile(np.arange(shape[1]), rows.size)]))
+        return np.asarray(x).reshape(self.G, -1).sum(axis=1)
+
+
+@pytest.mark.parametrize("direction", [Direction.BACKWARD, Direction.FORWARD])
+def test_sample_reads_of_big_pairs_ask_fewer_cells_and_scan_once_when_slow(tmp_path, monkeypatch,
+                                                                             direction):
+    """A sample read whose 64 cells would each return thousands asks fewer (at least 2,
+    the return held near ``SAMPLE_READ_OUT_CELLS``), and a scan as slow as
+    ``SAMPLE_SCAN_ONCE_S`` is not timed a second time; a cheap read keeps both sizes.
+    Each read still returns what the stored lineage holds for the cells it asked."""
+    import subzero.optimizer.sampleread as sampleread
+    monkeypatch.setattr(sampleread, "SAMPLE_READ_OUT_CELLS", 5_000)
+    monkeypatch.setattr(sampleread, "SAMPLE_SCAN_ONCE_S", 0.0)        # every scan is "slow"
+    shape = (12 * 40, 50)                     # 12 pairs of 2,000 input cells
+    op, s = Groups(), Strategy(Mode.FULL, "fullone", direction)
+    _out, full, _pay, _ctx = run_operator("op", op, [np.ones(shape)], (s,))
+    prof = Profiler(tmp_path / "scratch")
+    try:
+        got = prof._encode("op", op, s, full, (12,), [shape])
+    finally:
+        prof.close()
+    reads = got["sample"]["reads"]
+    index = [r for r in reads if r["backward"] == s.backward]
+    scans = [r for r in reads if r["backward"] != s.backward]
+    assert len(scans) == 1 and scans[0]["cells_in"] == 1
+    assert [r["cells_in"] for r in index][0] == 1 and len(index) == 2
+    if direction is Direction.BACKWARD:        # an output cell names 2,000 input cells
+        assert index[0]["cells_out"] == 2000 and index[1]["cells_in"] == 2
+        assert index[1]["cells_out"] == 4000
+    else:                                      # an input cell names one output cell: cheap
+        assert index[1]["cells_in"] == 64 and index[1]["cells_out"] >= 1
