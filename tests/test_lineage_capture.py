@@ -121,22 +121,31 @@ def test_codec_roundtrip():
 
 def test_many_blobs_decode_together_as_each_alone():
     """``unpack_concat`` lays many blobs' arrays end to end: the same values as decoding
-    each blob alone, whatever type each blob narrowed an array to, empty ones too."""
+    each blob alone, and as were packed, whatever type each blob narrowed an array to,
+    empty ones too, and values whose deltas wrap around int64 (both decoders sum in
+    place)."""
     rng = np.random.default_rng(3)
-    for _ in range(50):
-        blobs, want = [], [[], [], []]
+    for _ in range(80):
+        blobs, want, packed = [], [[], [], []], [[], [], []]
         for _b in range(int(rng.integers(1, 7))):
             arrays = []
             for _j in range(3):
-                scale = int(rng.choice([1, 100, 30000, 2**40]))
-                a = rng.integers(-scale, scale + 1, int(rng.integers(0, 9)))
+                n = int(rng.integers(0, 9))
+                if rng.random() < 0.15:          # the whole int64 range: deltas wrap
+                    a = rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, n,
+                                     dtype=np.int64, endpoint=True)
+                else:
+                    scale = int(rng.choice([1, 100, 30000, 2**40]))
+                    a = rng.integers(-scale, scale + 1, n)
                 arrays.append(np.sort(a) if rng.random() < 0.5 else a)
             blobs.append(pack_arrays(*arrays))
             for j, a in enumerate(unpack_arrays(blobs[-1])):
                 want[j].append(a)
+                packed[j].append(arrays[j])
         got, lens = unpack_concat(blobs)
         for j in range(3):
             np.testing.assert_array_equal(got[j], np.concatenate(want[j]))
+            np.testing.assert_array_equal(got[j], np.concatenate(packed[j]))
             assert lens[j].tolist() == [len(a) for a in want[j]]
 
 
