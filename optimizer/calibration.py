@@ -64,8 +64,8 @@ from .stats import for_run, required
 
 #: The calibration's version: a calibration of another is made again.  7: cold reads
 #: decode their blocks together (``codec.unpack_concat``), which changed what stored
-#: reads cost; 8: their delta sums are made in place (``codec._segment_sums``)
-VERSION = 8
+#: reads cost
+VERSION = 7
 
 #: The environment variable naming the folder of the user's cache (calibrations)
 CACHE_ENV = "SUBZERO_CACHE_DIR"
