@@ -329,3 +329,51 @@ def test_high_fan_out_lookup_stops_early_with_the_same_answer(store):
         want = run.trace("a", cells, path=[("fan", 0)], prefer="reexec", record=False)
         assert got.steps[0].method == "stored:full:fullone:forward"
         assert np.array_equal(got.bitmap, want.bitmap)
+
+
+def test_cells_are_sorted_within_each_pair_whatever_their_range_or_order():
+    """Record blocks store each pair's cells sorted: cells already in order come back
+    as they are (the same array), others sorted within their pair only, also when the
+    (pair, cell) key does not fit one int64 (cells near 2**62); empty pairs anywhere."""
+    from subzero.model.cells import csr_rows
+    from subzero.storage.encodings import sort_within_pairs
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        lens = rng.integers(0, 8, int(rng.integers(1, 30)))
+        off = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        hi = 2**62 if rng.random() < 0.2 else 1000
+        cells = rng.integers(0, hi, int(off[-1])).astype(np.int64)
+        ordered = rng.random() < 0.3
+        if ordered:
+            cells = np.sort(cells)
+        rows = csr_rows(off)
+        want = cells[np.lexsort((cells, rows))] if cells.size else cells
+        got = sort_within_pairs(cells, off)
+        np.testing.assert_array_equal(got, want)
+        if ordered:
+            assert got is cells
+
+
+def test_key_index_blocks_sort_cells_then_pairs_whatever_their_range():
+    """The key index's (cell, pair) rows, sorted by one packed sort where the pair fits
+    beside the cell and by a lexsort where not (cells near 2**62), encode the same
+    blocks as sorting by (cell, pair) with a lexsort does."""
+    from subzero.model.cells import csr_rows
+    from subzero.storage import encodings as enc
+    rng = np.random.default_rng(6)
+    for _ in range(200):
+        lens = rng.integers(0, 8, int(rng.integers(1, 40)))
+        off = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        hi = 2**62 if rng.random() < 0.2 else int(rng.choice([50, 10**6]))
+        key = rng.integers(0, hi, int(off[-1])).astype(np.int64)
+        first = int(rng.choice([0, 1024]))
+        got = enc.key_blocks(key, off, first)
+        if key.size == 0:
+            assert got == {}
+            continue
+        pid = csr_rows(off) + first
+        order = np.lexsort((pid, key))
+        k, p = key[order], pid[order]
+        keep = np.ones(len(k), bool)
+        keep[1:] = (k[1:] != k[:-1]) | (p[1:] != p[:-1])
+        assert got == enc._encode_sorted_index(k[keep], p[keep], enc.KEY_BITS)

@@ -165,12 +165,26 @@ def spaces_for(strategy: Strategy, pairs: Pairs, out_shape: Sequence[int],
 
 
 def sort_within_pairs(cells: np.ndarray, off: np.ndarray) -> np.ndarray:
-    """Sort cells inside each pair and drop duplicates' order noise (better deltas)."""
+    """Cells sorted inside each pair (better deltas); ``cells`` itself when they are
+    already (operators often write them in order: one pass finds out).  Otherwise one
+    sort of (pair, cell) packed in one int64 where that fits, a lexsort where not: the
+    lexsort of two keys took 5x as long, and was 39 s of a genomics 10,000x budget run."""
     if cells.size == 0:
         return cells
     rows = csr_rows(off)
-    order = np.lexsort((cells, rows))
-    return cells[order]
+    step = np.diff(cells)
+    if not ((step < 0) & (rows[1:] == rows[:-1])).any():
+        return cells
+    lo = int(cells.min())
+    span = int(cells.max()) - lo + 1
+    if int(rows[-1]) < (2**63 - 1) // span:
+        key = rows * span
+        packed = key + (cells - lo)
+        packed.sort()
+        packed -= key
+        packed += lo
+        return packed
+    return cells[np.lexsort((cells, rows))]
 
 
 # --- key index blocks (One encodings) -------------------------------------------
@@ -180,13 +194,27 @@ def key_blocks(key: np.ndarray, key_off: np.ndarray, first_pair: int,
     """Encode the per-cell index: block id -> bytes (cells, pairs per cell, pair ids)."""
     if key.size == 0:
         return {}
-    pid = csr_rows(key_off) + first_pair
-    order = np.lexsort((pid, key))
-    k, p = key[order], pid[order]
+    k, p = _sorted_by_cell(key, csr_rows(key_off), len(key_off) - 1)
+    p += first_pair
     keep = np.ones(len(k), bool)
     keep[1:] = (k[1:] != k[:-1]) | (p[1:] != p[:-1])
     k, p = k[keep], p[keep]
     return _encode_sorted_index(k, p, key_bits)
+
+
+def _sorted_by_cell(key: np.ndarray, pid: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(cell, pair) rows sorted by cell, then pair (``pid``: each cell's pair, 0 to n-1):
+    one sort of the two packed in one int64 where that fits, else a lexsort (which took
+    2.5x as long on genomics' lineage)."""
+    lo = int(key.min())
+    if int(key.max()) - lo < (2**63 - 1) // max(n, 1):
+        packed = (key - lo) * n + pid
+        packed.sort()
+        k, p = np.divmod(packed, n)
+        k += lo
+        return k, p
+    order = np.lexsort((pid, key))
+    return key[order], pid[order].copy()
 
 
 def _encode_sorted_index(k: np.ndarray, p: np.ndarray, key_bits: int) -> dict[int, bytes]:
