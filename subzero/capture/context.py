@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike
 
 from subzero.capture.buffer import LineageBuffer, Pairs, Payload, _ragged
 from subzero.errors import LineageError
-from subzero.model.cells import as_cells
+from subzero.model.cells import as_cells, stable_order
 from subzero.model.modes import Mode
 from subzero.model.operator import Operator
 
@@ -251,7 +251,8 @@ class Context:
         if len(g) != len(out):
             raise LineageError(f"operator {self.name!r}: lwrite_groups got {len(g)} group labels "
                                f"for {len(out)} output cells")
-        order = np.argsort(g, kind="stable")
+        small = len(g) and 0 <= int(g.min()) and int(g.max()) < 1 << 16
+        order = stable_order(g, int(g.max()) + 1) if small else np.argsort(g, kind="stable")
         groups, counts = np.unique(g[order], return_counts=True)
         out = out[order]
         if payload is not None:
@@ -291,7 +292,7 @@ class Context:
             pos_c = np.minimum(pos, len(groups) - 1) if len(groups) else pos
             keep = (pos < len(groups)) & (groups[pos_c] == ig) if len(groups) else np.zeros(len(ig), bool)
             pos, cells = pos[keep], cells[keep]
-            o = np.argsort(pos, kind="stable")
+            o = stable_order(pos, len(groups))
             in_cells.append(cells[o])
             in_lens.append(np.bincount(pos, minlength=len(groups)).astype(np.int64))
         self.buffer.add_full(out, counts.astype(np.int64), in_cells, in_lens)

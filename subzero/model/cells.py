@@ -287,6 +287,15 @@ def csr_take(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> np.nd
     return values[np.repeat(starts, lens) + rel]
 
 
+def stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` for integer keys in [0, ``bound``): through the
+    narrowest unsigned type that holds them when that is 16 bits or fewer, where numpy's
+    stable sort is a radix sort (70 groups over 7.7M cells: 79 against 629 ms)."""
+    if bound <= 1 << 16:
+        keys = np.asarray(keys).astype(np.uint8 if bound <= 1 << 8 else np.uint16)
+    return np.argsort(keys, kind="stable")
+
+
 def csr_rows(offsets: np.ndarray) -> np.ndarray:
     """Row number of every value of a CSR structure."""
     lens = np.diff(offsets)

@@ -31,7 +31,15 @@ from typing import Any
 import numpy as np
 
 from subzero.capture.buffer import Pairs
-from subzero.model.cells import csr_rows, csr_take, lengths_to_offsets, pack, run_starts, unpack
+from subzero.model.cells import (
+    csr_rows,
+    csr_take,
+    lengths_to_offsets,
+    pack,
+    run_starts,
+    stable_order,
+    unpack,
+)
 from subzero.model.strategy import Direction, Encoding, Strategy
 from subzero.storage.codec import (
     Blob,
@@ -151,7 +159,7 @@ def spaces_for(strategy: Strategy, pairs: Pairs, out_shape: Sequence[int],
                                 f"payload pairs and the operator's map_p_pairs")
             cells, owner = map_p_pairs(unpack(pairs.out, out_shape), pairs.out_off,
                                        pairs.payloads, pairs.pay_ids, i)
-            order = np.argsort(owner, kind="stable")
+            order = stable_order(owner, pairs.n)
             key_all = pack(cells[order], tuple(shp))
             key_off_all = lengths_to_offsets(np.bincount(owner, minlength=pairs.n))
         else:

@@ -39,6 +39,7 @@ from subzero.model.cells import (
     rows_hitting,
     run_starts,
     sorted_unique,
+    stable_order,
     unique,
     unique_ids,
     unpack,
@@ -497,7 +498,7 @@ class StrategyReader:
         pos_c = np.minimum(pos, len(pids) - 1)
         keep = (pos < len(pids)) & (pids[pos_c] == p)
         k, pos = k[keep], pos[keep]
-        order = np.argsort(pos, kind="stable")
+        order = stable_order(pos, len(pids))
         return k[order], lengths_to_offsets(np.bincount(pos, minlength=len(pids)))
 
     def covered(self, near: np.ndarray | None = None) -> np.ndarray:
