@@ -175,8 +175,10 @@ def spaces_for(strategy: Strategy, pairs: Pairs, out_shape: Sequence[int],
 def sort_within_pairs(cells: np.ndarray, off: np.ndarray) -> np.ndarray:
     """Cells sorted inside each pair (better deltas); ``cells`` itself when they are
     already (operators often write them in order: one pass finds out).  Otherwise one
-    sort of (pair, cell) packed in one int64 where that fits, a lexsort where not: the
-    lexsort of two keys took 5x as long, and was 39 s of a genomics 10,000x budget run."""
+    stable sort of (pair, cell) packed in one int64 where that fits (it merges the runs
+    already in order, as operators' cells mostly are), a lexsort where not.  Genomics'
+    ``model`` at 1,000x, 7.7M cells in sorted runs: 74 against 332 ms; the lexsort was
+    39 s of a 10,000x budget run."""
     if cells.size == 0:
         return cells
     rows = csr_rows(off)
@@ -188,7 +190,7 @@ def sort_within_pairs(cells: np.ndarray, off: np.ndarray) -> np.ndarray:
     if int(rows[-1]) < (2**63 - 1) // span:
         key = rows * span
         packed = key + (cells - lo)
-        packed.sort()
+        packed.sort(kind="stable")      # runs already in order (often most) are merged, not sorted again
         packed -= key
         packed += lo
         return packed
@@ -212,12 +214,12 @@ def key_blocks(key: np.ndarray, key_off: np.ndarray, first_pair: int,
 
 def _sorted_by_cell(key: np.ndarray, pid: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(cell, pair) rows sorted by cell, then pair (``pid``: each cell's pair, 0 to n-1):
-    one sort of the two packed in one int64 where that fits, else a lexsort (which took
-    2.5x as long on genomics' lineage)."""
+    one stable sort of the two packed in one int64 where that fits (as fast as a lexsort
+    on runs already in order, 2x faster on scattered cells), else a lexsort."""
     lo = int(key.min())
     if int(key.max()) - lo < (2**63 - 1) // max(n, 1):
         packed = (key - lo) * n + pid
-        packed.sort()
+        packed.sort(kind="stable")      # runs already in order (often most) are merged, not sorted again
         k, p = np.divmod(packed, n)
         k += lo
         return k, p
