@@ -380,10 +380,13 @@ def test_key_index_blocks_sort_cells_then_pairs_whatever_their_range():
 
 
 def test_a_stable_order_of_small_keys_is_numpy_s_stable_argsort():
-    """``stable_order`` sorts keys below 2**8 and 2**16 through a narrow type (a radix
-    sort) and others as they are: the same order as a stable argsort, ties in place."""
+    """``stable_order`` sorts keys spanning fewer than 2**8 or 2**16 values through a
+    narrow type (a radix sort) and others as they are, with their bound given or found:
+    the same order as a stable argsort, ties in place."""
     from subzero.model.cells import stable_order
     rng = np.random.default_rng(7)
     for bound in (1, 2, 200, 256, 257, 60000, 65536, 65537, 10**7):
         keys = rng.integers(0, bound, int(rng.integers(0, 3000)))
         np.testing.assert_array_equal(stable_order(keys, bound), np.argsort(keys, kind="stable"))
+        shifted = keys - bound // 2               # no bound given: found, negative keys too
+        np.testing.assert_array_equal(stable_order(shifted), np.argsort(shifted, kind="stable"))

@@ -251,8 +251,7 @@ class Context:
         if len(g) != len(out):
             raise LineageError(f"operator {self.name!r}: lwrite_groups got {len(g)} group labels "
                                f"for {len(out)} output cells")
-        small = len(g) and 0 <= int(g.min()) and int(g.max()) < 1 << 16
-        order = stable_order(g, int(g.max()) + 1) if small else np.argsort(g, kind="stable")
+        order = stable_order(g)
         groups, counts = np.unique(g[order], return_counts=True)
         out = out[order]
         if payload is not None:

@@ -287,12 +287,20 @@ def csr_take(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> np.nd
     return values[np.repeat(starts, lens) + rel]
 
 
-def stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
-    """``np.argsort(keys, kind="stable")`` for integer keys in [0, ``bound``): through the
-    narrowest unsigned type that holds them when that is 16 bits or fewer, where numpy's
-    stable sort is a radix sort (70 groups over 7.7M cells: 79 against 629 ms)."""
+def stable_order(keys: np.ndarray, bound: int | None = None) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` for integer keys: through the narrowest
+    unsigned type that holds them less their least when that is 16 bits or fewer, where
+    numpy's stable sort is a radix sort (70 groups over 7.7M cells: 79 against 629 ms).
+    ``bound``: the keys are known to lie in [0, bound) (no pass over them to find out)."""
+    keys = np.asarray(keys)
+    lo = 0
+    if bound is None:
+        if keys.size == 0:
+            return np.argsort(keys, kind="stable")
+        lo = int(keys.min())
+        bound = int(keys.max()) - lo + 1
     if bound <= 1 << 16:
-        keys = np.asarray(keys).astype(np.uint8 if bound <= 1 << 8 else np.uint16)
+        keys = (keys - lo if lo else keys).astype(np.uint8 if bound <= 1 << 8 else np.uint16)
     return np.argsort(keys, kind="stable")
 
 

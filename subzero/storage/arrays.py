@@ -830,4 +830,3 @@ class _Remade:
 
     def __getitem__(self, region: Any) -> np.ndarray:
         return self.store.read_region(self.name, region)
-
