@@ -228,12 +228,16 @@ def targets(results: dict) -> list[str]:
         pred = _predicted(r)
         if pred:
             tot = sum(pred.values())
+            # a trace process's first uses, which the plan reports beside its query prices
+            # (none in plans made before it did): the measured queries pay them once
+            once = ((r.get("plan") or {}).get("plan") or {}).get("first_use_s") or 0.0
             row = [f"| {r['size']:,}x | {r['load']} | predicted workload cost within "
                    f"{WORKLOAD_ERROR:.0%} of measured"]
             for k in ("ms", "cpu_ms"):
                 meas = sum(p[q][k] for q in pred if q in p)
-                err = abs(tot - meas) / meas
-                row.append(f"{tot:.0f} vs {meas:.0f} ms ({err:.0%}) | {_ok(err <= WORKLOAD_ERROR)}")
+                err = abs(tot + once * 1e3 - meas) / meas
+                row.append(f"{tot + once * 1e3:.0f} vs {meas:.0f} ms ({err:.0%}) | "
+                           f"{_ok(err <= WORKLOAD_ERROR)}")
             lines.append(" | ".join(row) + " |")
             # the model prices steps, not a process's first uses (imports, opening the store
             # and its readers): the same prediction against the steps' own CPU time

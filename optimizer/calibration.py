@@ -244,6 +244,85 @@ def _cold_load_s() -> float:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+#: The steps a fresh process traces to measure what a command-line trace pays that a warm
+#: one does not: (operator, backward, cells, preferred method, run) -- index reads of the
+#: three stored kinds a plan picks most, and a mapping function's.
+FRESH_STEPS = (("p4", True, 1, "full:fullone:backward", 0),
+               ("p4", False, 1, "full:fullone:forward", 0),
+               ("p4", True, 1, "pay:payone:backward", 0),
+               ("p4", True, 64, "full:fullone:backward", 0),
+               ("p4", False, 64, "full:fullone:forward", 0),
+               ("p4", True, 1, "map", 1))
+#: ... each traced this many times in that process (the first is the fresh one; the
+#: least of the others is the warm cost)
+FRESH_PASSES = 4
+
+_FRESH_CODE = """
+import json, sys, time
+import numpy as np
+import subzero
+from subzero.heap import steady
+steady()                       # as the command line's own process does
+store = subzero.open_store(sys.argv[1], create=False)
+runs = [store.get(int(r)) for r in sys.argv[2].split(",")]
+__import__(sys.argv[3])        # the operators' module: a workflow's own import, not a trace's
+from subzero.optimizer import planner_for
+for run in runs:               # what `subzero trace` does before its first query
+    run.planner = planner_for(run)
+steps = json.loads(sys.argv[4])
+out = []
+for _ in range(int(sys.argv[5])):
+    row = []
+    for start, cells, op, prefer, k in steps:
+        run = runs[k]
+        run.executor().clear_cache()
+        c0 = time.process_time()
+        res = run.trace(start, np.asarray(cells, np.int64), path=[(op, 0)], prefer=prefer)
+        row.append([time.process_time() - c0, res.steps[0].cpu])
+    out.append(row)
+print(json.dumps(out))
+"""
+
+
+def _fresh_costs(store, runs, wf, rng) -> tuple[float, float]:
+    """(first uses, extra per stored step) of a fresh process tracing, in CPU seconds: a
+    child process traces ``FRESH_STEPS`` ``FRESH_PASSES`` times over, through a
+    query-time planner as ``subzero trace`` does.  Its first pass costs more than its
+    later ones twice over: the trace's first uses (the planner's and the lineage
+    store's, readers made, modules imported on first call), counted once per process,
+    and each stored read's first run through code a warm process ran long ago.  The
+    observations above, and the profile's sample reads, time each read again and
+    again; a ``subzero trace`` reads each once (at genomics 1x its one-cell steps took
+    2-4x the model's warm price).  The extra is the median over the one-cell stored
+    reads of first - least later (a larger read's first run also pays one-off set-ups
+    of its own, and is priced from its sample's first read); a plan's query prices
+    add it per stored step, and report the first uses beside them ((0.0, 0.0) when the
+    child fails)."""
+    import subprocess
+    import sys
+    specs = []
+    for op, backward, n, prefer, k in FRESH_STEPS:
+        start = op if backward else wf.steps[op].inputs[0]
+        cells = np.argwhere(np.ones(runs[k].shapes()[start], bool))
+        pick = cells[np.sort(rng.choice(len(cells), n, replace=False))]
+        specs.append([start, pick.tolist(), op, prefer, k])
+    module = type(wf.steps[FRESH_STEPS[0][0]].operator).__module__
+    try:
+        p = subprocess.run([sys.executable, "-c", _FRESH_CODE, str(store.path),
+                            ",".join(str(r.id) for r in runs), module, json.dumps(specs),
+                            str(FRESH_PASSES)], capture_output=True, text=True, timeout=120)
+        passes = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else None
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        passes = None
+    if not passes or len(passes) < 2:
+        return 0.0, 0.0
+    first, later = np.asarray(passes[0], float), np.asarray(passes[1:], float)
+    one = [k for k, (_, _, n, prefer, _) in enumerate(FRESH_STEPS) if n == 1 and prefer != "map"]
+    extra = first[one, 1] - later[:, one, 1].min(axis=0)
+    around = (first[:, 0] - first[:, 1]) - (later[:, :, 0] - later[:, :, 1]).min(axis=0)
+    return max(0.0, float(around.sum())), max(0.0, float(np.median(extra)))
+
+
 def _child_cpu_s(code: str, *args: str) -> float:
     """The CPU seconds a fresh Python process prints running ``code`` with ``args`` (0.0
     when it fails): what a command-line trace pays once, for a first use a warm process
@@ -463,6 +542,7 @@ def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
             rtree_cold_s = _child_cpu_s("import time\nt = time.process_time()\n"
                                         "from rtree import index\n"
                                         "print(time.process_time() - t)\n")
+            first_use_s, fresh_step_s = _fresh_costs(store, [r for r, _ in runs], wf, rng)
             advance(share["tail"])
             phase("rtree and cold start")
     finally:
@@ -475,7 +555,8 @@ def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
             "rtree_quadratic": rtree_quadratic, "quality": quality, "errors": errors,
             "capture_fixed_s": capture_s, "strategy_fixed_s": strategy_s,
             "load_fixed_s": load_fixed_s, "load_byte_s": load_byte_s, "reexec_cold_s": cold_s,
-            "rtree_cold_s": rtree_cold_s,
+            "rtree_cold_s": rtree_cold_s, "trace_first_s": first_use_s,
+            "fresh_step_s": fresh_step_s,
             "seconds": time.perf_counter() - t0, "host": os.uname().nodename,
             "machine": machine()}
 
@@ -531,7 +612,8 @@ def well_formed(cal) -> bool:
             for f, v in FEATURES.items()):
         return False
     scalars = ("seconds", "rtree_quadratic", "capture_fixed_s", "strategy_fixed_s",
-               "load_fixed_s", "load_byte_s", "reexec_cold_s", "rtree_cold_s")
+               "load_fixed_s", "load_byte_s", "reexec_cold_s", "rtree_cold_s",
+               "trace_first_s", "fresh_step_s")
     if not all(_number(cal[k]) for k in scalars if k in cal) or not _number(cal.get("seconds")):
         return False
     errors = cal.get("errors", {})

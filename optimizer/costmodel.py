@@ -163,6 +163,12 @@ class CostModel:
         #: ... and its first R-tree read: the R-tree library's import (tens of ms, more
         #: than a small query's whole work)
         self.rtree_cold_s = float(calibration.get("rtree_cold_s", 0.0))
+        #: what a stored read costs a fresh process (a `subzero trace`) beyond the warm
+        #: repeats the model was fitted on, per step; and what such a process pays once
+        #: before its first answer (calibration ``_fresh_costs``).  The plan's reports
+        #: add them; its choices leave them out
+        self.fresh_step_s = float(calibration.get("fresh_step_s", 0.0))
+        self.trace_first_s = float(calibration.get("trace_first_s", 0.0))
         self.stats = stats
         self.corrections = dict(corrections or {})
         self._memo: dict[tuple, tuple | None] = {}

@@ -65,6 +65,11 @@ class Plan:
     #: name -> {"keep": bool, "bytes": what keeping it takes, "remake_s": its remake};
     #: a run with ``--keep auto`` keeps what the plan keeps
     arrays: dict[str, dict] = field(default_factory=dict)
+    #: what a ``subzero trace`` process pays once on top of its queries' steps (its first
+    #: uses: the lineage store opened, readers made, the query code's first imports), as
+    #: the calibration measured it in a fresh process; not in ``query_s``, which prices
+    #: the queries
+    first_use_s: float = 0.0
 
     @property
     def drops(self) -> list[str]:
@@ -137,7 +142,8 @@ class Plan:
         lines.append(f"  disk {used}{budget}; runtime {self.runtime_factor:.2f}x the "
                      f"no-lineage run ({self.base_s:.2f}s){rt}; workload cost "
                      f"{self.query_s * 1000:.1f} ms, {self.blackbox_query_s * 1000:.1f} ms without "
-                     f"stored lineage")
+                     f"stored lineage" + (f" (and {self.first_use_s * 1000:.0f} ms once per trace "
+                                          f"process)" if self.first_use_s else ""))
         if self.arrays:
             kept = [n for n, a in self.arrays.items() if a.get("keep")]
             size = sum(a["bytes"] for a in self.arrays.values() if a.get("keep"))
@@ -403,9 +409,15 @@ def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) ->
         elif r.query is not None:
             of_query[r.query] = of_query.get(r.query, 0.0) + c
 
-    def step_s(k: int) -> float:
-        return min(o.predicted + extra.get((k, j), 0.0) for j, o in enumerate(p.steps[k].options)
+    def step_s(k: int, fresh: float = model.fresh_step_s) -> float:
+        """Predicted seconds of step ``k`` under the plan, a stored read as a `subzero
+        trace` pays it (``fresh`` more than the warm model's price)."""
+        return min(o.predicted + extra.get((k, j), 0.0) + (fresh if o.cand is not None else 0.0)
+                   for j, o in enumerate(p.steps[k].options)
                    if o.cand is None or o.cand in chosen)
+    fresh = model.fresh_step_s
+    # the pessimistic price the plan was chosen by, in the same terms
+    added = sum(st.weight * (step_s(k) - step_s(k, 0.0)) for k, st in enumerate(p.steps))
     op_cost = dict(built.fixed_cost)
     for k, st in enumerate(p.steps):
         op_cost[st.op] = op_cost.get(st.op, 0.0) + st.weight * step_s(k)
@@ -429,7 +441,8 @@ def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) ->
         index = built.step_index.get(qname, [])
         queries[qname] = of_query.get(qname, 0.0) + sum(
             step_s(k) if k is not None else
-            min(o.predicted for o in opts if o.cand is None or o.cand in chosen)
+            min(o.predicted + (fresh if o.cand is not None else 0.0)
+                for o in opts if o.cand is None or o.cand in chosen)
             for (_, opts, _), k in zip(steps, index + [None] * (len(steps) - len(index))))
     blackbox = sum(w * min(o.predicted for o in opts if o.cand is None)
                    for steps in built.query_steps.values() for _, opts, w in steps)
@@ -438,7 +451,8 @@ def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) ->
                 predicted, sol.solve_s,
                 len(p.candidates), {r: len(v) for r, v in built.pruned.items()},
                 capture_s=model.capture_fixed_s,
-                priced_s=sol.query_cost + built.fixed_priced)
+                priced_s=sol.query_cost + built.fixed_priced + added)
+    plan.first_use_s = model.trace_first_s
     plan.arrays = {a.name: {"keep": i in kept, "bytes": a.bytes, "remake_s": a.remake_s}
                    for i, a in enumerate(built.arrays)}
     if kept:               # what dropping each kept array alone would cost the workload

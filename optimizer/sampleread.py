@@ -33,6 +33,7 @@ from subzero.query import steps as run_step
 from subzero.query.planner import blocks_of, runs_of
 from subzero.query.relation import StepContext
 from subzero.tuning import (
+    SAMPLE_READ_BIG_CELLS,
     SAMPLE_READ_CELLS,
     SAMPLE_READ_OUT_CELLS,
     SAMPLE_READ_REPEATS,
@@ -62,7 +63,9 @@ def time_reads(lineage, key: str, name: str, op, s: Strategy, pairs, out_shape,
     """The sample's index read and scan (through input 0), each asked one cell and
     ``SAMPLE_READ_CELLS`` cells (a step's cost does not grow alike with its cells in
     every method, so one size would correct the other wrongly; fewer, or a slow scan
-    once, when those reads would take seconds: :func:`_second_size`), each timed ``repeats``
+    once, when those reads would take seconds: :func:`_second_size`), and a FullOne or
+    PayOne index read once more with up to ``SAMPLE_READ_BIG_CELLS`` (:func:`_big_size`:
+    the factor of big queries, whose cost is per cell, not per block), each timed ``repeats``
     times (fewer once they add up to ``SLOW_OBSERVATION_S``), median kept, CPU seconds.
     ``key``: the sample's name in ``lineage`` (the profiler's scratch store);
     ``spaces``: the sample's own sizes, which the cost model prices the reads by."""
@@ -71,16 +74,18 @@ def time_reads(lineage, key: str, name: str, op, s: Strategy, pairs, out_shape,
                      out_shape, in_shapes)
     reader = lineage.reader(key, s)
     reads: list[dict] = []
-    for backward, n in ((b, n) for b in (s.backward, not s.backward) for n in (1, SAMPLE_READ_CELLS)):
+    sizes = (1, SAMPLE_READ_CELLS, SAMPLE_READ_BIG_CELLS)
+    for backward, n in ((b, n) for b in (s.backward, not s.backward) for n in sizes):
         shape = tuple(out_shape) if backward else tuple(in_shapes[0])
         index = backward == s.backward
-        if n > 1:
-            n = _second_size(reads[-1], index, n)
-            if n <= 1:
-                continue
         keys = None
         if index:                        # an index read: ask cells the index holds
             keys = pairs.out if backward else (pairs.ins[0] if pairs.ins else None)
+        if n > 1:
+            n = _big_size(reads, index and not s.many, keys, n) \
+                if n == SAMPLE_READ_BIG_CELLS else _second_size(reads[-1], index, n)
+            if n <= 1:
+                continue
         q = _query(shape, keys, n, rng)
         times: list[float] = []
         n_out = 0
@@ -97,6 +102,24 @@ def time_reads(lineage, key: str, name: str, op, s: Strategy, pairs, out_shape,
                       "seconds": statistics.median(times),
                       "spread": (max(times) - min(times)) / max(statistics.median(times), 1e-9)})
     return {"spaces": spaces, "reads": reads}
+
+
+def _big_size(reads: list[dict], index: bool, keys, n: int) -> int:
+    """The cells of the third, large read of a FullOne or PayOne index (``index``; none,
+    1, otherwise): ``n``, at most the keys the sample holds, fewer when they would return
+    more than ``SAMPLE_READ_OUT_CELLS`` cells, and none when that is not 4x the second
+    read or the second took ``SAMPLE_SCAN_ONCE_S`` already.  Queries of 10^5 cells
+    priced from the 64-cell read's factor were 2x short: a small read pays per block, a
+    large one per cell, and an operator's lineage can differ from the calibration's in
+    either.  An R-tree read pays per probe, as its 64-cell read did, and 262,144 probes
+    took seconds (6 of a 26 s profile at genomics 1,000x): not read again."""
+    if not index or len(reads) < 2 or reads[-1]["seconds"] >= SAMPLE_SCAN_ONCE_S:
+        return 1
+    second = reads[-1]
+    have = keys.size if keys is not None and keys.size else n     # _query draws at most these
+    per_cell = second["cells_out"] / max(second["cells_in"], 1)
+    n = int(min(n, have, SAMPLE_READ_OUT_CELLS // max(per_cell, 1.0)))
+    return n if n >= 4 * second["cells_in"] else 1
 
 
 def _second_size(first: dict, index: bool, n: int) -> int:

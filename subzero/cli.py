@@ -1672,6 +1672,9 @@ def _dispatch(parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
     if not getattr(a, "fn", None):
         parser.print_help()
         return EXIT_USER
+    if argv is None:         # this process is the command's own: its steps cost alike
+        from .heap import steady
+        steady()
     try:
         return a.fn(a)
     except SubZeroError as e:

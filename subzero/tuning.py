@@ -221,6 +221,17 @@ WINDOW_OFFSETS_CACHED = 256
 #: record blocks: 262,144 pairs), not the operator's whole lineage.  Chosen, not measured.
 DECODE_BLOCKS = 256
 
+# -- the process's allocator (subzero.heap) -------------------------------------------------
+#: Blocks under this many bytes come from the heap, not fresh kernel pages (glibc's
+#: dynamic threshold moves between 128 KB and this with what a process freed before:
+#: a step's page faults then depend on its process's history).  32 MB is glibc's own
+#: largest dynamic threshold.
+HEAP_MMAP_BYTES = 32 * 2**20
+#: Freed heap a process keeps before returning it to the system: 256 MB.  A trace's
+#: temporaries are reused instead of faulted in again; a plain genomics 1,000x run
+#: peaked 4% higher (1.02 against 0.98 GB).
+HEAP_TRIM_BYTES = 256 * 2**20
+
 # -- profiling runs (subzero.optimizer.profile) -------------------------------------------
 #: Pairs encoded per candidate strategy at most (then extrapolated).
 SAMPLE_PAIRS = 32 * 1024
@@ -235,6 +246,11 @@ SAMPLE_READ_REPEATS = 3
 #: both are then measured on seconds of decoding already.  Chosen, not measured.
 SAMPLE_READ_OUT_CELLS = 2 * 2**20
 SAMPLE_SCAN_ONCE_S = 0.25
+#: ... and a third index read of this many cells (at most the sample's keys, and fewer
+#: under the same cap on cells returned): the factor of queries of 10^4-10^6 cells,
+#: which the 64-cell read's (block costs) did not give.  The calibration's largest
+#: scattered query.
+SAMPLE_READ_BIG_CELLS = 2**18
 #: Clamp of an operator's own decode factor (measured / predicted on its sample).
 OWN_FACTOR_RANGE = (0.2, 50.0)
 #: Beyond this factor (or below its inverse) between reading an operator's own sample

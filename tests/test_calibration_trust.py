@@ -265,3 +265,42 @@ def test_a_fresh_process_prices_its_first_r_tree_read_with_the_library_import(pr
     assert not loaded
     assert cold == pytest.approx(warm + calibration["rtree_cold_s"], rel=1e-6)
     assert plan == pytest.approx(warm, rel=1e-6) and one_cold == one_plan
+
+
+def test_the_calibration_measures_a_fresh_trace_process(calibration):
+    """A child process traced the calibration's own lineage, and its first pass cost
+    more than its later ones: the first uses (lineage store, readers) and each step's
+    first runs.  A child that failed would leave both at zero."""
+    assert calibration["trace_first_s"] > 0
+    assert calibration["fresh_step_s"] >= 0.0
+    from subzero.optimizer.calibration import well_formed
+    assert well_formed(calibration)
+    assert not well_formed({**calibration, "fresh_step_s": float("nan")})
+
+
+def test_a_plan_reports_steps_as_a_fresh_process_pays_them_and_chooses_alike(profiled,
+                                                                            calibration):
+    """The plan's per-query prices add what a fresh process pays for each stored read,
+    and report the trace's first uses beside them; what it chooses does not change."""
+    warm = {**copy.deepcopy(calibration), "fresh_step_s": 0.0, "trace_first_s": 0.0}
+    fresh = {**copy.deepcopy(calibration), "fresh_step_s": 1e-5, "trace_first_s": 0.03}
+    plans, host = [], os.uname().nodename
+    try:
+        for cal in (warm, fresh):
+            profiled.catalog.add_calibration(host, cal["seconds"], cal)
+            plans.append(optimize(profiled, WF, workload=WORKLOAD, max_disk="100MB", save=False))
+    finally:                                  # the module's other tests see the real one
+        profiled.catalog.add_calibration(host, calibration["seconds"], calibration)
+    a, b = plans
+    assert a.strategies == b.strategies
+    assert a.first_use_s == 0.0 and b.first_use_s == pytest.approx(0.03)
+    assert "once per trace process" in b.table() and "once per trace" not in a.table()
+    assert set(a.queries) == set(b.queries)
+    reads = {}                 # per query, its stored reads: what it pays 10 us more for
+    for name, s in a.queries.items():
+        k = (b.queries[name] - s) / 1e-5
+        assert k == pytest.approx(round(k), abs=1e-3) and 0 <= round(k) <= 4, (name, k)
+        reads[name] = round(k)
+    assert sum(reads.values()) >= len(reads)        # every genomics query reads lineage
+    assert b.query_s > a.query_s and b.priced_s >= b.query_s
+

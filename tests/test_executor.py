@@ -192,7 +192,7 @@ def test_deadline_source_reads_in_chunks_like_one_read_and_gives_up_late(store):
         assert timed.progress() is None
         assert np.array_equal(timed.all_pairs("b"), pids)
         timed.CHUNK = 3                        # growing chunks, each with its own payload table
-        timed._room = lambda: lambda done: 0.0   # never more than the growing pieces
+        timed._room = lambda share: lambda done: 0.0   # never more than the growing pieces
         chunked = timed.records("b", pids, ["key", "pay"])
         for got, want in zip(chunked["key"], one["key"]):
             assert np.array_equal(got, want)
@@ -229,7 +229,7 @@ def test_timed_pieces_grow_cover_everything_once_and_merge_to_one_lookup(store):
     rest = list(growing_chunks(1000, 10, room=lambda done: 1.0 if done >= 0.03 else 0.0))
     assert rest == [(0, 10), (10, 30), (30, 1000)]
     wide = list(growing_chunks(1000, 10, most=8, room=lambda done: 0.25 if done < 0.5 else 0.0))
-    assert [b - a for a, b in wide] == [10, 250, 250] + [80] * 6 + [10]
+    assert [b - a for a, b in wide] == [250, 250, 40] + [80] * 5 + [60]   # room from the start
     assert list(growing_chunks(0, 10)) == []
     _run, lineage, reader = _shifted_reader(store)
     try:
@@ -237,7 +237,7 @@ def test_timed_pieces_grow_cover_everything_once_and_merge_to_one_lookup(store):
         want = reader.lookup("b", q)
         timed = TimedSource(reader, ReadBudget(after=float("inf")), 50)
         timed.QUERY_CHUNK = 1                  # pieces of 1, 2, 4, ... cells
-        timed._room = lambda: lambda done: 0.0
+        timed._room = lambda share: lambda done: 0.0
         got = timed.lookup("b", q)
         assert len(want) > 1 and np.array_equal(got, want) and np.all(np.diff(got) > 0)
         calls = []
@@ -253,6 +253,9 @@ def test_timed_pieces_grow_cover_everything_once_and_merge_to_one_lookup(store):
         free = TimedSource(Counted(), ReadBudget(after=60.0), 50)
         free.QUERY_CHUNK = 1
         assert np.array_equal(free.lookup("b", q), want) and calls == [1, 49]
+        calls.clear()
+        # the read's next call starts at the read's own rate: within `after`, one piece
+        assert np.array_equal(free.lookup("b", q), want) and calls == [50]
         calls.clear()
         tight = TimedSource(Counted(), ReadBudget(after=0.0, reexec=1e9), 50)
         tight.QUERY_CHUNK = 1

@@ -223,3 +223,31 @@ def test_sample_reads_of_big_pairs_ask_fewer_cells_and_scan_once_when_slow(tmp_p
         assert index[1]["cells_out"] == 4000
     else:                                      # an input cell names one output cell: cheap
         assert index[1]["cells_in"] == 64 and index[1]["cells_out"] >= 1
+
+
+def test_sample_index_read_is_also_timed_big_and_big_queries_take_its_factor(tmp_path):
+    """Cheap FullOne index reads are timed a third time, with up to
+    ``SAMPLE_READ_BIG_CELLS`` of the sample's keys (the factor of a query of 10^5 cells
+    is not the 64-cell one's); a scan is not, nor an R-tree (FullMany) index, whose
+    cost per probe its 64-cell read measured."""
+    from subzero.optimizer.sampleread import SAMPLE_READ_BIG_CELLS
+    shape = (12 * 40, 50)                     # 12 pairs of 2,000 input cells
+    op = Groups()
+    for direction, big, enc in ((Direction.FORWARD, min(SAMPLE_READ_BIG_CELLS, 24_000), "fullone"),
+                                (Direction.BACKWARD, None, "fullone"),
+                                (Direction.FORWARD, None, "fullmany")):    # R-tree: per probe
+        s = Strategy(Mode.FULL, enc, direction)
+        _out, full, _pay, _ctx = run_operator("op", op, [np.ones(shape)], (s,))
+        prof = Profiler(tmp_path / f"scratch-{direction.value}-{enc}")
+        try:
+            got = prof._encode("op", op, s, full, (12,), [shape])
+        finally:
+            prof.close()
+        index = [r for r in got["sample"]["reads"] if r["backward"] == s.backward]
+        scans = [r for r in got["sample"]["reads"] if r["backward"] != s.backward]
+        assert len(scans) == 2
+        if big is None:         # 12 output cells (64 asks all of them), or an R-tree
+            assert [r["cells_in"] for r in index] == [1, 12 if s.backward else 64]
+        else:                   # 24,000 input keys (at most that many), one output cell each
+            assert [r["cells_in"] for r in index] == [1, 64, big]
+            assert 1 <= index[2]["cells_out"] <= 12 and index[2]["seconds"] > 0
