@@ -226,11 +226,12 @@ def test_a_workload_times_each_query_from_nothing_decoded(runs, queries, referen
     every block decoded; a workload's later queries must not start from that (their
     time would be the file order's), unless ``warm`` asks for a session's total."""
     run = runs["FullOne"]
-    run.executor().clear_cache()
-    seen, trace = [], run.trace
+    run.executor().clear_cache(close=True)
+    seen, opened, trace = [], [], run.trace
 
     def spy(*args, **kw):
         seen.append(_decoded(run))
+        opened.append(run.executor()._lineage is not None)
         return trace(*args, **kw)
     monkeypatch.setattr(run, "trace", spy)
     rows = run_workload(run, queries, record=False, warm=warm)
@@ -240,8 +241,12 @@ def test_a_workload_times_each_query_from_nothing_decoded(runs, queries, referen
     assert _decoded(run) > 0 and seen[0] == 0
     if warm:
         assert min(seen[1:]) > 0, seen
-    else:
+        assert opened == [False, True, True, True]
+    else:                  # nothing decoded, nothing mapped: each query opens the lineage
         assert seen == [0, 0, 0, 0], seen
+        assert opened == [False] * 4
+        assert all(r["result"].steps[0].cold for r in rows if r["result"].steps
+                   and r["result"].steps[0].method.startswith("stored:"))
 
 
 def test_cli_run_and_workload_trace(tmp_path, cli, monkeypatch):

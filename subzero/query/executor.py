@@ -117,6 +117,7 @@ class Executor:
             MethodTable(view.strategies, self._operator) if view.untrusted is None
             else DataOnlyMethods(view.strategies))
         self._lineage: LineageStore | None = None
+        self._release: weakref.finalize | None = None
         self._readers: dict[tuple[str, Strategy], StrategyReader | ShardedReader] = {}
         self._broken: set[tuple[str, Strategy]] = set()
         self._values: dict[str, np.ndarray | xr.DataArray] = {}
@@ -133,17 +134,27 @@ class Executor:
         """Release the run's lineage store (readers become unusable)."""
         self._readers.clear()
         if self._lineage is not None:
+            if self._release is not None:
+                self._release.detach()
             self._lineage.close()
             self._lineage = None
 
-    def clear_cache(self) -> None:
+    def clear_cache(self, close: bool = False) -> None:
         """Drop decoded lineage blocks, loaded arrays and regions, and what re-runs learnt
-        of the run (statistics, tiles) (cold-query measurements)."""
+        of the run (statistics, tiles) (cold-query measurements).  ``close``: also close
+        the lineage store and its readers, so that the next read maps its pages afresh
+        (the lineage earlier reads touched is otherwise still mapped, and a read of it
+        costs less than the same read of lineage nothing touched); reopening is then a
+        first use again."""
         for r in self._readers.values():
             r.clear_cache()
         self._values.clear()
         self._tile_access.clear()
         self._regions.clear()
+        if close:
+            self.close()
+            self.warmup.forget([k for k in self.warmup.made() if k == "lineage" or (
+                isinstance(k, tuple) and k and k[0] == "reader")])
 
     def trace(self, start: str, cells: ArrayLike, to: str | None = None,
               path: list[tuple[str, int]] | None = None, prefer: str | None = None,
@@ -458,7 +469,8 @@ class Executor:
                 except CorruptLineage as err:   # the whole file: name what this step wanted
                     raise CorruptLineage(f"stored lineage of operator {name!r} ({s}) is "
                                          f"unreadable: {err}") from err
-                weakref.finalize(self, self._lineage.close)   # released with the executor
+                # released with the executor, or by close()
+                self._release = weakref.finalize(self, self._lineage.close)
             lin = self._lineage
             r = self._readers[key] = self.warmup.first(("reader", key), lambda: lin.reader(name, s))
         return r

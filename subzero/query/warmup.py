@@ -14,7 +14,7 @@ that was about to finish.  So the executor runs each such piece of work through
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -51,6 +51,11 @@ class Warmup:
             self._done.add(key)
             self.seconds += time.perf_counter() - t
             self.cpu += time.thread_time() - c
+
+    def forget(self, keys: Iterable[Hashable]) -> None:
+        """Count these first uses as not made yet: what they opened was closed, and the
+        next use opens it again, as a first use."""
+        self._done.difference_update(keys)
 
     def made(self) -> frozenset[Hashable]:
         """The first uses made so far (their keys): what a step no longer pays."""

@@ -247,8 +247,11 @@ def run_workload(run: TracingRun, queries: list[Query], prefer: str | None = Non
                  record: bool = True, warm: bool = False) -> list[dict[str, Any]]:
     """Run every query; returns one row per query (median time of ``repeats``).
 
-    Each query (each repeat) starts from nothing decoded: the lineage blocks and
-    arrays the queries before it loaded are dropped first (the stores stay open).  A
+    Each query (each repeat) starts from nothing decoded and nothing mapped: the
+    lineage blocks and arrays the queries before it loaded are dropped first, and the
+    lineage store is closed (opening it again is the query's first use, as in a
+    process of its own; lineage pages an earlier query had mapped made the same read
+    up to 2x cheaper under one plan than under another at genomics 100x).  A
     workload is a set of questions, and its table says what each costs; otherwise a
     query is fast or slow for what came before it in the file -- under one plan a
     forward scan decodes every block of a backward index and the backward queries
@@ -261,7 +264,7 @@ def run_workload(run: TracingRun, queries: list[Query], prefer: str | None = Non
         times, cpu, own = [], [], []
         for _ in range(max(1, repeats)):
             if not warm:
-                run.executor().clear_cache()
+                run.executor().clear_cache(close=True)
             c0, t0 = time.process_time(), time.perf_counter()
             res = run.trace(q.start, cells, to=q.to, path=q.path, prefer=prefer,
                             shortcut=q.shortcut, record=record)
