@@ -298,8 +298,6 @@ def _fresh_costs(store, runs, wf, rng) -> tuple[float, float]:
     of its own, and is priced from its sample's first read); a plan's query prices
     add it per stored step, and report the first uses beside them ((0.0, 0.0) when the
     child fails)."""
-    import subprocess
-    import sys
     specs = []
     for op, backward, n, prefer, k in FRESH_STEPS:
         start = op if backward else wf.steps[op].inputs[0]
@@ -307,14 +305,9 @@ def _fresh_costs(store, runs, wf, rng) -> tuple[float, float]:
         pick = cells[np.sort(rng.choice(len(cells), n, replace=False))]
         specs.append([start, pick.tolist(), op, prefer, k])
     module = type(wf.steps[FRESH_STEPS[0][0]].operator).__module__
-    try:
-        p = subprocess.run([sys.executable, "-c", _FRESH_CODE, str(store.path),
-                            ",".join(str(r.id) for r in runs), module, json.dumps(specs),
-                            str(FRESH_PASSES)], capture_output=True, text=True, timeout=120)
-        passes = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else None
-    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-        passes = None
-    if not passes or len(passes) < 2:
+    passes = _child_json(_FRESH_CODE, str(store.path), ",".join(str(r.id) for r in runs),
+                         module, json.dumps(specs), str(FRESH_PASSES))
+    if not isinstance(passes, list) or len(passes) < 2:
         return 0.0, 0.0
     first, later = np.asarray(passes[0], float), np.asarray(passes[1:], float)
     one = [k for k, (_, _, n, prefer, _) in enumerate(FRESH_STEPS) if n == 1 and prefer != "map"]
@@ -323,18 +316,26 @@ def _fresh_costs(store, runs, wf, rng) -> tuple[float, float]:
     return max(0.0, float(around.sum())), max(0.0, float(np.median(extra)))
 
 
-def _child_cpu_s(code: str, *args: str) -> float:
-    """The CPU seconds a fresh Python process prints running ``code`` with ``args`` (0.0
-    when it fails): what a command-line trace pays once, for a first use a warm process
-    paid long ago."""
+def _child_json(code: str, *args: str):
+    """What a fresh Python process running ``code`` with ``args`` prints on its last
+    line, read as JSON; None when it fails (the calibration then goes on without what
+    it measured)."""
     import subprocess
     import sys
     try:
         p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                            timeout=120)
-        return max(0.0, float(p.stdout.strip().splitlines()[-1])) if p.returncode == 0 else 0.0
+        return json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else None
     except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-        return 0.0
+        return None
+
+
+def _child_cpu_s(code: str, *args: str) -> float:
+    """The CPU seconds a fresh Python process prints running ``code`` with ``args`` (0.0
+    when it fails): what a command-line trace pays once, for a first use a warm process
+    paid long ago."""
+    got = _child_json(code, *args)
+    return max(0.0, float(got)) if isinstance(got, (int, float)) else 0.0
 
 
 def _rtree_quadratic() -> float:

@@ -409,13 +409,15 @@ def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) ->
         elif r.query is not None:
             of_query[r.query] = of_query.get(r.query, 0.0) + c
 
+    def traced(o, more: float = 0.0, fresh: float = model.fresh_step_s) -> float:
+        """An option's predicted seconds (``more``: its remakes), a stored read as a
+        `subzero trace` pays it (``fresh`` more than the warm model's price)."""
+        return o.predicted + more + (fresh if o.cand is not None else 0.0)
+
     def step_s(k: int, fresh: float = model.fresh_step_s) -> float:
-        """Predicted seconds of step ``k`` under the plan, a stored read as a `subzero
-        trace` pays it (``fresh`` more than the warm model's price)."""
-        return min(o.predicted + extra.get((k, j), 0.0) + (fresh if o.cand is not None else 0.0)
-                   for j, o in enumerate(p.steps[k].options)
+        """Predicted seconds of step ``k`` under the plan."""
+        return min(traced(o, extra.get((k, j), 0.0), fresh) for j, o in enumerate(p.steps[k].options)
                    if o.cand is None or o.cand in chosen)
-    fresh = model.fresh_step_s
     # the pessimistic price the plan was chosen by, in the same terms
     added = sum(st.weight * (step_s(k) - step_s(k, 0.0)) for k, st in enumerate(p.steps))
     op_cost = dict(built.fixed_cost)
@@ -441,8 +443,7 @@ def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) ->
         index = built.step_index.get(qname, [])
         queries[qname] = of_query.get(qname, 0.0) + sum(
             step_s(k) if k is not None else
-            min(o.predicted + (fresh if o.cand is not None else 0.0)
-                for o in opts if o.cand is None or o.cand in chosen)
+            min(traced(o) for o in opts if o.cand is None or o.cand in chosen)
             for (_, opts, _), k in zip(steps, index + [None] * (len(steps) - len(index))))
     blackbox = sum(w * min(o.predicted for o in opts if o.cand is None)
                    for steps in built.query_steps.values() for _, opts, w in steps)

@@ -117,9 +117,14 @@ def _big_size(reads: list[dict], index: bool, keys, n: int) -> int:
         return 1
     second = reads[-1]
     have = keys.size if keys is not None and keys.size else n     # _query draws at most these
-    per_cell = second["cells_out"] / max(second["cells_in"], 1)
-    n = int(min(n, have, SAMPLE_READ_OUT_CELLS // max(per_cell, 1.0)))
+    n = int(min(n, have, _capped(second)))
     return n if n >= 4 * second["cells_in"] else 1
+
+
+def _capped(read: dict) -> float:
+    """The cells a read may ask that would return at most ``SAMPLE_READ_OUT_CELLS``, at
+    the rate ``read`` returned them."""
+    return SAMPLE_READ_OUT_CELLS // max(read["cells_out"] / max(read["cells_in"], 1), 1.0)
 
 
 def _second_size(first: dict, index: bool, n: int) -> int:
@@ -132,5 +137,4 @@ def _second_size(first: dict, index: bool, n: int) -> int:
     of that profile."""
     if not index:
         return 1 if first["seconds"] >= SAMPLE_SCAN_ONCE_S else n
-    per_cell = first["cells_out"] / max(first["cells_in"], 1)
-    return int(min(n, max(2, SAMPLE_READ_OUT_CELLS // max(per_cell, 1.0))))
+    return int(min(n, max(2, _capped(first))))

@@ -247,9 +247,11 @@ SAMPLE_READ_REPEATS = 3
 SAMPLE_READ_OUT_CELLS = 2 * 2**20
 SAMPLE_SCAN_ONCE_S = 0.25
 #: ... and a third index read of this many cells (at most the sample's keys, and fewer
-#: under the same cap on cells returned): the factor of queries of 10^4-10^6 cells,
-#: which the 64-cell read's (block costs) did not give.  The calibration's largest
-#: scattered query.
+#: under the same cap on cells returned; FullOne and PayOne only): the factor of queries
+#: of 10^4-10^6 cells, which the 64-cell read's (block costs) did not give.  With 16,384
+#: (the calibration's largest scattered query) `extract`'s factor at genomics 1,000x
+#: came out 0.65-0.97 against 1.3-1.6 for its 161,000-565,000-cell steps; 262,144 gave
+#: 1.07 there.
 SAMPLE_READ_BIG_CELLS = 2**18
 #: Clamp of an operator's own decode factor (measured / predicted on its sample).
 OWN_FACTOR_RANGE = (0.2, 50.0)

@@ -304,3 +304,23 @@ def test_a_plan_reports_steps_as_a_fresh_process_pays_them_and_chooses_alike(pro
     assert sum(reads.values()) >= len(reads)        # every genomics query reads lineage
     assert b.query_s > a.query_s and b.priced_s >= b.query_s
 
+
+
+def test_a_fresh_process_that_fails_leaves_the_calibration_without_fresh_costs(tmp_path):
+    """The child cannot open the store it is given (here: none there): the calibration
+    goes on with no fresh-process costs, never a crash or a made-up figure."""
+    import numpy as np
+
+    from subzero.optimizer.calibration import _fresh_costs, calibration_workflow
+    wf = calibration_workflow()
+
+    class Run:
+        id = 1
+
+        @staticmethod
+        def shapes():
+            return {"p4": (384, 384), "big": (384, 384)}
+
+    class Gone:
+        path = tmp_path / "no-store"
+    assert _fresh_costs(Gone(), [Run(), Run()], wf, np.random.default_rng(0)) == (0.0, 0.0)
