@@ -496,7 +496,8 @@ def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
     store = subzero.open_store(tmp / "store")
     try:
         with prog.bar("calibrating", obs_weight + sum(share.values())) as advance:
-            profile_workflow(store, wf, inputs=inputs, all_ops=True, read_samples=False)
+            profile_workflow(store, wf, inputs=inputs, all_ops=True, read_samples=False,
+                             beside=False)
             advance(share["profile"])
             phase("profile")
             runs = [(store.run(wf, inputs=inputs, progress=False,

@@ -19,13 +19,23 @@ After each operator runs, the profiler
 * reads each strategy's sample back through its index and by a scan, timed in
   CPU seconds (``sampleread.py``): the operator's own decode rate, which the
   cost model compares with its prediction (calibration is synthetic lineage).
+
+The last two (the pricing, most of a profile's work) run in a forked child beside the
+run on a machine with two cores or more (``Profiler._beside``): the run goes on with
+its next operator meanwhile.  The run's own time (the profile's no-lineage runtime)
+then counts only what the profiler did in the run's process.
 """
 
 from __future__ import annotations
 
+import os
+import pickle
 import shutil
+import signal
+import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +44,7 @@ from subzero.capture.buffer import Pairs, empty_pairs
 from subzero.capture.runner import run_operator, shape_of
 from subzero.engines.lineage import space_stats, store_lineage
 from subzero.engines.stats import OpStats
+from subzero.heap import release
 from subzero.model.cells import csr_take, lengths_to_offsets
 from subzero.model.modes import Mode
 from subzero.model.operator import Operator, lineage_reproducible, reruns
@@ -42,7 +53,15 @@ from subzero.model.workflow import load_workflow
 from subzero.query.reexec import capture_mode
 from subzero.storage.encodings import REC_PAIRS
 from subzero.storage.lineage import LineageStore
-from subzero.tuning import FAST_OP_REPEATS, FAST_OP_S, KEY_BITS, SAMPLE_PAIRS, SMALL_SAMPLE_BYTES
+from subzero.tuning import (
+    FAST_OP_REPEATS,
+    FAST_OP_S,
+    KEY_BITS,
+    PROFILE_BESIDE,
+    PROFILE_BESIDE_MEMORY,
+    SAMPLE_PAIRS,
+    SMALL_SAMPLE_BYTES,
+)
 
 from .sampleread import time_reads
 
@@ -66,19 +85,71 @@ def take_pairs(p: Pairs, rows: np.ndarray) -> Pairs:
     return Pairs(out, off, [c for c, _ in ins], [o for _, o in ins])
 
 
+@dataclass
+class _Job:
+    """One operator's strategies to price: its pairs of each lineage mode, and the
+    profile record (``rec``) they go into."""
+    name: str
+    op: Operator
+    jobs: list[tuple[Mode, Pairs]]
+    out_shape: tuple
+    in_shapes: list
+    rec: dict
+
+
+def _cores() -> int:
+    """The processors this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _room_for(job: _Job) -> bool:
+    """Whether memory left on this machine holds ``PROFILE_BESIDE_MEMORY`` times the
+    job's pairs: the child's samples and reads beside the run's next operator.  Unknown
+    (no /proc/meminfo): no."""
+    need = PROFILE_BESIDE_MEMORY * sum(_pairs_bytes(p) for _m, p in job.jobs)
+    try:
+        with open("/proc/meminfo") as f:
+            avail = next(int(line.split()[1]) * 1024 for line in f
+                         if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return False
+    return need < avail
+
+
+def _pairs_bytes(p: Pairs) -> int:
+    arrays = [p.out, p.out_off, *(p.ins or ()), *(p.in_offs or ())]
+    if p.pay_ids is not None:
+        arrays.append(p.pay_ids)
+    return int(sum(np.asarray(a).nbytes for a in arrays if a is not None))
+
+
 def _sample_rows(n: int, size: int) -> np.ndarray:
     """``size`` pairs in runs of REC_PAIRS spread evenly over all ``n`` (keeps locality)."""
     runs = max(1, size // REC_PAIRS)
     starts = np.linspace(0, n - REC_PAIRS, runs).astype(np.int64)
-    return np.unique((starts[:, None] + np.arange(REC_PAIRS)[None, :]).ravel())
+    # the runs in order, each cut where the next begins: their union without a sort
+    # (np.unique of the runs' rows was 1.9 s of a 28 s budget run of astronomy)
+    lens = np.minimum(np.diff(starts, append=starts[-1] + REC_PAIRS), REC_PAIRS)
+    offs = np.cumsum(lens) - lens
+    return np.repeat(starts - offs, lens) + np.arange(int(lens.sum()), dtype=np.int64)
 
 
 class Profiler:
     """The driver loop's profiling hook (``store.run(..., profiler=...)``, local engine)."""
 
     def __init__(self, scratch: Path, sample_pairs: int = SAMPLE_PAIRS, all_ops: bool = False,
-                 read_samples: bool = True):
+                 read_samples: bool = True, beside: bool = False):
         self.scratch = LineageStore(scratch)
+        self.beside_dir = Path(scratch).with_name(Path(scratch).name + "-beside")
+        #: price strategies in a child process beside the run (``_beside``)
+        self.cores = _cores()
+        self.beside = beside and hasattr(os, "fork") and self.cores >= 2
+        self._queue: list[_Job] = []
+        self._running: list[tuple[int, Path, _Job]] = []
+        self._forks = 0
         self.arrays_dir = Path(scratch).with_name(Path(scratch).name + "-arrays")
         self.read_samples = read_samples
         self.all_ops = all_ops
@@ -89,6 +160,14 @@ class Profiler:
         self._captured = None       # what the operator's own step captured (driver.Captured)
 
     def close(self) -> None:
+        """Release the scratch store; children still pricing (the run failed) are stopped."""
+        for pid, _path, _job in self._running:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+        self._running, self._queue = [], []
         self.scratch.close()
 
     def __call__(self, name: str, op, inputs: list, out, run_s: float, captured=None,
@@ -149,6 +228,7 @@ class Profiler:
         rec["run_s"] = base
         mapped = Mode.MAP in op.supported_modes() and op.has_mapping()
         rec["profiled"] = self.all_ops or not mapped
+        jobs: list[tuple[Mode, Pairs]] = []
         for m in (lineage_modes(op) if rec["profiled"] else []):
             best, pairs, lw = self._time_mode(name, op, inputs, m)
             if pairs is None:
@@ -163,15 +243,113 @@ class Profiler:
                 info["payload_bytes"] = float(lens[pairs.pay_ids].mean())
                 info["payloads"] = int(np.unique(pairs.pay_ids).size)
             rec["modes"][m.value] = info
-            for enc in ENCODINGS[m]:
-                for d in DIRECTIONS:
-                    s = Strategy(m, enc, d)
-                    rec["strategies"][str(s)] = self._encode(name, op, s, pairs, out_shape, in_shapes)
-            if m is not Mode.FULL:        # cells that map_p expands payloads to, per input
-                info["expanded"] = [rec["strategies"][f"{m.value}:{ENCODINGS[m][0]}:forward"]
-                                    ["spaces"].get(f"f{i}", {}).get("key_cells", 0)
-                                    for i in range(len(inputs))]
+            jobs.append((m, pairs))
+        if jobs:
+            job = _Job(name, op, jobs, out_shape, in_shapes, rec)
+            if not self._beside(job):
+                self._merge(job, self._encode_all(job))
         return rec
+
+    def _encode_all(self, job: "_Job") -> dict:
+        """Every candidate strategy of the job's modes, priced on samples of its pairs."""
+        return {str(s): self._encode(job.name, job.op, s, pairs, job.out_shape, job.in_shapes)
+                for m, pairs in job.jobs for enc in ENCODINGS[m] for d in DIRECTIONS
+                for s in (Strategy(m, enc, d),)}
+
+    @staticmethod
+    def _merge(job: "_Job", strategies: dict) -> None:
+        rec = job.rec
+        rec["strategies"].update(strategies)
+        for m, _pairs in job.jobs:
+            if m is not Mode.FULL:        # cells that map_p expands payloads to, per input
+                rec["modes"][m.value]["expanded"] = [
+                    strategies[f"{m.value}:{ENCODINGS[m][0]}:forward"]["spaces"]
+                    .get(f"f{i}", {}).get("key_cells", 0) for i in range(len(job.in_shapes))]
+
+    # -- pricing beside the run ---------------------------------------------------------
+    def _beside(self, job: "_Job") -> bool:
+        """Price ``job``'s strategies in a forked child while the run goes on (False: price
+        them in this process).  The samples' writes and timed reads are most of a
+        profile (11 of 19 s at genomics 1,000x) and one core's work; the run uses one
+        core too, so on two the children's work is hidden behind the operators after
+        it.  Jobs wait in a queue for a free core (one child while the run goes on, one
+        per core once it has ended: :meth:`finish`); a job whose pairs the machine's
+        free memory could not hold ``PROFILE_BESIDE_MEMORY`` times over is priced here
+        instead.  The children time their reads in their own CPU seconds, as this
+        process would."""
+        if not self.beside:
+            return False
+        self._pump(self.cores - 1)
+        self._queue.append(job)
+        self._pump(self.cores - 1)
+        return True
+
+    def _pump(self, limit: int, block: bool = False) -> None:
+        """Merge what finished children sent (waiting for one when ``block``), then start
+        queued jobs while fewer than ``limit`` children run."""
+        for child in list(self._running):
+            pid, _path, _job = child
+            done, status = os.waitpid(pid, 0 if block else os.WNOHANG)
+            if done:
+                self._running.remove(child)
+                self._merge_child(child, status)
+                block = False
+        while self._queue and len(self._running) < max(limit, 1):
+            job = self._queue.pop(0)
+            started = self._fork(job) if _room_for(job) else None
+            if started is None:
+                self._merge(job, self._encode_all(job))
+            else:
+                self._running.append(started)
+
+    def _fork(self, job: "_Job") -> "tuple[int, Path, _Job] | None":
+        """A child pricing ``job`` into a result file of its own: (pid, file, job), or
+        None when no process could be made."""
+        self._forks += 1
+        path = self.beside_dir / f"{self._forks}-{job.name}"
+        path.mkdir(parents=True, exist_ok=True)
+        for f in (sys.stdout, sys.stderr):   # nothing buffered is written twice
+            try:
+                f.flush()
+            except Exception:
+                pass
+        try:
+            pid = os.fork()
+        except OSError:
+            return None
+        if pid == 0:                          # the child: price, write, leave
+            code, out = 0, ("error", "")     # type: int, tuple[str, object]
+            try:
+                release()                     # its own pages, not copies of the parent's
+                self.scratch = LineageStore(path / "scratch")   # never the parent's
+                out = ("ok", self._encode_all(job))
+            except BaseException as e:        # the parent prices the job itself
+                out, code = ("error", f"{type(e).__name__}: {e}"), 1
+            try:
+                (path / "result.part").write_bytes(pickle.dumps(out))
+                os.replace(path / "result.part", path / "result.pkl")
+            finally:
+                os._exit(code)
+        return pid, path, job
+
+    def _merge_child(self, child, status: int) -> None:
+        """What a finished child priced; a child that failed or died has its job priced
+        here instead (a profile never misses an operator)."""
+        _pid, path, job = child
+        try:
+            kind, value = pickle.loads((path / "result.pkl").read_bytes())
+        except Exception:
+            kind, value = "error", f"exit status {status}"
+        shutil.rmtree(path, ignore_errors=True)
+        self._merge(job, value if kind == "ok" else self._encode_all(job))
+
+    def finish(self) -> None:
+        """Every operator priced: the queue drained, a child per core now that the run
+        has ended, and every child waited for."""
+        while self._queue or self._running:
+            self._pump(self.cores)
+            if self._running:
+                self._pump(self.cores, block=True)
 
     def _time_mode(self, name, op, inputs, m: Mode):
         """(seconds, pairs, lwrite seconds) of one run capturing mode ``m``: best of
@@ -282,24 +460,28 @@ def _profiling_strategies(op) -> str:
 
 
 def profile_workflow(store, workflow, params: dict | None = None, inputs: dict | None = None,
-                     progress=None, all_ops: bool = False, read_samples: bool = True) -> dict:
+                     progress=None, all_ops: bool = False, read_samples: bool = True,
+                     beside: bool = PROFILE_BESIDE) -> dict:
     """Run ``workflow`` once in profiling mode; save the profile in the catalog and return it.
 
     ``progress`` as in ``Store.run``: by default the operators done (each profiled as
     it runs) are shown when stderr is a terminal.  ``read_samples=False`` leaves out
     the timed reads of each strategy's sample (the calibration's own profile, whose
-    lineage the calibration reads anyway).
+    lineage the calibration reads anyway).  ``beside``: price the strategies in child
+    processes beside the run (``Profiler._beside``); the calibration, which times the
+    machine itself, says False.
 
     Operators with mapping functions are timed but their stored strategies are not
     priced (the optimizer prefers mapping there) unless ``all_ops``."""
     wf = load_workflow(workflow, dict(params or {}))
     plain = {n: _profiling_strategies(st.operator) for n, st in wf.steps.items()}
     tmp = Path(tempfile.mkdtemp(prefix="subzero-profile-"))
-    prof = Profiler(tmp / "scratch", all_ops=all_ops, read_samples=read_samples)
+    prof = Profiler(tmp / "scratch", all_ops=all_ops, read_samples=read_samples, beside=beside)
     try:
         t0 = time.perf_counter()
         run = store.run(wf, inputs=inputs, strategies=plain, profiler=prof, progress=progress)
         wall = time.perf_counter() - t0
+        prof.finish()
     finally:
         prof.close()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -42,3 +42,21 @@ def steady() -> bool:
     mallopt.restype = ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_BYTES)) and \
         bool(mallopt(M_TRIM_THRESHOLD, HEAP_TRIM_BYTES))
+
+
+def release() -> bool:
+    """Give the free memory of this process's heap back to the system (glibc's
+    ``malloc_trim``), so that what it allocates next comes from fresh pages.  A forked
+    child calls it first: the heap it inherited is shared with its parent page by page,
+    and every block it reused from there would first be copied (the profiler's samples
+    in a child wrote 1.3-2x slower than the same writes in the parent)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = (ctypes.c_size_t,)
+    trim.restype = ctypes.c_int
+    return bool(trim(0))

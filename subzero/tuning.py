@@ -259,6 +259,13 @@ OWN_FACTOR_RANGE = (0.2, 50.0)
 #: and the calibrated prediction, the optimizer keeps that operator's default strategies
 #: in the plan: the model cannot vouch for the others.
 VOUCH_FACTOR = 3.0
+#: A profiling run prices each operator's strategies in a child process beside the
+#: run (on two cores or more, where fork exists) ...
+PROFILE_BESIDE = True
+#: ... when the machine's available memory is above this many times the bytes of the
+#: operator's pairs (the child's samples and reads, beside the run's next operator).
+#: Chosen, not measured: a sample's encoding and its reads hold a few copies of it.
+PROFILE_BESIDE_MEMORY = 6
 #: Operators faster than this (seconds) are timed best of FAST_OP_REPEATS ...
 FAST_OP_S = 0.05
 #: ... runs; a slower one once (its timer noise is small, and re-running a mode that

@@ -60,3 +60,34 @@ def test_the_command_line_makes_its_process_steady(monkeypatch, tmp_path):
     assert cli.main(args) == 2 and calls == []
     monkeypatch.setattr(cli, "_not_waiting_for_threads", lambda code: None)
     assert cli.main() == 2 and calls == [1]
+
+
+RELEASE = """
+import json, sys
+import numpy as np
+from subzero.heap import release, steady
+assert steady()
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+blocks = [np.ones(16 * 2**20 // 8) for _ in range(4)]     # 64 MB of heap, touched
+del blocks                                                # freed, kept by the process
+kept = rss()
+if sys.argv[1] == "release":
+    release()
+print(json.dumps({"freed": kept - rss()}))
+"""
+
+
+@pytest.mark.skipif(not _glibc_with_mallinfo2(), reason="glibc 2.33+ on Linux")
+def test_release_gives_the_kept_heap_back():
+    """A steady process keeps freed heap (its trim threshold); ``release`` -- what a
+    forked profiling child calls before it allocates -- gives it back, so the child's
+    next blocks are fresh pages of its own, not copies of its parent's."""
+    def freed(mode):
+        p = subprocess.run([sys.executable, "-c", RELEASE, mode], capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout.strip().splitlines()[-1])["freed"]
+    assert freed("keep") < 8 * 2**20
+    assert freed("release") >= 48 * 2**20

@@ -1,0 +1,146 @@
+"""Pricing beside the run: a profiling run's candidate strategies are priced in forked
+children while the run goes on (``Profiler._beside``).  The profile must be the one the
+run's own process would make -- the same strategies, bytes, spaces and sample sizes for
+every operator -- whatever a child does: fails, dies, or is still running when the run
+fails.  Timings differ from run to run and are not compared."""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import subzero
+from subzero.optimizer import profile as profmod
+from subzero.optimizer.profile import Profiler, _Job, _sample_rows, profile_workflow
+from subzero.storage.encodings import REC_PAIRS
+
+GENOMICS = str(Path(__file__).resolve().parents[1] / "workflows" / "genomics.py")
+
+needs_two_cores = pytest.mark.skipif(profmod._cores() < 2 or not hasattr(os, "fork"),
+                                     reason="pricing beside the run needs two cores and fork")
+
+
+def _profile(path: Path, beside: bool) -> dict:
+    store = subzero.open_store(path)
+    try:
+        return profile_workflow(store, GENOMICS, params={"replicate": 2}, progress=False,
+                                beside=beside)["ops"]
+    finally:
+        store.close()
+
+
+def _deterministic(ops: dict) -> dict:
+    """What a profile says that does not depend on timing."""
+    out = {}
+    for name, rec in ops.items():
+        out[name] = {
+            "modes": {m: {k: v for k, v in i.items() if k not in ("run_s", "gen_s")}
+                      for m, i in rec["modes"].items()},
+            "strategies": {s: {k: v[k] for k in ("bytes", "spaces", "exact", "sample_frac")
+                               if k in v} | {"reads": [(r["backward"], r["cells_in"],
+                                                        r["cells_out"])
+                                                       for r in (v["sample"] or {}).get("reads", [])]}
+                           for s, v in rec["strategies"].items()}}
+    return out
+
+
+@pytest.fixture(scope="module")
+def in_process(tmp_path_factory):
+    return _deterministic(_profile(tmp_path_factory.mktemp("inproc") / "s", beside=False))
+
+
+def _spy_forks(monkeypatch) -> list:
+    forks = []
+    real = Profiler._fork
+
+    def fork(self, job):
+        child = real(self, job)
+        forks.append(child is not None)
+        return child
+    monkeypatch.setattr(Profiler, "_fork", fork)
+    return forks
+
+
+@needs_two_cores
+def test_priced_beside_the_run_is_the_same_profile(tmp_path, monkeypatch, in_process):
+    forks = _spy_forks(monkeypatch)
+    got = _deterministic(_profile(tmp_path / "s", beside=True))
+    assert forks and all(forks)                 # children priced every profiled operator
+    assert len(forks) == sum(1 for r in got.values() if r["strategies"])
+    assert got == in_process
+    assert any(r["strategies"] for r in got.values())
+
+
+@needs_two_cores
+@pytest.mark.parametrize("how", ["raises", "dies"])
+def test_a_failed_child_is_priced_again_by_the_run(tmp_path, monkeypatch, in_process, how):
+    parent = os.getpid()
+    real = Profiler._encode_all
+
+    def encode_all(self, job):
+        if os.getpid() != parent:               # in a child only
+            if how == "raises":
+                raise MemoryError("injected")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(self, job)
+    monkeypatch.setattr(Profiler, "_encode_all", encode_all)
+    forks = _spy_forks(monkeypatch)
+    got = _deterministic(_profile(tmp_path / "s", beside=True))
+    assert forks and all(forks)
+    assert got == in_process
+
+
+def _job(tmp_path) -> _Job:
+    from subzero.capture.runner import run_operator
+    from subzero.model.modes import Mode
+    from subzero.model.strategy import Direction, Strategy
+    from tests.test_profile_cost import Cellwise
+    op = Cellwise()
+    shape = (20, 30)
+    _out, full, _pay, _ctx = run_operator("op", op, [np.zeros(shape)],
+                                          (Strategy(Mode.FULL, "fullone", Direction.BACKWARD),))
+    rec = {"modes": {"full": {}}, "strategies": {}}
+    return _Job("op", op, [(Mode.FULL, full)], shape, [shape], rec)
+
+
+@needs_two_cores
+def test_children_still_pricing_are_stopped_when_the_run_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(Profiler, "_encode_all", lambda self, job: time.sleep(600))
+    prof = Profiler(tmp_path / "scratch", beside=True)
+    job = _job(tmp_path)
+    assert prof._beside(job)
+    (pid, _path, _j), = prof._running
+    prof.close()                                # what profile_workflow does when the run fails
+    with pytest.raises(ProcessLookupError):     # killed and reaped: no process left
+        os.kill(pid, 0)
+
+
+@needs_two_cores
+def test_a_job_memory_cannot_hold_twice_is_priced_in_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(profmod, "PROFILE_BESIDE_MEMORY", 10**15)
+    forks = _spy_forks(monkeypatch)
+    prof = Profiler(tmp_path / "scratch", beside=True)
+    try:
+        job = _job(tmp_path)
+        assert prof._beside(job)                # queued, then priced here
+        prof.finish()
+    finally:
+        prof.close()
+    assert forks == [] and not prof._running
+    assert set(job.rec["strategies"]) == {"full:fullone:backward", "full:fullone:forward",
+                                          "full:fullmany:backward", "full:fullmany:forward"}
+
+
+def test_sample_rows_are_the_union_of_their_runs():
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(REC_PAIRS, 40 * REC_PAIRS))
+        size = int(rng.choice([rng.integers(1, REC_PAIRS), rng.integers(1, 2 * n)]))
+        runs = max(1, size // REC_PAIRS)
+        starts = np.linspace(0, n - REC_PAIRS, runs).astype(np.int64)
+        want = np.unique((starts[:, None] + np.arange(REC_PAIRS)[None, :]).ravel())
+        got = _sample_rows(n, size)
+        assert got.dtype == want.dtype and np.array_equal(got, want)
