@@ -34,6 +34,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,7 @@ from subzero.query.reexec import capture_mode
 from subzero.storage.encodings import REC_PAIRS
 from subzero.storage.lineage import LineageStore
 from subzero.tuning import (
+    BESIDE_POLL_S,
     FAST_OP_REPEATS,
     FAST_OP_S,
     KEY_BITS,
@@ -85,13 +87,20 @@ def take_pairs(p: Pairs, rows: np.ndarray) -> Pairs:
     return Pairs(out, off, [c for c, _ in ins], [o for _, o in ins])
 
 
+def candidates(m: Mode) -> list[Strategy]:
+    """The stored strategies of mode ``m`` a profile prices, in the profile's order."""
+    return [Strategy(m, enc, d) for enc in ENCODINGS[m] for d in DIRECTIONS]
+
+
 @dataclass
 class _Job:
-    """One operator's strategies to price: its pairs of each lineage mode, and the
-    profile record (``rec``) they go into."""
+    """One strategy of one operator to price: its pairs of the strategy's lineage mode,
+    and the profile record (``rec``) the price goes into."""
     name: str
     op: Operator
-    jobs: list[tuple[Mode, Pairs]]
+    mode: Mode
+    pairs: Pairs
+    strategy: Strategy
     out_shape: tuple
     in_shapes: list
     rec: dict
@@ -107,9 +116,9 @@ def _cores() -> int:
 
 def _room_for(job: _Job) -> bool:
     """Whether memory left on this machine holds ``PROFILE_BESIDE_MEMORY`` times the
-    job's pairs: the child's samples and reads beside the run's next operator.  Unknown
+    job's pairs: the child's sample and reads beside the run's next operator.  Unknown
     (no /proc/meminfo): no."""
-    need = PROFILE_BESIDE_MEMORY * sum(_pairs_bytes(p) for _m, p in job.jobs)
+    need = PROFILE_BESIDE_MEMORY * _pairs_bytes(job.pairs)
     try:
         with open("/proc/meminfo") as f:
             avail = next(int(line.split()[1]) * 1024 for line in f
@@ -149,6 +158,12 @@ class Profiler:
         self.beside = beside and hasattr(os, "fork") and self.cores >= 2
         self._queue: list[_Job] = []
         self._running: list[tuple[int, Path, _Job]] = []
+        self._done: list[tuple[tuple[int, Path, _Job], int]] = []   # children that ended
+        self._here: list[_Job] = []         # jobs to price in this process (no memory)
+        self._limit = self.cores - 1        # children while the run goes on
+        self._lock = threading.Lock()
+        self._feeding = False
+        self._feeder: threading.Thread | None = None
         self._forks = 0
         self.arrays_dir = Path(scratch).with_name(Path(scratch).name + "-arrays")
         self.read_samples = read_samples
@@ -160,14 +175,18 @@ class Profiler:
         self._captured = None       # what the operator's own step captured (driver.Captured)
 
     def close(self) -> None:
-        """Release the scratch store; children still pricing (the run failed) are stopped."""
-        for pid, _path, _job in self._running:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except OSError:
-                pass
-        self._running, self._queue = [], []
+        """Release the scratch store; children still pricing (the run failed) are stopped
+        and nothing more is started."""
+        with self._lock:
+            self._queue.clear()
+            for pid, path, _job in self._running:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                except OSError:
+                    pass
+                shutil.rmtree(path, ignore_errors=True)
+            self._running.clear()
         self.scratch.close()
 
     def __call__(self, name: str, op, inputs: list, out, run_s: float, captured=None,
@@ -228,7 +247,6 @@ class Profiler:
         rec["run_s"] = base
         mapped = Mode.MAP in op.supported_modes() and op.has_mapping()
         rec["profiled"] = self.all_ops or not mapped
-        jobs: list[tuple[Mode, Pairs]] = []
         for m in (lineage_modes(op) if rec["profiled"] else []):
             best, pairs, lw = self._time_mode(name, op, inputs, m)
             if pairs is None:
@@ -243,64 +261,98 @@ class Profiler:
                 info["payload_bytes"] = float(lens[pairs.pay_ids].mean())
                 info["payloads"] = int(np.unique(pairs.pay_ids).size)
             rec["modes"][m.value] = info
-            jobs.append((m, pairs))
-        if jobs:
-            job = _Job(name, op, jobs, out_shape, in_shapes, rec)
-            if not self._beside(job):
-                self._merge(job, self._encode_all(job))
+            for s in candidates(m):             # a job each: children share them out
+                job = _Job(name, op, m, pairs, s, out_shape, in_shapes, rec)
+                if not self._beside(job):
+                    self._merge(job, self._encode_all(job))
         return rec
 
     def _encode_all(self, job: "_Job") -> dict:
-        """Every candidate strategy of the job's modes, priced on samples of its pairs."""
-        return {str(s): self._encode(job.name, job.op, s, pairs, job.out_shape, job.in_shapes)
-                for m, pairs in job.jobs for enc in ENCODINGS[m] for d in DIRECTIONS
-                for s in (Strategy(m, enc, d),)}
+        """The job's strategy priced on samples of its pairs."""
+        s = job.strategy
+        return {str(s): self._encode(job.name, job.op, s, job.pairs, job.out_shape,
+                                     job.in_shapes)}
 
     @staticmethod
-    def _merge(job: "_Job", strategies: dict) -> None:
-        rec = job.rec
-        rec["strategies"].update(strategies)
-        for m, _pairs in job.jobs:
-            if m is not Mode.FULL:        # cells that map_p expands payloads to, per input
-                rec["modes"][m.value]["expanded"] = [
-                    strategies[f"{m.value}:{ENCODINGS[m][0]}:forward"]["spaces"]
-                    .get(f"f{i}", {}).get("key_cells", 0) for i in range(len(job.in_shapes))]
+    def _merge(job: "_Job", priced: dict) -> None:
+        rec, m = job.rec, job.mode
+        rec["strategies"].update(priced)
+        first = f"{m.value}:{ENCODINGS[m][0]}:forward"
+        if m is not Mode.FULL and first in priced:   # cells map_p expands payloads to, per input
+            rec["modes"][m.value]["expanded"] = [
+                priced[first]["spaces"].get(f"f{i}", {}).get("key_cells", 0)
+                for i in range(len(job.in_shapes))]
+        # in the order the candidates are, whichever job was priced first
+        order = {str(c): k for k, c in enumerate(
+            c for mode in LWRITE_MODES for c in candidates(mode))}
+        rec["strategies"] = dict(sorted(rec["strategies"].items(),
+                                        key=lambda kv: order.get(kv[0], len(order))))
 
     # -- pricing beside the run ---------------------------------------------------------
     def _beside(self, job: "_Job") -> bool:
-        """Price ``job``'s strategies in a forked child while the run goes on (False: price
-        them in this process).  The samples' writes and timed reads are most of a
-        profile (11 of 19 s at genomics 1,000x) and one core's work; the run uses one
-        core too, so on two the children's work is hidden behind the operators after
-        it.  Jobs wait in a queue for a free core (one child while the run goes on, one
-        per core once it has ended: :meth:`finish`); a job whose pairs the machine's
-        free memory could not hold ``PROFILE_BESIDE_MEMORY`` times over is priced here
-        instead.  The children time their reads in their own CPU seconds, as this
-        process would."""
+        """Price ``job`` in a forked child while the run goes on (False: price it in this
+        process).  The samples' writes and timed reads are most of a profile (11 of 19 s
+        at genomics 1,000x) and one core's work; the run uses one core too, so on two
+        the children's work is hidden behind the operators after it.  Jobs wait in a
+        queue that a thread of this process feeds to children as they finish (one child
+        while the run goes on, one per core once it has ended: :meth:`finish`); fed only
+        at the next operator's end, the queue stood still through a 2 s operator.  A job
+        whose pairs the machine's free memory could not hold ``PROFILE_BESIDE_MEMORY``
+        times over is priced in this process at the end.  The children time their
+        reads in their own CPU seconds, as this process would."""
         if not self.beside:
             return False
-        self._pump(self.cores - 1)
-        self._queue.append(job)
-        self._pump(self.cores - 1)
+        with self._lock:
+            self._queue.append(job)
+            self._wake()
         return True
 
-    def _pump(self, limit: int, block: bool = False) -> None:
-        """Merge what finished children sent (waiting for one when ``block``), then start
-        queued jobs while fewer than ``limit`` children run."""
-        for child in list(self._running):
-            pid, _path, _job = child
-            done, status = os.waitpid(pid, 0 if block else os.WNOHANG)
-            if done:
-                self._running.remove(child)
-                self._merge_child(child, status)
-                block = False
-        while self._queue and len(self._running) < max(limit, 1):
-            job = self._queue.pop(0)
-            started = self._fork(job) if _room_for(job) else None
-            if started is None:
-                self._merge(job, self._encode_all(job))
-            else:
-                self._running.append(started)
+    def _wake(self) -> None:
+        """Start the feeding thread unless it runs (called with the lock held)."""
+        if not self._feeding:
+            self._feeding = True
+            self._feeder = threading.Thread(target=self._feed, name="subzero-profile-beside",
+                                            daemon=True)
+            self._feeder.start()
+
+    def _feed(self) -> None:
+        """Reap finished children and start queued jobs while fewer than the limit run;
+        return when there is nothing left to do (``_wake`` starts it again)."""
+        while True:
+            with self._lock:
+                for child in list(self._running):
+                    done, status = os.waitpid(child[0], os.WNOHANG)
+                    if done:
+                        self._running.remove(child)
+                        self._done.append((child, status))
+                while self._queue and len(self._running) < self._limit:
+                    job = self._queue.pop(0)
+                    started = self._fork(job) if _room_for(job) else None
+                    if started is None:
+                        self._here.append(job)
+                    else:
+                        self._running.append(started)
+                if not self._running and not self._queue:
+                    self._feeding = False
+                    return
+            time.sleep(BESIDE_POLL_S)
+
+    def finish(self) -> None:
+        """Every operator priced: the queue drained with a child per core now that the
+        run has ended, every child waited for and its prices merged (a child that failed
+        or died has its job priced here), and the jobs no child took priced here."""
+        if self._feeder is not None:
+            with self._lock:
+                self._limit = self.cores
+                self._wake()
+            while self._feeder is not None and self._feeder.is_alive():
+                self._feeder.join(timeout=1.0)
+        done, here = self._done, self._here
+        self._done, self._here = [], []
+        for child, status in done:
+            self._merge_child(child, status)
+        for job in here:
+            self._merge(job, self._encode_all(job))
 
     def _fork(self, job: "_Job") -> "tuple[int, Path, _Job] | None":
         """A child pricing ``job`` into a result file of its own: (pid, file, job), or
@@ -342,14 +394,6 @@ class Profiler:
             kind, value = "error", f"exit status {status}"
         shutil.rmtree(path, ignore_errors=True)
         self._merge(job, value if kind == "ok" else self._encode_all(job))
-
-    def finish(self) -> None:
-        """Every operator priced: the queue drained, a child per core now that the run
-        has ended, and every child waited for."""
-        while self._queue or self._running:
-            self._pump(self.cores)
-            if self._running:
-                self._pump(self.cores, block=True)
 
     def _time_mode(self, name, op, inputs, m: Mode):
         """(seconds, pairs, lwrite seconds) of one run capturing mode ``m``: best of

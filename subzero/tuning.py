@@ -266,6 +266,8 @@ PROFILE_BESIDE = True
 #: operator's pairs (the child's samples and reads, beside the run's next operator).
 #: Chosen, not measured: a sample's encoding and its reads hold a few copies of it.
 PROFILE_BESIDE_MEMORY = 6
+#: ... a thread checks this often (seconds) for a child that has ended, to start the next
+BESIDE_POLL_S = 0.005
 #: Operators faster than this (seconds) are timed best of FAST_OP_REPEATS ...
 FAST_OP_S = 0.05
 #: ... runs; a slower one once (its timer noise is small, and re-running a mode that
