@@ -234,8 +234,13 @@ def test_a_workload_times_each_query_from_nothing_decoded(runs, queries, referen
         opened.append(run.executor()._lineage is not None)
         return trace(*args, **kw)
     monkeypatch.setattr(run, "trace", spy)
+    import subzero.query.workload as workload
+    released, release = [], workload.release
+    monkeypatch.setattr(workload, "release", lambda: released.append(len(seen)) or release())
     rows = run_workload(run, queries, record=False, warm=warm)
     assert [r["name"] for r in rows] == ["FQ0", "FQ1", "BQ0", "BQ1"]
+    # the heap earlier queries freed goes back before each query: it faults in its own
+    assert released == ([] if warm else [0, 1, 2, 3])
     for row in rows:
         assert np.array_equal(row["result"].cells, reference[row["name"]]), row["name"]
     assert _decoded(run) > 0 and seen[0] == 0

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from subzero.errors import QueryError, WorkloadError
+from subzero.heap import release
 from subzero.model.cells import outside, union_of_boxes
 from subzero.query.trace import TraceResult
 
@@ -251,7 +252,13 @@ def run_workload(run: TracingRun, queries: list[Query], prefer: str | None = Non
     lineage blocks and arrays the queries before it loaded are dropped first, and the
     lineage store is closed (opening it again is the query's first use, as in a
     process of its own; lineage pages an earlier query had mapped made the same read
-    up to 2x cheaper under one plan than under another at genomics 100x).  A
+    up to 2x cheaper under one plan than under another at genomics 100x), and the
+    memory earlier queries freed is given back to the system (``heap.release``): the
+    query faults in pages of its own, as a process of its own does, where it reused
+    those of the queries before it -- under the defaults genomics' forward queries
+    scan whole indexes first and BQ0 after them ran on their pages, under a plan
+    whose forward queries are small it faulted its own in, and the same two reads
+    took 1.4x as long at 1,000x.  A
     workload is a set of questions, and its table says what each costs; otherwise a
     query is fast or slow for what came before it in the file -- under one plan a
     forward scan decodes every block of a backward index and the backward queries
@@ -265,6 +272,7 @@ def run_workload(run: TracingRun, queries: list[Query], prefer: str | None = Non
         for _ in range(max(1, repeats)):
             if not warm:
                 run.executor().clear_cache(close=True)
+                release()
             c0, t0 = time.process_time(), time.perf_counter()
             res = run.trace(q.start, cells, to=q.to, path=q.path, prefer=prefer,
                             shortcut=q.shortcut, record=record)
