@@ -266,6 +266,9 @@ PROFILE_BESIDE = True
 #: operator's pairs (the child's samples and reads, beside the run's next operator).
 #: Chosen, not measured: a sample's encoding and its reads hold a few copies of it.
 PROFILE_BESIDE_MEMORY = 6
+#: ... when the pairs of the operator's lineage mode are this many bytes or more (a
+#: smaller job is priced in the run's process: a child costs more than it) ...
+PROFILE_BESIDE_MIN_BYTES = 2**20
 #: ... a thread checks this often (seconds) for a child that has ended, to start the next
 BESIDE_POLL_S = 0.005
 #: Operators faster than this (seconds) are timed best of FAST_OP_REPEATS ...

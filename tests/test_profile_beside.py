@@ -23,6 +23,12 @@ needs_two_cores = pytest.mark.skipif(profmod._cores() < 2 or not hasattr(os, "fo
                                      reason="pricing beside the run needs two cores and fork")
 
 
+@pytest.fixture(autouse=True)
+def every_job_beside(monkeypatch):
+    """These cases' pairs are small: price them beside the run all the same."""
+    monkeypatch.setattr(profmod, "PROFILE_BESIDE_MIN_BYTES", 0)
+
+
 def _profile(path: Path, beside: bool) -> dict:
     store = subzero.open_store(path)
     try:
@@ -154,3 +160,16 @@ def test_sample_rows_are_the_union_of_their_runs():
         want = np.unique((starts[:, None] + np.arange(REC_PAIRS)[None, :]).ravel())
         got = _sample_rows(n, size)
         assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+@needs_two_cores
+def test_a_small_job_is_priced_in_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(profmod, "PROFILE_BESIDE_MIN_BYTES", 2**30)
+    forks = _spy_forks(monkeypatch)
+    prof = Profiler(tmp_path / "scratch", beside=True)
+    try:
+        job = _job(tmp_path)
+        assert not prof._beside(job)            # the caller prices it at once
+    finally:
+        prof.close()
+    assert forks == [] and not prof._queue
