@@ -32,7 +32,7 @@ def every_job_beside(monkeypatch):
 def _profile(path: Path, beside: bool) -> dict:
     store = subzero.open_store(path)
     try:
-        return profile_workflow(store, GENOMICS, params={"replicate": 2}, progress=False,
+        return profile_workflow(store, GENOMICS, params={"replicate": 1}, progress=False,
                                 beside=beside)["ops"]
     finally:
         store.close()
