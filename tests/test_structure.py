@@ -27,6 +27,9 @@ LAYERS = {
     "subzero.engines": {"subzero.model", "subzero.capture", "subzero.storage"},
     "subzero.runs": {"subzero.model", "subzero.capture", "subzero.storage", "subzero.engines"},
 }
+#: modules every layer may import (docs/architecture.md's "leaves"): they import none of
+#: the layers (the process's allocator, ``subzero.heap``, only ``subzero.tuning``)
+LEAVES = ("subzero.errors", "subzero.tuning", "subzero.version", "subzero.heap")
 #: what no layer of the core may import: the outer layers
 OUTER = ("subzero.api", "subzero.store", "subzero.run", "subzero.cli", "subzero.export",
          "subzero.explore", "subzero.optimizer", "subzero.operators", "subzero.workflows",
@@ -167,15 +170,21 @@ def test_a_package_face_imports_no_package_of_its_own_that_imports_it_back(graph
 
 @pytest.mark.parametrize("layer", list(LAYERS))
 def test_dependencies_point_one_way(graph, layer):
-    allowed = LAYERS[layer] | {layer, "subzero.errors", "subzero.tuning", "subzero.version"}
+    allowed = LAYERS[layer] | {layer, *LEAVES}
     bad = sorted((m, d) for m, deps in graph.items() if _package_of(m) == layer
                  for d in deps if _package_of(d) not in allowed)
     assert bad == [], f"{layer} imports outside its layer: {bad}"
 
 
+def test_the_leaves_import_no_layer(graph):
+    assert graph["subzero.heap"] == {"subzero.tuning"}      # the reader sees them
+    bad = sorted((m, d) for m in LEAVES for d in graph[m] if d not in LEAVES)
+    assert bad == [], f"a leaf imports a layer: {bad}"
+
+
 def test_the_core_never_reaches_the_outer_layers(graph):
     core = ("subzero.model", "subzero.capture", "subzero.coords", "subzero.storage", "subzero.query",
-            "subzero.engines", "subzero.runs", "subzero.errors", "subzero.tuning", "subzero.version")
+            "subzero.engines", "subzero.runs", *LEAVES)
     def within(name: str, places: tuple[str, ...]) -> bool:
         return any(name == p or name.startswith(p + ".") for p in places)
     bad = sorted((m, d) for m, deps in graph.items() if within(m, core)
