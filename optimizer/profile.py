@@ -265,10 +265,10 @@ class Profiler:
             for s in candidates(m):             # a job each: children share them out
                 job = _Job(name, op, m, pairs, s, out_shape, in_shapes, rec)
                 if not self._beside(job):
-                    self._merge(job, self._encode_all(job))
+                    self._merge(job, self._price(job))
         return rec
 
-    def _encode_all(self, job: "_Job") -> dict:
+    def _price(self, job: "_Job") -> dict:
         """The job's strategy priced on samples of its pairs."""
         s = job.strategy
         return {str(s): self._encode(job.name, job.op, s, job.pairs, job.out_shape,
@@ -283,11 +283,6 @@ class Profiler:
             rec["modes"][m.value]["expanded"] = [
                 priced[first]["spaces"].get(f"f{i}", {}).get("key_cells", 0)
                 for i in range(len(job.in_shapes))]
-        # in the order the candidates are, whichever job was priced first
-        order = {str(c): k for k, c in enumerate(
-            c for mode in LWRITE_MODES for c in candidates(mode))}
-        rec["strategies"] = dict(sorted(rec["strategies"].items(),
-                                        key=lambda kv: order.get(kv[0], len(order))))
 
     # -- pricing beside the run ---------------------------------------------------------
     def _beside(self, job: "_Job") -> bool:
@@ -300,9 +295,9 @@ class Profiler:
         at the next operator's end, the queue stood still through a 2 s operator.  A job
         of pairs under ``PROFILE_BESIDE_MIN_BYTES`` is priced here at once (a child's
         fork, store and exit cost more than it: at genomics 1x the budget run took 1.3x
-        the CPU time with every strategy priced in a child).  A job
-        whose pairs the machine's free memory could not hold ``PROFILE_BESIDE_MEMORY``
-        times over is priced in this process at the end.  The children time their
+        the CPU time with every strategy priced in a child).  A job whose pairs the
+        machine's free memory could not hold ``PROFILE_BESIDE_MEMORY`` times over is
+        priced in this process at the end.  The children time their
         reads in their own CPU seconds, as this process would."""
         if not self.beside or _pairs_bytes(job.pairs) < PROFILE_BESIDE_MIN_BYTES:
             return False                      # a small job costs less than a child
@@ -344,19 +339,25 @@ class Profiler:
     def finish(self) -> None:
         """Every operator priced: the queue drained with a child per core now that the
         run has ended, every child waited for and its prices merged (a child that failed
-        or died has its job priced here), and the jobs no child took priced here."""
+        or died has its job priced here), the jobs no child took priced here, and each
+        operator's prices in the candidates' order."""
         if self._feeder is not None:
             with self._lock:
                 self._limit = self.cores
                 self._wake()
-            while self._feeder is not None and self._feeder.is_alive():
+            while self._feeder.is_alive():
                 self._feeder.join(timeout=1.0)
         done, here = self._done, self._here
         self._done, self._here = [], []
         for child, status in done:
             self._merge_child(child, status)
         for job in here:
-            self._merge(job, self._encode_all(job))
+            self._merge(job, self._price(job))
+        order = {str(c): k for k, c in enumerate(
+            c for mode in LWRITE_MODES for c in candidates(mode))}
+        for rec in self.ops.values():   # in the candidates' order, whichever was priced first
+            rec["strategies"] = dict(sorted(rec["strategies"].items(),
+                                            key=lambda kv: order.get(kv[0], len(order))))
 
     def _fork(self, job: "_Job") -> "tuple[int, Path, _Job] | None":
         """A child pricing ``job`` into a result file of its own: (pid, file, job), or
@@ -378,7 +379,7 @@ class Profiler:
             try:
                 release()                     # its own pages, not copies of the parent's
                 self.scratch = LineageStore(path / "scratch")   # never the parent's
-                out = ("ok", self._encode_all(job))
+                out = ("ok", self._price(job))
             except BaseException as e:        # the parent prices the job itself
                 out, code = ("error", f"{type(e).__name__}: {e}"), 1
             try:
@@ -397,7 +398,7 @@ class Profiler:
         except Exception:
             kind, value = "error", f"exit status {status}"
         shutil.rmtree(path, ignore_errors=True)
-        self._merge(job, value if kind == "ok" else self._encode_all(job))
+        self._merge(job, value if kind == "ok" else self._price(job))
 
     def _time_mode(self, name, op, inputs, m: Mode):
         """(seconds, pairs, lwrite seconds) of one run capturing mode ``m``: best of

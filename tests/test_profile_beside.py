@@ -88,15 +88,15 @@ def test_priced_beside_the_run_is_the_same_profile(tmp_path, monkeypatch, in_pro
 @pytest.mark.parametrize("how", ["raises", "dies"])
 def test_a_failed_child_is_priced_again_by_the_run(tmp_path, monkeypatch, in_process, how):
     parent = os.getpid()
-    real = Profiler._encode_all
+    real = Profiler._price
 
-    def encode_all(self, job):
+    def price(self, job):
         if os.getpid() != parent:               # in a child only
             if how == "raises":
                 raise MemoryError("injected")
             os.kill(os.getpid(), signal.SIGKILL)
         return real(self, job)
-    monkeypatch.setattr(Profiler, "_encode_all", encode_all)
+    monkeypatch.setattr(Profiler, "_price", price)
     forks = _spy_forks(monkeypatch)
     got = _deterministic(_profile(tmp_path / "s", beside=True))
     assert forks and all(forks)
@@ -119,7 +119,7 @@ def _job(tmp_path) -> _Job:
 
 @needs_two_cores
 def test_children_still_pricing_are_stopped_when_the_run_fails(tmp_path, monkeypatch):
-    monkeypatch.setattr(Profiler, "_encode_all", lambda self, job: time.sleep(600))
+    monkeypatch.setattr(Profiler, "_price", lambda self, job: time.sleep(600))
     prof = Profiler(tmp_path / "scratch", beside=True)
     job = _job(tmp_path)
     assert prof._beside(job)
