@@ -64,8 +64,10 @@ from .stats import for_run, required
 
 #: The calibration's version: a calibration of another is made again.  7: cold reads
 #: decode their blocks together (``codec.unpack_concat``), which changed what stored
-#: reads cost
-VERSION = 7
+#: reads cost; 8: a backward payload step over pairs of their own payloads calls the
+#: operator's vectorized ``map_p_pairs`` once (``relation.per_payload``), not ``map_p``
+#: per payload
+VERSION = 8
 
 #: The environment variable naming the folder of the user's cache (calibrations)
 CACHE_ENV = "SUBZERO_CACHE_DIR"

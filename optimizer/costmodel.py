@@ -31,6 +31,7 @@ import numpy as np
 from subzero.model.modes import Mode
 from subzero.model.strategy import Strategy, parse_one
 from subzero.query.methods import Mapping, Reexec, Stored
+from subzero.query.relation import per_payload
 from subzero.storage.encodings import KEY_BITS, REC_PAIRS
 from subzero.tuning import (
     CORRECTION_KEYS_CACHED,
@@ -457,7 +458,9 @@ class CostModel:
                      pairs=rb * min(REC_PAIRS, P),       # pairs decoded: cost per pair, not cell
                      box=(runs or q * local) * math.log2(max(P, 2)) if s.many else 0.0)  # probes x depth
             if s.payload and s.backward:
-                f["call"] = touched(hit, u) if info.map_p_batched else \
+                u_hit = touched(hit, u)     # the distinct payloads of the pairs hit
+                f["call"] = u_hit if per_payload(info.map_p_batched, info.map_p_vectorized,
+                                                 hit, u_hit) else \
                     (1.0 if info.map_p_vectorized else hit)
                 f["exp"] = min(hit * expanded / P, max(n_out, 1.0) * 8)
         else:                                              # a full scan of the other index

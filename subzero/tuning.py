@@ -144,6 +144,13 @@ SCAN_PAIRS = 1 << 18
 #: beyond this many such cells (2**20: 8 MB of ids, a key lookup of about a
 #: megapixel) the query covers a good part of the image and it scans every pair.
 REACH_GROWN_CELLS = 1 << 20
+#: A backward step over payload lineage whose operator's ``map_p`` is batched calls it
+#: once per distinct payload; with this many distinct payloads or more, most pairs
+#: with a payload of their own, an operator with a vectorized ``map_p_pairs`` is
+#: called once for every pair instead (subzero.query.relation.per_payload): one box
+#: payload per tile made the calibration's 624 steps call ``map_p`` 174,000 times,
+#: 9.7 of its 34 s.
+PAYLOAD_CALLS_VECTORIZED = 16
 #: Pairs per records() call, and query cells per lookup() call, of a stored read that
 #: runs against the planner's deadline (it checks the clock between calls).
 TIMED_RECORD_PAIRS = 4096

@@ -62,6 +62,7 @@ class OpSpec:
     default: tuple | None = None                        # (kind, offsets per input) for map ops
     check_modes: bool = True                            # emit only the modes ctx asks for
     batched: bool = False                               # map_p_batched
+    pairs_at_once: bool = False                         # its own map_p_pairs (batched only)
     declared: bool = True                               # the op defines output_shape
 
     @property
@@ -344,7 +345,44 @@ class UndeclaredMapSpecOp(_Mapped, UndeclaredSpecOp):
     """An UndeclaredSpecOp with a default relation."""
 
 
+class _PairsAtOnce:
+    """A ``map_p_pairs`` of its own, as a vectorized operator has: a backward step over
+    pairs that mostly have payloads of their own then calls it once for all of them
+    instead of ``map_p`` per payload (``subzero.query.relation.per_payload``), and must
+    answer the same."""
+
+    def map_p_pairs(self, cells, offsets, payloads, pay_ids, i, ctx):
+        shape = ctx.input_shape(i)
+        outs = [np.asarray(self._map_p(cells[offsets[k]:offsets[k + 1]],  # type: ignore[attr-defined]
+                                       payloads[pay_ids[k]], i, shape), np.int64).reshape(-1, len(shape))
+                for k in range(len(offsets) - 1)]
+        owners = [np.full(len(c), k, np.int64) for k, c in enumerate(outs)]
+        if not outs:
+            return np.zeros((0, len(shape)), np.int64), np.zeros(0, np.int64)
+        return np.concatenate(outs), np.concatenate(owners)
+
+
+class PairsSpecOp(_PairsAtOnce, SpecOp):
+    """A SpecOp with its own map_p_pairs."""
+
+
+class PairsMapSpecOp(_PairsAtOnce, MapSpecOp):
+    """A MapSpecOp with its own map_p_pairs."""
+
+
+class PairsUndeclaredSpecOp(_PairsAtOnce, UndeclaredSpecOp):
+    """An UndeclaredSpecOp with its own map_p_pairs."""
+
+
+class PairsUndeclaredMapSpecOp(_PairsAtOnce, UndeclaredMapSpecOp):
+    """An UndeclaredMapSpecOp with its own map_p_pairs."""
+
+
 def make_op(spec: OpSpec) -> UndeclaredSpecOp:
+    if spec.pairs_at_once:
+        if spec.declared:
+            return PairsMapSpecOp(spec) if spec.has_mapping else PairsSpecOp(spec)
+        return PairsUndeclaredMapSpecOp(spec) if spec.has_mapping else PairsUndeclaredSpecOp(spec)
     if spec.declared:
         return MapSpecOp(spec) if spec.has_mapping else SpecOp(spec)
     return UndeclaredMapSpecOp(spec) if spec.has_mapping else UndeclaredSpecOp(spec)

@@ -187,7 +187,8 @@ def op_specs(draw, kind=None, in_shapes=None, out_shape=None, n_inputs=None):
     batched = (not has_bbox) and draw(st.booleans())
     return OpSpec(out_shape, in_shapes, cs, frozenset(modes), default,
                   check_modes=draw(st.booleans()), batched=batched,
-                  declared=draw(st.booleans()))
+                  declared=draw(st.booleans()),
+                  pairs_at_once=batched and draw(st.booleans()))
 
 
 def queries(shape, max_n=12):
@@ -937,13 +938,24 @@ def test_malformed_strategy_is_rejected(tmp_path, spec):
     store.close()
 
 
-@pytest.mark.parametrize("kind", ["full", "pay", "map"])
-def test_large_arrays_cross_block_boundaries(tmp_path, kind, monkeypatch):
+@pytest.mark.parametrize("kind,at_once", [("full", False), ("pay", False), ("map", False),
+                                          ("full", True), ("pay", True)])
+def test_large_arrays_cross_block_boundaries(tmp_path, kind, at_once, monkeypatch):
     """> 4096 cells (several key blocks) and > 2 * REC_PAIRS pairs (several record
     blocks, decoded together when a read first meets them, here three at a time so
-    that batches end between blocks)."""
+    that batches end between blocks).  ``at_once``: the operator has a ``map_p_pairs``
+    of its own, which backward payload steps over these pairs (most with a payload of
+    their own) call once instead of ``map_p`` per payload."""
+    from subzero.query import relation
     from subzero.storage import encodings
     monkeypatch.setattr(encodings, "DECODE_BLOCKS", 3)
+    chosen: list[bool] = []
+    real = relation.per_payload
+
+    def per_payload(*a):
+        chosen.append(real(*a))
+        return chosen[-1]
+    monkeypatch.setattr(relation, "per_payload", per_payload)
     rng = np.random.default_rng({"full": 1, "pay": 2, "map": 3}[kind])
     shape = (70, 70)
     n = size_of(shape)
@@ -960,7 +972,8 @@ def test_large_arrays_cross_block_boundaries(tmp_path, kind, monkeypatch):
               Call("groups", multi, 1, tuple(range(len(multi))), ((),), seed=5))
     modes = {"full": {"full", "pay"}, "pay": {"pay"}, "map": {"map", "comp"}}[kind]
     default = ("shift", ((1, -1),)) if kind == "map" else None
-    spec = OpSpec(shape, (shape,), calls_, frozenset(modes), default, batched=True)
+    spec = OpSpec(shape, (shape,), calls_, frozenset(modes), default, batched=True,
+                  pairs_at_once=at_once)
     strategies = {"full": FULL4 + PAY4, "pay": PAY4, "map": COMP4 + ["map"]}[kind]
     store = subzero.open_store(tmp_path / "s")
     run, used = run_workflow(store, {"op": spec}, {"a": np.zeros(shape, np.float32)},
@@ -978,3 +991,5 @@ def test_large_arrays_cross_block_boundaries(tmp_path, kind, monkeypatch):
                 chk.compare(res, oo.step(chk.accessor(res, prefer)("op", 0, backward), qb,
                                          backward), shape, f"large {backward} {prefer}")
     store.close()
+    if kind != "map":        # both ways of calling the operator were taken, as its kind says
+        assert (False in chosen) == at_once and True in chosen

@@ -35,7 +35,22 @@ from subzero.model.operator import Operator, OperatorContext, own_code
 from subzero.model.reach import grown
 from subzero.model.strategy import Direction
 from subzero.query.sources import PairSource
-from subzero.tuning import REACH_GROWN_CELLS, SCAN_PAIRS
+from subzero.tuning import PAYLOAD_CALLS_VECTORIZED, REACH_GROWN_CELLS, SCAN_PAIRS
+
+
+def per_payload(batched: bool, vectorized: bool, pairs: float, payloads: float) -> bool:
+    """Whether a backward step over ``pairs`` payload pairs of ``payloads`` distinct
+    payloads calls ``map_p`` once per payload (True) or ``map_p_pairs`` once for every
+    pair (False; the operator's vectorized version, or the default's loop per pair).
+
+    A batched ``map_p`` expands each payload once for all the cells that share it, which
+    saves work when many pairs share few payloads; when most pairs have their own
+    (``PAYLOAD_CALLS_VECTORIZED`` or more, fewer than two pairs each) those calls are a
+    Python loop per pair, and a vectorized ``map_p_pairs`` does the same expansion at
+    once.  The cost model prices steps by the same rule."""
+    if not batched:
+        return False
+    return not vectorized or payloads < PAYLOAD_CALLS_VECTORIZED or 2 * payloads <= pairs
 
 
 class StepContext:
@@ -84,9 +99,11 @@ class StepContext:
         shape_in = self.in_shapes[i]
         out_cells = unpack(keys, self.out_shape)
         res = []
-        if self.op.map_p_batched:
+        distinct = unique(pay_ids) if self.op.map_p_batched else None
+        if distinct is not None and per_payload(True, type(self.op).map_p_pairs is not Operator.map_p_pairs,
+                                                n, distinct.size):
             with own_code(self.name, self.op, "map_p"):
-                for pid in unique(pay_ids).tolist():
+                for pid in distinct.tolist():
                     rows = np.flatnonzero(pay_ids == pid)
                     cells = csr_take(out_cells, key_off, rows)
                     res.append(self.checked(self.op.map_p(cells, payloads[pid], i, self.mapctx),
