@@ -179,6 +179,7 @@ SLOW = frozenset({
     "test_optimizer.py::test_budget_sweep_fits_and_cost_falls",
     "test_oracle_property.py::test_many_traced_runs_in_one_process",
     "test_oracle_property.py::test_multi_step_traces_match_composed_oracle",
+    "test_oracle_property.py::test_single_operator_matches_oracle_more",
     "test_rerun.py::test_a_flat_fix_on_the_real_exposures_recomputes_a_few_tiles",
     "test_rerun.py::test_a_rerun_is_a_full_run_on_the_new_inputs",
     "test_rerun.py::test_a_rerun_killed_midway_resumes_or_cleans_and_its_parent_stays_whole",
