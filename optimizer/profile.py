@@ -48,7 +48,7 @@ from subzero.engines.stats import OpStats
 from subzero.heap import release
 from subzero.model.cells import csr_take, lengths_to_offsets
 from subzero.model.modes import Mode
-from subzero.model.operator import Operator, lineage_reproducible, reruns
+from subzero.model.operator import Operator, lineage_reproducible, map_p_vectorized, reruns
 from subzero.model.strategy import DIRECTIONS, ENCODINGS, Direction, Strategy, default_for
 from subzero.model.workflow import load_workflow
 from subzero.query.reexec import capture_mode
@@ -237,7 +237,7 @@ class Profiler:
                "has_mapping": op.has_mapping(),
                "all_to_all": [bool(op.is_all_to_all(i)) for i in range(len(inputs))],
                "map_p_batched": bool(op.map_p_batched),
-               "map_p_vectorized": type(op).map_p_pairs is not Operator.map_p_pairs,
+               "map_p_vectorized": map_p_vectorized(op),
                "deterministic": lineage_reproducible(op), "reruns": reruns(op),
                "reexec_mode": mode.value if mode else None, "modes": {}, "strategies": {}}
         reps = FAST_OP_REPEATS if run_s < FAST_OP_S else 1

@@ -135,18 +135,22 @@ def test_children_still_pricing_are_stopped_when_the_run_fails(tmp_path, monkeyp
         os.kill(pid, 0)
 
 
+@pytest.fixture
+def beside(tmp_path):
+    """A profiler pricing beside the run, closed after the test."""
+    prof = Profiler(tmp_path / "scratch", beside=True)
+    yield prof
+    prof.close()
+
+
 @needs_two_cores
-def test_a_job_memory_cannot_hold_twice_is_priced_in_the_run(tmp_path, monkeypatch):
+def test_a_job_memory_cannot_hold_twice_is_priced_in_the_run(tmp_path, monkeypatch, beside):
     monkeypatch.setattr(profmod, "PROFILE_BESIDE_MEMORY", 10**15)
     forks = _spy_forks(monkeypatch)
-    prof = Profiler(tmp_path / "scratch", beside=True)
-    try:
-        job = _job(tmp_path)
-        assert prof._beside(job)                # queued, then priced here
-        prof.finish()
-    finally:
-        prof.close()
-    assert forks == [] and not prof._running
+    job = _job(tmp_path)
+    assert beside._beside(job)                  # queued, then priced here
+    beside.finish()
+    assert forks == [] and not beside._running
     assert list(job.rec["strategies"]) == ["full:fullmany:forward"]
 
 
@@ -163,13 +167,8 @@ def test_sample_rows_are_the_union_of_their_runs():
 
 
 @needs_two_cores
-def test_a_small_job_is_priced_in_the_run(tmp_path, monkeypatch):
+def test_a_small_job_is_priced_in_the_run(tmp_path, monkeypatch, beside):
     monkeypatch.setattr(profmod, "PROFILE_BESIDE_MIN_BYTES", 2**30)
     forks = _spy_forks(monkeypatch)
-    prof = Profiler(tmp_path / "scratch", beside=True)
-    try:
-        job = _job(tmp_path)
-        assert not prof._beside(job)            # the caller prices it at once
-    finally:
-        prof.close()
-    assert forks == [] and not prof._queue
+    assert not beside._beside(_job(tmp_path))   # the caller prices it at once
+    assert forks == [] and not beside._queue

@@ -451,6 +451,12 @@ def reruns(op: Operator) -> int:
     return 1 if op.deterministic_lineage else 2
 
 
+def map_p_vectorized(op: Operator) -> bool:
+    """Whether ``op`` has a ``map_p_pairs`` of its own (a vectorized ``map_p`` over many
+    pairs), not the default's call of ``map_p`` per pair."""
+    return type(op).map_p_pairs is not Operator.map_p_pairs
+
+
 def lineage_reproducible(op: Operator) -> bool:
     """Whether re-running ``op`` may recompute its lineage: its output is deterministic
     and its lineage is not declared otherwise."""

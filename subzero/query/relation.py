@@ -31,7 +31,7 @@ from subzero.model.cells import (
     unpack,
 )
 from subzero.model.cellset import CellSet
-from subzero.model.operator import Operator, OperatorContext, own_code
+from subzero.model.operator import Operator, OperatorContext, map_p_vectorized, own_code
 from subzero.model.reach import grown
 from subzero.model.strategy import Direction
 from subzero.query.sources import PairSource
@@ -100,8 +100,7 @@ class StepContext:
         out_cells = unpack(keys, self.out_shape)
         res = []
         distinct = unique(pay_ids) if self.op.map_p_batched else None
-        if distinct is not None and per_payload(True, type(self.op).map_p_pairs is not Operator.map_p_pairs,
-                                                n, distinct.size):
+        if distinct is not None and per_payload(True, map_p_vectorized(self.op), n, distinct.size):
             with own_code(self.name, self.op, "map_p"):
                 for pid in distinct.tolist():
                     rows = np.flatnonzero(pay_ids == pid)
