@@ -815,6 +815,51 @@ def _oob_params(direction):
     return out
 
 
+class BadPairsOp(BadPayloadOp):
+    """A payload of its own per pair, a batched map_p that is right and a map_p_pairs of
+    its own that returns cells outside the input: an operator whose vectorized version
+    is wrong."""
+    map_p_batched = True
+
+    def run(self, ctx, a):
+        cells = np.argwhere(np.ones(np.shape(a), bool))
+        ctx.lwrite(cells, payload=[b"X%d" % k for k in range(len(cells))], each=True)
+        return a
+
+    def map_p(self, cells, payload, i, ctx):
+        return cells
+
+    def map_p_pairs(self, cells, offsets, payloads, pay_ids, i, ctx):
+        return np.asarray(cells) + np.asarray(ctx.input_shape(i)), \
+            np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+
+
+@pytest.mark.parametrize("strategy", _oob_params("backward"))
+def test_map_p_pairs_out_of_bounds_is_an_error_backward(tmp_path, strategy, monkeypatch):
+    """The same through a vectorized map_p_pairs (a step over pairs of payloads of their
+    own calls it, not map_p; from 2 distinct payloads here, so that a read's first small
+    batch of pairs takes it too): a LineageError naming map_p, never a silent answer."""
+    from subzero.query import relation
+    monkeypatch.setattr(relation, "PAYLOAD_CALLS_VECTORIZED", 2)
+    calls: list[bool] = []
+    real = relation.per_payload
+
+    def per_payload(*a):
+        calls.append(real(*a))
+        return calls[-1]
+    monkeypatch.setattr(relation, "per_payload", per_payload)
+    store = subzero.open_store(tmp_path / "s")
+    wf = subzero.Workflow("t")
+    wf.add("op", BadPairsOp(), wf.input("a"))
+    with pytest.raises(LineageError, match="map_p.*outside"):
+        run = store.run(wf, inputs={"a": np.zeros((5, 5))}, strategies={"op": strategy},
+                        progress=False)
+        run.trace("op", np.argwhere(np.ones((5, 5), bool)), to="a", record=False)
+    store.close()
+    if strategy.endswith(":backward"):      # its backward step ran, through map_p_pairs (a
+        assert False in calls               # forward index is refused when it is stored)
+
+
 @pytest.mark.parametrize("strategy", _oob_params("backward"))
 def test_map_p_out_of_bounds_is_an_error_backward(tmp_path, strategy):
     """map_p returning cells outside the input must be a LineageError naming map_p,
