@@ -148,8 +148,9 @@ REACH_GROWN_CELLS = 1 << 20
 #: once per distinct payload; with this many distinct payloads or more, most pairs
 #: with a payload of their own, an operator with a vectorized ``map_p_pairs`` is
 #: called once for every pair instead (subzero.query.relation.per_payload): one box
-#: payload per tile made the calibration's 624 steps call ``map_p`` 174,000 times,
-#: 9.7 of its 34 s.
+#: payload per tile made the calibration's 624 steps call ``map_p`` 174,000 times
+#: (9.7 of its 34 s under cProfile, which inflates calls; 0.97x the calibration's wall
+#: time, alternated without it).  Chosen, not measured against other values.
 PAYLOAD_CALLS_VECTORIZED = 16
 #: Pairs per records() call, and query cells per lookup() call, of a stored read that
 #: runs against the planner's deadline (it checks the clock between calls).
