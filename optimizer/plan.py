@@ -70,6 +70,9 @@ class Plan:
     #: the calibration measured it in a fresh process; not in ``query_s``, which prices
     #: the queries
     first_use_s: float = 0.0
+    #: the profiling run this call of ``optimize`` made (None: the store's profile was
+    #: used): a budget run with the same inputs is made from it (:mod:`subzero.runs.planned`)
+    profiled_run: int | None = None
 
     @property
     def drops(self) -> list[str]:
@@ -202,8 +205,13 @@ def _workload(store, model, stats, workload, wf, prog: Progress):
 def optimize(store, workflow, params: dict | None = None, inputs: dict | None = None,
              max_disk=None, max_runtime=None, workload=None, pins=None, name: str | None = None,
              recalibrate: bool = False, reprofile: bool = False, save: bool = True,
-             progress: ProgressArg = None, force: bool = True) -> Plan:
+             progress: ProgressArg = None, force: bool = True,
+             profile_pairs: dict | None = None) -> Plan:
     """Choose every operator's strategies for the workload within the budgets.
+
+    ``profile_pairs``: a dict that, when this call profiles the workflow, receives the
+    pairs of the lineage modes its profiling run did not store (:func:`profile_workflow`'s
+    ``keep_pairs``), for the run made from it (``plan.profiled_run``).
 
     ``force=False`` refuses, before any work, to replace a saved plan of the same name
     (what ``subzero optimize`` does without ``--force``).
@@ -225,9 +233,14 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
     stats = None if reprofile else collect(store, wf.name, wf.params)
     missing = stats is not None and any(
         s.stored and str(s) not in stats.ops[op].strategies for op, ss in pins.items() for s in ss)
+    profiled = None
     if stats is None or missing:
         prog.note(f"profiling workflow {wf.name} (one run that prices every operator's strategies)")
-        profile_workflow(store, wf, inputs=inputs, all_ops=missing or bool(pins), progress=prog.on)
+        got = profile_workflow(store, wf, inputs=inputs, all_ops=missing or bool(pins),
+                               progress=prog.on, keep_pairs=profile_pairs is not None)
+        profiled = got["run_id"]
+        if profile_pairs is not None:
+            profile_pairs.update(got["pairs"])
         stats = collect(store, wf.name, wf.params)
     model = CostModel(cal, required(stats, f"workflow {wf.name}"))
     reserve = arrays_reserve(store, wf, stats) if budgets.max_disk is not None else 0
@@ -270,6 +283,7 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
         built, sol, pins = insured
     plan = _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save=False)
     plan.max_disk, plan.arrays_reserve = whole.max_disk, reserve
+    plan.profiled_run = profiled
     if reserve:
         plan.notes.append(f"{fmt_size(reserve)} of the disk budget is set aside for the "
                           f"workflow's outputs (a run keeps them whatever --keep says); lineage "

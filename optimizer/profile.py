@@ -62,6 +62,8 @@ from subzero.tuning import (
     PROFILE_BESIDE,
     PROFILE_BESIDE_MEMORY,
     PROFILE_BESIDE_MIN_BYTES,
+    PROFILE_KEEP_PAIRS_BYTES,
+    SAMPLE_CELLS,
     SAMPLE_PAIRS,
     SMALL_SAMPLE_BYTES,
 )
@@ -119,7 +121,7 @@ def _room_for(job: _Job) -> bool:
     """Whether memory left on this machine holds ``PROFILE_BESIDE_MEMORY`` times the
     job's pairs: the child's sample and reads beside the run's next operator.  Unknown
     (no /proc/meminfo): no."""
-    need = PROFILE_BESIDE_MEMORY * _pairs_bytes(job.pairs)
+    need = PROFILE_BESIDE_MEMORY * _job_bytes(job)
     try:
         with open("/proc/meminfo") as f:
             avail = next(int(line.split()[1]) * 1024 for line in f
@@ -136,8 +138,32 @@ def _pairs_bytes(p: Pairs) -> int:
     return int(sum(np.asarray(a).nbytes for a in arrays if a is not None))
 
 
+def _job_cells(job: _Job) -> int:
+    """The cells pricing ``job`` handles: its pairs' cells, and for a payload strategy
+    the cells its payloads expand to (its forward index is keyed by them, and a scan of
+    either direction expands them all), as the operator's Full pairs counted them when
+    it has that mode."""
+    cells = job.pairs.n_cells()
+    if job.strategy.payload:
+        full = job.rec.get("modes", {}).get(Mode.FULL.value)
+        if full:
+            cells = max(cells, int(full.get("cells", 0)))
+    return cells
+
+
+def _job_bytes(job: _Job) -> int:
+    """What pricing ``job`` handles, in bytes: its pairs, or the cells of
+    :func:`_job_cells`, whichever is more.  Genomics' ``model`` at 1,000x writes 70
+    payload pairs (2 KB) that expand to 7.7 million cells: weighed by its pairs alone,
+    its four payload strategies were priced in the run's own process."""
+    return max(_pairs_bytes(job.pairs), 8 * _job_cells(job))
+
+
 def _sample_rows(n: int, size: int) -> np.ndarray:
-    """``size`` pairs in runs of REC_PAIRS spread evenly over all ``n`` (keeps locality)."""
+    """``size`` pairs in runs of REC_PAIRS spread evenly over all ``n`` (keeps locality);
+    of fewer than a run's pairs (few pairs of many cells each), spread evenly one by one."""
+    if n < REC_PAIRS:
+        return np.unique(np.linspace(0, n - 1, max(size, 1)).astype(np.int64))
     runs = max(1, size // REC_PAIRS)
     starts = np.linspace(0, n - REC_PAIRS, runs).astype(np.int64)
     # the runs in order, each cut where the next begins: their union without a sort
@@ -151,7 +177,7 @@ class Profiler:
     """The driver loop's profiling hook (``store.run(..., profiler=...)``, local engine)."""
 
     def __init__(self, scratch: Path, sample_pairs: int = SAMPLE_PAIRS, all_ops: bool = False,
-                 read_samples: bool = True, beside: bool = False):
+                 read_samples: bool = True, beside: bool = False, keep_pairs: bool = False):
         self.scratch = LineageStore(scratch)
         self.beside_dir = Path(scratch).with_name(Path(scratch).name + "-beside")
         #: price strategies in a child process beside the run (``_beside``)
@@ -174,6 +200,12 @@ class Profiler:
         self.seconds = 0.0          # time spent profiling (not part of the workflow's runtime)
         self._n = 0
         self._captured = None       # what the operator's own step captured (driver.Captured)
+        #: (operator, mode) -> the pairs of a lineage mode the run did not store, captured
+        #: by re-running the operator (``keep_pairs``): what a run made from the profiling
+        #: run (``subzero.runs.planned``) stores instead of running the operator again
+        self.pairs: dict[tuple[str, str], Pairs] = {}
+        self.keep_pairs = keep_pairs
+        self._kept_bytes = 0
 
     def close(self) -> None:
         """Release the scratch store; children still pricing (the run failed) are stopped
@@ -252,6 +284,7 @@ class Profiler:
             best, pairs, lw = self._time_mode(name, op, inputs, m)
             if pairs is None:
                 pairs = empty_pairs(len(inputs), m is not Mode.FULL)
+            self._keep(name, op, m, pairs)
             # a slow operator's own jitter can hide its lineage work: lwrite time is a floor
             info = {"run_s": best, "gen_s": max(lw, best - base), "pairs": pairs.n,
                     "out_cells": int(pairs.out.size),
@@ -268,11 +301,26 @@ class Profiler:
                     self._merge(job, self._price(job))
         return rec
 
+    def _keep(self, name: str, op, m: Mode, pairs: Pairs) -> None:
+        """Keep ``pairs`` of mode ``m`` for the run made from this one when the run did not
+        store that mode, the operator's lineage is the same on every run of it (pairs
+        from a re-run describe the run's own output), and they fit
+        ``PROFILE_KEEP_PAIRS_BYTES`` with those kept before (else that run runs the
+        operator again for them)."""
+        c = self._captured
+        if not self.keep_pairs or (c is not None and m in c.modes) or not lineage_reproducible(op):
+            return
+        size = _pairs_bytes(pairs) + sum(len(b) for b in (pairs.payloads or ()))
+        if self._kept_bytes + size > PROFILE_KEEP_PAIRS_BYTES:
+            return
+        self._kept_bytes += size
+        self.pairs[(name, m.value)] = pairs
+
     def _price(self, job: "_Job") -> dict:
         """The job's strategy priced on samples of its pairs."""
         s = job.strategy
         return {str(s): self._encode(job.name, job.op, s, job.pairs, job.out_shape,
-                                     job.in_shapes)}
+                                     job.in_shapes, _job_cells(job))}
 
     @staticmethod
     def _merge(job: "_Job", priced: dict) -> None:
@@ -299,7 +347,7 @@ class Profiler:
         machine's free memory could not hold ``PROFILE_BESIDE_MEMORY`` times over is
         priced in this process at the end.  The children time their
         reads in their own CPU seconds, as this process would."""
-        if not self.beside or _pairs_bytes(job.pairs) < PROFILE_BESIDE_MIN_BYTES:
+        if not self.beside or _job_bytes(job) < PROFILE_BESIDE_MIN_BYTES:
             return False                      # a small job costs less than a child
         with self._lock:
             self._queue.append(job)
@@ -448,9 +496,15 @@ class Profiler:
         return time_reads(self.scratch, w["key"], name, op, s, pairs, out_shape, in_shapes,
                           w["spaces"])
 
-    def _encode(self, name, op, s, pairs, out_shape, in_shapes) -> dict:
-        """Bytes, write seconds and space sizes of ``s`` over all pairs, from a sample."""
+    def _encode(self, name, op, s, pairs, out_shape, in_shapes, cells: int = 0) -> dict:
+        """Bytes, write seconds and space sizes of ``s`` over all pairs, from a sample of
+        at most ``sample_pairs`` pairs and ``SAMPLE_CELLS`` of the ``cells`` they handle
+        (:func:`_job_cells`), never fewer than 4 pairs."""
         n, size = pairs.n, self.sample_pairs
+        cells = max(cells, pairs.n_cells())
+        if cells > SAMPLE_CELLS:            # few pairs of many cells each: sampled by cells
+            size = min(size, max(4, int(n * SAMPLE_CELLS / cells)))
+        capped = size < min(n, self.sample_pairs)
         while True:
             if n <= size:
                 w = self._write(name, op, s, pairs, out_shape, in_shapes)
@@ -460,7 +514,7 @@ class Profiler:
             rows = _sample_rows(n, size)
             sample = take_pairs(pairs, rows)
             big = self._write(name, op, s, sample, out_shape, in_shapes)
-            if big["bytes"] >= SMALL_SAMPLE_BYTES:
+            if big["bytes"] >= SMALL_SAMPLE_BYTES or capped:
                 break
             # a few LMDB pages extrapolate badly; small lineage is cheap to encode.  Grow
             # straight to the size whose bytes should reach SMALL_SAMPLE_BYTES (at least
@@ -510,7 +564,7 @@ def _profiling_strategies(op) -> str:
 
 def profile_workflow(store, workflow, params: dict | None = None, inputs: dict | None = None,
                      progress=None, all_ops: bool = False, read_samples: bool = True,
-                     beside: bool = PROFILE_BESIDE) -> dict:
+                     beside: bool = PROFILE_BESIDE, keep_pairs: bool = False) -> dict:
     """Run ``workflow`` once in profiling mode; save the profile in the catalog and return it.
 
     ``progress`` as in ``Store.run``: by default the operators done (each profiled as
@@ -518,17 +572,24 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
     the timed reads of each strategy's sample (the calibration's own profile, whose
     lineage the calibration reads anyway).  ``beside``: price the strategies in child
     processes beside the run (``Profiler._beside``); the calibration, which times the
-    machine itself, says False.
+    machine itself, says False.  ``keep_pairs``: return, as ``"pairs"``, the pairs of
+    the lineage modes the run did not store (``Profiler.pairs``), for a run made from
+    this one; the run then keeps every array (that run links them rather than making
+    again those ``--keep auto`` would drop).
 
     Operators with mapping functions are timed but their stored strategies are not
     priced (the optimizer prefers mapping there) unless ``all_ops``."""
     wf = load_workflow(workflow, dict(params or {}))
     plain = {n: _profiling_strategies(st.operator) for n, st in wf.steps.items()}
     tmp = Path(tempfile.mkdtemp(prefix="subzero-profile-"))
-    prof = Profiler(tmp / "scratch", all_ops=all_ops, read_samples=read_samples, beside=beside)
+    prof = Profiler(tmp / "scratch", all_ops=all_ops, read_samples=read_samples, beside=beside,
+                    keep_pairs=keep_pairs)
     try:
         t0 = time.perf_counter()
-        run = store.run(wf, inputs=inputs, strategies=plain, profiler=prof, progress=progress)
+        # a run made from this one takes its arrays: kept, they are linked, not made again
+        more = {"keep": "all"} if keep_pairs else {}
+        run = store.run(wf, inputs=inputs, strategies=plain, profiler=prof, progress=progress,
+                        **more)
         wall = time.perf_counter() - t0
         prof.finish()
     finally:
@@ -539,4 +600,4 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
                  for o in run.ops())
     base_s = max(wall - prof.seconds - stored, 1e-6)
     store.catalog.add_profile(run.id, wf.name, wf.params, base_s, prof.ops)
-    return {"run_id": run.id, "base_s": base_s, "ops": prof.ops}
+    return {"run_id": run.id, "base_s": base_s, "ops": prof.ops, "pairs": prof.pairs}

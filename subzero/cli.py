@@ -148,12 +148,15 @@ def cmd_run(a) -> int:
     try:
         if a.inputs_from:
             return _run_many(store, a, request)
-        plan = _run_plan(store, a)
+        plan = _run_plan(a)
         run = store.run(a.workflow, inputs=_kv(a.input, "--input"),
                         strategies=_kv(a.strategy, "--strategy"), params=_params(a.param),
                         capture=not a.no_lineage, progress=None if not a.json else False,
                         engine=request.engine, master=request.master, conf=request.conf,
                         tile=a.tile, log=_spark_log(a), plan=plan, max_disk=a.max_disk,
+                        max_runtime=None if plan else a.max_runtime,
+                        workload=None if plan else a.workload,
+                        on_plan=None if a.json else (lambda p: print(p.table())),
                         announce=None if a.json or a.quiet else _say, **_keep_args(a))
         _report_run(store, run, a, "complete")
     finally:
@@ -336,24 +339,16 @@ def cmd_fsck(a) -> int:
     return EXIT_USER if left else 0
 
 
-def _run_plan(store, a) -> str | None:
-    """``run --plan NAME``, or ``run --max-disk/--max-runtime``: optimize first (the plan
-    is printed and saved), then run with it."""
+def _run_plan(a) -> str | None:
+    """``run --plan NAME`` (its name), or ``run --max-disk/--max-runtime`` (None: the run
+    optimizes first, and its plan is printed and saved), checked."""
     budgeted = a.max_disk is not None or a.max_runtime is not None
     if (a.plan or budgeted) and (a.strategy or a.no_lineage or a.inputs_from):
         raise SubZeroError("--plan, --max-disk and --max-runtime choose the strategies; they "
                            "cannot be combined with --strategy, --no-lineage or --inputs-from")
     if a.plan and a.max_runtime is not None:
         raise SubZeroError("--max-runtime optimizes a new plan; give it without --plan")
-    if a.plan or not budgeted:
-        return a.plan
-    from subzero.optimizer import optimize  # lazy: the optimizer builds on subzero
-    plan = optimize(store, a.workflow, params=_params(a.param), inputs=_kv(a.input, "--input"),
-                    max_disk=a.max_disk, max_runtime=a.max_runtime, workload=a.workload,
-                    progress=False if a.json else None)
-    if not a.json:
-        print(plan.table())
-    return plan.name
+    return a.plan
 
 
 def _planner(run, a):

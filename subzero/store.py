@@ -171,26 +171,43 @@ class Store:
         or inputs big enough that Spark pays; see :mod:`subzero.engines.choice`)
         and tells ``announce`` the choice in one line.  ``max_disk`` and
         ``max_runtime`` without a ``plan`` optimize first (the ``optimizer``
-        package; ``workload`` is its query workload) and run with the new plan.
+        package; ``workload`` is its query workload) and run with the new plan; when
+        that profiled the workflow (a first budget run of it in this store), the run is
+        made from the profiling run (:mod:`subzero.runs.planned`): only lineage the plan
+        keeps in another mode is computed again.
         The stored lineage never exceeds the disk budget: an operator that would
         overflow it is downgraded, with a warning and a catalog entry.
 
         A run is atomic: it is complete, with every array and all its lineage, or
         it is failed and leaves nothing behind but its catalog row.
         """
-        from subzero.runs import launch
+        from subzero.runs import launch, planned
         from subzero.runs.options import RunOptions
         opts = RunOptions.of(options, **given)
         opts.engine_request().check()
         self.require_writable("a run")
+        # the profiling run this call makes, and the pairs of modes it did not store
+        profiled: int | None = None
+        pairs: dict[tuple[str, str], Any] = {}
         if opts.budgeted:
             from subzero.optimizer import optimize  # lazy: the optimizer depends on subzero, not back
             plan = optimize(self, workflow, params=None if opts.params is None else dict(opts.params),
                             inputs=None if inputs is None else dict(inputs), max_disk=opts.max_disk,
-                            max_runtime=opts.max_runtime, workload=opts.workload).as_dict()
-            opts = RunOptions.of(opts, plan=plan)
+                            max_runtime=opts.max_runtime, workload=opts.workload,
+                            progress=False if opts.progress is False else None,
+                            profile_pairs=pairs if planned.can_make_from(opts) else None)
+            if opts.on_plan is not None:
+                opts.on_plan(plan)
+            profiled = plan.profiled_run
+            opts = RunOptions.of(opts, plan=plan.as_dict())
         with full_disk_named(self.path, "a run"):
-            run_id, wf = launch.start(self.catalog, self.runs_dir, workflow, inputs, opts)
+            if profiled is not None and planned.can_make_from(opts):
+                parent = self.get(profiled)     # the same inputs, profiled by this call
+                run_id, wf = planned.make_from(self.catalog, self.runs_dir, parent, opts,
+                                               planned.parent_times(parent.ops()), pairs)
+                pairs.clear()
+            else:
+                run_id, wf = launch.start(self.catalog, self.runs_dir, workflow, inputs, opts)
         self._workflows[run_id] = wf
         run = self.get(run_id)
         unlabelled = run.unlabelled()

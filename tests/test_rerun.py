@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as hs
-from relations import stored_relation
+from relations import same
 
 from subzero import ExactMedian, Mode, Operator, Workflow, stencil
 from subzero.errors import UntrustedRun
@@ -104,17 +104,6 @@ def data(seed=3):
     x = rng.normal(0, 1, SHAPE)
     x[10:13, 20:23] = 6.0                     # spikes
     return x, rng.normal(0, 1, SHAPE)
-
-
-def same(a, b):
-    """Every array bit for bit, and the stored lineage relation."""
-    assert sorted(a.array_names()) == sorted(b.array_names())
-    for n in b.array_names():
-        sl = tuple(slice(0, s) for s in b.shapes()[n])
-        va, vb = a.read_region(n, sl), b.read_region(n, sl)
-        assert va.dtype == vb.dtype and va.shape == vb.shape, n
-        assert va.tobytes() == vb.tobytes(), f"array {n} differs"
-    assert stored_relation(a) == stored_relation(b)
 
 
 def edited(x, kind, where, size, scale):

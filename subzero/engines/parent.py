@@ -55,6 +55,10 @@ class Parent:
     statistics: Mapping[str, str] = dataclasses.field(default_factory=dict)
     #: per operator, the digest of the file of its statistic's merged states
     rounds: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: (operator, mode) -> pairs of a lineage mode the parent did not store, captured in
+    #: this process from a run of the operator on the parent's inputs (its profiler's:
+    #: :mod:`subzero.runs.planned`); used where the parent has no strategy of that mode
+    side: Mapping[tuple[str, str], Pairs] = dataclasses.field(default_factory=dict)
 
     @property
     def dir(self) -> Path:
@@ -72,12 +76,21 @@ class Parent:
         pay_modes = modes & {Mode.PAY, Mode.COMP}
         if len(pay_modes) > 1:
             raise ParentUnavailable(f"{op!r} captures both Pay and Comp pairs")
-        if self.lineage is None:
+        if self.lineage is None and any((op, m.value) not in self.side for m in modes):
             raise ParentUnavailable(f"run {self.run_id} stored no lineage")
         full = pay = None
         for mode in modes:
+            given = self.side.get((op, mode.value))
+            if given is not None and not self._has(op, mode):
+                got = _cut_pairs(given, keep)
+                if mode is Mode.FULL:
+                    full = got
+                else:
+                    pay = got
+                continue
             try:
                 s = self._stored(op, mode)
+                assert self.lineage is not None      # _stored found a strategy in it
                 reader = self.lineage.reader(op, s)
                 got = _read_pairs(reader, s.payload, n_inputs, keep) \
                     if s.direction is Direction.BACKWARD else _read_forward(reader, n_inputs, keep)
@@ -89,6 +102,14 @@ class Parent:
             else:
                 pay = got
         return full, pay
+
+    def _has(self, op: str, mode: Mode) -> bool:
+        """Whether the parent keeps a strategy of ``mode`` for ``op`` pairs can be read from."""
+        try:
+            self._stored(op, mode)
+        except ParentUnavailable:
+            return False
+        return True
 
     def _stored(self, op: str, mode: Mode) -> Strategy:
         """The parent's strategy of ``mode`` to read pairs back from: a backward one (a
@@ -112,6 +133,17 @@ def _cut(cells: np.ndarray, off: np.ndarray, keep: Keep) -> tuple[np.ndarray, np
     n_keep = np.bincount(csr_rows(off)[m], minlength=len(off) - 1)
     live = np.flatnonzero(n_keep > 0)
     return cells[m], lengths_to_offsets(n_keep[live]), live
+
+
+def _cut_pairs(p: Pairs, keep: Keep) -> Pairs:
+    """``p`` with each pair's output cells cut to those ``keep`` keeps (pairs left without
+    any dropped)."""
+    out, out_off, live = _cut(p.out, p.out_off, keep)
+    if p.pay_ids is not None:
+        return Pairs(out, out_off, pay_ids=np.asarray(p.pay_ids, np.int64)[live],
+                     payloads=list(p.payloads or ()))
+    return Pairs(out, out_off, [csr_take(c, o, live) for c, o in zip(p.ins, p.in_offs)],
+                 [lengths_to_offsets(np.diff(o)[live]) for o in p.in_offs])
 
 
 def _read_pairs(reader: Reader, payload: bool, n_inputs: int, keep: Keep) -> Pairs:

@@ -178,12 +178,15 @@ def execute(tx: RunTransaction, wf: Workflow, values: Mapping[str, Any],
             strat: Mapping[str, tuple[Strategy, ...]], budget: DiskBudget | None, choice: Choice,
             spark: Any, opts: RunOptions, journal: Journal, done: RunStats | None = None,
             resuming: bool = False, arrays: ArrayStore | None = None, engine: Engine | None = None,
-            annotate: Callable[[RunStats], None] | None = None) -> None:
+            annotate: Callable[[RunStats], None] | None = None,
+            keep_every: bool | None = None) -> None:
     """Drive the run's operators on the chosen engine into ``tx``'s folder, and commit.
 
     ``engine`` (over ``arrays``, the run's array store) replaces the one ``choice``
     names (a re-run's incremental engine); ``annotate`` adds to the run's statistics
-    what its record should say besides (a re-run's parent), before the commit."""
+    what its record should say besides (a re-run's parent), before the commit.
+    ``keep_every``: keep every array whatever the ``keep`` policy and the budget (by
+    default, a run ``annotate`` is given for: a re-run)."""
     reporter = progress_for(opts.progress)
     capture = opts.capture
     # the run's uid (None: a run begun before runs had uids, resumed) binds every array
@@ -214,8 +217,11 @@ def execute(tx: RunTransaction, wf: Workflow, values: Mapping[str, Any],
             if (isinstance(v, np.ndarray) or is_dataarray(v))}
     if annotate is not None:
         annotate(stats)
-    elif tx.uid is not None:   # a re-run keeps every array (made from its parent's values);
-        # a run begun before runs had uids, resumed, too (its arrays have no manifest)
+    if keep_every is None:
+        keep_every = annotate is not None
+    if not keep_every and tx.uid is not None:
+        # a re-run keeps every array (made from its parent's values); a run begun before
+        # runs had uids, resumed, too (its arrays have no manifest)
         planned = budget.drops if budget is not None else None
         read = workload_arrays(wf, workload_of(wf, tx.catalog.traces(workflow=wf.name))) \
             | cheap_to_keep(arrays, wf) if opts.keep == "auto" and planned is None else set()

@@ -43,7 +43,8 @@ class RunOptions:
 
     What the user sees: ``progress`` (None: bars on a terminal; True, False, or a
     :class:`~subzero.engines.progress.Progress`), ``log`` (what the Spark engine
-    does, one line each), ``announce`` (the engine chosen, one line).
+    does, one line each), ``announce`` (the engine chosen, one line), ``on_plan``
+    (the plan a budget run chose, before it runs: the CLI prints it).
     ``profiler`` is the optimizer's profiling hook (in-process engine only).
     """
 
@@ -65,6 +66,8 @@ class RunOptions:
     profiler: Profiler | None = None
     keep: str = DEFAULT_KEEP
     pins: tuple[str, ...] = ()
+    #: told the plan a budget run (``max_disk`` / ``max_runtime``) chose, before it runs
+    on_plan: Callable[[Any], None] | None = None
 
     def __post_init__(self) -> None:
         check_policy(self.keep, self.pins)

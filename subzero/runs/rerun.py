@@ -93,6 +93,28 @@ def plan(parent: Run, inputs: Mapping[str, Any], tile: int | None = None
     (its workflow, the parent plan, the given inputs bound as a run binds them, how the
     catalog describes every input)."""
     row = parent.row
+    steer = _checked(parent)
+    if not inputs:
+        raise UsageError(f"a re-run of run {row.id} needs at least one corrected input "
+                         f"(--input NAME=PATH)")
+    wf = parent.workflow
+    _strategies(parent, steer, wf)
+    unknown = [k for k in inputs if k not in wf.inputs]
+    if unknown:
+        raise UsageError(f"workflow {wf.name!r} of run {row.id} has no input {unknown[0]!r}; its "
+                         f"inputs: {', '.join(wf.inputs)}")
+    bound, described_given = bind_inputs(wf, {**{n: _placeholder for n in wf.inputs}, **inputs})
+    given = {n: bound[n] for n in inputs}
+    described = {n: described_given[n] if n in inputs else
+                 row.inputs.get(n, f"<input {n!r} of run {row.id}>") for n in wf.inputs}
+    wf, pp = parent_plan(parent, tile, described, steer)
+    return wf, pp, given, described
+
+
+def _checked(parent: Run) -> Any:
+    """The parent's steering (its verified record's strategies and statistics), once it
+    is known complete and trusted: a run made from it runs its code."""
+    row = parent.row
     if row.status != "complete":
         raise StoreError(f"run {row.id} is {row.status}; only a complete run can be re-run")
     if not parent.trusted:
@@ -100,33 +122,40 @@ def plan(parent: Run, inputs: Mapping[str, Any], tile: int | None = None
         why = v.state + (f": {v.detail}" if v.detail else "")
         raise UntrustedRun(f"run {row.id} is not trusted ({why}); a re-run runs its code: check "
                            f"it, then `subzero trust {row.id}`")
-    if not inputs:
-        raise UsageError(f"a re-run of run {row.id} needs at least one corrected input "
-                         f"(--input NAME=PATH)")
-    wf = parent.workflow
-    steer = parent.steering()
+    return parent.steering()
+
+
+def _strategies(parent: Run, steer: Any, wf: Workflow) -> dict[str, list[str]]:
+    """Every operator's strategies as the parent's verified record gives them."""
     strategies = {o["name"]: list(o["strategies"]) for o in steer.ops}
     missing = [n for n in wf.steps if n not in strategies]
     if missing:
-        raise StoreError(f"run {row.id} records no strategies for operator {missing[0]!r}; its "
-                         f"record does not match its workflow")
-    unknown = [k for k in inputs if k not in wf.inputs]
-    if unknown:
-        raise UsageError(f"workflow {wf.name!r} of run {row.id} has no input {unknown[0]!r}; its "
-                         f"inputs: {', '.join(wf.inputs)}")
+        raise StoreError(f"run {parent.row.id} records no strategies for operator "
+                         f"{missing[0]!r}; its record does not match its workflow")
+    return strategies
+
+
+def parent_plan(parent: Run, tile: int | None = None, described: Mapping[str, Any] | None = None,
+                steer: Any = None) -> tuple[Workflow, ParentPlan]:
+    """Check that a run can be made from ``parent`` (complete, trusted, its record naming
+    every operator's strategies) and describe the parent as plain data: (its workflow,
+    the parent plan).  ``described``: how the new run's catalog row describes its inputs
+    (the parent's own, by default); ``steer``: the parent's steering, checked already."""
+    row = parent.row
+    steer = steer if steer is not None else _checked(parent)
+    wf = parent.workflow
+    strategies = _strategies(parent, steer, wf)
     p_arrays = parent._arrays
     shapes = {k: tuple(v) for k, v in parent.shapes().items()}
-    bound, described_given = bind_inputs(wf, {**{n: _placeholder for n in wf.inputs}, **inputs})
-    given = {n: bound[n] for n in inputs}
-    described = {n: described_given[n] if n in inputs else
-                 row.inputs.get(n, f"<input {n!r} of run {row.id}>") for n in wf.inputs}
+    if described is None:
+        described = {n: row.inputs.get(n, f"<input {n!r} of run {row.id}>") for n in wf.inputs}
     digests = {a["name"]: a.get("digest") for a in steer.record["arrays"] if a.get("kind") == "input"} \
         if steer.record is not None and steer.verified else None
     pp = ParentPlan(row.id, str(parent.dir), parent.uid, digests, strategies, shapes,
                     {o["name"]: o["statistic"] for o in steer.ops if o.get("statistic")},
                     {o["name"]: o["rounds"] for o in steer.ops if o.get("rounds")},
-                    tile if tile is not None else parent_tile(p_arrays, shapes), described)
-    return wf, pp, given, described
+                    tile if tile is not None else parent_tile(p_arrays, shapes), dict(described))
+    return wf, pp
 
 
 def rerun(catalog: Catalog, runs_dir: Path, parent: Run, inputs: Mapping[str, Any],

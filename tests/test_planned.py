@@ -1,0 +1,210 @@
+"""A budget run made from the profiling run its plan was chosen on
+(:mod:`subzero.runs.planned`): the run a full run with the plan makes, every
+array bit for bit and the lineage relation it stores, whichever way each
+operator's lineage comes -- read back from the profiling run, the profiler's own
+pairs of a mode that run did not store, or the operator run again."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as hs
+from relations import same
+
+import subzero
+from subzero import Mode, Operator, Workflow
+from subzero.optimizer.profile import profile_workflow
+from subzero.query.workload import load_workload, select_cells
+from subzero.runs import planned
+from subzero.runs.options import RunOptions
+
+ROOT = Path(__file__).resolve().parent.parent
+WF = str(ROOT / "workflows" / "genomics.py")
+WORKLOAD = str(ROOT / "workflows" / "genomics_workload.json")
+
+
+def _store(path, calibration=None):
+    st = subzero.open_store(path)
+    if calibration is not None:
+        st.catalog.add_calibration(os.uname().nodename, calibration["seconds"], calibration)
+    return st
+
+
+def _answers(run):
+    return {q.name: run.trace(q.start, select_cells(run, q), to=q.to, path=q.path,
+                              record=False).bitmap.tobytes()
+            for q in load_workload(WORKLOAD)}
+
+
+PLANS = {
+    # Pay pairs the profiling run (it stores the defaults, Full) did not keep; Full
+    # read back from its backward index, into forward and many-encoded strategies
+    "mixed": {"extract": "pay:payone:backward", "model": "pay:paymany:forward+full:fullone:forward",
+              "predict": "full:fullmany:forward"},
+    "pay": {"extract": "pay:paymany:forward", "model": "pay:payone:backward",
+            "predict": "pay:payone:forward+pay:paymany:backward"},
+    "map-and-blackbox": {"extract": "blackbox", "model": "full:fullone:forward",
+                         "predict": "blackbox"},
+}
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    """A store with a profiling run of genomics (3 replicas) and its profiler's pairs."""
+    st = _store(tmp_path_factory.mktemp("planned") / "store")
+    got = profile_workflow(st, WF, params={"replicate": 3}, progress=False, keep_pairs=True)
+    yield st, got
+    st.close()
+
+
+@pytest.mark.parametrize("side", [True, False], ids=["profiler-pairs", "run-again"])
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_made_from_profiling_run_is_the_full_run(profiled, name, side, monkeypatch):
+    st, got = profiled
+    plan = {"name": name, "workflow": "genomics", "strategies": PLANS[name]}
+    parent = st.get(got["run_id"])
+    runs = {"model": 0}
+    model = type(parent.workflow.steps["model"].operator)     # as the run loaded it
+    real = model.run
+
+    def counted(self, *a, **k):
+        runs["model"] += 1
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(model, "run", counted)
+    pairs = got["pairs"] if side else {}
+    opts = RunOptions.of(params={"replicate": 3}, plan=plan, progress=False)
+    run_id, _ = planned.make_from(st.catalog, st.runs_dir, parent, opts,
+                                  planned.parent_times(parent.ops()), pairs)
+    made = st.get(run_id)
+    ran = runs["model"]
+    full = st.run(WF, params={"replicate": 3}, plan=plan, progress=False)
+    same(made, full)
+    assert _answers(made) == _answers(full)
+    assert [o["strategies"] for o in made.ops()] == [o["strategies"] for o in full.ops()]
+    # model's plan needs Pay pairs the profiling run did not store: its profiler's pairs
+    # stand for a run of it; without them it runs again
+    needs_pay = "pay:" in PLANS[name]["model"]
+    assert ran == (1 if needs_pay and not side else 0)
+    # an operator taken over keeps its real run time in the record (what re-executing
+    # it costs), not the milliseconds taking it over took
+    if ran == 0:
+        took = {o["name"]: o["run_s"] for o in parent.ops()}["model"]
+        assert {o["name"]: o["run_s"] for o in made.ops()}["model"] == took > 0
+
+
+STORED = [f"{m}:{e}:{d}" for m, encs in (("full", ("fullone", "fullmany")),
+                                          ("pay", ("payone", "paymany")))
+          for e in encs for d in ("backward", "forward")]
+UDF_PLANS = hs.lists(hs.sampled_from(STORED), min_size=1, max_size=2, unique=True).map("+".join) \
+    | hs.just("blackbox")
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(hs.fixed_dictionaries({op: UDF_PLANS for op in ("extract", "model", "predict")}),
+       hs.booleans())
+def test_any_plan_made_from_profiling_run_is_the_full_run(profiled, strategies, side):
+    """The oracle: whatever each data-dependent operator's plan stores, in whichever mix
+    of modes, the run made from the profiling run stores the relation a full run with
+    that plan stores and answers every workload query alike."""
+    from subzero.errors import StrategyError
+    st, got = profiled
+    plan = {"name": "drawn", "workflow": "genomics", "strategies": strategies}
+    parent = st.get(got["run_id"])
+    opts = RunOptions.of(params={"replicate": 3}, plan=plan, progress=False)
+    try:
+        run_id, _ = planned.make_from(st.catalog, st.runs_dir, parent, opts,
+                                      planned.parent_times(parent.ops()),
+                                      got["pairs"] if side else {})
+    except StrategyError:
+        assume(False)                   # not a plan a run could store either
+    full = st.run(WF, params={"replicate": 3}, plan=plan, progress=False)
+    made = st.get(run_id)
+    same(made, full)
+    assert _answers(made) == _answers(full)
+
+
+class Flaky(Operator):
+    """Lineage not the same on every run (declared): its pairs from a re-run would
+    describe another run's output."""
+
+    deterministic_lineage = False
+
+    def supported_modes(self):
+        return {Mode.FULL, Mode.PAY, Mode.BLACKBOX}
+
+    def run(self, ctx, x):
+        out = np.asarray(x, float) * 2.0
+        cells = np.indices(out.shape).reshape(out.ndim, -1).T
+        if Mode.PAY in ctx.modes:
+            ctx.lwrite(cells, payload=b"\x00", each=True)
+        if Mode.FULL in ctx.modes:
+            ctx.lwrite(cells, cells, each=True)
+        return out
+
+    def map_p(self, cells, payload, i, ctx):
+        return cells
+
+
+def test_pairs_of_lineage_that_differs_per_run_are_not_kept(tmp_path):
+    wf = Workflow("flaky")
+    x = wf.input("x")
+    wf.add("f", Flaky(), x)
+    st = _store(tmp_path / "store")
+    got = profile_workflow(st, wf, inputs={"x": np.arange(12.0).reshape(3, 4)}, progress=False,
+                           keep_pairs=True, beside=False)
+    assert got["pairs"] == {}
+    st.close()
+
+
+def test_budget_run_cli_is_made_from_its_profiling_run(tmp_path, calibration, cli):
+    """``run --max-disk`` in a store without a profile: the profiling run, then the run
+    made from it (one line says so), the same as ``run --plan`` of the saved plan."""
+    store = tmp_path / "store"
+    _store(store, calibration).close()
+    code, out, err = cli("run", WF, "--store", store, "--max-disk", "2MB", "--workload", WORKLOAD)
+    assert code == 0, err
+    assert "making the run from profiling run 1" in out and "run id: 2" in out, out
+    code, out2, err = cli("run", WF, "--store", store, "--max-disk", "2MB", "--workload", WORKLOAD)
+    assert code == 0, err      # profiled already: a run of its own, nothing made from run 1
+    assert "making the run" not in out2 and "run id: 3" in out2, out2
+    st = subzero.open_store(store)
+    assert [(r.id, r.status) for r in st.runs()] == [(i, "complete") for i in (1, 2, 3)]
+    same(st.get(2), st.get(3))
+    assert _answers(st.get(2)) == _answers(st.get(3))
+    st.close()
+
+
+def test_made_run_killed_resumes_as_a_run(tmp_path, calibration, cli):
+    """Killed while it is made from its profiling run, the run resumes like any run and
+    comes out as a full run with its plan would."""
+    import subprocess
+    import sys
+    store = tmp_path / "store"
+    _store(store, calibration).close()
+    kill = [sys.executable, str(Path(__file__).parent / "crashpoint.py"),
+            "subzero.engines.incremental:IncrementalEngine._keep_whole", "5", "--",
+            "run", WF, "--store", str(store), "--max-disk", "2MB", "--workload", WORKLOAD]
+    p = subprocess.run(kill, capture_output=True, text=True, timeout=600)
+    assert p.returncode == -9, p.stdout + p.stderr
+    assert "making the run from profiling run 1" in p.stdout
+    code, out, err = cli("run", "--resume", "2", "--store", store)
+    assert code == 0, err
+    st = subzero.open_store(store)
+    name = st.catalog.plan_names()[0]
+    full = st.run(WF, plan=name, progress=False)
+    assert [(r.id, r.status) for r in st.runs()] == [(1, "complete"), (2, "complete"),
+                                                      (3, "complete")]
+    same(st.get(2), full)
+    st.close()
+
+
+def test_budget_run_api_on_spark_settings_is_not_made_from_it():
+    """Asked for Spark, or other tiles, a budget run runs in full as asked."""
+    assert planned.can_make_from(RunOptions.of(max_disk="1MB"))
+    assert not planned.can_make_from(RunOptions.of(max_disk="1MB", engine="spark"))
+    assert not planned.can_make_from(RunOptions.of(max_disk="1MB", master="spark://h:7077"))
+    assert not planned.can_make_from(RunOptions.of(max_disk="1MB", tile=64))
+    assert not planned.can_make_from(RunOptions.of(max_disk="1MB", capture=False))
