@@ -46,7 +46,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import nnls
 
 from subzero import Mode, Operator, Workflow
 from subzero.errors import StoreError, warn
@@ -360,6 +359,10 @@ def _rtree_quadratic() -> float:
             ts.append(min(time.perf_counter() - t0, time.process_time() - c0))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    # imported only to fit: a cached calibration is loaded without scipy.optimize (0.36 s
+    # of every budget run's start)
+    from scipy.optimize import nnls
+
     x = np.asarray(ns, float)
     coef, _ = nnls(np.column_stack([x, x * x]) / np.asarray(ts)[:, None], np.ones(len(x)))
     return float(coef[1])
@@ -413,6 +416,8 @@ def fit(observations: list[dict], model: CostModel) -> tuple[dict, dict, dict]:
         if got is None or got[0].split(".")[0] != fam:      # e.g. nothing to re-execute
             continue
         rows[got[0]].append((got[1], o["seconds"], o))
+    from scipy.optimize import nnls  # only to fit (see _rtree_quadratic)
+
     coef, quality = {}, {}
     predicted = []
     for fam, obs in rows.items():

@@ -185,3 +185,11 @@ def test_a_trace_through_the_api_imports_nothing_of_the_run_side(sky_run):
     assert got["code"] is None, out
     assert out.strip() == str(len(expected.cells))
     assert _run_side(got["modules"]) == [], "a trace through the API imported the run side"
+
+
+def test_the_optimizer_fits_with_scipy_but_loads_without_it():
+    """A budget run on a calibrated machine loads the calibration, profiles, builds and
+    solves its plan: scipy.optimize (0.36 s to import) is needed only to fit a new one."""
+    got, _ = _probe("import subzero.optimizer.plan, subzero.optimizer.calibration, "
+                    "subzero.optimizer.ilp, subzero.optimizer.profile")
+    assert "scipy.optimize" not in got["modules"]
