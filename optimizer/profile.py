@@ -63,7 +63,6 @@ from subzero.tuning import (
     PROFILE_BESIDE_MEMORY,
     PROFILE_BESIDE_MIN_BYTES,
     PROFILE_KEEP_PAIRS_BYTES,
-    SAMPLE_CELLS,
     SAMPLE_PAIRS,
     SMALL_SAMPLE_BYTES,
 )
@@ -121,7 +120,7 @@ def _room_for(job: _Job) -> bool:
     """Whether memory left on this machine holds ``PROFILE_BESIDE_MEMORY`` times the
     job's pairs: the child's sample and reads beside the run's next operator.  Unknown
     (no /proc/meminfo): no."""
-    need = PROFILE_BESIDE_MEMORY * _job_bytes(job)
+    need = PROFILE_BESIDE_MEMORY * _pairs_bytes(job.pairs)
     try:
         with open("/proc/meminfo") as f:
             avail = next(int(line.split()[1]) * 1024 for line in f
@@ -138,32 +137,8 @@ def _pairs_bytes(p: Pairs) -> int:
     return int(sum(np.asarray(a).nbytes for a in arrays if a is not None))
 
 
-def _job_cells(job: _Job) -> int:
-    """The cells pricing ``job`` handles: its pairs' cells, and for a payload strategy
-    the cells its payloads expand to (its forward index is keyed by them, and a scan of
-    either direction expands them all), as the operator's Full pairs counted them when
-    it has that mode."""
-    cells = job.pairs.n_cells()
-    if job.strategy.payload:
-        full = job.rec.get("modes", {}).get(Mode.FULL.value)
-        if full:
-            cells = max(cells, int(full.get("cells", 0)))
-    return cells
-
-
-def _job_bytes(job: _Job) -> int:
-    """What pricing ``job`` handles, in bytes: its pairs, or the cells of
-    :func:`_job_cells`, whichever is more.  Genomics' ``model`` at 1,000x writes 70
-    payload pairs (2 KB) that expand to 7.7 million cells: weighed by its pairs alone,
-    its four payload strategies were priced in the run's own process."""
-    return max(_pairs_bytes(job.pairs), 8 * _job_cells(job))
-
-
 def _sample_rows(n: int, size: int) -> np.ndarray:
-    """``size`` pairs in runs of REC_PAIRS spread evenly over all ``n`` (keeps locality);
-    of fewer than a run's pairs (few pairs of many cells each), spread evenly one by one."""
-    if n < REC_PAIRS:
-        return np.unique(np.linspace(0, n - 1, max(size, 1)).astype(np.int64))
+    """``size`` pairs in runs of REC_PAIRS spread evenly over all ``n`` (keeps locality)."""
     runs = max(1, size // REC_PAIRS)
     starts = np.linspace(0, n - REC_PAIRS, runs).astype(np.int64)
     # the runs in order, each cut where the next begins: their union without a sort
@@ -320,7 +295,7 @@ class Profiler:
         """The job's strategy priced on samples of its pairs."""
         s = job.strategy
         return {str(s): self._encode(job.name, job.op, s, job.pairs, job.out_shape,
-                                     job.in_shapes, _job_cells(job))}
+                                     job.in_shapes)}
 
     @staticmethod
     def _merge(job: "_Job", priced: dict) -> None:
@@ -347,7 +322,7 @@ class Profiler:
         machine's free memory could not hold ``PROFILE_BESIDE_MEMORY`` times over is
         priced in this process at the end.  The children time their
         reads in their own CPU seconds, as this process would."""
-        if not self.beside or _job_bytes(job) < PROFILE_BESIDE_MIN_BYTES:
+        if not self.beside or _pairs_bytes(job.pairs) < PROFILE_BESIDE_MIN_BYTES:
             return False                      # a small job costs less than a child
         with self._lock:
             self._queue.append(job)
@@ -496,15 +471,9 @@ class Profiler:
         return time_reads(self.scratch, w["key"], name, op, s, pairs, out_shape, in_shapes,
                           w["spaces"])
 
-    def _encode(self, name, op, s, pairs, out_shape, in_shapes, cells: int = 0) -> dict:
-        """Bytes, write seconds and space sizes of ``s`` over all pairs, from a sample of
-        at most ``sample_pairs`` pairs and ``SAMPLE_CELLS`` of the ``cells`` they handle
-        (:func:`_job_cells`), never fewer than 4 pairs."""
+    def _encode(self, name, op, s, pairs, out_shape, in_shapes) -> dict:
+        """Bytes, write seconds and space sizes of ``s`` over all pairs, from a sample."""
         n, size = pairs.n, self.sample_pairs
-        cells = max(cells, pairs.n_cells())
-        if cells > SAMPLE_CELLS:            # few pairs of many cells each: sampled by cells
-            size = min(size, max(4, int(n * SAMPLE_CELLS / cells)))
-        capped = size < min(n, self.sample_pairs)
         while True:
             if n <= size:
                 w = self._write(name, op, s, pairs, out_shape, in_shapes)
@@ -514,7 +483,7 @@ class Profiler:
             rows = _sample_rows(n, size)
             sample = take_pairs(pairs, rows)
             big = self._write(name, op, s, sample, out_shape, in_shapes)
-            if big["bytes"] >= SMALL_SAMPLE_BYTES or capped:
+            if big["bytes"] >= SMALL_SAMPLE_BYTES:
                 break
             # a few LMDB pages extrapolate badly; small lineage is cheap to encode.  Grow
             # straight to the size whose bytes should reach SMALL_SAMPLE_BYTES (at least

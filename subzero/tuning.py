@@ -245,11 +245,6 @@ HEAP_TRIM_BYTES = 256 * 2**20
 SAMPLE_PAIRS = 32 * 1024
 #: A sample smaller than this (bytes) is grown before extrapolating.
 SMALL_SAMPLE_BYTES = 64 * 4096
-#: Cells a sample holds at most (its pairs' cells, payloads as they expand): an operator
-#: whose few pairs each name many cells is sampled by cells, not pairs.  Genomics'
-#: ``model`` at 1,000x writes 70 pairs of 7.7 million cells; priced whole, its eight
-#: strategies were 5.3 of the profile's 9.5 CPU seconds of pricing.
-SAMPLE_CELLS = 2**20
 #: Cells asked of a profiled strategy's own sample to time its index read and its
 #: scan (optimizer.sampleread), and the timings of each (median; one untimed first).
 SAMPLE_READ_CELLS = 64
@@ -284,7 +279,8 @@ PROFILE_BESIDE_MEMORY = 6
 PROFILE_BESIDE_MIN_BYTES = 2**20
 #: Bytes of lineage pairs a profiling run keeps in memory, of the modes it did not store,
 #: for the budget run made from it (subzero.runs.planned); beyond them that run runs the
-#: operators again.  Genomics at 1,000x keeps 120 MB (extract's and model's Full pairs).
+#: operators again.  Genomics at 1,000x keeps 27 MiB (the Pay pairs of extract, model and
+#: predict, whose defaults store Full ones).
 PROFILE_KEEP_PAIRS_BYTES = 2**30
 #: ... a thread checks this often (seconds) for a child that has ended, to start the next
 BESIDE_POLL_S = 0.005
