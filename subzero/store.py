@@ -201,13 +201,14 @@ class Store:
             profiled = plan.profiled_run
             opts = RunOptions.of(opts, plan=plan.as_dict())
         with full_disk_named(self.path, "a run"):
+            made = None
             if profiled is not None and planned.can_make_from(opts):
                 parent = self.get(profiled)     # the same inputs, profiled by this call
-                run_id, wf = planned.make_from(self.catalog, self.runs_dir, parent, opts,
-                                               planned.parent_times(parent.ops()), pairs)
+                made = planned.make_from(self.catalog, self.runs_dir, parent, opts,
+                                         planned.parent_times(parent.ops()), pairs)
                 pairs.clear()
-            else:
-                run_id, wf = launch.start(self.catalog, self.runs_dir, workflow, inputs, opts)
+            run_id, wf = made if made is not None else \
+                launch.start(self.catalog, self.runs_dir, workflow, inputs, opts)
         self._workflows[run_id] = wf
         run = self.get(run_id)
         unlabelled = run.unlabelled()

@@ -161,17 +161,20 @@ def test_pairs_of_lineage_that_differs_per_run_are_not_kept(tmp_path):
 
 def test_budget_run_cli_is_made_from_its_profiling_run(tmp_path, calibration, cli):
     """``run --max-disk`` in a store without a profile: the profiling run, then the run
-    made from it (one line says so), the same as ``run --plan`` of the saved plan."""
+    made from it (one line says so), the same as ``run --plan`` of the plan it saved; a
+    later budget run (profiled already) runs in full."""
     store = tmp_path / "store"
     _store(store, calibration).close()
     code, out, err = cli("run", WF, "--store", store, "--max-disk", "2MB", "--workload", WORKLOAD)
     assert code == 0, err
     assert "making the run from profiling run 1" in out and "run id: 2" in out, out
+    code, out, err = cli("run", WF, "--store", store, "--plan", "genomics-2.00MB")
+    assert code == 0, err
     code, out2, err = cli("run", WF, "--store", store, "--max-disk", "2MB", "--workload", WORKLOAD)
-    assert code == 0, err      # profiled already: a run of its own, nothing made from run 1
-    assert "making the run" not in out2 and "run id: 3" in out2, out2
+    assert code == 0, err
+    assert "making the run" not in out2 and "run id: 4" in out2, out2
     st = subzero.open_store(store)
-    assert [(r.id, r.status) for r in st.runs()] == [(i, "complete") for i in (1, 2, 3)]
+    assert [(r.id, r.status) for r in st.runs()] == [(i, "complete") for i in (1, 2, 3, 4)]
     same(st.get(2), st.get(3))
     assert _answers(st.get(2)) == _answers(st.get(3))
     st.close()
@@ -198,6 +201,21 @@ def test_made_run_killed_resumes_as_a_run(tmp_path, calibration, cli):
     assert [(r.id, r.status) for r in st.runs()] == [(1, "complete"), (2, "complete"),
                                                       (3, "complete")]
     same(st.get(2), full)
+    st.close()
+
+
+def test_a_profiling_run_it_cannot_trust_is_not_made_from(tmp_path, calibration, monkeypatch):
+    """A profiling run that does not verify (here: its verdict says untrusted) is not read:
+    the budget run runs the plan in full, as it did before runs were made from it."""
+    from subzero.run import Run
+    st = _store(tmp_path / "store", calibration)
+    monkeypatch.setattr(Run, "trusted", property(lambda self: False))
+    said: list[str] = []
+    run = st.run(WF, max_disk="2MB", workload=WORKLOAD, progress=False, announce=said.append)
+    assert run.id == 2 and not any("making the run" in line for line in said), said
+    monkeypatch.undo()
+    full = st.run(WF, plan=st.catalog.plan_names()[0], progress=False)
+    same(run, full)
     st.close()
 
 

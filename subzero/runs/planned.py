@@ -33,7 +33,7 @@ from subzero.capture.buffer import Pairs
 from subzero.engines.choice import Choice
 from subzero.engines.incremental import IncrementalEngine
 from subzero.engines.stats import RunStats
-from subzero.errors import UsageError
+from subzero.errors import StoreError, UntrustedRun, UsageError
 from subzero.model.workflow import Workflow
 from subzero.runs.journal import Journal
 from subzero.runs.keep import check_policy
@@ -57,15 +57,21 @@ def can_make_from(opts: RunOptions) -> bool:
 
 def make_from(catalog: Catalog, runs_dir: Path, parent: Run, opts: RunOptions,
               times: dict[str, tuple[float, float]],
-              pairs: Mapping[tuple[str, str], Pairs] | None = None) -> tuple[int, Workflow]:
+              pairs: Mapping[tuple[str, str], Pairs] | None = None) -> tuple[int, Workflow] | None:
     """Make the run ``opts.plan`` describes from ``parent``, the complete, trusted run
     of the same workflow, parameters and inputs its plan was profiled on; returns the
     new run's id and its workflow.  ``times``: per operator, the parent's (run_s,
     lwrite_s); ``pairs``: (operator, mode) -> pairs of lineage modes the parent did
-    not store, as its profiler captured them (those operators are not run again)."""
+    not store, as its profiler captured them (those operators are not run again).
+    None, before anything is begun, when the parent cannot be made from (not complete,
+    not trusted, its record not naming every operator's strategies): the caller runs
+    the plan in full."""
     if opts.plan is None:
         raise UsageError("a run made from its profiling run needs the plan chosen on it")
-    wf, pp = parent_plan(parent)
+    try:
+        wf, pp = parent_plan(parent)
+    except (StoreError, UntrustedRun):
+        return None
     check_policy(opts.keep, opts.pins, wf)
     strategies, budget = plan_strategies(catalog, opts.plan, wf, None, opts.max_disk)
     strat = resolve_strategies(wf, strategies)
