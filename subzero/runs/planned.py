@@ -77,8 +77,8 @@ def make_from(catalog: Catalog, runs_dir: Path, parent: Run, opts: RunOptions,
     strat = resolve_strategies(wf, strategies)
     opts = RunOptions.of(opts, tile=pp.tile, capture=True, engine="local")
     if opts.announce is not None:
-        opts.announce(f"making the run from profiling run {pp.run_id} (same inputs): only "
-                      f"lineage the plan stores in another mode is computed again")
+        opts.announce(f"making the run from profiling run {pp.run_id} (same inputs): its "
+                      f"arrays and lineage pairs are taken from there, not computed again")
     handle = pp.open(wf)          # the arrays the parent did not keep: made again, checked
     handle.side = dict(pairs or {})
     try:
