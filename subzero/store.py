@@ -204,8 +204,7 @@ class Store:
             made = None
             if profiled is not None and planned.can_make_from(opts):
                 parent = self.get(profiled)     # the same inputs, profiled by this call
-                made = planned.make_from(self.catalog, self.runs_dir, parent, opts,
-                                         planned.parent_times(parent.ops()), pairs)
+                made = planned.make_from(self.catalog, self.runs_dir, parent, opts, pairs)
                 pairs.clear()
             run_id, wf = made if made is not None else \
                 launch.start(self.catalog, self.runs_dir, workflow, inputs, opts)

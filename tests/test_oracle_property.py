@@ -60,6 +60,21 @@ def normalize(s: str) -> str:
     return SHORT.get(s, s)
 
 
+@pytest.fixture
+def per_payload_choices(monkeypatch) -> list[bool]:
+    """What every backward payload step chose (``relation.per_payload``: True, map_p per
+    payload; False, map_p_pairs once), in order, as the steps ran."""
+    from subzero.query import relation
+    got: list[bool] = []
+    real = relation.per_payload
+
+    def per_payload(*a):
+        got.append(real(*a))
+        return got[-1]
+    monkeypatch.setattr(relation, "per_payload", per_payload)
+    return got
+
+
 @pytest.fixture(scope="module")
 def ostore(tmp_path_factory):
     st_ = subzero.open_store(tmp_path_factory.mktemp("oracle") / "store")
@@ -835,19 +850,14 @@ class BadPairsOp(BadPayloadOp):
 
 
 @pytest.mark.parametrize("strategy", _oob_params("backward"))
-def test_map_p_pairs_out_of_bounds_is_an_error_backward(tmp_path, strategy, monkeypatch):
+def test_map_p_pairs_out_of_bounds_is_an_error_backward(tmp_path, strategy, monkeypatch,
+                                                          per_payload_choices):
     """The same through a vectorized map_p_pairs (a step over pairs of payloads of their
     own calls it, not map_p; from 2 distinct payloads here, so that a read's first small
     batch of pairs takes it too): a LineageError naming map_p, never a silent answer."""
     from subzero.query import relation
     monkeypatch.setattr(relation, "PAYLOAD_CALLS_VECTORIZED", 2)
-    calls: list[bool] = []
-    real = relation.per_payload
-
-    def per_payload(*a):
-        calls.append(real(*a))
-        return calls[-1]
-    monkeypatch.setattr(relation, "per_payload", per_payload)
+    calls = per_payload_choices
     store = subzero.open_store(tmp_path / "s")
     wf = subzero.Workflow("t")
     wf.add("op", BadPairsOp(), wf.input("a"))
@@ -997,22 +1007,16 @@ def test_malformed_strategy_is_rejected(tmp_path, spec):
 
 @pytest.mark.parametrize("kind,at_once", [("full", False), ("pay", False), ("map", False),
                                           ("full", True), ("pay", True)])
-def test_large_arrays_cross_block_boundaries(tmp_path, kind, at_once, monkeypatch):
+def test_large_arrays_cross_block_boundaries(tmp_path, kind, at_once, monkeypatch,
+                                             per_payload_choices):
     """> 4096 cells (several key blocks) and > 2 * REC_PAIRS pairs (several record
     blocks, decoded together when a read first meets them, here three at a time so
     that batches end between blocks).  ``at_once``: the operator has a ``map_p_pairs``
     of its own, which backward payload steps over these pairs (most with a payload of
     their own) call once instead of ``map_p`` per payload."""
-    from subzero.query import relation
     from subzero.storage import encodings
     monkeypatch.setattr(encodings, "DECODE_BLOCKS", 3)
-    chosen: list[bool] = []
-    real = relation.per_payload
-
-    def per_payload(*a):
-        chosen.append(real(*a))
-        return chosen[-1]
-    monkeypatch.setattr(relation, "per_payload", per_payload)
+    chosen = per_payload_choices
     rng = np.random.default_rng({"full": 1, "pay": 2, "map": 3}[kind])
     shape = (70, 70)
     n = size_of(shape)

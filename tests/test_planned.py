@@ -76,8 +76,7 @@ def test_made_from_profiling_run_is_the_full_run(profiled, name, side, monkeypat
     monkeypatch.setattr(model, "run", counted)
     pairs = got["pairs"] if side else {}
     opts = RunOptions.of(params={"replicate": 3}, plan=plan, progress=False)
-    run_id, _ = planned.make_from(st.catalog, st.runs_dir, parent, opts,
-                                  planned.parent_times(parent.ops()), pairs)
+    run_id, _ = planned.make_from(st.catalog, st.runs_dir, parent, opts, pairs)
     made = st.get(run_id)
     ran = runs["model"]
     full = st.run(WF, params={"replicate": 3}, plan=plan, progress=False)
@@ -116,7 +115,6 @@ def test_any_plan_made_from_profiling_run_is_the_full_run(profiled, strategies, 
     opts = RunOptions.of(params={"replicate": 3}, plan=plan, progress=False)
     try:
         run_id, _ = planned.make_from(st.catalog, st.runs_dir, parent, opts,
-                                      planned.parent_times(parent.ops()),
                                       got["pairs"] if side else {})
     except StrategyError:
         assume(False)                   # not a plan a run could store either

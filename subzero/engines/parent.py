@@ -81,19 +81,18 @@ class Parent:
         full = pay = None
         for mode in modes:
             given = self.side.get((op, mode.value))
-            if given is not None and not self._has(op, mode):
-                got = _cut_pairs(given, keep)
-                if mode is Mode.FULL:
-                    full = got
-                else:
-                    pay = got
-                continue
             try:
                 s = self._stored(op, mode)
-                assert self.lineage is not None      # _stored found a strategy in it
-                reader = self.lineage.reader(op, s)
-                got = _read_pairs(reader, s.payload, n_inputs, keep) \
-                    if s.direction is Direction.BACKWARD else _read_forward(reader, n_inputs, keep)
+                if s is not None:
+                    assert self.lineage is not None      # _stored found a strategy in it
+                    reader = self.lineage.reader(op, s)
+                    got = _read_pairs(reader, s.payload, n_inputs, keep) \
+                        if s.direction is Direction.BACKWARD else _read_forward(reader, n_inputs, keep)
+                elif given is not None:
+                    got = _cut_pairs(given, keep)
+                else:
+                    raise ParentUnavailable(f"run {self.run_id} keeps no {mode} lineage of "
+                                            f"{op!r} it can read back")
             except (StoreError, OSError, ValueError) as e:
                 raise ParentUnavailable(f"the lineage of {op!r} in run {self.run_id} cannot be "
                                         f"read ({e})") from e
@@ -103,18 +102,11 @@ class Parent:
                 pay = got
         return full, pay
 
-    def _has(self, op: str, mode: Mode) -> bool:
-        """Whether the parent keeps a strategy of ``mode`` for ``op`` pairs can be read from."""
-        try:
-            self._stored(op, mode)
-        except ParentUnavailable:
-            return False
-        return True
-
-    def _stored(self, op: str, mode: Mode) -> Strategy:
+    def _stored(self, op: str, mode: Mode) -> Strategy | None:
         """The parent's strategy of ``mode`` to read pairs back from: a backward one (a
         pair comes back whole), else, for Full pairs, a forward one (each input's space
-        gives its part of the relation); payload pairs stored forward keep no payloads."""
+        gives its part of the relation; payload pairs stored forward keep no payloads);
+        None when it keeps none."""
         kept = [s for s in self.strategies.get(op, ()) if s.stored and s.mode is mode
                 and self.lineage is not None and self.lineage.meta(op, s) is not None]
         for s in kept:
@@ -123,7 +115,7 @@ class Parent:
         for s in kept:
             if not s.payload:
                 return s
-        raise ParentUnavailable(f"run {self.run_id} keeps no {mode} lineage of {op!r} it can read back")
+        return None
 
 
 def _cut(cells: np.ndarray, off: np.ndarray, keep: Keep) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -154,16 +146,12 @@ def _read_pairs(reader: Reader, payload: bool, n_inputs: int, keep: Keep) -> Pai
     keys, koff = reader.scan_keys("b", pids)
     fields = ["pay"] if payload else [f"v{i}" for i in range(n_inputs)]
     recs = reader.records("b", pids, fields)
-    out, out_off, live = _cut(keys, koff, keep)
     if payload:
         ids, table = recs["pay"]
-        return Pairs(out, out_off, pay_ids=np.asarray(ids, np.int64)[live], payloads=list(table))
-    ins, offs = [], []
-    for i in range(n_inputs):
-        cells, off = recs[f"v{i}"]
-        ins.append(csr_take(cells, off, live))
-        offs.append(lengths_to_offsets(np.diff(off)[live]))
-    return Pairs(out, out_off, ins, offs)
+        return _cut_pairs(Pairs(keys, koff, pay_ids=np.asarray(ids, np.int64),
+                                payloads=list(table)), keep)
+    return _cut_pairs(Pairs(keys, koff, [recs[f"v{i}"][0] for i in range(n_inputs)],
+                            [recs[f"v{i}"][1] for i in range(n_inputs)]), keep)
 
 
 def _read_forward(reader: Reader, n_inputs: int, keep: Keep) -> Pairs:

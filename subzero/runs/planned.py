@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from subzero.capture.buffer import Pairs
 from subzero.engines.choice import Choice
@@ -56,13 +55,12 @@ def can_make_from(opts: RunOptions) -> bool:
 
 
 def make_from(catalog: Catalog, runs_dir: Path, parent: Run, opts: RunOptions,
-              times: dict[str, tuple[float, float]],
               pairs: Mapping[tuple[str, str], Pairs] | None = None) -> tuple[int, Workflow] | None:
     """Make the run ``opts.plan`` describes from ``parent``, the complete, trusted run
     of the same workflow, parameters and inputs its plan was profiled on; returns the
-    new run's id and its workflow.  ``times``: per operator, the parent's (run_s,
-    lwrite_s); ``pairs``: (operator, mode) -> pairs of lineage modes the parent did
-    not store, as its profiler captured them (those operators are not run again).
+    new run's id and its workflow.  ``pairs``: (operator, mode) -> pairs of lineage
+    modes the parent did not store, as its profiler captured them (those operators are
+    not run again).
     None, before anything is begun, when the parent cannot be made from (not complete,
     not trusted, its record not naming every operator's strategies): the caller runs
     the plan in full."""
@@ -73,6 +71,8 @@ def make_from(catalog: Catalog, runs_dir: Path, parent: Run, opts: RunOptions,
     except (StoreError, UntrustedRun):
         return None
     check_policy(opts.keep, opts.pins, wf)
+    times = {o["name"]: (float(o.get("run_s") or 0.0), float(o.get("lwrite_s") or 0.0))
+             for o in parent.ops()}        # an operator taken over keeps its real times
     strategies, budget = plan_strategies(catalog, opts.plan, wf, None, opts.max_disk)
     strat = resolve_strategies(wf, strategies)
     opts = RunOptions.of(opts, tile=pp.tile, capture=True, engine="local")
@@ -106,8 +106,3 @@ def make_from(catalog: Catalog, runs_dir: Path, parent: Run, opts: RunOptions,
             handle.lineage.close()
     return tx.run_id, wf
 
-
-def parent_times(ops: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
-    """Per operator, (run_s, lwrite_s) as a run's record gives them."""
-    return {o["name"]: (float(o.get("run_s") or 0.0), float(o.get("lwrite_s") or 0.0))
-            for o in ops}

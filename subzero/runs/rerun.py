@@ -72,6 +72,8 @@ class Run(Protocol):
 
     def shapes(self) -> dict[str, tuple[int, ...]]: ...
 
+    def ops(self) -> list[dict]: ...
+
 
 def parent_tile(arrays: ArrayStore, shapes: Mapping[str, tuple[int, ...]]) -> int:
     """The tile size the parent ran with, from the chunks of an array it split (any tile
