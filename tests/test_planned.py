@@ -124,6 +124,47 @@ def test_any_plan_made_from_profiling_run_is_the_full_run(profiled, strategies, 
     assert _answers(made) == _answers(full)
 
 
+def test_damaged_profiling_lineage_is_computed_again_never_reused(tmp_path, monkeypatch):
+    """The profiling run's stored lineage of ``model``, spoiled on disk: the run made
+    from it runs ``model`` again (its Pay pairs the profiler kept are not enough for a
+    plan that also stores Full), and is still the full run."""
+    import lmdb
+    st = _store(tmp_path / "store")
+    got = profile_workflow(st, WF, progress=False, keep_pairs=True)
+    parent = st.get(got["run_id"])
+    env = lmdb.open(str(parent.dir / "lineage"), max_dbs=64, subdir=True)
+    with env.begin(write=True) as txn:
+        names = [k for k, _ in txn.cursor()]
+    spoiled = 0
+    for name in names:
+        if b"model" not in name:
+            continue
+        db = env.open_db(name)
+        with env.begin(write=True, db=db) as txn:
+            for k, v in list(txn.cursor()):
+                if len(v) > 16 and not k.startswith(b"__meta"):
+                    txn.put(k, bytes([v[0] ^ 0xFF]) + v[1:])
+                    spoiled += 1
+    env.close()
+    assert spoiled
+    runs = {"model": 0}
+    model = type(parent.workflow.steps["model"].operator)
+    real = model.run
+
+    def counted(self, *a, **k):
+        runs["model"] += 1
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(model, "run", counted)
+    plan = {"name": "mixed", "workflow": "genomics", "strategies": PLANS["mixed"]}
+    run_id, _ = planned.make_from(st.catalog, st.runs_dir, parent, RunOptions.of(plan=plan,
+                                  progress=False), got["pairs"])
+    assert runs["model"] == 1
+    monkeypatch.undo()
+    same(st.get(run_id), st.run(WF, plan=plan, progress=False))
+    st.close()
+
+
 class Flaky(Operator):
     """Lineage not the same on every run (declared): its pairs from a re-run would
     describe another run's output."""
