@@ -28,6 +28,7 @@ then counts only what the profiler did in the run's process.
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
 import shutil
@@ -56,6 +57,7 @@ from subzero.storage.encodings import REC_PAIRS
 from subzero.storage.lineage import LineageStore
 from subzero.tuning import (
     BESIDE_POLL_S,
+    BESIDE_STALL_S,
     FAST_OP_REPEATS,
     FAST_OP_S,
     KEY_BITS,
@@ -94,6 +96,17 @@ def candidates(m: Mode) -> list[Strategy]:
     return [Strategy(m, enc, d) for enc in ENCODINGS[m] for d in DIRECTIONS]
 
 
+#: Modules a pricing child imports on first use (the R-tree writer and reader import
+#: rtree lazily, to keep the CLI's start light).  A child is forked from a thread while
+#: the run goes on: had the run's own thread been importing one of them at that instant,
+#: the child would inherit the module half made and its import lock held by a thread it
+#: does not have, and wait for it forever (seen at genomics 1,000x: a child stuck in
+#: ``from rtree import index`` while the run wrote its first R-tree).  Imported before
+#: each fork, which waits for an import under way to finish.  ``tests/test_profile_beside.py``
+#: checks that pricing imports nothing else.
+CHILD_IMPORTS = ("rtree.index",)
+
+
 @dataclass
 class _Job:
     """One strategy of one operator to price: its pairs of the strategy's lineage mode,
@@ -130,6 +143,17 @@ def _room_for(job: _Job) -> bool:
     return need < avail
 
 
+def _cpu_ticks(pid: int) -> tuple[int, bool] | None:
+    """(CPU clock ticks used, waiting on the disk) of process ``pid``, or None where
+    /proc cannot say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[11]) + int(fields[12]), fields[0] == b"D"
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _pairs_bytes(p: Pairs) -> int:
     arrays = [p.out, p.out_off, *(p.ins or ()), *(p.in_offs or ())]
     if p.pay_ids is not None:
@@ -160,6 +184,11 @@ class Profiler:
         self.beside = beside and hasattr(os, "fork") and self.cores >= 2
         self._queue: list[_Job] = []
         self._running: list[tuple[int, Path, _Job]] = []
+        #: pid -> (CPU ticks last seen, when they last moved): a child idle for
+        #: ``BESIDE_STALL_S`` is stuck (``_stalled``)
+        self._progress: dict[int, tuple[int, float]] = {}
+        #: jobs a child did not price (it failed, died or was stuck): priced here
+        self.repriced = 0
         self._done: list[tuple[tuple[int, Path, _Job], int]] = []   # children that ended
         self._here: list[_Job] = []         # jobs to price in this process (no memory)
         self._limit = self.cores - 1        # children while the run goes on
@@ -346,7 +375,10 @@ class Profiler:
                     done, status = os.waitpid(child[0], os.WNOHANG)
                     if done:
                         self._running.remove(child)
+                        self._progress.pop(child[0], None)
                         self._done.append((child, status))
+                    elif self._stalled(child[0]):
+                        os.kill(child[0], signal.SIGKILL)   # reaped above, priced here
                 while self._queue and len(self._running) < self._limit:
                     job = self._queue.pop(0)
                     started = self._fork(job) if _room_for(job) else None
@@ -358,6 +390,21 @@ class Profiler:
                     self._feeding = False
                     return
             time.sleep(BESIDE_POLL_S)
+
+    def _stalled(self, pid: int) -> bool:
+        """Whether child ``pid`` has used no CPU time for ``BESIDE_STALL_S`` while not
+        waiting on the disk: stuck on a lock it inherited (see ``CHILD_IMPORTS``), which
+        would otherwise hold the run's end forever.  Never, where /proc cannot say."""
+        seen = _cpu_ticks(pid)
+        if seen is None:
+            return False
+        ticks, on_disk = seen
+        now = time.monotonic()
+        last = self._progress.get(pid)
+        if last is None or ticks != last[0] or on_disk:
+            self._progress[pid] = (ticks, now)
+            return False
+        return now - last[1] >= BESIDE_STALL_S
 
     def finish(self) -> None:
         """Every operator priced: the queue drained with a child per core now that the
@@ -388,6 +435,8 @@ class Profiler:
         self._forks += 1
         path = self.beside_dir / f"{self._forks}-{job.name}"
         path.mkdir(parents=True, exist_ok=True)
+        for module in CHILD_IMPORTS:          # never inherited half made
+            importlib.import_module(module)
         for f in (sys.stdout, sys.stderr):   # nothing buffered is written twice
             try:
                 f.flush()
@@ -421,6 +470,8 @@ class Profiler:
         except Exception:
             kind, value = "error", f"exit status {status}"
         shutil.rmtree(path, ignore_errors=True)
+        if kind != "ok":
+            self.repriced += 1
         self._merge(job, value if kind == "ok" else self._price(job))
 
     def _time_mode(self, name, op, inputs, m: Mode):

@@ -284,6 +284,12 @@ PROFILE_BESIDE_MIN_BYTES = 2**20
 PROFILE_KEEP_PAIRS_BYTES = 2**30
 #: ... a thread checks this often (seconds) for a child that has ended, to start the next
 BESIDE_POLL_S = 0.005
+#: A pricing child that has used no CPU time for this many seconds (and is not waiting
+#: on the disk) is stuck -- a lock another thread of the run held when it was forked,
+#: such as an import under way in an operator's own code -- and is killed; the run's
+#: process prices its job instead.  Chosen, not measured: a live child is never idle
+#: that long (its work is CPU work on pairs it already holds).
+BESIDE_STALL_S = 20.0
 #: Operators faster than this (seconds) are timed best of FAST_OP_REPEATS ...
 FAST_OP_S = 0.05
 #: ... runs; a slower one once (its timer noise is small, and re-running a mode that

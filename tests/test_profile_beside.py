@@ -172,3 +172,140 @@ def test_a_small_job_is_priced_in_the_run(tmp_path, monkeypatch, beside):
     forks = _spy_forks(monkeypatch)
     assert not beside._beside(_job(tmp_path))   # the caller prices it at once
     assert forks == [] and not beside._queue
+
+
+def _finished(prof: Profiler, seconds: float = 60.0) -> bool:
+    """``prof.finish()`` in a thread: whether it returned within ``seconds`` (a stuck
+    child would hold it forever; the test then fails, and ``close`` kills the child)."""
+    import threading
+    t = threading.Thread(target=prof.finish, daemon=True)
+    t.start()
+    t.join(seconds)
+    return not t.is_alive()
+
+
+@needs_two_cores
+def test_a_child_stuck_on_a_lock_it_inherited_is_killed_and_its_job_priced_here(
+        tmp_path, monkeypatch, beside):
+    """A child forked while another thread of the run held a lock (an operator's own
+    code importing a module, say) waits on it forever: the run's end must not."""
+    import threading
+    monkeypatch.setattr(profmod, "BESIDE_STALL_S", 1.0)
+    held, parent, real = threading.Lock(), os.getpid(), Profiler._price
+
+    def price(self, job):
+        if os.getpid() != parent:
+            with held:                          # the child's copy is never released
+                pass
+        return real(self, job)
+    monkeypatch.setattr(Profiler, "_price", price)
+    forks = _spy_forks(monkeypatch)
+    held.acquire()                              # another thread of the run holds it ...
+    job = _job(tmp_path)
+    assert beside._beside(job)
+    for _ in range(500):                        # ... while the child is forked
+        if forks:
+            break
+        time.sleep(0.01)
+    held.release()
+    assert _finished(beside), "profiling waited forever on a stuck child"
+    assert forks == [True] and beside.repriced == 1
+    assert list(job.rec["strategies"]) == ["full:fullmany:forward"]
+
+
+_MID_IMPORT = r'''
+import importlib.abc, json, os, sys, threading, time
+from pathlib import Path
+assert "rtree.index" not in sys.modules
+inside, stall = threading.Event(), float(sys.argv[2])
+
+class Slow(importlib.abc.MetaPathFinder):
+    """rtree.index takes a while to import: the run's thread is inside its import."""
+    def find_spec(self, name, path, target=None):
+        if name != "rtree.index":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        real = spec.loader.exec_module
+        def exec_module(module):
+            inside.set()
+            time.sleep(2.0)
+            real(module)
+        spec.loader.exec_module = exec_module
+        return spec
+
+import importlib.util
+sys.meta_path.insert(0, Slow())
+from subzero.optimizer import profile as profmod
+from tests.test_profile_beside import _job
+profmod.PROFILE_BESIDE_MIN_BYTES = 0
+profmod.BESIDE_STALL_S = stall
+prof = profmod.Profiler(Path(sys.argv[1]) / "scratch", beside=True)
+threading.Thread(target=lambda: __import__("rtree.index"), daemon=True).start()
+inside.wait(30)
+job = _job(None)
+prof._beside(job)
+prof.finish()
+prof.close()
+print(json.dumps({"repriced": prof.repriced, "forks": prof._forks,
+                  "strategies": list(job.rec["strategies"])}))
+'''
+
+
+@needs_two_cores
+def test_no_child_is_forked_while_the_run_imports_what_it_needs(tmp_path):
+    """The child's lazily imported modules (``CHILD_IMPORTS``: rtree) are imported
+    before each fork, which waits for an import of them under way in the run's thread;
+    forked mid-import, the child would be stuck (and killed after ``BESIDE_STALL_S``)."""
+    import json
+    import subprocess
+    import sys
+    script = tmp_path / "mid_import.py"
+    script.write_text(_MID_IMPORT)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = subprocess.run([sys.executable, str(script), str(tmp_path), "1.0"], env=env,
+                         cwd=root, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"repriced": 0, "forks": 1, "strategies": ["full:fullmany:forward"]}
+
+
+_IMPORTS = r'''
+import json, sys
+import subzero
+from subzero.optimizer import profile as profmod
+for m in profmod.CHILD_IMPORTS:
+    __import__(m)
+new, real = set(), profmod.Profiler._price
+
+def price(self, job):
+    before = set(sys.modules)
+    try:
+        return real(self, job)
+    finally:
+        new.update(set(sys.modules) - before)
+profmod.Profiler._price = price
+store = subzero.open_store(sys.argv[1] + "/s")
+profmod.profile_workflow(store, sys.argv[2], params={"replicate": 1}, progress=False,
+                         beside=False, all_ops=True)
+store.close()
+print(json.dumps(sorted(new)))
+'''
+
+
+def test_pricing_imports_nothing_beyond_what_is_imported_before_a_fork(tmp_path):
+    """What a pricing child imports on first use is in ``CHILD_IMPORTS`` (imported
+    before each fork): a lazy import added to the pricing path fails here.  Every
+    operator of genomics priced in every mode it supports (Full, Pay, Comp)."""
+    import json
+    import subprocess
+    import sys
+    script = tmp_path / "imports.py"
+    script.write_text(_IMPORTS)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = subprocess.run([sys.executable, str(script), str(tmp_path), GENOMICS], env=env,
+                         cwd=root, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
