@@ -7,6 +7,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
 
 from subzero import Mode, Operator, Workflow
 from subzero.capture.runner import run_operator
@@ -251,3 +253,15 @@ def test_sample_index_read_is_also_timed_big_and_big_queries_take_its_factor(tmp
         else:                   # 24,000 input keys (at most that many), one output cell each
             assert [r["cells_in"] for r in index] == [1, 64, big]
             assert 1 <= index[2]["cells_out"] <= 12 and index[2]["seconds"] > 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(hst.lists(hst.integers(0, 300), max_size=400), hst.booleans())
+def test_distinct_owners_counts_the_pairs_map_p_expanded(owner, negative):
+    """The expanded-pairs statistic of a forward payload strategy: one bincount where
+    the owners are pair numbers, a unique otherwise; both what np.unique says."""
+    from subzero.engines.lineage import _distinct
+    a = np.array(owner, np.int64)
+    if negative and a.size:
+        a[0] = -1
+    assert _distinct(a) == np.unique(a).size

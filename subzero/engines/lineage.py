@@ -132,7 +132,7 @@ def _map_p_counting(name: str, op: Operator, in_shapes: Sequence[tuple[int, ...]
         owner = np.asarray(owner, np.int64)
         packed = pack(res, in_shapes[i]) if len(res) else np.zeros(0, np.int64)
         expanded[i] = {"key_cells": int(packed.size), "key_blocks": _key_blocks(packed),
-                       "pairs": int(np.unique(owner).size) if len(owner) else 0}
+                       "pairs": _distinct(owner)}
         return res, owner
 
     return counted, expanded
@@ -212,6 +212,17 @@ def _sum_spaces(parts: list[dict], s: Strategy, out_shape: Sequence[int], in_sha
             for k, v in d.items():
                 acc[k] = v if k == "key_size" else acc.get(k, 0) + v
     return out
+
+
+def _distinct(owner: np.ndarray) -> int:
+    """How many pairs ``owner`` (a pair index per expanded cell) names: one bincount
+    where the indices are pair numbers, as they are (a hashed unique was 1.2 s of the
+    1.6 s of encoding genomics' ``model`` at 1,000x, 7.7M cells of 70 pairs)."""
+    if owner.size == 0:
+        return 0
+    if int(owner.min()) < 0:
+        return int(np.unique(owner).size)
+    return int(np.count_nonzero(np.bincount(owner)))
 
 
 def _key_blocks(packed: np.ndarray) -> int:
