@@ -422,3 +422,49 @@ def test_a_run_over_its_budget_drops_what_its_plan_values_least(wfdir):
             assert {n for n, k in kept(run).items() if not k} == {spare[0]}
             assert _run_bytes(run) <= total - 300_000
             assert queries(run) == queries(full)
+
+
+@pytest.mark.parametrize("made, stored", [("float64", "float64"), ("int16", "int16"),
+                                          ("bool", "bool"), ("float64", "float32"),
+                                          ("int64", "int32")])
+def test_a_drop_records_the_sums_a_read_back_gives(tmp_path, made, stored):
+    """An array written whole (``fill``) is dropped with its chunks' sums taken from the
+    values written, not read back; they are the sums a read back gives.  Values zarr
+    cast to another dtype are read back."""
+    from subzero.storage.arrays import ArrayStore
+    from subzero.storage.chunks import chunk_sha
+    values = (np.random.default_rng(5).random((70, 45)) * 90).astype(made)
+    sums = {}
+    for way in ("filled", "read"):
+        arrays = ArrayStore(tmp_path / way, tile=16, run_uid=f"uid-{way}")
+        arrays.create("x", values.shape, np.dtype(stored))
+        arrays.fill("x", values)
+        arrays.bind("x")
+        _, nodes = arrays._open("x")
+        node = nodes["data"]
+        assert ("x" in arrays._filled) == (made == stored)
+        if way == "read":
+            arrays._filled.clear()
+        back = b"".join(chunk_sha(arrays.read_region("x", node.chunk_slices(i)))
+                        for i in node.chunks_all())
+        arrays.drop("x")
+        sums[way] = arrays._open("x")[1]["data"].dropped
+        assert sums[way] == back
+    assert sums["filled"] == sums["read"]
+
+
+def test_values_written_after_a_fill_are_read_back_for_a_drop(tmp_path):
+    """A region written after ``fill`` makes the sums taken from the filled values stale:
+    the drop reads the chunks back."""
+    from subzero.storage.arrays import ArrayStore
+    from subzero.storage.chunks import chunk_sha
+    arrays = ArrayStore(tmp_path / "r", tile=16, run_uid="uid")
+    arrays.create("x", (40, 40), np.dtype("float64"))
+    arrays.fill("x", np.zeros((40, 40)))
+    arrays.region_writer("x")((slice(0, 16), slice(0, 16)), np.ones((16, 16)))
+    arrays.bind("x")
+    node = arrays._open("x")[1]["data"]
+    back = b"".join(chunk_sha(arrays.read_region("x", node.chunk_slices(i)))
+                    for i in node.chunks_all())
+    arrays.drop("x")
+    assert arrays._open("x")[1]["data"].dropped == back
