@@ -442,9 +442,9 @@ def test_a_drop_records_the_sums_a_read_back_gives(tmp_path, made, stored):
         arrays.bind("x")
         _, nodes = arrays._open("x")
         node = nodes["data"]
-        assert ("x" in arrays._filled) == (made == stored)
+        assert (arrays._written.get("x") is not None) == (made == stored)
         if way == "read":
-            arrays._filled.clear()
+            arrays._written.clear()
         back = b"".join(chunk_sha(arrays.read_region("x", node.chunk_slices(i)))
                         for i in node.chunks_all())
         arrays.drop("x")
@@ -453,18 +453,72 @@ def test_a_drop_records_the_sums_a_read_back_gives(tmp_path, made, stored):
     assert sums["filled"] == sums["read"]
 
 
-def test_values_written_after_a_fill_are_read_back_for_a_drop(tmp_path):
-    """A region written after ``fill`` makes the sums taken from the filled values stale:
-    the drop reads the chunks back."""
+def _patterns():
+    """How an array's chunks get written, and whether a drop then has every chunk's
+    sum from the values written (else it reads them back)."""
+    def fill(a, v):
+        a.fill("x", v)
+
+    def tiles(a, v):
+        w = a.tile_writer("x")
+        for i in range(0, 40, 16):
+            for j in range(0, 40, 16):
+                w.add((slice(i, min(i + 16, 40)), slice(j, min(j + 16, 40))),
+                      v[i:i + 16, j:j + 16])
+        w.close()
+
+    def patched(a, v):                          # whole chunks written again
+        a.fill("x", np.zeros_like(v))
+        a.write_region("x", (slice(16, 32), slice(32, 40)), v[16:32, 32:40])
+        a.write_region("x", (slice(0, 40), slice(0, 40)), v)
+
+    def off_grid(a, v):                         # a region across chunks
+        a.fill("x", v)
+        a.write_region("x", (slice(5, 9), slice(3, 20)), v[5:9, 3:20] + 1)
+
+    def cast(a, v):                             # zarr casts the values
+        a.fill("x", v.astype(np.float32))
+    return [("fill", fill, True), ("tiles", tiles, True), ("patched", patched, True),
+            ("off grid", off_grid, False), ("cast", cast, False)]
+
+
+@pytest.mark.parametrize("how, write, from_memory", _patterns(), ids=[p[0] for p in _patterns()])
+def test_a_drop_records_the_sums_of_the_values_written(tmp_path, how, write, from_memory):
+    """However the chunks were written, a drop records the sums a read back gives:
+    from the values written when it has every chunk's, else read back."""
     from subzero.storage.arrays import ArrayStore
     from subzero.storage.chunks import chunk_sha
     arrays = ArrayStore(tmp_path / "r", tile=16, run_uid="uid")
     arrays.create("x", (40, 40), np.dtype("float64"))
-    arrays.fill("x", np.zeros((40, 40)))
-    arrays.region_writer("x")((slice(0, 16), slice(0, 16)), np.ones((16, 16)))
+    write(arrays, np.random.default_rng(9).random((40, 40)))
     arrays.bind("x")
     node = arrays._open("x")[1]["data"]
+    written = arrays._written.get("x")
+    assert (written is not None and len(written) == node.chunk_count()) == from_memory
     back = b"".join(chunk_sha(arrays.read_region("x", node.chunk_slices(i)))
                     for i in node.chunks_all())
     arrays.drop("x")
     assert arrays._open("x")[1]["data"].dropped == back
+
+
+def test_chunks_linked_from_another_run_are_read_back_for_a_drop(tmp_path):
+    """A re-run's array: chunks written here and chunks linked from its parent (a
+    chunk file is never linked over one written): the drop reads them back."""
+    from subzero.storage.arrays import ArrayStore
+    from subzero.storage.chunks import chunk_sha
+    v = np.random.default_rng(2).random((40, 40))
+    parent = ArrayStore(tmp_path / "p", tile=16, run_uid="p")
+    parent.create("x", v.shape, v.dtype)
+    parent.fill("x", v)
+    parent.bind("x")
+    child = ArrayStore(tmp_path / "c", tile=16, run_uid="c")
+    child.create_like("x", parent)
+    child.write_region("x", (slice(0, 16), slice(0, 40)), v[:16] * 2)   # some chunks here,
+    child.share_region("x", parent, (slice(16, 40), slice(0, 40)))     # the rest linked
+    child.bind("x")
+    assert child._written.get("x") is None
+    node = child._open("x")[1]["data"]
+    back = b"".join(chunk_sha(child.read_region("x", node.chunk_slices(i)))
+                    for i in node.chunks_all())
+    child.drop("x")
+    assert child._open("x")[1]["data"].dropped == back

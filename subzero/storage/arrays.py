@@ -16,6 +16,7 @@ checked like the run's own arrays.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -174,9 +175,11 @@ class ArrayStore:
         #: to a shared copy of another content is then refused (None: not checked)
         self.inputs = dict(inputs) if inputs is not None else None
         self._store_uid: str | None = None
-        #: array -> its chunks' SHA-256 (``chunk_sha``, C order), taken from the values
-        #: :meth:`fill` wrote, for :meth:`drop`: it need not read them back
-        self._filled: dict[str, bytes] = {}
+        #: array made here (:meth:`create`) -> the SHA-256 (``chunk_sha``) of each chunk
+        #: written since, by its position in C order, taken from the values written, for
+        #: :meth:`drop`: it need not read them back when it has them all.  None: a chunk
+        #: came another way (linked, cast by zarr, a region not on the chunk grid)
+        self._written: dict[str, dict[int, bytes] | None] = {}
 
     @property
     def root(self) -> Path:
@@ -310,6 +313,7 @@ class ArrayStore:
     def remove(self, name: str) -> None:
         """Remove an array and any task attempt's folder of it (a resumed run redoes the
         operator that wrote it); of an input stored once, the run's reference only."""
+        self._written.pop(name, None)
         shared.ref_path(self.dir, name).unlink(missing_ok=True)
         for p in [self._own(name), *self.dir.glob(f".{name}.attempt-*")]:
             if p.is_dir():
@@ -352,6 +356,7 @@ class ArrayStore:
             ds.to_zarr(p, mode="w-", compute=False, encoding=enc, zarr_format=3,
                        consolidated=False, write_empty_chunks=True)
         seal(p, name, self.run_uid)
+        self._written[name] = {}
 
     def bind(self, name: str) -> None:
         """Bind a stored array's chunks to their place, once they are final: record each
@@ -469,8 +474,12 @@ class ArrayStore:
         if node.dropped is not None:
             remove_chunks(p, node)            # left by a drop a crash cut short
             return
-        sums = self._filled.pop(name, None)
-        if sums is None:
+        written = self._written.pop(name, None)
+        if written is not None and len(written) == node.chunk_count():
+            # from the values written (reading 1,134 chunks back to hash them was 0.6 s
+            # of a 6 s genomics 1,000x run)
+            sums = b"".join(written[k] for k in range(node.chunk_count()))
+        else:
             sums = b"".join(chunk_sha(self.read_region(name, node.chunk_slices(idx)))
                             for idx in node.chunks_all())
         drop(p, name, self.run_uid, self.label(name), sums)
@@ -583,13 +592,43 @@ class ArrayStore:
         otherwise verify the metadata and open the zarr array again for each (a third
         of a genomics 10,000x run's array writes, 5,625 tiles).  Every chunk is written,
         even one of fill values: a missing chunk means damage."""
-        _, _, z = self._zarr(name, "r+")
+        _, nodes, z = self._zarr(name, "r+")
         z = z.with_config({"write_empty_chunks": True})
-        self._filled.pop(name, None)             # values written since are not those
+        node = (nodes or {}).get("data")
+        dtype = self._dtype(name) if node is not None and node.checksummed else None
 
         def write(region: tuple[slice, ...], values: ArrayLike) -> None:
-            z[region] = np.asarray(values)
+            values = np.asarray(values)
+            z[region] = values
+            self._note_written(name, node, dtype, region, values)
         return write
+
+    def _note_written(self, name: str, node: ArrayNode | None, dtype: np.dtype | None,
+                      region: tuple[slice, ...], values: np.ndarray) -> None:
+        """Record each chunk's SHA-256 from the values a region write wrote (for
+        :meth:`drop`), or that they cannot be had so: the region is not whole chunks
+        of the grid, or zarr cast the values to the array's dtype."""
+        written = self._written.get(name)
+        if written is None:
+            return
+        if node is None or values.dtype != dtype or len(region) != len(node.shape):
+            self._written[name] = None
+            return
+        shape, chunks = node.shape, node.chunks
+        if not all(chunks):                   # an empty array has no chunk to record
+            return
+        box = [(r.start or 0, n if r.stop is None else r.stop) for r, n in zip(region, shape)]
+        whole_chunks = all(a % c == 0 and (b % c == 0 or b == n)
+                           for (a, b), c, n in zip(box, chunks, shape))
+        if not whole_chunks or values.shape != tuple(b - a for a, b in box):
+            self._written[name] = None
+            return
+        grid = node.grid()
+        ranges = [range(a // c, -(-b // c)) for (a, b), c in zip(box, chunks)]
+        for idx in itertools.product(*ranges):
+            sub = tuple(slice(i * c - a, min((i + 1) * c, n) - a)
+                        for i, c, n, (a, _) in zip(idx, chunks, shape, box))
+            written[node.chunk_index(idx, grid)] = chunk_sha(values[sub])
 
     def fill(self, name: str, value: np.ndarray) -> None:
         """Write the whole of an in-memory array into array ``name`` (made with
@@ -602,14 +641,6 @@ class ArrayStore:
         chunks = self.chunk_shape(name)
         for region in slabs(value.shape, chunks, value.dtype.itemsize, FILL_SLAB_BYTES):
             write(region, value[region])
-        _, nodes = self._open(name)
-        node = (nodes or {}).get("data")
-        if node is not None and node.checksummed and value.dtype == self._dtype(name):
-            # what a drop records, from the values in hand: reading 1,134 chunks back
-            # to hash them was 0.6 s of a 6 s genomics 1,000x run (another dtype is
-            # what zarr cast it to: read back, as a drop without this does)
-            self._filled[name] = b"".join(chunk_sha(value[node.chunk_slices(idx)])
-                                          for idx in node.chunks_all())
 
     def tile_writer(self, name: str) -> SlabWriter:
         """A writer of array ``name``'s tiles as a step makes them, one after another in
@@ -639,6 +670,7 @@ class ArrayStore:
                 raise CorruptArray(f"{other.label(name)} is damaged: {src / rel}: {e}") from e
             (p / rel).write_bytes(data)
         seal(p, name, self.run_uid)
+        self._written[name] = {}
 
     def share_region(self, name: str, other: ArrayStore, region: tuple[slice, ...]) -> int:
         """Take the chunks ``region`` covers (whole chunks) of array ``name`` of another
@@ -654,6 +686,7 @@ class ArrayStore:
             return 0
         if src_nodes is None or dst_nodes is None or "data" not in src_nodes:
             raise CorruptArray(f"{other.label(name)}: its chunks cannot be shared (no checksums)")
+        self._written[name] = None             # chunks not written here: read back
         return share_chunks(src_root, src_nodes["data"], dst_root, dst_nodes["data"], region,
                             other.label(name))
 
