@@ -595,7 +595,7 @@ class ArrayStore:
         _, nodes, z = self._zarr(name, "r+")
         z = z.with_config({"write_empty_chunks": True})
         node = (nodes or {}).get("data")
-        dtype = self._dtype(name) if node is not None and node.checksummed else None
+        dtype = np.dtype(z.dtype) if node is not None and node.checksummed else None
 
         def write(region: tuple[slice, ...], values: ArrayLike) -> None:
             values = np.asarray(values)
