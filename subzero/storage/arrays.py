@@ -32,7 +32,7 @@ from subzero.errors import CorruptArray, StoreError, UnsafeFile
 from subzero.model import content
 from subzero.model.grid import stored_grid
 from subzero.model.labelled import is_dataarray
-from subzero.storage import chunkread, shared
+from subzero.storage import chunkread, chunkwrite, shared
 from subzero.storage.chunkread import plain_layout
 from subzero.storage.chunks import (
     SUMS,
@@ -138,6 +138,27 @@ def _clean_attrs(attrs: Mapping[Any, Any]) -> dict[str, Any]:
         except TypeError:
             out[str(k)] = str(v)
     return out
+
+
+def _whole_chunks(node: ArrayNode | None, region: tuple[slice, ...], values: np.ndarray,
+                  ) -> list[tuple[int, int]] | None:
+    """The (start, stop) per axis of ``region`` when it is whole chunks of the array
+    node's grid (the last ones may stop at the array's edge) and ``values`` fill it,
+    else None.  An empty array has no chunks: None."""
+    if node is None or not node.checksummed or len(region) != len(node.shape) or \
+            not all(node.chunks):
+        return None
+    box = []
+    for r, c, n in zip(region, node.chunks, node.shape):
+        if not isinstance(r, slice) or r.step not in (None, 1):
+            return None
+        a, b = (r.start or 0), (n if r.stop is None else r.stop)
+        if not 0 <= a < b <= n or a % c or (b % c and b != n):
+            return None
+        box.append((a, b))
+    if values.shape != tuple(b - a for a, b in box):
+        return None
+    return box
 
 
 class ArrayStore:
@@ -592,43 +613,41 @@ class ArrayStore:
         otherwise verify the metadata and open the zarr array again for each (a third
         of a genomics 10,000x run's array writes, 5,625 tiles).  Every chunk is written,
         even one of fill values: a missing chunk means damage."""
-        _, nodes, z = self._zarr(name, "r+")
+        p, nodes, z = self._zarr(name, "r+")
         z = z.with_config({"write_empty_chunks": True})
         node = (nodes or {}).get("data")
         dtype = np.dtype(z.dtype) if node is not None and node.checksummed else None
+        direct = None
+        if dtype is not None and node is not None:
+            try:
+                meta = json.loads(read_metadata(p / "data" / "zarr.json"))
+            except (OSError, ValueError, UnsafeFile):
+                meta = None                   # zarr writes it (and says what is wrong)
+            direct = chunkwrite.writer(meta, node, p) if isinstance(meta, dict) else None
 
         def write(region: tuple[slice, ...], values: ArrayLike) -> None:
             values = np.asarray(values)
-            z[region] = values
-            self._note_written(name, node, dtype, region, values)
+            box = _whole_chunks(node, region, values) if values.dtype == dtype else None
+            written = self._written.get(name)
+            if box is None:                   # zarr writes it; its chunks' sums are not had
+                z[region] = values
+                if written is not None and values.size:
+                    self._written[name] = None
+                return
+            assert node is not None
+            grid = node.grid()
+            chunks, shape = node.chunks, node.shape
+            for idx in itertools.product(*[range(a // c, -(-b // c))
+                                           for (a, b), c in zip(box, chunks)]):
+                sub = values[tuple(slice(i * c - a, min((i + 1) * c, n) - a)
+                                   for i, c, n, (a, _) in zip(idx, chunks, shape, box))]
+                if direct is not None:
+                    direct(idx, sub)
+                if written is not None:
+                    written[node.chunk_index(idx, grid)] = chunk_sha(sub)
+            if direct is None:
+                z[region] = values
         return write
-
-    def _note_written(self, name: str, node: ArrayNode | None, dtype: np.dtype | None,
-                      region: tuple[slice, ...], values: np.ndarray) -> None:
-        """Record each chunk's SHA-256 from the values a region write wrote (for
-        :meth:`drop`), or that they cannot be had so: the region is not whole chunks
-        of the grid, or zarr cast the values to the array's dtype."""
-        written = self._written.get(name)
-        if written is None:
-            return
-        if node is None or values.dtype != dtype or len(region) != len(node.shape):
-            self._written[name] = None
-            return
-        shape, chunks = node.shape, node.chunks
-        if not all(chunks):                   # an empty array has no chunk to record
-            return
-        box = [(r.start or 0, n if r.stop is None else r.stop) for r, n in zip(region, shape)]
-        whole_chunks = all(a % c == 0 and (b % c == 0 or b == n)
-                           for (a, b), c, n in zip(box, chunks, shape))
-        if not whole_chunks or values.shape != tuple(b - a for a, b in box):
-            self._written[name] = None
-            return
-        grid = node.grid()
-        ranges = [range(a // c, -(-b // c)) for (a, b), c in zip(box, chunks)]
-        for idx in itertools.product(*ranges):
-            sub = tuple(slice(i * c - a, min((i + 1) * c, n) - a)
-                        for i, c, n, (a, _) in zip(idx, chunks, shape, box))
-            written[node.chunk_index(idx, grid)] = chunk_sha(values[sub])
 
     def fill(self, name: str, value: np.ndarray) -> None:
         """Write the whole of an in-memory array into array ``name`` (made with

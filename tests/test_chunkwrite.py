@@ -1,0 +1,123 @@
+"""Whole chunks written without zarr (``subzero.storage.chunkwrite``) are byte for byte
+the chunk files zarr writes: random arrays, dtypes, ragged edges, 1 to 3 axes, whole
+fills, tiles and regions off the grid (which zarr writes), then bound, read and
+dropped as any array."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from subzero.storage import arrays as arrays_mod
+from subzero.storage import chunkwrite
+from subzero.storage.arrays import ArrayStore
+from subzero.storage.chunks import chunk_sha, sums_file
+
+DTYPES = ["float64", "float32", "int64", "int32", "int16", "uint8", "bool", "complex128"]
+
+
+def _files(root):
+    return {str(f.relative_to(root)): f.read_bytes() for f in sorted(root.rglob("*"))
+            if f.is_file()}
+
+
+def _values(rng, shape, dtype):
+    v = rng.random(shape) * 200 - 100
+    if dtype == "bool":
+        return v > 0
+    if dtype == "complex128":
+        return v + 1j * v[::-1]
+    return v.astype(dtype)
+
+
+def _write(tmp, label, shape, tile, dtype, v, how, direct):
+    """One array written ``how``, with or without the direct writer."""
+    saved = chunkwrite.writer
+    if not direct:
+        arrays_mod.chunkwrite.writer = lambda *a, **k: None
+    try:
+        store = ArrayStore(tmp / label, tile=tile, run_uid="uid")
+        store.create("x", shape, np.dtype(dtype))
+        if how == "fill":
+            store.fill("x", v)
+        else:                                  # row bands of tiles, then one off the grid
+            w = store.region_writer("x")
+            for a in range(0, shape[0], tile):
+                region = (slice(a, min(a + tile, shape[0])),) + tuple(slice(0, n) for n in shape[1:])
+                w(region, v[region])
+            if how == "patched" and shape[0] > 2:
+                region = (slice(1, 2),) + tuple(slice(0, n) for n in shape[1:])
+                w(region, v[region])
+        store.bind("x")
+        return store
+    finally:
+        arrays_mod.chunkwrite.writer = saved
+
+
+@settings(max_examples=25, deadline=None)
+@given(shape=st.lists(st.integers(1, 23), min_size=1, max_size=3),
+       tile=st.integers(1, 9), dtype=st.sampled_from(DTYPES),
+       how=st.sampled_from(["fill", "bands", "patched"]), seed=st.integers(0, 2**16))
+def test_chunks_written_directly_are_the_files_zarr_writes(tmp_path_factory, shape, tile,
+                                                           dtype, how, seed):
+    tmp = tmp_path_factory.mktemp("w")
+    shape = tuple(shape)
+    v = _values(np.random.default_rng(seed), shape, dtype)
+    mine = _write(tmp, "direct", shape, tile, dtype, v, how, direct=True)
+    theirs = _write(tmp, "zarr", shape, tile, dtype, v, how, direct=False)
+    a, b = mine.path("x"), theirs.path("x")
+    assert _files(a) == _files(b)
+    assert sums_file(a).read_bytes() == sums_file(b).read_bytes()
+    np.testing.assert_array_equal(mine.read_value("x"), v)
+    node = mine._open("x")[1]["data"]
+    back = b"".join(chunk_sha(mine.read_region("x", node.chunk_slices(i)))
+                    for i in node.chunks_all())
+    mine.drop("x")
+    assert mine._open("x")[1]["data"].dropped == back
+
+
+def test_the_direct_writer_is_used_and_leaves_no_partial_file(tmp_path, monkeypatch):
+    calls = []
+    real = chunkwrite.writer
+
+    def spy(*a, **k):
+        w = real(*a, **k)
+        calls.append(w is not None)
+        return w
+    monkeypatch.setattr(arrays_mod.chunkwrite, "writer", spy)
+    store = ArrayStore(tmp_path / "r", tile=4, run_uid="uid")
+    store.create("x", (10, 6), np.dtype("float64"))
+    store.fill("x", np.arange(60.0).reshape(10, 6))
+    assert calls == [True]
+    assert not [f for f in store.path("x").rglob("*") if f.name.endswith(".partial")]
+
+
+def test_a_link_in_a_chunk_place_is_replaced_not_followed(tmp_path):
+    """A chunk's place holding a symbolic link (planted, or left by a copy) gets the
+    chunk file; what the link pointed to is untouched."""
+    store = ArrayStore(tmp_path / "r", tile=4, run_uid="uid")
+    store.create("x", (4, 4), np.dtype("float64"))
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me")
+    place = store.path("x") / "data" / "c" / "0" / "0"
+    place.parent.mkdir(parents=True, exist_ok=True)
+    place.symlink_to(victim)
+    store.fill("x", np.ones((4, 4)))
+    assert victim.read_bytes() == b"keep me"
+    assert not place.is_symlink()
+    store.bind("x")
+    np.testing.assert_array_equal(store.read_value("x"), np.ones((4, 4)))
+
+
+@pytest.mark.parametrize("fill", ["0x7fc00000", "nan", [1.0]])
+def test_metadata_other_than_its_own_layout_is_left_to_zarr(tmp_path, fill):
+    store = ArrayStore(tmp_path / "r", tile=4, run_uid="uid")
+    store.create("x", (4, 4), np.dtype("float64"))
+    import json
+    meta = json.loads((store.path("x") / "data" / "zarr.json").read_text())
+    node = store._open("x")[1]["data"]
+    assert chunkwrite.writer(meta, node, store.path("x")) is not None
+    assert chunkwrite.writer({**meta, "fill_value": fill}, node, store.path("x")) is None
+    codecs = [dict(c) for c in meta["codecs"]]
+    codecs[1] = {"name": "gzip", "configuration": {"level": 1}}
+    assert chunkwrite.writer({**meta, "codecs": codecs}, node, store.path("x")) is None
