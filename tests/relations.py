@@ -54,3 +54,24 @@ def same(a, b):
         assert va.dtype == vb.dtype and va.shape == vb.shape, n
         assert va.tobytes() == vb.tobytes(), f"array {n} differs"
     assert stored_relation(a) == stored_relation(b)
+
+
+def spoil_lineage(run, op: str) -> int:
+    """Flip the first byte of every stored value (not metadata) of ``op``'s lineage in
+    ``run``'s LMDB, in place; returns how many were spoiled."""
+    import lmdb
+    env = lmdb.open(str(run.dir / "lineage"), max_dbs=64, subdir=True)
+    with env.begin(write=True) as txn:
+        names = [k for k, _ in txn.cursor()]
+    spoiled = 0
+    for name in names:
+        if op.encode() not in name:
+            continue
+        db = env.open_db(name)
+        with env.begin(write=True, db=db) as txn:
+            for k, v in list(txn.cursor()):
+                if len(v) > 16 and not k.startswith(b"__meta"):
+                    txn.put(k, bytes([v[0] ^ 0xFF]) + v[1:])
+                    spoiled += 1
+    env.close()
+    return spoiled

@@ -121,3 +121,19 @@ def test_metadata_other_than_its_own_layout_is_left_to_zarr(tmp_path, fill):
     codecs = [dict(c) for c in meta["codecs"]]
     codecs[1] = {"name": "gzip", "configuration": {"level": 1}}
     assert chunkwrite.writer({**meta, "codecs": codecs}, node, store.path("x")) is None
+
+
+def test_a_write_that_fails_leaves_no_partial_file(tmp_path, monkeypatch):
+    """A full disk mid-chunk: the error reaches the caller and no temporary file stays."""
+    import errno
+    import os
+    store = ArrayStore(tmp_path / "r", tile=4, run_uid="uid")
+    store.create("x", (8, 8), np.dtype("float64"))
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(chunkwrite.os, "write", full)
+    with pytest.raises(OSError, match="No space"):
+        store.fill("x", np.ones((8, 8)))
+    monkeypatch.undo()
+    assert not [f for f in store.path("x").rglob("*") if ".partial" in f.name]

@@ -16,7 +16,6 @@ checked like the run's own arrays.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import shutil
@@ -636,11 +635,9 @@ class ArrayStore:
                 return
             assert node is not None
             grid = node.grid()
-            chunks, shape = node.chunks, node.shape
-            for idx in itertools.product(*[range(a // c, -(-b // c))
-                                           for (a, b), c in zip(box, chunks)]):
-                sub = values[tuple(slice(i * c - a, min((i + 1) * c, n) - a)
-                                   for i, c, n, (a, _) in zip(idx, chunks, shape, box))]
+            for idx in node.touched(region):
+                sub = values[tuple(slice(s.start - a, s.stop - a)
+                                   for s, (a, _) in zip(node.chunk_slices(idx), box))]
                 if direct is not None:
                     direct(idx, sub)
                 if written is not None:
