@@ -126,7 +126,6 @@ def test_metadata_other_than_its_own_layout_is_left_to_zarr(tmp_path, fill):
 def test_a_write_that_fails_leaves_no_partial_file(tmp_path, monkeypatch):
     """A full disk mid-chunk: the error reaches the caller and no temporary file stays."""
     import errno
-    import os
     store = ArrayStore(tmp_path / "r", tile=4, run_uid="uid")
     store.create("x", (8, 8), np.dtype("float64"))
 
