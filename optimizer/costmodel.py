@@ -546,6 +546,7 @@ def read_ratio(spent: float, done: float, pred: float) -> tuple[float | None, fl
     return (spent / done / pred if done > 0 else None), floor
 
 
+@lru_cache(maxsize=256)
 def _stored_family(s: Strategy, backward: bool) -> str:
     return (f"stored.{'index' if s.backward == backward else 'scan'}.{'many' if s.many else 'one'}"
             f".{'pay' if s.payload else 'full'}")

@@ -11,10 +11,14 @@ pessimistic price, and never given up once half done; past that it switches
 when its CPU time alone has reached five times re-execution's pessimistic price
 (switching then costs at most 1.2x staying, whatever is left of the read), or
 when its measured progress says the rest of it costs at least twice that
-price.  Budgets count the CPU time of the read's own work, so a busy machine,
-which stretches wall time, does not trip them; first-use costs (imports,
-opening the lineage store) are never counted (``subzero.query.warmup``).  That
-replaces a share of the predicted re-execution measured in wall time, which on
+price.  A step whose method by the simple rule is priced (pessimistically) under
+``PLAN_FLOOR_S`` runs that method priced alone, and another method displaces the
+rule's only when the model says it saves at least that much: choosing among methods
+of a fraction of a millisecond saves less than pricing them costs, and at that size
+the model's error decides more than the methods do.  Budgets count the CPU time of
+the read's own work, so a busy machine, which stretches wall time, does not trip
+them; first-use costs (imports, opening the lineage store) are never counted
+(``subzero.query.warmup``).  That replaces a share of the predicted re-execution measured in wall time, which on
 a loaded machine gave up 2-10 ms reads for re-executions of seconds.
 
 The planner learns from every warm step, in CPU seconds (a step that met cold caches,
@@ -38,7 +42,7 @@ from collections.abc import Sequence
 
 from subzero.query.methods import Method, Reexec, Stored
 from subzero.query.planner import ReadBudget, StepInfo, StepStat
-from subzero.tuning import CORRECTION_KEEP, CORRECTION_RANGE, DECISIONS_KEPT, MIN_BUDGET_S
+from subzero.tuning import CORRECTION_KEEP, CORRECTION_RANGE, DECISIONS_KEPT, MIN_BUDGET_S, PLAN_FLOOR_S
 
 from .costmodel import FEATURES, CostModel, correction_key, method_family, own_seconds, read_ratio
 from .stats import for_run
@@ -48,9 +52,11 @@ class QueryPlanner:
     """The executor's planner (``Run.trace(planner=...)``) for one run; implements
     :class:`subzero.query.planner.Planner`."""
 
-    def __init__(self, model: CostModel, min_budget_s: float = MIN_BUDGET_S):
+    def __init__(self, model: CostModel, min_budget_s: float = MIN_BUDGET_S,
+                 floor_s: float = PLAN_FLOOR_S):
         self.model = model
         self.min_budget_s = min_budget_s
+        self.floor_s = floor_s
         # the latest steps' priced methods, for inspection
         self.decisions: deque[tuple[str, list[tuple[str, float]]]] = deque(maxlen=DECISIONS_KEPT)
         # step -> the share of its operator's tiles a re-execution runs (as planned)
@@ -73,6 +79,20 @@ class QueryPlanner:
         re-execution (None: never)."""
         n_out = self.model.predict_out(step.op, step.input, step.backward, step.cells_in)
         self._tiles[(step.op, step.input, step.backward)] = step.tiles
+        first = methods[0] if methods else None
+        if first is not None and not isinstance(first, Reexec):
+            # a read or mapping priced under floor_s runs as the simple rule says: another
+            # method could save at most that, less than pricing them all costs
+            cost = self._price(step, first, n_out)
+            high = None if cost is None else self._high(step, first, cost, n_out)
+            if cost is not None and high is not None and high < self.floor_s:
+                self.decisions.append((step.op, [(first.name, cost)]))
+                if not isinstance(first, Stored):
+                    return methods, None
+                rx = next((m for m in methods if isinstance(m, Reexec)), None)
+                rc = None if rx is None else self._price(step, rx, n_out)
+                return methods, (None if rx is None or rc is None else ReadBudget(
+                    after=max(high, self.min_budget_s), reexec=self._high(step, rx, rc, n_out)))
         priced: list[tuple[float, int, Method]] = []
         for k, m in enumerate(methods):
             c = self._price(step, m, n_out)
@@ -80,15 +100,25 @@ class QueryPlanner:
                 return methods, None
             priced.append((c, k, m))
         priced.sort(key=lambda t: (t[0], t[1]))
+        if priced[0][1] != 0 and not isinstance(methods[0], Reexec) and \
+                priced[0][0] > next(c for c, k, _ in priced if k == 0) - self.floor_s:
+            # the simple rule's choice stands unless another saves at least floor_s: below
+            # that the model's error, not the method, decides (at genomics 1x a scan of
+            # the other index priced 0.23 ms against a lookup's 0.60 took 0.80 ms)
+            priced.sort(key=lambda t: t[1] != 0)
         self.decisions.append((step.op, [(m.name, c) for c, _, m in priced]))
         order = [m for _, _, m in priced]
         reexec = next(((c, m) for c, _, m in priced if isinstance(m, Reexec)), None)
         first_cost, _, first = priced[0]
         if not isinstance(first, Stored) or reexec is None:
             return order, None
-        return order, ReadBudget(
-            after=max(self._high(step, first, first_cost, n_out), self.min_budget_s),
-            reexec=self._high(step, reexec[1], reexec[0], n_out))
+        return order, self._budget(step, first, first_cost, reexec[1], reexec[0], n_out)
+
+    def _budget(self, step: StepInfo, read: Method, cost: float, reexec: Method,
+                reexec_cost: float, n_out: float) -> ReadBudget:
+        """When ``read`` (priced ``cost``) is given up for ``reexec``."""
+        return ReadBudget(after=max(self._high(step, read, cost, n_out), self.min_budget_s),
+                          reexec=self._high(step, reexec, reexec_cost, n_out))
 
     def observe(self, st: StepStat) -> None:
         """Correct the model from what a step's own work took (CPU seconds); a switched

@@ -271,6 +271,41 @@ def test_a_planner_does_not_reexecute_onto_arrays_not_kept(wfdir):
             assert ("flip" in reexecuted) is reexec_scaled, p.steps   # its input smooth too
 
 
+class ReadThenSwitch:
+    """A planner that reads stored lineage first under a budget already spent: every
+    read it starts would be given up for re-execution at its first check."""
+
+    def __init__(self):
+        self.steps = []
+
+    def plan(self, step, methods):
+        from subzero.query.methods import Reexec
+        from subzero.query.planner import ReadBudget
+        return [m for m in methods if not isinstance(m, Reexec)] + \
+            [m for m in methods if isinstance(m, Reexec)], ReadBudget(after=0.0, reexec=0.0)
+
+    def observe(self, stat):
+        self.steps.append((stat.op, stat.method, stat.note))
+
+
+def test_a_read_is_not_given_up_for_reexecution_onto_arrays_not_kept(wfdir):
+    """A read over its budget switches to re-execution only when re-executing reads
+    inputs the run kept (asked when the switch would happen): otherwise it reads on."""
+    with subzero.open_store(wfdir / "s") as st:
+        rid = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="outputs",
+                     strategies={"flip": "full", "scaled": "full"}, progress=False).id
+        full = st.run(wfdir / "gatewf.py", inputs={"a": wfdir / "a.npy"}, keep="all",
+                      strategies={"flip": "full", "scaled": "full"}, progress=False).id
+        want = cells(st.get(full).trace("scaled", [[3, 4]], to="a", record=False))
+        for run_id, switches in ((rid, False), (full, True)):
+            p = ReadThenSwitch()
+            got = cells(st.get(run_id).trace("scaled", [[3, 4]], to="a", planner=p, record=False))
+            assert got == want
+            by_op = {op: (m, note) for op, m, note in p.steps}
+            assert by_op["scaled"][0].startswith("reexec" if switches else "stored:"), p.steps
+            assert ("switched to re-execution" in by_op["scaled"][1]) is switches, p.steps
+
+
 def test_auto_keeps_what_the_workload_reads(wfdir):
     """The workload file beside the module and the traces logged on earlier runs name
     the arrays a trace prints values of: `auto` keeps them, `outputs` does not."""

@@ -18,7 +18,8 @@ from subzero.optimizer import load_plan, optimize, planner_for
 from subzero.optimizer.costmodel import correction_key
 from subzero.optimizer.planner import QueryPlanner
 from subzero.optimizer.workloads import from_trace_log
-from subzero.query.methods import Stored
+from subzero.query.methods import Reexec, Stored
+from subzero.query.planner import StepInfo
 from subzero.query.workload import load_workload, select_cells
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -255,6 +256,7 @@ def test_planner_picks_the_matching_index_and_switches_when_reading_is_slow(gsto
                       progress=False, keep="all")
     planner = planner_for(both)
     assert planner is not None
+    planner.floor_s = 0.0       # every method priced, however cheap (the floor: below)
     res = both.trace("model", [(0, 1)], to="transpose", planner=planner, record=False)
     fwd = both.trace("transpose", [(0, 3)], to="model", planner=planner, record=False)
     # every step runs the method it priced cheapest (at 1x a lookup and a scan of a few
@@ -283,6 +285,39 @@ def test_planner_picks_the_matching_index_and_switches_when_reading_is_slow(gsto
     assert np.array_equal(res.bitmap, ref.bitmap)
     assert all(s.method.startswith("reexec") and "switched to re-execution" in s.note
                for s in res.steps)
+
+
+def test_below_its_floor_the_planner_keeps_the_simple_rules_method(gstore):
+    """Choosing among methods that cost less than ``floor_s`` saves less than pricing
+    them costs: the simple rule's method runs, priced alone; and another method displaces
+    it only when it saves at least ``floor_s`` by the model."""
+    both = gstore.run(WF, strategies={u: "full:fullone:backward+full:fullone:forward" for u in UDFS},
+                      progress=False, keep="all")
+    want = both.trace("model", [(0, 1)], to="transpose", record=False)
+    planner = planner_for(both)
+    planner.floor_s = 1.0       # every step at 1x costs far less
+    res = both.trace("model", [(0, 1)], to="transpose", planner=planner, record=False)
+    assert np.array_equal(res.bitmap, want.bitmap)
+    assert [s.method for s in res.steps] == [s.method for s in want.steps]
+    assert len(planner.decisions) == len(res.steps)
+    assert all(len(d[1]) == 1 for d in planner.decisions)
+
+    class Priced(QueryPlanner):       # the model's prices, set here (seconds)
+        prices: dict = {}
+
+        def _price(self, step, method, n_out):
+            return self.prices[method.name]
+
+    rule, other = (Stored(parse_one(s)) for s in ("full:fullone:backward", "full:fullone:forward"))
+    info = StepInfo("model", 0, True, 10, 1, True, 1.0, 1)
+    p = Priced(planner.model, floor_s=0.001)
+    for other_s, first in ((0.0025, rule), (0.0015, other)):
+        p.prices = {rule.name: 0.003, other.name: other_s, "reexec": 1.0}
+        order, budget = p.plan(info, [rule, other, Reexec()])
+        assert order[0] == first and isinstance(order[-1], Reexec) and budget is not None
+    p.prices = {rule.name: 1e-6, other.name: 1e-9, "reexec": 1.0}    # under the floor
+    order, _ = p.plan(info, [rule, other, Reexec()])
+    assert order[0] == rule and p.decisions[-1][1] == [(rule.name, 1e-6)]
 
 
 class Impatient(QueryPlanner):
@@ -348,6 +383,23 @@ def test_workload_from_trace_log(tmp_path, calibration):
     assert [s["op"] for s in back.steps] == ["model", "extract"]
     p = optimize(st, WF)                       # no file given: the trace log is the workload
     assert set(p.queries) == set(log)
+    st.close()
+
+
+def test_the_workload_measured_on_the_profiling_run_teaches_nothing(tmp_path, calibration):
+    """The optimizer measures its workload in the profiling run's own process, on lineage
+    that process has just written (genomics 100x: a one-cell backward read in 0.32 ms
+    there, 6 ms in a trace process).  The log keeps those traces for their step sizes;
+    no planner learns a correction from their times."""
+    st = _store(tmp_path / "store", calibration)
+    optimize(st, WF, workload=WORKLOAD)
+    steps = st.catalog.trace_steps()
+    assert steps and all(s["cold"] for s in steps)
+    assert len({s["trace_id"] for s in steps}) == len(load_workload(WORKLOAD))
+    planner = planner_for(st.get(steps[0]["run_id"]))
+    assert planner is not None and planner.model.corrections == {}
+    planner.model.learn(steps, min_obs=1)
+    assert planner.model.corrections == {}
     st.close()
 
 

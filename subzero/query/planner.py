@@ -62,7 +62,9 @@ class StepStat:
     #: the step made a first use (opened the lineage store, its reader or an array): its
     #: read met cold caches -- pages this process never touched, blocks never decoded --
     #: which cost it more than the method does once they are warm.  Its times are
-    #: reported, but neither the planner nor the trace log's corrections learn from them
+    #: reported, but neither the planner nor the trace log's corrections learn from them.
+    #: Also set on the steps the optimizer measures in a run's own process, whose caches
+    #: the run warmed (``optimizer.workloads.measure``)
     cold: bool = False
 
 

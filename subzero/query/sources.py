@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -124,8 +125,12 @@ class TimedSource:
     QUERY_CHUNK = TIMED_QUERY_CELLS   # query cells per lookup() call (R-tree probes are slow)
     LOOKUP_SHARE = 0.2                # of a chunk of cells' work (chosen, not measured)
 
-    def __init__(self, source: PairSource, budget: ReadBudget, cells: int):
+    def __init__(self, source: PairSource, budget: ReadBudget, cells: int,
+                 may_switch: Callable[[], bool] | None = None):
         self.source, self.budget, self.cells = source, budget, max(int(cells), 1)
+        #: asked once, when the budget first says switch: whether re-execution may be
+        #: switched to at all (what it costs to know is paid only by reads that overrun)
+        self._may_switch = may_switch
         self._cpu0 = time.thread_time()
         self._looked = 0              # query cells whose pairs were all fetched
         self._cur = 0                 # query cells of the latest lookup
@@ -147,6 +152,11 @@ class TimedSource:
     def _check(self) -> None:
         self.spent, self.done = time.thread_time() - self._cpu0, self.progress()
         if self.budget.switch(self.spent, self.done):
+            if self._may_switch is not None:
+                allowed, self._may_switch = self._may_switch(), None
+                if not allowed:                 # never again: the read runs to its end
+                    self.budget = replace(self.budget, after=float("inf"))
+                    return
             raise Deadline()
 
     def _room(self, share: float) -> Callable[[float], float]:
