@@ -49,6 +49,7 @@ import numpy as np
 
 from subzero import Mode, Operator, Workflow
 from subzero.errors import StoreError, warn
+from subzero.heap import release
 from subzero.model.cellset import CellSet
 from subzero.model.strategy import DIRECTIONS, ENCODINGS, Strategy
 from subzero.operators import WindowComposite, box_payloads
@@ -65,8 +66,10 @@ from .stats import for_run, required
 #: decode their blocks together (``codec.unpack_concat``), which changed what stored
 #: reads cost; 8: a backward payload step over pairs of their own payloads calls the
 #: operator's vectorized ``map_p_pairs`` once (``relation.per_payload``), not ``map_p``
-#: per payload
-VERSION = 8
+#: per payload; 9: every observation starts from a heap given back to the system
+#: (``heap.release``), as each query of a ``subzero trace`` does, so that a step's price
+#: includes the first touch of the memory it allocates
+VERSION = 9
 
 #: The environment variable naming the folder of the user's cache (calibrations)
 CACHE_ENV = "SUBZERO_CACHE_DIR"
@@ -182,6 +185,7 @@ def _observe(run, start, cells, op, method, prefer, repeats):
         if sum(times) > SLOW_OBSERVATION_S:
             break
         run.executor().clear_cache()
+        release()          # fresh pages, as a trace's query has (heap.py)
         c0 = time.process_time()
         res = run.trace(start, cells, path=[(op, 0)], prefer=prefer, record=False)
         cpu = time.process_time() - c0

@@ -26,6 +26,7 @@ import time
 import numpy as np
 
 from subzero.capture.context import Context
+from subzero.heap import release
 from subzero.model.cells import unique
 from subzero.model.cellset import CellSet
 from subzero.model.strategy import Strategy
@@ -91,6 +92,7 @@ def time_reads(lineage, key: str, name: str, op, s: Strategy, pairs, out_shape,
         n_out = 0
         while len(times) < repeats and sum(times) < SLOW_OBSERVATION_S:
             reader.clear_cache()
+            release()      # fresh pages, as a trace's query has (heap.py)
             c0, w0 = time.process_time(), time.perf_counter()
             res = run_step.stored(reader, s, sc, 0, backward, q)
             # CPU time is what the read costs (a busy machine inflates the wall time); a
