@@ -215,6 +215,61 @@ def test_deadline_source_reads_in_chunks_like_one_read_and_gives_up_late(store):
         lineage.close()
 
 
+def _spin(seconds: float) -> None:
+    """Burn this thread's CPU time (what a timed read's clock counts)."""
+    import time
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_a_scans_setup_is_not_extrapolated_as_its_rate(store):
+    """A scan that spends long listing its pairs before its first record is judged by
+    the rate its records then go at, not by its time so far over the share read: with
+    1 pair of 50 read after 0.2 s of set-up, extrapolating from the start says 9.8 s
+    are left and gives it up; the records' own rate says milliseconds.  A scan whose
+    records are slow is still given up."""
+    from subzero.errors import Deadline
+    from subzero.query.planner import ReadBudget
+    from subzero.query.sources import TimedSource
+    _run, lineage, reader = _shifted_reader(store)
+
+    class Slow:                              # the reader, with CPU-bound set-up or records
+        def __init__(self, setup, per_records):
+            self.setup, self.per_records = setup, per_records
+
+        def __getattr__(self, name):
+            return getattr(reader, name)
+
+        def all_pairs(self, space):
+            _spin(self.setup)
+            return reader.all_pairs(space)
+
+        def records(self, space, pids, fields):
+            _spin(self.per_records)
+            return reader.records(space, pids, fields)
+    try:
+        pids = reader.all_pairs("b")
+        want = reader.records("b", pids, ["key"])["key"]
+        assert len(pids) >= 40
+        budget = ReadBudget(after=0.0, reexec=1.0)      # a switch when 2 s are left
+        for setup, per_records, gives_up in ((0.2, 0.0, False), (0.0, 0.05, True)):
+            timed = TimedSource(Slow(setup, per_records), budget, 50)
+            timed.CHUNK = 1
+            timed._room = lambda share: lambda done: 0.0     # pieces of 1, 2, 4, ...
+            got = timed.all_pairs("b")
+            if gives_up:
+                with pytest.raises(Deadline):
+                    timed.records("b", got, ["key"])
+                assert 0 < timed.done < 0.5
+            else:
+                keys = timed.records("b", got, ["key"])["key"]
+                assert all(np.array_equal(a, b) for a, b in zip(keys, want))
+                assert timed.done > 0.9          # the set-up was most of its time
+    finally:
+        lineage.close()
+
+
 def test_timed_pieces_grow_cover_everything_once_and_merge_to_one_lookup(store):
     """A timed read's pieces start small and double up to their cap, cover every item once
     and in order, and end in one piece when the rest fits; a lookup made of pieces finds

@@ -139,7 +139,11 @@ class TimedSource:
         self._scan = 0                # pairs a scan reads ...
         self._scanned = 0             # ... and has read
         self.spent = 0.0
+        #: the share of the read's *time* done, by the rate its progress moved at since it
+        #: was first measured (None until it moved): the work before that -- decoding
+        #: every key of a scan before its first record -- is not what is left
         self.done: float | None = None
+        self._from: tuple[float, float] | None = None   # (spent, progress) when first measured
 
     def progress(self) -> float | None:
         """The share of the read's work done, or None while nothing says."""
@@ -149,8 +153,28 @@ class TimedSource:
             return min(1.0, (self._looked + self._cur * self._part) / self.cells)
         return None
 
+    def _time_done(self, spent: float, got: float | None) -> float | None:
+        """The share of the read's time done when it has spent ``spent`` and made
+        ``got`` progress: what is left, ``(1 - got)`` at the rate progress moved since
+        it was first measured, against what was spent.  A scan of genomics' extract at
+        10,000x spent 429 ms listing its 16 million pairs before its first record, and
+        extrapolated from the start as if that were 0.1% of its work it was given up
+        for a re-execution of 6.5 s, where reading on took 0.9 s."""
+        if got is None:
+            return None
+        if self._from is None:
+            self._from = (spent, got)
+        if got >= 1.0:
+            return 1.0
+        s0, g0 = self._from
+        if got <= g0 or spent <= s0:
+            return None                   # progress has not moved since it was measured
+        rest = (1.0 - got) * (spent - s0) / (got - g0)
+        return spent / (spent + rest)
+
     def _check(self) -> None:
-        self.spent, self.done = time.thread_time() - self._cpu0, self.progress()
+        self.spent = time.thread_time() - self._cpu0
+        self.done = self._time_done(self.spent, self.progress())
         if self.budget.switch(self.spent, self.done):
             if self._may_switch is not None:
                 allowed, self._may_switch = self._may_switch(), None
