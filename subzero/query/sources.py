@@ -162,13 +162,14 @@ class TimedSource:
         for a re-execution of 6.5 s, where reading on took 0.9 s."""
         if got is None:
             return None
-        if self._from is None:
-            self._from = (spent, got)
         if got >= 1.0:
             return 1.0
+        if self._from is None:            # no rate yet: only "most of it done" is known
+            self._from = (spent, got)
+            return got if got >= self.budget.most_done else None
         s0, g0 = self._from
         if got <= g0 or spent <= s0:
-            return None                   # progress has not moved since it was measured
+            return self.done              # not moved since: the last estimate stands
         rest = (1.0 - got) * (spent - s0) / (got - g0)
         return spent / (spent + rest)
 
