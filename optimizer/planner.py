@@ -18,8 +18,9 @@ of a fraction of a millisecond saves less than pricing them costs, and at that s
 the model's error decides more than the methods do.  Budgets count the CPU time of
 the read's own work, so a busy machine, which stretches wall time, does not trip
 them; first-use costs (imports, opening the lineage store) are never counted
-(``subzero.query.warmup``).  That replaces a share of the predicted re-execution measured in wall time, which on
-a loaded machine gave up 2-10 ms reads for re-executions of seconds.
+(``subzero.query.warmup``).  That replaces a share of the predicted re-execution
+measured in wall time, which on a loaded machine gave up 2-10 ms reads for
+re-executions of seconds.
 
 The planner learns from every warm step, in CPU seconds (a step that met cold caches,
 ``StepStat.cold``, is not what its method costs): observed / predicted corrects
@@ -91,8 +92,8 @@ class QueryPlanner:
                     return methods, None
                 rx = next((m for m in methods if isinstance(m, Reexec)), None)
                 rc = None if rx is None else self._price(step, rx, n_out)
-                return methods, (None if rx is None or rc is None else ReadBudget(
-                    after=max(high, self.min_budget_s), reexec=self._high(step, rx, rc, n_out)))
+                return methods, (None if rx is None or rc is None else
+                                 self._budget(step, high, rx, rc, n_out))
         priced: list[tuple[float, int, Method]] = []
         for k, m in enumerate(methods):
             c = self._price(step, m, n_out)
@@ -112,12 +113,13 @@ class QueryPlanner:
         first_cost, _, first = priced[0]
         if not isinstance(first, Stored) or reexec is None:
             return order, None
-        return order, self._budget(step, first, first_cost, reexec[1], reexec[0], n_out)
+        return order, self._budget(step, self._high(step, first, first_cost, n_out),
+                                   reexec[1], reexec[0], n_out)
 
-    def _budget(self, step: StepInfo, read: Method, cost: float, reexec: Method,
-                reexec_cost: float, n_out: float) -> ReadBudget:
-        """When ``read`` (priced ``cost``) is given up for ``reexec``."""
-        return ReadBudget(after=max(self._high(step, read, cost, n_out), self.min_budget_s),
+    def _budget(self, step: StepInfo, high: float, reexec: Method, reexec_cost: float,
+                n_out: float) -> ReadBudget:
+        """When a read whose pessimistic price is ``high`` is given up for ``reexec``."""
+        return ReadBudget(after=max(high, self.min_budget_s),
                           reexec=self._high(step, reexec, reexec_cost, n_out))
 
     def observe(self, st: StepStat) -> None:

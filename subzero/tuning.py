@@ -171,10 +171,11 @@ SERIAL_BOX_CELLS = 512 * 512
 # -- query-time planner (subzero.optimizer.planner) --------------------------------------
 #: Never reconsider a stored read sooner than this (CPU seconds of its own work).
 MIN_BUDGET_S = 0.002
-#: A step whose first method by the simple rule is a stored read priced (pessimistically)
-#: under this many seconds runs that read without the other methods being priced:
-#: choosing could save at most this much, and pricing a step's four or five methods
-#: costs 0.1-0.25 ms in CPU (measured at genomics 1x, where the planner's pricing and its
+#: A step whose first method by the simple rule (a stored read or mapping functions) is
+#: priced (pessimistically) under this many seconds runs it without the others priced,
+#: and another displaces it only when the model says it saves at least this much:
+#: below it, choosing saves less than pricing costs (a step's four or five methods
+#: cost 0.1-0.25 ms of CPU to price; at genomics 1x the planner's pricing and its
 #: choices among sub-millisecond reads made a query 1.3-1.4x slower than the simple rule).
 PLAN_FLOOR_S = 0.001
 #: A stored read that has outrun its pessimistic price is given up for re-execution once
