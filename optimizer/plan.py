@@ -206,12 +206,13 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
              max_disk=None, max_runtime=None, workload=None, pins=None, name: str | None = None,
              recalibrate: bool = False, reprofile: bool = False, save: bool = True,
              progress: ProgressArg = None, force: bool = True,
-             profile_pairs: dict | None = None) -> Plan:
+             profile_pairs: dict | None = None, profile_sums: dict | None = None) -> Plan:
     """Choose every operator's strategies for the workload within the budgets.
 
     ``profile_pairs``: a dict that, when this call profiles the workflow, receives the
-    pairs of the lineage modes its profiling run did not store (:func:`profile_workflow`'s
-    ``keep_pairs``), for the run made from it (``plan.profiled_run``).
+    lineage pairs its profiler kept in memory (:func:`profile_workflow`'s ``keep_pairs``),
+    for the run made from it (``plan.profiled_run``); ``profile_sums`` then receives
+    the chunk sums of its arrays as it wrote them (for that run's drops).
 
     ``force=False`` refuses, before any work, to replace a saved plan of the same name
     (what ``subzero optimize`` does without ``--force``).
@@ -241,6 +242,8 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
         profiled = got["run_id"]
         if profile_pairs is not None:
             profile_pairs.update(got["pairs"])
+            if profile_sums is not None:
+                profile_sums.update(got["sums"])
         stats = collect(store, wf.name, wf.params)
     model = CostModel(cal, required(stats, f"workflow {wf.name}"))
     reserve = arrays_reserve(store, wf, stats) if budgets.max_disk is not None else 0

@@ -65,6 +65,7 @@ from subzero.tuning import (
     PROFILE_BESIDE_MEMORY,
     PROFILE_BESIDE_MIN_BYTES,
     PROFILE_KEEP_PAIRS_BYTES,
+    PROFILE_KEEP_STORED_BYTES,
     SAMPLE_PAIRS,
     SMALL_SAMPLE_BYTES,
 )
@@ -133,7 +134,7 @@ def _room_for(job: _Job) -> bool:
     """Whether memory left on this machine holds ``PROFILE_BESIDE_MEMORY`` times the
     job's pairs: the child's sample and reads beside the run's next operator.  Unknown
     (no /proc/meminfo): no."""
-    need = PROFILE_BESIDE_MEMORY * _pairs_bytes(job.pairs)
+    need = PROFILE_BESIDE_MEMORY * _job_bytes(job)
     try:
         with open("/proc/meminfo") as f:
             avail = next(int(line.split()[1]) * 1024 for line in f
@@ -159,6 +160,20 @@ def _pairs_bytes(p: Pairs) -> int:
     if p.pay_ids is not None:
         arrays.append(p.pay_ids)
     return int(sum(np.asarray(a).nbytes for a in arrays if a is not None))
+
+
+def _job_bytes(job: _Job) -> int:
+    """The bytes pricing ``job`` works on: its pairs', or, for payload pairs, at least the
+    cells of the operator's Full pairs (8 bytes each) when the profile captured them.
+    Pricing a payload strategy expands each payload to its input cells (``map_p``), so
+    its pairs' own bytes say little: genomics' ``model`` at 1,000x has 70 Pay pairs in
+    1.7 KB whose four strategies took 8.4 s to price, in the run's process, while the
+    run waited (its 70 Full pairs, 61 MB, were priced beside it)."""
+    own = _pairs_bytes(job.pairs)
+    if job.pairs.is_payload:
+        full = job.rec.get("modes", {}).get(Mode.FULL.value) or {}
+        own = max(own, 8 * int(full.get("cells") or 0))
+    return own
 
 
 def _sample_rows(n: int, size: int) -> np.ndarray:
@@ -204,12 +219,18 @@ class Profiler:
         self.seconds = 0.0          # time spent profiling (not part of the workflow's runtime)
         self._n = 0
         self._captured = None       # what the operator's own step captured (driver.Captured)
-        #: (operator, mode) -> the pairs of a lineage mode the run did not store, captured
-        #: by re-running the operator (``keep_pairs``): what a run made from the profiling
-        #: run (``subzero.runs.planned``) stores instead of running the operator again
+        #: (operator, mode) -> lineage pairs kept for the run made from the profiling run
+        #: (``keep_pairs``, ``subzero.runs.planned``): of a mode the run did not store,
+        #: captured by re-running the operator (that run stores them instead of running the
+        #: operator again); of a mode it stored, its own (not read back from its lineage)
         self.pairs: dict[tuple[str, str], Pairs] = {}
         self.keep_pairs = keep_pairs
         self._kept_bytes = 0
+        self._kept_stored = 0
+        #: array -> SHA-256 of each chunk's values as the run wrote them (``keep_pairs``):
+        #: the run made from this one links those chunks, and its drop of an array it does
+        #: not keep takes their sums from here instead of reading them back
+        self.sums: dict[str, dict[int, bytes]] = {}
 
     def close(self) -> None:
         """Release the scratch store; children still pricing (the run failed) are stopped
@@ -233,6 +254,10 @@ class Profiler:
         try:
             self.ops[name] = self._profile(name, op, inputs, out, run_s)
             self.ops[name]["drop_saves"] = self._drop_saves(name, out, arrays)
+            if self.keep_pairs and arrays is not None:
+                sums = arrays.chunk_sums(name)
+                if sums is not None:
+                    self.sums[name] = sums
         finally:
             self.seconds += time.perf_counter() - t0
 
@@ -306,18 +331,36 @@ class Profiler:
         return rec
 
     def _keep(self, name: str, op, m: Mode, pairs: Pairs) -> None:
-        """Keep ``pairs`` of mode ``m`` for the run made from this one when the run did not
-        store that mode, the operator's lineage is the same on every run of it (pairs
-        from a re-run describe the run's own output), and they fit
-        ``PROFILE_KEEP_PAIRS_BYTES`` with those kept before (else that run runs the
-        operator again for them)."""
+        """Keep the pairs of mode ``m`` in memory for the run made from this one:
+
+        * a mode the run did not store: ``pairs``, when the operator's lineage is the same
+          on every run of it (pairs from a re-run describe the run's own output) and they
+          fit ``PROFILE_KEEP_PAIRS_BYTES`` with those kept before (else that run runs the
+          operator again for them);
+        * a mode the run stored: the pairs its own step captured (what it encoded), when
+          they fit ``PROFILE_KEEP_STORED_BYTES`` (else that run reads them back from the
+          run's lineage: 1.7 s of the budget run at genomics 1,000x)."""
         c = self._captured
-        if not self.keep_pairs or (c is not None and m in c.modes) or not lineage_reproducible(op):
+        if not self.keep_pairs:
+            return
+        stored = c is not None and m in c.modes
+        if stored:
+            assert c is not None
+            own = c.pay if m in (Mode.PAY, Mode.COMP) else c.full
+            if own is None:
+                return
+            pairs = own
+        elif not lineage_reproducible(op):
             return
         size = _pairs_bytes(pairs) + sum(len(b) for b in (pairs.payloads or ()))
-        if self._kept_bytes + size > PROFILE_KEEP_PAIRS_BYTES:
-            return
-        self._kept_bytes += size
+        if stored:
+            if self._kept_stored + size > PROFILE_KEEP_STORED_BYTES:
+                return
+            self._kept_stored += size
+        else:
+            if self._kept_bytes + size > PROFILE_KEEP_PAIRS_BYTES:
+                return
+            self._kept_bytes += size
         self.pairs[(name, m.value)] = pairs
 
     def _price(self, job: "_Job") -> dict:
@@ -345,13 +388,13 @@ class Profiler:
         queue that a thread of this process feeds to children as they finish (one child
         while the run goes on, one per core once it has ended: :meth:`finish`); fed only
         at the next operator's end, the queue stood still through a 2 s operator.  A job
-        of pairs under ``PROFILE_BESIDE_MIN_BYTES`` is priced here at once (a child's
+        under ``PROFILE_BESIDE_MIN_BYTES`` (``_job_bytes``) is priced here at once (a child's
         fork, store and exit cost more than it: at genomics 1x the budget run took 1.3x
         the CPU time with every strategy priced in a child).  A job whose pairs the
         machine's free memory could not hold ``PROFILE_BESIDE_MEMORY`` times over is
         priced in this process at the end.  The children time their
         reads in their own CPU seconds, as this process would."""
-        if not self.beside or _pairs_bytes(job.pairs) < PROFILE_BESIDE_MIN_BYTES:
+        if not self.beside or _job_bytes(job) < PROFILE_BESIDE_MIN_BYTES:
             return False                      # a small job costs less than a child
         with self._lock:
             self._queue.append(job)
@@ -592,10 +635,11 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
     the timed reads of each strategy's sample (the calibration's own profile, whose
     lineage the calibration reads anyway).  ``beside``: price the strategies in child
     processes beside the run (``Profiler._beside``); the calibration, which times the
-    machine itself, says False.  ``keep_pairs``: return, as ``"pairs"``, the pairs of
-    the lineage modes the run did not store (``Profiler.pairs``), for a run made from
-    this one; the run then keeps every array (that run links them rather than making
-    again those ``--keep auto`` would drop).
+    machine itself, says False.  ``keep_pairs``: return, as ``"pairs"``, the lineage pairs
+    the profiler kept in memory (``Profiler.pairs``) and, as ``"sums"``, its arrays'
+    chunk sums as the run wrote them (``Profiler.sums``), for a run made from this one;
+    the run then keeps every array (that run links them rather than making again those
+    ``--keep auto`` would drop).
 
     Operators with mapping functions are timed but their stored strategies are not
     priced (the optimizer prefers mapping there) unless ``all_ops``."""
@@ -620,4 +664,5 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
                  for o in run.ops())
     base_s = max(wall - prof.seconds - stored, 1e-6)
     store.catalog.add_profile(run.id, wf.name, wf.params, base_s, prof.ops)
-    return {"run_id": run.id, "base_s": base_s, "ops": prof.ops, "pairs": prof.pairs}
+    return {"run_id": run.id, "base_s": base_s, "ops": prof.ops, "pairs": prof.pairs,
+            "sums": prof.sums}

@@ -189,13 +189,15 @@ class Store:
         # the profiling run this call makes, and the pairs of modes it did not store
         profiled: int | None = None
         pairs: dict[tuple[str, str], Any] = {}
+        sums: dict[str, Any] = {}
         if opts.budgeted:
             from subzero.optimizer import optimize  # lazy: the optimizer depends on subzero, not back
             plan = optimize(self, workflow, params=None if opts.params is None else dict(opts.params),
                             inputs=None if inputs is None else dict(inputs), max_disk=opts.max_disk,
                             max_runtime=opts.max_runtime, workload=opts.workload,
                             progress=False if opts.progress is False else None,
-                            profile_pairs=pairs if planned.can_make_from(opts) else None)
+                            profile_pairs=pairs if planned.can_make_from(opts) else None,
+                            profile_sums=sums)
             if opts.on_plan is not None:
                 opts.on_plan(plan)
             profiled = plan.profiled_run
@@ -204,8 +206,9 @@ class Store:
             made = None
             if profiled is not None and planned.can_make_from(opts):
                 parent = self.get(profiled)     # the same inputs, profiled by this call
-                made = planned.make_from(self.catalog, self.runs_dir, parent, opts, pairs)
+                made = planned.make_from(self.catalog, self.runs_dir, parent, opts, pairs, sums)
                 pairs.clear()
+                sums.clear()
             run_id, wf = made if made is not None else \
                 launch.start(self.catalog, self.runs_dir, workflow, inputs, opts)
         self._workflows[run_id] = wf

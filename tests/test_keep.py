@@ -488,6 +488,43 @@ def test_a_drop_records_the_sums_a_read_back_gives(tmp_path, made, stored):
     assert sums["filled"] == sums["read"]
 
 
+@pytest.mark.parametrize("vouched", ["all", "some", "none"])
+def test_linked_chunks_carry_the_sums_their_writer_vouched(tmp_path, monkeypatch, vouched):
+    """Chunks shared from a run whose writer's sums came along (``vouch_sums``: a budget
+    run's profiling run, written in this process) are dropped with those sums, without
+    reading them back; with any chunk's sum missing they are read back.  Either way the
+    sums are those a read back gives."""
+    from subzero.storage.arrays import ArrayStore
+    from subzero.storage.chunks import chunk_sha
+    values = np.random.default_rng(8).random((70, 45))
+    src = ArrayStore(tmp_path / "src", tile=16, run_uid="uid-src")
+    src.create("x", values.shape, values.dtype)
+    src.fill("x", values)
+    src.bind("x")
+    sums = src.chunk_sums("x")
+    node = src._open("x")[1]["data"]
+    assert sums is not None and len(sums) == node.chunk_count()
+    parent = ArrayStore(tmp_path / "src", tile=16, run_uid="uid-src")  # opened again
+    if vouched == "some":
+        sums.pop(node.chunk_count() - 1)
+    if vouched != "none":
+        parent.vouch_sums({"x": sums})
+    dst = ArrayStore(tmp_path / "dst", tile=16, run_uid="uid-dst")
+    dst.create_like("x", parent)
+    for rows in (slice(0, 32), slice(32, 70)):       # two regions, whole chunks each
+        dst.share_region("x", parent, (rows, slice(0, 45)))
+    dst.bind("x")
+    reads = []
+    real = ArrayStore.read_region
+    monkeypatch.setattr(ArrayStore, "read_region",
+                        lambda self, *a, **k: reads.append(a) or real(self, *a, **k))
+    dst.drop("x")
+    monkeypatch.undo()
+    assert (reads == []) == (vouched == "all")
+    back = b"".join(chunk_sha(values[node.chunk_slices(i)]) for i in node.chunks_all())
+    assert dst._open("x")[1]["data"].dropped == back
+
+
 def _patterns():
     """How an array's chunks get written, and whether a drop then has every chunk's
     sum from the values written (else it reads them back)."""
@@ -549,7 +586,8 @@ def test_chunks_linked_from_another_run_are_read_back_for_a_drop(tmp_path):
     child = ArrayStore(tmp_path / "c", tile=16, run_uid="c")
     child.create_like("x", parent)
     child.write_region("x", (slice(0, 16), slice(0, 40)), v[:16] * 2)   # some chunks here,
-    child.share_region("x", parent, (slice(16, 40), slice(0, 40)))     # the rest linked
+    again = ArrayStore(tmp_path / "p", tile=16, run_uid="p")   # opened as a re-run does
+    child.share_region("x", again, (slice(16, 40), slice(0, 40)))      # the rest linked
     child.bind("x")
     assert child._written.get("x") is None
     node = child._open("x")[1]["data"]

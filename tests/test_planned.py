@@ -76,7 +76,8 @@ def test_made_from_profiling_run_is_the_full_run(profiled, name, side, monkeypat
     monkeypatch.setattr(model, "run", counted)
     pairs = got["pairs"] if side else {}
     opts = RunOptions.of(params={"replicate": 3}, plan=plan, progress=False)
-    run_id, _ = planned.make_from(st.catalog, st.runs_dir, parent, opts, pairs)
+    run_id, _ = planned.make_from(st.catalog, st.runs_dir, parent, opts, pairs,
+                                  got["sums"] if side else None)
     made = st.get(run_id)
     ran = runs["model"]
     full = st.run(WF, params={"replicate": 3}, plan=plan, progress=False)
@@ -124,12 +125,19 @@ def test_any_plan_made_from_profiling_run_is_the_full_run(profiled, strategies, 
     assert _answers(made) == _answers(full)
 
 
-def test_damaged_profiling_lineage_is_computed_again_never_reused(tmp_path, monkeypatch):
-    """The profiling run's stored lineage of ``model``, spoiled on disk: the run made
-    from it runs ``model`` again (its Pay pairs the profiler kept are not enough for a
-    plan that also stores Full), and is still the full run."""
+@pytest.mark.parametrize("stored_pairs", [False, True], ids=["read-back", "kept"])
+def test_damaged_profiling_lineage_is_computed_again_never_reused(tmp_path, monkeypatch,
+                                                                  stored_pairs):
+    """The profiling run's stored lineage of ``model``, spoiled on disk: without the
+    Full pairs its step captured (beyond ``PROFILE_KEEP_STORED_BYTES``), the run made
+    from it runs ``model`` again (the Pay pairs the profiler kept are not enough for a
+    plan that also stores Full); with them it reads nothing back and runs nothing.
+    Either way it is the full run."""
     st = _store(tmp_path / "store")
     got = profile_workflow(st, WF, progress=False, keep_pairs=True)
+    assert ("model", "full") in got["pairs"]        # the mode its profiling run stored
+    pairs = got["pairs"] if stored_pairs else \
+        {k: v for k, v in got["pairs"].items() if k != ("model", "full")}
     parent = st.get(got["run_id"])
     assert spoil_lineage(parent, "model")
     runs = {"model": 0}
@@ -143,11 +151,25 @@ def test_damaged_profiling_lineage_is_computed_again_never_reused(tmp_path, monk
     monkeypatch.setattr(model, "run", counted)
     plan = {"name": "mixed", "workflow": "genomics", "strategies": PLANS["mixed"]}
     run_id, _ = planned.make_from(st.catalog, st.runs_dir, parent, RunOptions.of(plan=plan,
-                                  progress=False), got["pairs"])
-    assert runs["model"] == 1
+                                  progress=False), pairs, got["sums"])
+    assert runs["model"] == (0 if stored_pairs else 1)
     monkeypatch.undo()
     same(st.get(run_id), st.run(WF, plan=plan, progress=False))
     st.close()
+
+
+def test_profiler_keeps_stored_pairs_within_their_own_bytes(tmp_path, monkeypatch):
+    """The pairs of modes the profiling run stored are kept within
+    ``PROFILE_KEEP_STORED_BYTES``, apart from those of modes it did not store: with no
+    room for the first, the second are all still kept."""
+    from subzero.optimizer import profile as profmod
+    st = _store(tmp_path / "store")
+    everything = profile_workflow(st, WF, progress=False, keep_pairs=True)["pairs"]
+    monkeypatch.setattr(profmod, "PROFILE_KEEP_STORED_BYTES", 0)
+    unstored = profile_workflow(st, WF, progress=False, keep_pairs=True)["pairs"]
+    st.close()
+    stored = {k for k in everything if k[1] == "full"}     # genomics' defaults store Full
+    assert stored and set(unstored) == set(everything) - stored
 
 
 class Flaky(Operator):
@@ -179,7 +201,9 @@ def test_pairs_of_lineage_that_differs_per_run_are_not_kept(tmp_path):
     st = _store(tmp_path / "store")
     got = profile_workflow(st, wf, inputs={"x": np.arange(12.0).reshape(3, 4)}, progress=False,
                            keep_pairs=True, beside=False)
-    assert got["pairs"] == {}
+    # its Pay pairs came from a re-run: not kept; its Full pairs are its own step's
+    # (what the run stored, describing the run's own output): kept
+    assert set(got["pairs"]) == {("f", "full")}
     st.close()
 
 

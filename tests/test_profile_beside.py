@@ -174,6 +174,27 @@ def test_a_small_job_is_priced_in_the_run(tmp_path, monkeypatch, beside):
     assert forks == [] and not beside._queue
 
 
+@needs_two_cores
+@pytest.mark.parametrize("full_cells", [0, 10**6])
+def test_a_payload_job_is_weighed_by_the_cells_it_expands_to(tmp_path, monkeypatch, beside,
+                                                             full_cells):
+    """A Pay job's pairs are a few bytes whatever their payloads expand to: it is priced
+    beside the run when the operator's Full pairs (the cells ``map_p`` expands to) are
+    large, in the run's process when they are small."""
+    from subzero.model.modes import Mode
+    from subzero.model.strategy import Direction, Strategy
+    monkeypatch.setattr(profmod, "PROFILE_BESIDE_MIN_BYTES", 2**20)
+    monkeypatch.setattr(Profiler, "_price", lambda self, job: {})
+    job = _job(tmp_path)
+    pay = profmod.Pairs(np.arange(4), np.arange(5), pay_ids=np.zeros(4, np.int64),
+                        payloads=[b"\x00"])
+    job = _Job(job.name, job.op, Mode.PAY, pay, Strategy(Mode.PAY, "payone", Direction.FORWARD),
+               job.out_shape, job.in_shapes, {"modes": {"full": {"cells": full_cells}},
+                                              "strategies": {}})
+    assert profmod._pairs_bytes(pay) < 2**10
+    assert beside._beside(job) == (full_cells > 0)
+
+
 def _finished(prof: Profiler, seconds: float = 60.0) -> bool:
     """``prof.finish()`` in a thread: whether it returned within ``seconds`` (a stuck
     child would hold it forever; the test then fails, and ``close`` kills the child)."""

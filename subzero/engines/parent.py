@@ -55,9 +55,10 @@ class Parent:
     statistics: Mapping[str, str] = dataclasses.field(default_factory=dict)
     #: per operator, the digest of the file of its statistic's merged states
     rounds: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    #: (operator, mode) -> pairs of a lineage mode the parent did not store, captured in
-    #: this process from a run of the operator on the parent's inputs (its profiler's:
-    #: :mod:`subzero.runs.planned`); used where the parent has no strategy of that mode
+    #: (operator, mode) -> pairs captured in this process from a run of the operator on
+    #: the parent's inputs (its profiler's: :mod:`subzero.runs.planned`): of a mode the
+    #: parent did not store, or the pairs its own step captured and stored; used before
+    #: reading the parent's lineage back
     side: Mapping[tuple[str, str], Pairs] = dataclasses.field(default_factory=dict)
 
     @property
@@ -82,7 +83,7 @@ class Parent:
         for mode in modes:
             given = self.side.get((op, mode.value))
             try:
-                s = self._stored(op, mode)
+                s = None if given is not None else self._stored(op, mode)
                 if s is not None:
                     assert self.lineage is not None      # _stored found a strategy in it
                     reader = self.lineage.reader(op, s)

@@ -55,12 +55,16 @@ def can_make_from(opts: RunOptions) -> bool:
 
 
 def make_from(catalog: Catalog, runs_dir: Path, parent: Run, opts: RunOptions,
-              pairs: Mapping[tuple[str, str], Pairs] | None = None) -> tuple[int, Workflow] | None:
+              pairs: Mapping[tuple[str, str], Pairs] | None = None,
+              sums: Mapping[str, Mapping[int, bytes]] | None = None) -> tuple[int, Workflow] | None:
     """Make the run ``opts.plan`` describes from ``parent``, the complete, trusted run
     of the same workflow, parameters and inputs its plan was profiled on; returns the
     new run's id and its workflow.  ``pairs``: (operator, mode) -> pairs of lineage
     modes the parent did not store, as its profiler captured them (those operators are
-    not run again).
+    not run again), and of modes it stored, as its steps captured them (not read back).
+    ``sums``: array -> its chunks' SHA-256 as the parent's run wrote them in this process
+    (its profiler's): arrays this run links from the parent and then does not keep are
+    dropped without reading their chunks back.
     None, before anything is begun, when the parent cannot be made from (not complete,
     not trusted, its record not naming every operator's strategies): the caller runs
     the plan in full."""
@@ -81,6 +85,7 @@ def make_from(catalog: Catalog, runs_dir: Path, parent: Run, opts: RunOptions,
                       f"arrays and lineage pairs are taken from there, not computed again")
     handle = pp.open(wf)          # the arrays the parent did not keep: made again, checked
     handle.side = dict(pairs or {})
+    handle.arrays.vouch_sums(sums or {})
     try:
         choice = Choice("local", asked=True, fallback=False,
                         reason="a run made from its profiling run runs in this process")

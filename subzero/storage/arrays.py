@@ -702,9 +702,40 @@ class ArrayStore:
             return 0
         if src_nodes is None or dst_nodes is None or "data" not in src_nodes:
             raise CorruptArray(f"{other.label(name)}: its chunks cannot be shared (no checksums)")
-        self._written[name] = None             # chunks not written here: read back
-        return share_chunks(src_root, src_nodes["data"], dst_root, dst_nodes["data"], region,
-                            other.label(name))
+        mine, theirs = self._written.get(name), other._written.get(name)
+        self._written[name] = None             # chunks not written here: read back ...
+        node = dst_nodes["data"]
+        linked = share_chunks(src_root, src_nodes["data"], dst_root, node, region,
+                              other.label(name))
+        if mine is not None and theirs is not None:
+            grid = node.grid()
+            ks = [node.chunk_index(idx, grid) for idx in node.touched(region)]
+            if all(k in theirs for k in ks):   # ... unless their writer's sums came along
+                mine.update((k, theirs[k]) for k in ks)   # the same files: the same values
+                self._written[name] = mine
+        return linked
+
+    def chunk_sums(self, name: str) -> dict[int, bytes] | None:
+        """The SHA-256 of each chunk of array ``name`` this store wrote (by position in C
+        order), as taken from the values written; None unless it has every chunk's."""
+        written = self._written.get(name)
+        try:
+            _, nodes = self._open(name)
+        except (StoreError, OSError):
+            return None
+        node = (nodes or {}).get("data")
+        if written is None or node is None or len(written) != node.chunk_count():
+            return None
+        return dict(written)
+
+    def vouch_sums(self, sums: Mapping[str, Mapping[int, bytes]]) -> None:
+        """Chunk sums of this run's arrays that the process which wrote them took from the
+        values written (:meth:`chunk_sums` of that run's own store: a budget run's
+        profiling run).  Chunks :meth:`share_region` shares from here into another run
+        carry them, so that run's :meth:`drop` need not read its linked chunks back.
+        Only for a store of a run this process wrote."""
+        for name, got in sums.items():
+            self._written[name] = dict(got)
 
     def chunk_shape(self, name: str) -> tuple[int, ...]:
         """The array's chunk shape as stored: the run's tile, clipped to the shape (from
