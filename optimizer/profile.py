@@ -130,11 +130,11 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _room_for(jobs: list[_Job]) -> bool:
+def _room_for(job: _Job) -> bool:
     """Whether memory left on this machine holds ``PROFILE_BESIDE_MEMORY`` times the
-    jobs' pairs: the child's samples and reads beside the run's next operator.  Unknown
+    job's pairs: the child's sample and reads beside the run's next operator.  Unknown
     (no /proc/meminfo): no."""
-    need = PROFILE_BESIDE_MEMORY * sum(_job_bytes(j) for j in jobs)
+    need = PROFILE_BESIDE_MEMORY * _job_bytes(job)
     try:
         with open("/proc/meminfo") as f:
             avail = next(int(line.split()[1]) * 1024 for line in f
@@ -197,16 +197,15 @@ class Profiler:
         #: price strategies in a child process beside the run (``_beside``)
         self.cores = _cores()
         self.beside = beside and hasattr(os, "fork") and self.cores >= 2
-        #: what each child is to price: one large job, or an operator's small ones together
-        self._queue: list[list[_Job]] = []
-        self._running: list[tuple[int, Path, list[_Job]]] = []
+        self._queue: list[_Job] = []
+        self._running: list[tuple[int, Path, _Job]] = []
         #: pid -> (CPU ticks last seen, when they last moved): a child idle for
         #: ``BESIDE_STALL_S`` is stuck (``_stalled``)
         self._progress: dict[int, tuple[int, float]] = {}
         #: jobs a child did not price (it failed, died or was stuck): priced here
         self.repriced = 0
-        self._done: list[tuple[tuple[int, Path, list[_Job]], int]] = []   # children that ended
-        self._here: list[list[_Job]] = []   # jobs to price in this process (no memory)
+        self._done: list[tuple[tuple[int, Path, _Job], int]] = []   # children that ended
+        self._here: list[_Job] = []         # jobs to price in this process (no memory)
         self._limit = self.cores - 1        # children while the run goes on
         self._lock = threading.Lock()
         self._feeding = False
@@ -310,7 +309,6 @@ class Profiler:
         rec["run_s"] = base
         mapped = Mode.MAP in op.supported_modes() and op.has_mapping()
         rec["profiled"] = self.all_ops or not mapped
-        small: list[_Job] = []
         for m in (lineage_modes(op) if rec["profiled"] else []):
             best, pairs, lw = self._time_mode(name, op, inputs, m)
             if pairs is None:
@@ -328,14 +326,8 @@ class Profiler:
             rec["modes"][m.value] = info
             for s in candidates(m):             # a job each: children share them out
                 job = _Job(name, op, m, pairs, s, out_shape, in_shapes, rec)
-                if self._beside(job):
-                    continue
-                if self.beside:                 # small: priced with the others, in a child
-                    small.append(job)
-                else:
+                if not self._beside(job):
                     self._merge(job, self._price(job))
-        if small:
-            self._send(small)
         return rec
 
     def _keep(self, name: str, op, m: Mode, pairs: Pairs) -> None:
@@ -396,26 +388,18 @@ class Profiler:
         queue that a thread of this process feeds to children as they finish (one child
         while the run goes on, one per core once it has ended: :meth:`finish`); fed only
         at the next operator's end, the queue stood still through a 2 s operator.  A job
-        under ``PROFILE_BESIDE_MIN_BYTES`` (``_job_bytes``) is not sent alone (False): a
-        child's fork, store and exit cost more than it (at genomics 1x the budget run
-        took 1.3x the CPU time with every strategy priced in a child), so the caller
-        sends an operator's small jobs to one child together (:meth:`_send`).  Jobs whose
-        pairs the machine's free memory could not hold ``PROFILE_BESIDE_MEMORY`` times
-        over are priced in this process at the end.  The children time their reads in
-        their own CPU seconds, as this process would."""
+        under ``PROFILE_BESIDE_MIN_BYTES`` (``_job_bytes``) is priced here at once (a child's
+        fork, store and exit cost more than it: at genomics 1x the budget run took 1.3x
+        the CPU time with every strategy priced in a child).  A job whose pairs the
+        machine's free memory could not hold ``PROFILE_BESIDE_MEMORY`` times over is
+        priced in this process at the end.  The children time their
+        reads in their own CPU seconds, as this process would."""
         if not self.beside or _job_bytes(job) < PROFILE_BESIDE_MIN_BYTES:
             return False                      # a small job costs less than a child
-        self._send([job])
-        return True
-
-    def _send(self, jobs: list[_Job]) -> None:
-        """Queue ``jobs`` for one child to price, one after another.  An operator's small
-        jobs go together: at genomics 1x each costs ~70 ms (its sample's timed reads,
-        whatever its size), 1.6 s for the 24 of a profile, all in the run's process
-        before they did."""
         with self._lock:
-            self._queue.append(jobs)
+            self._queue.append(job)
             self._wake()
+        return True
 
     def _wake(self) -> None:
         """Start the feeding thread unless it runs (called with the lock held)."""
@@ -439,10 +423,10 @@ class Profiler:
                     elif self._stalled(child[0]):
                         os.kill(child[0], signal.SIGKILL)   # reaped above, priced here
                 while self._queue and len(self._running) < self._limit:
-                    jobs = self._queue.pop(0)
-                    started = self._fork(jobs) if _room_for(jobs) else None
+                    job = self._queue.pop(0)
+                    started = self._fork(job) if _room_for(job) else None
                     if started is None:
-                        self._here.append(jobs)
+                        self._here.append(job)
                     else:
                         self._running.append(started)
                 if not self._running and not self._queue:
@@ -480,20 +464,19 @@ class Profiler:
         self._done, self._here = [], []
         for child, status in done:
             self._merge_child(child, status)
-        for jobs in here:
-            for job in jobs:
-                self._merge(job, self._price(job))
+        for job in here:
+            self._merge(job, self._price(job))
         order = {str(c): k for k, c in enumerate(
             c for mode in LWRITE_MODES for c in candidates(mode))}
         for rec in self.ops.values():   # in the candidates' order, whichever was priced first
             rec["strategies"] = dict(sorted(rec["strategies"].items(),
                                             key=lambda kv: order.get(kv[0], len(order))))
 
-    def _fork(self, jobs: list[_Job]) -> "tuple[int, Path, list[_Job]] | None":
-        """A child pricing ``jobs`` into a result file of its own: (pid, file, jobs), or
+    def _fork(self, job: "_Job") -> "tuple[int, Path, _Job] | None":
+        """A child pricing ``job`` into a result file of its own: (pid, file, job), or
         None when no process could be made."""
         self._forks += 1
-        path = self.beside_dir / f"{self._forks}-{jobs[0].name}"
+        path = self.beside_dir / f"{self._forks}-{job.name}"
         path.mkdir(parents=True, exist_ok=True)
         for module in CHILD_IMPORTS:          # never inherited half made
             importlib.import_module(module)
@@ -511,7 +494,7 @@ class Profiler:
             try:
                 release()                     # its own pages, not copies of the parent's
                 self.scratch = LineageStore(path / "scratch")   # never the parent's
-                out = ("ok", [self._price(job) for job in jobs])
+                out = ("ok", self._price(job))
             except BaseException as e:        # the parent prices the job itself
                 out, code = ("error", f"{type(e).__name__}: {e}"), 1
             try:
@@ -519,22 +502,20 @@ class Profiler:
                 os.replace(path / "result.part", path / "result.pkl")
             finally:
                 os._exit(code)
-        return pid, path, jobs
+        return pid, path, job
 
     def _merge_child(self, child, status: int) -> None:
-        """What a finished child priced; a child that failed or died has its jobs priced
+        """What a finished child priced; a child that failed or died has its job priced
         here instead (a profile never misses an operator)."""
-        _pid, path, jobs = child
+        _pid, path, job = child
         try:
             kind, value = pickle.loads((path / "result.pkl").read_bytes())
         except Exception:
             kind, value = "error", f"exit status {status}"
         shutil.rmtree(path, ignore_errors=True)
-        if kind != "ok" or not isinstance(value, list) or len(value) != len(jobs):
-            self.repriced += len(jobs)
-            value = [self._price(job) for job in jobs]
-        for job, priced in zip(jobs, value):
-            self._merge(job, priced)
+        if kind != "ok":
+            self.repriced += 1
+        self._merge(job, value if kind == "ok" else self._price(job))
 
     def _time_mode(self, name, op, inputs, m: Mode):
         """(seconds, pairs, lwrite seconds) of one run capturing mode ``m``: best of

@@ -85,27 +85,6 @@ def test_priced_beside_the_run_is_the_same_profile(tmp_path, monkeypatch, in_pro
 
 
 @needs_two_cores
-def test_small_jobs_are_priced_together_beside_the_run(tmp_path, monkeypatch, in_process):
-    """Genomics at 1x: every strategy's pairs are under ``PROFILE_BESIDE_MIN_BYTES``.
-    Each operator's are priced in one child (not one child a strategy, not in the run's
-    process), and the profile is the one the run's process makes."""
-    monkeypatch.setattr(profmod, "PROFILE_BESIDE_MIN_BYTES", 2**30)
-    sent = []
-    real = Profiler._fork
-
-    def fork(self, jobs):
-        sent.append(sorted({j.name for j in jobs}) + [len(jobs)])
-        return real(self, jobs)
-    monkeypatch.setattr(Profiler, "_fork", fork)
-    got = _deterministic(_profile(tmp_path / "s", beside=True))
-    assert got == in_process
-    profiled = sorted(n for n, r in got.items() if r["strategies"])
-    assert sorted(x[0] for x in sent) == profiled        # a child an operator
-    assert all(len(x) == 2 for x in sent)                 # one operator's jobs each
-    assert sum(x[1] for x in sent) == sum(len(got[n]["strategies"]) for n in profiled)
-
-
-@needs_two_cores
 @pytest.mark.parametrize("how", ["raises", "dies"])
 def test_a_failed_child_is_priced_again_by_the_run(tmp_path, monkeypatch, in_process, how):
     parent = os.getpid()
