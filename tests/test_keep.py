@@ -488,12 +488,13 @@ def test_a_drop_records_the_sums_a_read_back_gives(tmp_path, made, stored):
     assert sums["filled"] == sums["read"]
 
 
-@pytest.mark.parametrize("vouched", ["all", "some", "none"])
+@pytest.mark.parametrize("vouched", ["all", "some", "none", "wrong"])
 def test_linked_chunks_carry_the_sums_their_writer_vouched(tmp_path, monkeypatch, vouched):
     """Chunks shared from a run whose writer's sums came along (``vouch_sums``: a budget
     run's profiling run, written in this process) are dropped with those sums, without
     reading them back; with any chunk's sum missing they are read back.  Either way the
-    sums are those a read back gives."""
+    sums are those a read back gives.  A wrong sum vouched for (injected) is never a
+    wrong value: the array made again fails its check, naming the chunk."""
     from subzero.storage.arrays import ArrayStore
     from subzero.storage.chunks import chunk_sha
     values = np.random.default_rng(8).random((70, 45))
@@ -507,6 +508,8 @@ def test_linked_chunks_carry_the_sums_their_writer_vouched(tmp_path, monkeypatch
     parent = ArrayStore(tmp_path / "src", tile=16, run_uid="uid-src")  # opened again
     if vouched == "some":
         sums.pop(node.chunk_count() - 1)
+    if vouched == "wrong":
+        sums[1] = bytes(32)
     if vouched != "none":
         parent.vouch_sums({"x": sums})
     dst = ArrayStore(tmp_path / "dst", tile=16, run_uid="uid-dst")
@@ -520,8 +523,15 @@ def test_linked_chunks_carry_the_sums_their_writer_vouched(tmp_path, monkeypatch
                         lambda self, *a, **k: reads.append(a) or real(self, *a, **k))
     dst.drop("x")
     monkeypatch.undo()
-    assert (reads == []) == (vouched == "all")
+    assert (reads == []) == (vouched in ("all", "wrong"))
     back = b"".join(chunk_sha(values[node.chunk_slices(i)]) for i in node.chunks_all())
+    if vouched == "wrong":
+        from subzero.errors import StoreError
+        again = ArrayStore(tmp_path / "dst", tile=16, run_uid="uid-dst",
+                           recompute=lambda name: values)
+        with pytest.raises(StoreError, match=r"other values in its chunk \[0:16, 16:32\]"):
+            again.read_region("x", (slice(0, 70), slice(0, 45)))
+        return
     assert dst._open("x")[1]["data"].dropped == back
 
 
