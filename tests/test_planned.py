@@ -116,7 +116,8 @@ def test_any_plan_made_from_profiling_run_is_the_full_run(profiled, strategies, 
     opts = RunOptions.of(params={"replicate": 3}, plan=plan, progress=False)
     try:
         run_id, _ = planned.make_from(st.catalog, st.runs_dir, parent, opts,
-                                      got["pairs"] if side else {})
+                                      got["pairs"] if side else {},
+                                      got["sums"] if side else None)
     except StrategyError:
         assume(False)                   # not a plan a run could store either
     full = st.run(WF, params={"replicate": 3}, plan=plan, progress=False)
