@@ -225,8 +225,7 @@ class Profiler:
         #: operator again); of a mode it stored, its own (not read back from its lineage)
         self.pairs: dict[tuple[str, str], Pairs] = {}
         self.keep_pairs = keep_pairs
-        self._kept_bytes = 0
-        self._kept_stored = 0
+        self._kept = {False: 0, True: 0}    # bytes kept of modes the run did not / did store
         #: array -> SHA-256 of each chunk's values as the run wrote them (``keep_pairs``):
         #: the run made from this one links those chunks, and its drop of an array it does
         #: not keep takes their sums from here instead of reading them back
@@ -344,8 +343,7 @@ class Profiler:
         if not self.keep_pairs:
             return
         stored = c is not None and m in c.modes
-        if stored:
-            assert c is not None
+        if c is not None and stored:
             own = c.pay if m in (Mode.PAY, Mode.COMP) else c.full
             if own is None:
                 return
@@ -353,14 +351,10 @@ class Profiler:
         elif not lineage_reproducible(op):
             return
         size = _pairs_bytes(pairs) + sum(len(b) for b in (pairs.payloads or ()))
-        if stored:
-            if self._kept_stored + size > PROFILE_KEEP_STORED_BYTES:
-                return
-            self._kept_stored += size
-        else:
-            if self._kept_bytes + size > PROFILE_KEEP_PAIRS_BYTES:
-                return
-            self._kept_bytes += size
+        limit = PROFILE_KEEP_STORED_BYTES if stored else PROFILE_KEEP_PAIRS_BYTES
+        if self._kept[stored] + size > limit:
+            return
+        self._kept[stored] += size
         self.pairs[(name, m.value)] = pairs
 
     def _price(self, job: "_Job") -> dict:
