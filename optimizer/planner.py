@@ -15,7 +15,8 @@ price.  A step whose method by the simple rule is priced (pessimistically) under
 ``PLAN_FLOOR_S`` runs that method priced alone, and another method displaces the
 rule's only when the model says it saves at least that much: choosing among methods
 of a fraction of a millisecond saves less than pricing them costs, and at that size
-the model's error decides more than the methods do.  Budgets count the CPU time of
+the model's error decides more than the methods do.  Such a read is not timed either
+(no budget: it could be given up only past ``MIN_BUDGET_S``, twice the floor).  Budgets count the CPU time of
 the read's own work, so a busy machine, which stretches wall time, does not trip
 them; first-use costs (imports, opening the lineage store) are never counted
 (``subzero.query.warmup``).  That replaces a share of the predicted re-execution
@@ -87,13 +88,11 @@ class QueryPlanner:
             cost = self._price(step, first, n_out)
             high = None if cost is None else self._high(step, first, cost, n_out)
             if cost is not None and high is not None and high < self.floor_s:
+                # and it is not timed: a read priced that low is never given up before
+                # MIN_BUDGET_S, and pricing the re-execution a switch would run, with the
+                # timer around the read, cost a third of such a step in a fresh process
                 self.decisions.append((step.op, [(first.name, cost)]))
-                if not isinstance(first, Stored):
-                    return methods, None
-                rx = next((m for m in methods if isinstance(m, Reexec)), None)
-                rc = None if rx is None else self._price(step, rx, n_out)
-                return methods, (None if rx is None or rc is None else
-                                 self._budget(step, high, rx, rc, n_out))
+                return methods, None
         priced: list[tuple[float, int, Method]] = []
         for k, m in enumerate(methods):
             c = self._price(step, m, n_out)
@@ -175,6 +174,7 @@ def planner_for(run, calibration: dict | None = None) -> QueryPlanner | None:
     if stats is None:
         return None
     model = CostModel(cal, stats)
+    model.prepare(run.executor().v.strategies)
     same = {r.id for r in store.catalog.runs()
             if r.workflow == run.row.workflow and r.params == run.row.params}
     steps = [s for s in store.catalog.trace_steps() if s["run_id"] in same]

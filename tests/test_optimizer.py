@@ -316,8 +316,26 @@ def test_below_its_floor_the_planner_keeps_the_simple_rules_method(gstore):
         order, budget = p.plan(info, [rule, other, Reexec()])
         assert order[0] == first and isinstance(order[-1], Reexec) and budget is not None
     p.prices = {rule.name: 1e-6, other.name: 1e-9, "reexec": 1.0}    # under the floor
-    order, _ = p.plan(info, [rule, other, Reexec()])
+    order, budget = p.plan(info, [rule, other, Reexec()])
     assert order[0] == rule and p.decisions[-1][1] == [(rule.name, 1e-6)]
+    assert budget is None           # not timed: it could be given up only past MIN_BUDGET_S
+
+
+def test_a_planner_is_made_with_its_strategies_sample_factors(gstore, monkeypatch):
+    """What every price of a stored strategy uses and no query changes (its decode
+    factors from its own sample) is worked out when the planner is made, not by the
+    first step that prices it."""
+    run = gstore.run(WF, strategies={u: "full:fullone:backward+pay:payone:forward" for u in UDFS},
+                     progress=False)
+    planner = planner_for(run)
+    assert planner is not None
+    stored = {(op, str(s)) for op, ss in run.executor().v.strategies.items() for s in ss if s.stored}
+    assert stored and {(op, s) for op, s, _ in planner.model._own} == stored
+    calls = []
+    monkeypatch.setattr(type(planner.model), "_sample_ratios",
+                        lambda self, *a: calls.append(a) or [])
+    res = run.trace("model", [(0, 1)], to="transpose", planner=planner, record=False)
+    assert res.steps and not calls
 
 
 class Impatient(QueryPlanner):
