@@ -11,14 +11,15 @@ pessimistic price, and never given up once half done; past that it switches
 when its CPU time alone has reached five times re-execution's pessimistic price
 (switching then costs at most 1.2x staying, whatever is left of the read), or
 when its measured progress says the rest of it costs at least twice that
-price.  A step whose method by the simple rule is priced (pessimistically) under
-``PLAN_FLOOR_S`` runs that method priced alone, and another method displaces the
-rule's only when the model says it saves at least that much: choosing among methods
-of a fraction of a millisecond saves less than pricing them costs, and at that size
-the model's error decides more than the methods do.  Such a read is not timed either
-(no budget: it could be given up only past ``MIN_BUDGET_S``, twice the floor).  Budgets count the CPU time of
-the read's own work, so a busy machine, which stretches wall time, does not trip
-them; first-use costs (imports, opening the lineage store) are never counted
+price.  A step whose method by the simple rule is priced under ``PLAN_FLOOR_S``
+(its central price: what another method could save in expectation) runs that
+method priced alone, and another method displaces the rule's only when the model
+says it saves at least that much: choosing among methods of a fraction of a
+millisecond saves less than pricing them costs, and at that size the model's error
+decides more than the methods do.  Such a read is not timed either (no budget: it
+could be given up only past its pessimistic price and ``MIN_BUDGET_S``).  Budgets
+count the CPU time of the read's own work, so a busy machine, which stretches wall
+time, does not trip them; first-use costs (imports, opening the lineage store) are never counted
 (``subzero.query.warmup``).  That replaces a share of the predicted re-execution
 measured in wall time, which on a loaded machine gave up 2-10 ms reads for
 re-executions of seconds.
@@ -84,13 +85,14 @@ class QueryPlanner:
         first = methods[0] if methods else None
         if first is not None and not isinstance(first, Reexec):
             # a read or mapping priced under floor_s runs as the simple rule says: another
-            # method could save at most that, less than pricing them all costs
+            # method could save at most what it costs -- in expectation its price (its
+            # pessimistic one is for when to give a read up) -- less than pricing them all
             cost = self._price(step, first, n_out)
-            high = None if cost is None else self._high(step, first, cost, n_out)
-            if cost is not None and high is not None and high < self.floor_s:
-                # and it is not timed: a read priced that low is never given up before
-                # MIN_BUDGET_S, and pricing the re-execution a switch would run, with the
-                # timer around the read, cost a third of such a step in a fresh process
+            if cost is not None and cost < self.floor_s:
+                # and it is not timed: it would be given up only past its pessimistic
+                # price and MIN_BUDGET_S, for a re-execution of milliseconds at least, and
+                # pricing that re-execution, with the timer around the read, cost a third
+                # of such a step in a fresh process
                 self.decisions.append((step.op, [(first.name, cost)]))
                 return methods, None
         priced: list[tuple[float, int, Method]] = []

@@ -172,7 +172,9 @@ SERIAL_BOX_CELLS = 512 * 512
 #: Never reconsider a stored read sooner than this (CPU seconds of its own work).
 MIN_BUDGET_S = 0.002
 #: A step whose first method by the simple rule (a stored read or mapping functions) is
-#: priced (pessimistically) under this many seconds runs it without the others priced,
+#: priced under this many seconds (its central price: another method could save that
+#: much in expectation; the pessimistic price decides when a read is given up) runs it
+#: without the others priced,
 #: and another displaces it only when the model says it saves at least this much:
 #: below it, choosing saves less than pricing costs (a step's four or five methods
 #: cost 0.1-0.25 ms of CPU to price; at genomics 1x the planner's pricing and its

@@ -319,6 +319,12 @@ def test_below_its_floor_the_planner_keeps_the_simple_rules_method(gstore):
     order, budget = p.plan(info, [rule, other, Reexec()])
     assert order[0] == rule and p.decisions[-1][1] == [(rule.name, 1e-6)]
     assert budget is None           # not timed: it could be given up only past MIN_BUDGET_S
+    # the floor is on its central price (what another method could save in expectation),
+    # not its pessimistic one, which decides when a read is given up
+    p.prices = {rule.name: 0.0008, other.name: 1e-6, "reexec": 1.0}
+    p._high = lambda step, method, cost, n_out: 3 * cost       # type: ignore[method-assign]
+    order, budget = p.plan(info, [rule, other, Reexec()])
+    assert order[0] == rule and budget is None and p.decisions[-1][1] == [(rule.name, 0.0008)]
 
 
 def test_a_planner_is_made_with_its_strategies_sample_factors(gstore, monkeypatch):
