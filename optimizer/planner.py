@@ -14,8 +14,7 @@ when its measured progress says the rest of it costs at least twice that
 price.  A step whose method by the simple rule is priced under ``PLAN_FLOOR_S``
 (its central price: what another method could save in expectation) runs that
 method priced alone, and another method displaces the rule's only when the model
-says it saves at least that much and it is cheaper even at its pessimistic price
-(``_displaces``): choosing among methods of a fraction of a
+says it saves at least that much: choosing among methods of a fraction of a
 millisecond saves less than pricing them costs, and at that size the model's error
 decides more than the methods do.  Such a read is not timed either (no budget: it
 could be given up only past its pessimistic price and ``MIN_BUDGET_S``).  Budgets
@@ -104,7 +103,10 @@ class QueryPlanner:
             priced.append((c, k, m))
         priced.sort(key=lambda t: (t[0], t[1]))
         if priced[0][1] != 0 and not isinstance(methods[0], Reexec) and \
-                not self._displaces(step, priced[0], next(c for c, k, _ in priced if k == 0), n_out):
+                priced[0][0] > next(c for c, k, _ in priced if k == 0) - self.floor_s:
+            # the simple rule's choice stands unless another saves at least floor_s: below
+            # that the model's error, not the method, decides (at genomics 1x a scan of
+            # the other index priced 0.23 ms against a lookup's 0.60 took 0.80 ms)
             priced.sort(key=lambda t: t[1] != 0)
         self.decisions.append((step.op, [(m.name, c) for c, _, m in priced]))
         order = [m for _, _, m in priced]
@@ -114,21 +116,6 @@ class QueryPlanner:
             return order, None
         return order, self._budget(step, self._high(step, first, first_cost, n_out),
                                    reexec[1], reexec[0], n_out)
-
-    def _displaces(self, step: StepInfo, best: tuple[float, int, Method], rule_cost: float,
-                   n_out: float) -> bool:
-        """Whether the cheapest method, ``best`` (price, rank, method), displaces the
-        simple rule's, priced ``rule_cost``: only when it saves at least ``floor_s`` (below
-        that the model's error, not the method, decides: at genomics 1x a scan of the
-        other index priced 0.23 ms against a lookup's 0.60 took 0.80 ms), and is cheaper
-        even at its pessimistic price.  The rule's order (an index in the step's
-        direction first) is knowledge the model's central prices do not outweigh when
-        they are within its error: in plans at genomics 100x a scan of ``extract``'s
-        forward index for a backward step was priced at 1.3-1.4x the backward lookup
-        (26.8 against 19.1 ms), close enough for the model's noise to decide."""
-        cost, _, method = best
-        return cost <= rule_cost - self.floor_s and \
-            self._high(step, method, cost, n_out) < rule_cost
 
     def _budget(self, step: StepInfo, high: float, reexec: Method, reexec_cost: float,
                 n_out: float) -> ReadBudget:
