@@ -206,6 +206,9 @@ def test_abandoned_reads_and_slow_reexecutions_teach_the_planner_both_ways(cstor
         planner.observe(_stat("model", "reexec:full", 1, int(n_out), 5.0))
     assert model.corrections[reexec] > 4.0
     assert model.cost("model", "reexec", 0, True, 1, n_out) > price
+    # priced and timed however cheap the read: a read priced under the floor runs
+    # untimed (tests/test_optimizer.py), and on some machines this one is
+    planner.floor_s = 0.0
     order, budget = planner.plan(_info(1), run.executor().methods("model", True, None))
     assert isinstance(order[0], Stored) and budget is not None
     assert budget.reexec >= model.cost("model", "reexec", 0, True, 1, n_out)  # priced that slow
