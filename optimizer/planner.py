@@ -19,10 +19,10 @@ millisecond saves less than pricing them costs, and at that size the model's err
 decides more than the methods do.  Such a read is not timed either (no budget: it
 could be given up only past its pessimistic price and ``MIN_BUDGET_S``).  Budgets
 count the CPU time of the read's own work, so a busy machine, which stretches wall
-time, does not trip them; first-use costs (imports, opening the lineage store) are never counted
-(``subzero.query.warmup``).  That replaces a share of the predicted re-execution
-measured in wall time, which on a loaded machine gave up 2-10 ms reads for
-re-executions of seconds.
+time, does not trip them; first-use costs (imports, opening the lineage store) are
+never counted (``subzero.query.warmup``).  That replaces a share of the predicted
+re-execution measured in wall time, which on a loaded machine gave up 2-10 ms reads
+for re-executions of seconds.
 
 The planner learns from every warm step, in CPU seconds (a step that met cold caches,
 ``StepStat.cold``, is not what its method costs): observed / predicted corrects

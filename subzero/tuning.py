@@ -174,11 +174,11 @@ MIN_BUDGET_S = 0.002
 #: A step whose first method by the simple rule (a stored read or mapping functions) is
 #: priced under this many seconds (its central price: another method could save that
 #: much in expectation; the pessimistic price decides when a read is given up) runs it
-#: without the others priced,
-#: and another displaces it only when the model says it saves at least this much:
-#: below it, choosing saves less than pricing costs (a step's four or five methods
-#: cost 0.1-0.25 ms of CPU to price; at genomics 1x the planner's pricing and its
-#: choices among sub-millisecond reads made a query 1.3-1.4x slower than the simple rule).
+#: without the others priced, and another displaces it only when the model says it
+#: saves at least this much: below it, choosing saves less than pricing costs (a step's
+#: four or five methods cost 0.1-0.25 ms of CPU to price; at genomics 1x the planner's
+#: pricing and its choices among sub-millisecond reads made a query 1.3-1.4x slower
+#: than the simple rule).
 PLAN_FLOOR_S = 0.001
 #: A stored read that has outrun its pessimistic price is given up for re-execution once
 #: switching can cost at most this many times staying, whatever is left of the read: its
