@@ -111,10 +111,70 @@ def _op_info(name: str, inputs: list[str], rec: dict) -> OpInfo:
                     for s, v in rec.get("strategies", {}).items()})
 
 
+_NUMBER = (int, float)
+#: what every operator's record of a profile holds, and of what type (``_op_info``
+#: reads them, the cost model prices from them)
+_OP_FIELDS = {"in_shapes": list, "out_shape": list, "in_bytes": _NUMBER, "run_s": _NUMBER,
+              "supports": list, "has_mapping": bool, "all_to_all": list, "map_p_batched": bool,
+              "deterministic": bool, "modes": dict, "strategies": dict}
+_MODE_FIELDS = {"run_s": _NUMBER, "gen_s": _NUMBER, "pairs": _NUMBER, "out_cells": _NUMBER,
+                "cells": _NUMBER, "in_cells": list}
+_STRATEGY_FIELDS = {"bytes": _NUMBER, "write_s": _NUMBER, "spaces": dict}
+_READ_FIELDS = {"backward": bool, "cells_in": _NUMBER, "cells_out": _NUMBER, "blocks": _NUMBER,
+                "runs": _NUMBER, "seconds": _NUMBER}
+
+
+def _fields_wrong(rec, fields: dict) -> str | None:
+    """What is wrong with one record of the profile, or None."""
+    if not isinstance(rec, dict):
+        return "is not a record"
+    for name, kind in fields.items():
+        if name not in rec:
+            return f"has no {name!r}"
+        if not isinstance(rec[name], kind) or (kind is _NUMBER and isinstance(rec[name], bool)):
+            return f"has a {name!r} of the wrong type"
+    return None
+
+
+def _profile_wrong(profile: dict) -> str | None:
+    """Where a profile read back from the catalog is not what a profiling run writes:
+    the cost model would otherwise fail on it deep inside a query, as an internal
+    error, or price from it."""
+    ops = profile.get("ops")
+    if not isinstance(ops, dict) or not isinstance(profile.get("base_s"), _NUMBER):
+        return "it has no operators or no base runtime"
+    for name, rec in ops.items():
+        if (why := _fields_wrong(rec, _OP_FIELDS)) is not None:
+            return f"operator {name!r} {why}"
+        for mode, m in rec["modes"].items():
+            if (why := _fields_wrong(m, _MODE_FIELDS)) is not None:
+                return f"operator {name!r}, {mode} lineage, {why}"
+        for s, v in rec["strategies"].items():
+            if (why := _fields_wrong(v, _STRATEGY_FIELDS)) is not None:
+                return f"operator {name!r}, strategy {s}, {why}"
+            smp = v.get("sample")
+            if smp is None:
+                continue
+            if not isinstance(smp, dict) or not isinstance(smp.get("reads"), list) \
+                    or not isinstance(smp.get("spaces"), dict):
+                return f"operator {name!r}, strategy {s}: its sample is not a record of timed reads"
+            for k, read in enumerate(smp["reads"]):
+                if (why := _fields_wrong(read, _READ_FIELDS)) is not None:
+                    return f"operator {name!r}, strategy {s}: timed read {k + 1} of its sample {why}"
+    return None
+
+
 def from_profile(store, profile: dict, workflow: str, params: dict,
                  only_run: int | None = None) -> WorkflowStats:
     """The profile's statistics, with the sizes every run of the workflow and parameters
-    measured (``only_run``: that run's alone; the others' stay predictions)."""
+    measured (``only_run``: that run's alone; the others' stay predictions).  A profile
+    that is not what a profiling run writes (the catalog damaged or edited) is refused
+    with what is wrong in it."""
+    if (why := _profile_wrong(profile)) is not None:
+        raise OptimizerError(
+            f"the optimizer's profile of workflow {workflow!r} (profiling run "
+            f"{profile.get('run_id')}) in the store's catalog is damaged: {why}; profile it again "
+            f"(`subzero optimize WORKFLOW --reprofile`), or trace with --no-planner")
     run_ops = {o["name"]: o for o in store.catalog.ops(profile["run_id"])}
     ops = {n: _op_info(n, run_ops[n]["inputs"] if n in run_ops else [], rec)
            for n, rec in profile["ops"].items()}

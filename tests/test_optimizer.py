@@ -529,3 +529,43 @@ def test_a_disk_budget_is_never_exceeded_by_arrays_and_lineage(gstore, keep):
         gstore.run(WF, plan=plan, keep=keep, progress=False)
     assert [r.status for r in gstore.runs()[before:]] in ([], ["failed"])
     assert not any((gstore.path / "runs").glob("*.partial"))
+
+
+@pytest.mark.parametrize("damage", ["a sample read's time", "an operator's modes", "the whole record"])
+def test_a_damaged_profile_is_refused_in_one_line_and_traces_go_on_without_it(
+        gstore, tmp_path, cli, damage):
+    """A profile in the catalog that is not what a profiling run writes (a read's time
+    gone, a field of the wrong type, the record not one) is refused by the planner in one
+    line naming the workflow and what is wrong, exit 2, never an internal error deep in a
+    step; `--no-planner` still answers, exactly as before the damage."""
+    import shutil
+
+    shutil.copytree(gstore.path, tmp_path / "s")
+    with subzero.open_store(tmp_path / "s") as st:
+        run = st.run(WF, progress=False)
+        rid = run.id
+        _, want, _ = cli("trace", "--store", tmp_path / "s", "--run", rid, "--from", "model",
+                         "--cells", "0,1", "--to", "transpose", "--json", "--no-planner")
+        db = st.catalog.db
+        prof_run, data = db.execute("SELECT run_id, data FROM profiles ORDER BY run_id DESC").fetchone()
+        ops = json.loads(data)
+        if damage == "a sample read's time":
+            rec = next(v for o in ops.values() for v in o["strategies"].values() if v.get("sample"))
+            del rec["sample"]["reads"][0]["seconds"]
+        elif damage == "an operator's modes":
+            next(iter(ops.values()))["modes"] = ["full"]
+        else:
+            ops[next(iter(ops))] = "damaged"
+        db.execute("UPDATE profiles SET data=? WHERE run_id=?", (json.dumps(ops), prof_run))
+        db.commit()
+    args = ("trace", "--store", tmp_path / "s", "--run", rid, "--from", "model", "--cells", "0,1",
+            "--to", "transpose", "--json")
+    code, out, err = cli(*args)
+    assert code == 2 and out == "", (code, err)
+    assert len(err.strip().splitlines()) == 1, err
+    assert "profile of workflow 'genomics'" in err and "is damaged" in err and "--no-planner" in err, err
+    code, out, err = cli(*args, "--no-planner")
+    assert code == 0, err
+    assert json.loads(out)["cells"] == json.loads(want)["cells"]
+    with subzero.open_store(tmp_path / "s") as st, pytest.raises(OptimizerError, match="is damaged"):
+        planner_for(st.get(rid))
