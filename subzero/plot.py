@@ -148,6 +148,13 @@ def _panel(fig, spec, values, layers, title, window=None, aspect="equal", wcs=No
     return im
 
 
+def _values(run, name: str) -> np.ndarray:
+    """The array's cells, checked, as numpy: read chunk by chunk (``Run.read_region``),
+    not as a labelled array, whose reading imports xarray, zarr and dask (seconds a
+    plot's user waits for, and what they give it the grid gives already)."""
+    return run.read_region(name, tuple(slice(0, n) for n in run.shapes()[name]))
+
+
 def plot_trace(run, start: str, cells: np.ndarray, res, path: str) -> None:
     """Three panels, as the explorer shows them (row 0 at the top): the query (zoomed),
     the whole result array, and the result zoomed where the query points.  The cells
@@ -159,10 +166,10 @@ def plot_trace(run, start: str, cells: np.ndarray, res, path: str) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    start_vals = run.array(start).values
+    start_vals = _values(run, start)
     qmask = np.zeros(start_vals.shape, bool)
     qmask[tuple(np.asarray(cells).T)] = True
-    target_vals = run.array(res.target).values
+    target_vals = _values(run, res.target)
     _, qm = _as_2d(start_vals, qmask)
     direct = res.direct if res.direct is not None else res.cellset
     dmask = direct.bitmap()
