@@ -35,6 +35,13 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! .venv/bin/python -
   echo "$want" > "$stamp"
 fi
 
+# SubZero's own modules compiled once, beside their sources (as pip compiles what it
+# installs): an editable install leaves that to the first import, and where
+# PYTHONDONTWRITEBYTECODE is set (some CI and container images) every process
+# compiled them again -- 0.2 s of each `subzero` command.  Only changed files are
+# compiled again; a stale one is never used (Python checks each source's mtime)
+.venv/bin/python -m compileall -q -j 0 subzero optimizer operators workflows >/dev/null
+
 # Java 17+ for PySpark
 java_ok=0
 if command -v java >/dev/null 2>&1; then

@@ -150,9 +150,12 @@ LONG_FILES = ("test_commit_crash.py", "test_spark_cluster.py", "test_spark.py", 
 #: the long end-to-end sweeps, marked ``slow``: `make test` leaves them out so that a
 #: developer's run takes minutes, `make test-slow` runs them, and CI runs both (every
 #: test).  Each took 15 s or more in a timed run of the whole suite (`--durations`, 2
-#: cores): whole workflows on Spark, real exposures, fault campaigns, the widest
-#: property sweeps.  A whole file is named by its name, a test by FILE::FUNCTION (every
-#: parameter of it).
+#: cores), or 12 s or more on a slower machine (November 2026): whole workflows on
+#: Spark, real exposures, fault campaigns, the widest property sweeps, the longest
+#: guide pages (the README and the tutorial stay quick).  The suite's core oracle
+#: (test_oracle_property.py's single operators) stays quick however long it takes.  A
+#: whole file is named by its name, a test by FILE::FUNCTION (every parameter of it),
+#: one parameter of it by FILE::FUNCTION[ID].
 SLOW = frozenset({
     "test_astronomy.py", "test_spark_cluster.py",
     "test_array_integrity.py::test_spark_region_written_array_is_checksummed",
@@ -201,6 +204,15 @@ SLOW = frozenset({
     "test_statistic.py::test_real_exposure_per_tile_in_process",
     "test_statistic.py::test_spark_cosmic_rays_per_tile_equal_in_process",
     "test_tile_reexec.py::test_spark_run_traces_through_tiles",
+    "test_keep.py::test_every_answer_is_the_same_whatever_is_kept[spark]",
+    "test_keep.py::test_cli_plan_says_which_arrays_it_keeps",
+    "test_reach_property.py::test_forward_traces_with_a_declared_reach_match_the_oracle",
+    "test_limited_reexec.py::test_backward_on_random_boxes",
+    "test_lineage_determinism.py::test_reexecution_answers_deterministic_lineage_and_refuses_random_lineage",
+    "test_chunkwrite.py::test_chunks_written_directly_are_the_files_zarr_writes",
+    "test_input_regions.py::test_spark_executors_read_the_inputs",
+    "test_docs.py::test_page_blocks_run[docs/guide/explore.md]",
+    "test_docs.py::test_page_blocks_run[docs/guide/tracing.md]",
 })
 
 
@@ -210,10 +222,12 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda it: rank.get(it.path.name, len(LONG_FILES)))      # stable within a file
     named = set()
     for it in items:
-        key = f"{it.path.name}::{getattr(it, 'originalname', it.name)}"
-        if it.path.name in SLOW or key in SLOW:
+        keys = (it.path.name, f"{it.path.name}::{getattr(it, 'originalname', it.name)}",
+                f"{it.path.name}::{it.name}")
+        hit = next((k for k in keys if k in SLOW), None)
+        if hit is not None:
             it.add_marker(pytest.mark.slow)
-            named.add(it.path.name if it.path.name in SLOW else key)
+            named.add(hit)
     # a renamed or removed test must leave this list too, or it would silently run fast
     stale = {k for k in SLOW if k.split("::")[0] in {it.path.name for it in items}} - named
     if stale and not config.getoption("keyword"):

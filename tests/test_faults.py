@@ -87,7 +87,7 @@ def test_forked_children_are_classified(tmp_path):
     crash, = fork_map([0], _segfault, tmp_path, timeout=20)
     assert crash.status == "crash" and "SIGSEGV" in crash.detail
     assert "Fatal Python error" in crash.log          # faulthandler's dump is kept
-    hang, = fork_map([0], _sleep, tmp_path, timeout=5)
+    hang, = fork_map([0], _sleep, tmp_path, timeout=2)
     assert hang.status == "hang" and "in _sleep" in hang.log   # the stacks before the kill
     boom, = fork_map([0], _raise, tmp_path, timeout=20)
     assert boom.status == "crash" and "RuntimeError: boom" in boom.log
