@@ -1185,17 +1185,18 @@ def _run_json(store, run_id: int) -> dict:
 
 
 class _Version(argparse.Action):
-    """``--version``: the installed package's version (the source tree's when not
-    installed), looked up only when asked for -- importlib.metadata scans the
-    installed distributions, which every other command would pay for at start-up."""
+    """``--version``: the version of the code that runs (``subzero.version``), which
+    tests/test_imports.py holds equal to the installed package's and to
+    pyproject.toml's.  Not looked up in the installed distributions: importlib.metadata
+    parses them, 60 ms of a 0.15 s budget for the whole command."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
                  help="show the program's version number and exit"):
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from subzero.version import installed_version
-        parser._print_message(f"subzero {installed_version()}\n", sys.stdout)
+        from subzero.version import __version__
+        parser._print_message(f"subzero {__version__}\n", sys.stdout)
         parser.exit()
 
 

@@ -15,9 +15,12 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
 
 #: what a command must not import unless it needs it
 HEAVY = ("xarray", "pandas", "scipy", "astropy", "zarr", "numcodecs", "pyspark", "matplotlib",
@@ -75,6 +78,19 @@ def test_start_up_imports_nothing_heavy(statement):
     assert not got["numpy"], f"{statement!r} imported numpy"
     if "--version" in statement:
         assert out.strip().startswith("subzero ")
+
+
+def test_the_version_said_is_the_installed_one_and_the_projects():
+    """`--version` prints the source's version without asking the installed
+    distributions (that costs 60 ms at start-up): it must be theirs, and pyproject's."""
+    import tomllib
+    from importlib.metadata import version
+
+    from subzero.version import __version__
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert __version__ == project == version("subzero-lineage")
+    _, out = _probe("import subzero.cli as c; c.main(['--version'])")
+    assert out.strip() == f"subzero {project}"
 
 
 def test_public_names_still_import():
