@@ -118,19 +118,24 @@ _OP_FIELDS = {"in_shapes": list, "out_shape": list, "in_bytes": _NUMBER, "run_s"
               "supports": list, "has_mapping": bool, "all_to_all": list, "map_p_batched": bool,
               "deterministic": bool, "modes": dict, "strategies": dict}
 _MODE_FIELDS = {"run_s": _NUMBER, "gen_s": _NUMBER, "pairs": _NUMBER, "out_cells": _NUMBER,
-                "cells": _NUMBER, "in_cells": list}
+                "cells": _NUMBER}
+#: ... and what a record may leave out (the cost model does without it), but not hold
+#: as something else
+_MODE_OPTIONAL = {"in_cells": list, "expanded": list, "payloads": _NUMBER}
 _STRATEGY_FIELDS = {"bytes": _NUMBER, "write_s": _NUMBER, "spaces": dict}
 _READ_FIELDS = {"backward": bool, "cells_in": _NUMBER, "cells_out": _NUMBER, "blocks": _NUMBER,
                 "runs": _NUMBER, "seconds": _NUMBER}
 
 
-def _fields_wrong(rec, fields: dict) -> str | None:
+def _fields_wrong(rec, fields: dict, optional: dict | None = None) -> str | None:
     """What is wrong with one record of the profile, or None."""
     if not isinstance(rec, dict):
         return "is not a record"
-    for name, kind in fields.items():
+    for name, kind in {**fields, **(optional or {})}.items():
         if name not in rec:
-            return f"has no {name!r}"
+            if name in fields:
+                return f"has no {name!r}"
+            continue
         if not isinstance(rec[name], kind) or (kind is _NUMBER and isinstance(rec[name], bool)):
             return f"has a {name!r} of the wrong type"
     return None
@@ -147,7 +152,7 @@ def _profile_wrong(profile: dict) -> str | None:
         if (why := _fields_wrong(rec, _OP_FIELDS)) is not None:
             return f"operator {name!r} {why}"
         for mode, m in rec["modes"].items():
-            if (why := _fields_wrong(m, _MODE_FIELDS)) is not None:
+            if (why := _fields_wrong(m, _MODE_FIELDS, _MODE_OPTIONAL)) is not None:
                 return f"operator {name!r}, {mode} lineage, {why}"
         for s, v in rec["strategies"].items():
             if (why := _fields_wrong(v, _STRATEGY_FIELDS)) is not None:

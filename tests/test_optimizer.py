@@ -569,3 +569,30 @@ def test_a_damaged_profile_is_refused_in_one_line_and_traces_go_on_without_it(
     assert json.loads(out)["cells"] == json.loads(want)["cells"]
     with subzero.open_store(tmp_path / "s") as st, pytest.raises(OptimizerError, match="is damaged"):
         planner_for(st.get(rid))
+
+
+def test_a_profile_without_what_the_model_does_without_is_not_called_damaged(gstore, tmp_path, cli):
+    """The check refuses what the cost model cannot price from, not what it can do
+    without: a profile whose lineage modes keep no cells per input (``in_cells``, which
+    the model reads with a default) still plans a trace, with the same answer."""
+    import shutil
+
+    shutil.copytree(gstore.path, tmp_path / "s")
+    with subzero.open_store(tmp_path / "s") as st:
+        rid = st.run(WF, progress=False).id
+        db = st.catalog.db
+        prof_run, data = db.execute("SELECT run_id, data FROM profiles ORDER BY run_id DESC").fetchone()
+        ops = json.loads(data)
+        for rec in ops.values():
+            for m in rec["modes"].values():
+                m.pop("in_cells", None)
+        db.execute("UPDATE profiles SET data=? WHERE run_id=?", (json.dumps(ops), prof_run))
+    args = ("trace", "--store", tmp_path / "s", "--run", rid, "--from", "model", "--cells", "0,1",
+            "--to", "transpose", "--json")
+    code, out, err = cli(*args)
+    assert code == 0, err
+    code, plain, err = cli(*args, "--no-planner")
+    assert code == 0, err
+    assert json.loads(out)["cells"] == json.loads(plain)["cells"]
+    with subzero.open_store(tmp_path / "s") as st:
+        assert planner_for(st.get(rid)) is not None
