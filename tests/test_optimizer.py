@@ -531,6 +531,39 @@ def test_a_disk_budget_is_never_exceeded_by_arrays_and_lineage(gstore, keep):
     assert not any((gstore.path / "runs").glob("*.partial"))
 
 
+def _edited_profile(gstore, folder: Path, edit) -> tuple[tuple, str]:
+    """A copy of ``gstore`` with a run of its own and its latest profile changed in the
+    catalog by ``edit(ops)``; the trace arguments of a query of that run, and the
+    answer's JSON traced (without a planner) before the change."""
+    import shutil
+
+    shutil.copytree(gstore.path, folder)
+    args = ("trace", "--store", folder, "--from", "model", "--cells", "0,1", "--to", "transpose",
+            "--json")
+    with subzero.open_store(folder) as st:
+        rid = st.run(WF, progress=False).id
+        args += ("--run", rid)
+        before = st.get(rid).trace("model", [(0, 1)], to="transpose", record=False)
+        db = st.catalog.db
+        prof_run, data = db.execute("SELECT run_id, data FROM profiles ORDER BY run_id DESC").fetchone()
+        ops = json.loads(data)
+        edit(ops)
+        db.execute("UPDATE profiles SET data=? WHERE run_id=?", (json.dumps(ops), prof_run))
+    return args, before.cells.tolist()
+
+
+def _damage(kind: str):
+    def edit(ops: dict) -> None:
+        if kind == "a sample read's time":
+            rec = next(v for o in ops.values() for v in o["strategies"].values() if v.get("sample"))
+            del rec["sample"]["reads"][0]["seconds"]
+        elif kind == "an operator's modes":
+            next(iter(ops.values()))["modes"] = ["full"]
+        else:
+            ops[next(iter(ops))] = "damaged"
+    return edit
+
+
 @pytest.mark.parametrize("damage", ["a sample read's time", "an operator's modes", "the whole record"])
 def test_a_damaged_profile_is_refused_in_one_line_and_traces_go_on_without_it(
         gstore, tmp_path, cli, damage):
@@ -538,61 +571,32 @@ def test_a_damaged_profile_is_refused_in_one_line_and_traces_go_on_without_it(
     gone, a field of the wrong type, the record not one) is refused by the planner in one
     line naming the workflow and what is wrong, exit 2, never an internal error deep in a
     step; `--no-planner` still answers, exactly as before the damage."""
-    import shutil
-
-    shutil.copytree(gstore.path, tmp_path / "s")
-    with subzero.open_store(tmp_path / "s") as st:
-        run = st.run(WF, progress=False)
-        rid = run.id
-        _, want, _ = cli("trace", "--store", tmp_path / "s", "--run", rid, "--from", "model",
-                         "--cells", "0,1", "--to", "transpose", "--json", "--no-planner")
-        db = st.catalog.db
-        prof_run, data = db.execute("SELECT run_id, data FROM profiles ORDER BY run_id DESC").fetchone()
-        ops = json.loads(data)
-        if damage == "a sample read's time":
-            rec = next(v for o in ops.values() for v in o["strategies"].values() if v.get("sample"))
-            del rec["sample"]["reads"][0]["seconds"]
-        elif damage == "an operator's modes":
-            next(iter(ops.values()))["modes"] = ["full"]
-        else:
-            ops[next(iter(ops))] = "damaged"
-        db.execute("UPDATE profiles SET data=? WHERE run_id=?", (json.dumps(ops), prof_run))
-        db.commit()
-    args = ("trace", "--store", tmp_path / "s", "--run", rid, "--from", "model", "--cells", "0,1",
-            "--to", "transpose", "--json")
+    args, want = _edited_profile(gstore, tmp_path / "s", _damage(damage))
     code, out, err = cli(*args)
     assert code == 2 and out == "", (code, err)
     assert len(err.strip().splitlines()) == 1, err
     assert "profile of workflow 'genomics'" in err and "is damaged" in err and "--no-planner" in err, err
     code, out, err = cli(*args, "--no-planner")
     assert code == 0, err
-    assert json.loads(out)["cells"] == json.loads(want)["cells"]
+    assert json.loads(out)["cells"] == want
     with subzero.open_store(tmp_path / "s") as st, pytest.raises(OptimizerError, match="is damaged"):
-        planner_for(st.get(rid))
+        planner_for(st.get(args[-1]))
 
 
 def test_a_profile_without_what_the_model_does_without_is_not_called_damaged(gstore, tmp_path, cli):
     """The check refuses what the cost model cannot price from, not what it can do
     without: a profile whose lineage modes keep no cells per input (``in_cells``, which
     the model reads with a default) still plans a trace, with the same answer."""
-    import shutil
-
-    shutil.copytree(gstore.path, tmp_path / "s")
-    with subzero.open_store(tmp_path / "s") as st:
-        rid = st.run(WF, progress=False).id
-        db = st.catalog.db
-        prof_run, data = db.execute("SELECT run_id, data FROM profiles ORDER BY run_id DESC").fetchone()
-        ops = json.loads(data)
+    def edit(ops: dict) -> None:
         for rec in ops.values():
             for m in rec["modes"].values():
                 m.pop("in_cells", None)
-        db.execute("UPDATE profiles SET data=? WHERE run_id=?", (json.dumps(ops), prof_run))
-    args = ("trace", "--store", tmp_path / "s", "--run", rid, "--from", "model", "--cells", "0,1",
-            "--to", "transpose", "--json")
+    args, want = _edited_profile(gstore, tmp_path / "s", edit)
     code, out, err = cli(*args)
     assert code == 0, err
+    assert json.loads(out)["cells"] == want
     code, plain, err = cli(*args, "--no-planner")
     assert code == 0, err
-    assert json.loads(out)["cells"] == json.loads(plain)["cells"]
+    assert json.loads(plain)["cells"] == want
     with subzero.open_store(tmp_path / "s") as st:
-        assert planner_for(st.get(rid)) is not None
+        assert planner_for(st.get(args[-1])) is not None
