@@ -474,6 +474,17 @@ def test_spark_scratch_files_stay_in_subzeros_folder(spark, store):
     assert any(p.name.startswith(("spark-", "blockmgr-")) for p in Path(scratch_dir()).iterdir())
 
 
+def test_the_local_driver_jvm_compiles_with_the_quick_jit_only(spark):
+    """A local session's JVM (driver and executor at once) runs with the quick JIT only:
+    its optimizing compiler cost more CPU than it saved (session.LOCAL_JIT). Asked of the
+    running JVM itself, not of the configuration handed to it."""
+    from subzero.engines.spark.session import LOCAL_JIT
+    args = list(spark.sparkContext._jvm.java.lang.management.ManagementFactory
+                .getRuntimeMXBean().getInputArguments())
+    assert LOCAL_JIT in args
+    assert spark.sparkContext._jvm.java.lang.System.getProperty("java.vm.name")  # a real JVM
+
+
 def _planted_log_folder(tmp_path):
     """A shared temp folder where someone planted ``subzero-spark-logs-<uid>`` as a link
     to a folder of decoys: old-looking Spark logs and a scratch folder of a dead process
