@@ -56,7 +56,12 @@ def box_payload(lo: Sequence[int], hi: Sequence[int]) -> bytes:
 
 def box_payloads(lo: np.ndarray, hi: np.ndarray) -> list[bytes]:
     """:func:`box_payload` of each row of ``lo`` and ``hi`` (``(N, ndim)`` each)."""
-    return [b.tobytes() for b in np.column_stack([lo, hi]).astype("<i4")]
+    rows = np.ascontiguousarray(np.column_stack([lo, hi]).astype("<i4"))
+    if rows.shape[1] == 0:
+        return [b""] * len(rows)
+    # one void item per row: its tolist() is the row's bytes, trailing zeros kept, without
+    # a Python call per row (0.3 against 1.2 us a box)
+    return rows.view(f"V{rows.shape[1] * 4}").ravel().tolist()
 
 
 def window_offsets(radius: int, ndim: int) -> np.ndarray:
@@ -180,14 +185,15 @@ class WindowComposite(Operator):
         outs, owners = [], []
         if is_box.any():
             boxes = np.zeros((len(payloads), 2 * ndim), np.int64)
-            boxes[is_box] = np.frombuffer(b"".join(p for p, b in zip(payloads, is_box) if b), "<i4") \
-                .reshape(-1, 2 * ndim)
+            boxed = payloads if is_box.all() else [payloads[k] for k in np.flatnonzero(is_box).tolist()]
+            boxes[is_box] = np.frombuffer(b"".join(boxed), "<i4").reshape(-1, 2 * ndim)
             rows = np.flatnonzero(is_box[pay_ids] & (lens > 0))    # an empty pair maps to nothing
             b = boxes[pay_ids[rows]]
             got, own = box_cells(b[:, :ndim], b[:, ndim:])
             outs.append(got)
             owners.append(rows[own])
-        radii = np.array([p[0] if not b else -1 for p, b in zip(payloads, is_box)], np.int64)
+        radii = np.full(len(payloads), -1, np.int64)
+        radii[~is_box] = [payloads[k][0] for k in np.flatnonzero(~is_box).tolist()]
         for r in np.unique(radii[~is_box]).tolist():
             rows = np.flatnonzero(radii[pay_ids] == r)
             reps = lens[rows]          # every cell of every pair (pairs may hold several)

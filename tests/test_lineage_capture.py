@@ -390,3 +390,25 @@ def test_a_stable_order_of_small_keys_is_numpy_s_stable_argsort():
         np.testing.assert_array_equal(stable_order(keys, bound), np.argsort(keys, kind="stable"))
         shifted = keys - bound // 2               # no bound given: found, negative keys too
         np.testing.assert_array_equal(stable_order(shifted), np.argsort(shifted, kind="stable"))
+
+
+def test_payload_ids_in_one_batch_are_the_ids_one_at_a_time():
+    """A batch of payloads gets the ids one call per payload would give: equal payloads
+    (bytes, bytearray or memoryview alike) share one, new ones are numbered in the order
+    first seen, across batches; a payload that is not bytes is refused before any id is
+    handed out."""
+    rng = np.random.default_rng(3)
+    pool = [bytes(rng.integers(0, 256, rng.integers(0, 5), dtype=np.uint8)) for _ in range(12)]
+    batches = [[pool[k] for k in rng.integers(0, len(pool), n)] for n in (0, 1, 40, 200)]
+    batches[2][::5] = [bytearray(p) for p in batches[2][::5]]
+    batches[3][::7] = [memoryview(p) for p in batches[3][::7]]
+    one, many = LineageBuffer("op", 1, 2, [2]), LineageBuffer("op", 1, 2, [2])
+    for batch in batches:
+        want = [one.payload_id(p) for p in batch]
+        got = many.payload_ids(batch)
+        assert got.dtype == np.int64 and got.tolist() == want
+    assert many.payloads == one.payloads and len(set(many.payloads)) == len(many.payloads)
+    kept = list(many.payloads)
+    with pytest.raises(TypeError, match="payload must be bytes, got str"):
+        many.payload_ids([b"new", "text"])
+    assert many.payloads == kept

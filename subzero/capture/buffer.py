@@ -80,6 +80,16 @@ def _ragged(cells_seq: np.ndarray | Sequence[ArrayLike], n_rows: int, ndim: int,
     return cat, lens
 
 
+def _payload_key(p: object) -> bytes:
+    """Payload ``p`` as the bytes it is kept as: an operator's value must be bytes-like
+    (:data:`Payload`), else TypeError."""
+    if type(p) is bytes:
+        return p
+    if not isinstance(p, (bytes, bytearray, memoryview)):
+        raise TypeError(f"payload must be bytes, got {type(p).__name__}")
+    return bytes(p)
+
+
 class LineageBuffer:
     """Collects one operator's ``lwrite`` calls for one run (or re-run)."""
 
@@ -106,14 +116,23 @@ class LineageBuffer:
     def payload_id(self, p: object) -> int:
         """The id of payload ``p`` (equal payloads share one); ``p``, an operator's value,
         must be bytes-like (:data:`Payload`), else TypeError."""
-        if not isinstance(p, (bytes, bytearray, memoryview)):
-            raise TypeError(f"payload must be bytes, got {type(p).__name__}")
-        p = bytes(p)
+        p = _payload_key(p)
         pid = self._payload_ids.get(p)
         if pid is None:
             pid = self._payload_ids[p] = len(self.payloads)
             self.payloads.append(p)
         return pid
+
+    def payload_ids(self, seq: Sequence[object]) -> np.ndarray:
+        """:meth:`payload_id` of each payload of ``seq``, in one pass of C loops (dict and
+        map) rather than a Python call per payload: an operator writes one per tile or
+        group, tens of thousands in a run (the calibration's: 440,000 calls, 1 s)."""
+        keys = list(map(_payload_key, seq))
+        ids = self._payload_ids
+        new = [k for k in dict.fromkeys(keys) if k not in ids]
+        ids.update(zip(new, range(len(self.payloads), len(self.payloads) + len(new))))
+        self.payloads.extend(new)
+        return np.fromiter(map(ids.__getitem__, keys), np.int64, len(keys))
 
     def add_pay(self, out: np.ndarray, out_lens: np.ndarray, pay_ids: np.ndarray) -> None:
         self._pay.append((out, out_lens, pay_ids))

@@ -192,7 +192,7 @@ class Context:
                     if len(seq) != n:
                         raise LineageError(f"operator {self.name!r}: lwrite got {len(seq)} payloads "
                                            f"for {n} output cells")
-                    pay_ids = np.fromiter((self._pid(p) for p in seq), np.int64, count=n)
+                    pay_ids = self._pids(seq)
                 buf.add_pay(out, np.ones(n, np.int64), pay_ids)
             else:
                 buf.add_pay(out, np.array([n], np.int64), np.array([self._pid(payload)], np.int64))
@@ -263,13 +263,13 @@ class Context:
                 if missing:
                     raise LineageError(f"operator {self.name!r}: lwrite_groups has no payload for "
                                        f"group {missing[0]}")
-                pay_ids = np.array([self._pid(payload[int(k)]) for k in groups], np.int64)
+                pay_ids = self._pids([payload[k] for k in groups.tolist()])
             else:
                 seq = self._payloads(payload)
                 if len(seq) != len(groups):
                     raise LineageError(f"operator {self.name!r}: lwrite_groups got {len(seq)} payloads "
                                        f"for {len(groups)} groups")
-                pay_ids = np.array([self._pid(p) for p in seq], np.int64)
+                pay_ids = self._pids(seq)
             buf.add_pay(out, counts, pay_ids)
             return
         if len(ins) != self.n_inputs:
@@ -309,6 +309,14 @@ class Context:
         assert self.buffer is not None, "payload ids are asked for only while capturing"
         try:
             return self.buffer.payload_id(payload)
+        except TypeError as e:
+            raise LineageError(f"operator {self.name!r}: {e}") from e
+
+    def _pids(self, seq: Sequence[object]) -> np.ndarray:
+        """:meth:`_pid` of each payload of ``seq`` (one batch: ``LineageBuffer.payload_ids``)."""
+        assert self.buffer is not None, "payload ids are asked for only while capturing"
+        try:
+            return self.buffer.payload_ids(seq)
         except TypeError as e:
             raise LineageError(f"operator {self.name!r}: {e}") from e
 
