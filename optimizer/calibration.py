@@ -230,23 +230,25 @@ def _load_costs() -> tuple[float, float]:
     return float(max(intercept, 0.0)), float(max(slope, 0.0))
 
 
-def _cold_load_s() -> float:
-    """CPU seconds a fresh process pays on its first array read (the array store's
-    imports: zarr, dask, codecs), measured in a child process: a command-line trace is
-    such a process, and its first re-execution pays this on top of the warm price."""
+_COLD_CODE = ("import sys, time\n"
+              "from subzero.storage.arrays import ArrayStore\n"
+              "s = ArrayStore(sys.argv[1])\n"
+              "t = time.process_time()\n"
+              "s.read_value('a')\n"
+              "print(time.process_time() - t)\n")
+_RTREE_COLD_CODE = ("import time\nt = time.process_time()\n"
+                    "from rtree import index\n"
+                    "print(time.process_time() - t)\n")
+
+
+def _cold_load_child(folder: Path) -> _Child:
+    """A child measuring the CPU seconds a fresh process pays on its first array read (the
+    array store's imports: zarr, dask, codecs), of an array written to ``folder`` (kept
+    until the child is read): a command-line trace is such a process, and its first
+    re-execution pays this on top of the warm price."""
     from subzero.storage.arrays import ArrayStore
-    tmp = Path(tempfile.mkdtemp(prefix="subzero-cold-"))
-    code = ("import sys, time\n"
-            "from subzero.storage.arrays import ArrayStore\n"
-            "s = ArrayStore(sys.argv[1])\n"
-            "t = time.process_time()\n"
-            "s.read_value('a')\n"
-            "print(time.process_time() - t)\n")
-    try:
-        ArrayStore(tmp).write("a", np.zeros((8, 8)))
-        return _child_cpu_s(code, str(tmp))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    ArrayStore(folder).write("a", np.zeros((8, 8)))
+    return _Child(_COLD_CODE, str(folder))
 
 
 #: The steps a fresh process traces to measure what a command-line trace pays that a warm
@@ -289,8 +291,8 @@ print(json.dumps(out))
 """
 
 
-def _fresh_costs(store, runs, wf, rng) -> tuple[float, float]:
-    """(first uses, extra per stored step) of a fresh process tracing, in CPU seconds: a
+def _fresh_child(store, runs, wf, rng) -> _Child:
+    """A child measuring (first uses, extra per stored step) of a fresh process tracing, in CPU seconds: a
     child process traces ``FRESH_STEPS`` ``FRESH_PASSES`` times over, through a
     query-time planner as ``subzero trace`` does.  Its first pass costs more than its
     later ones twice over: the trace's first uses (the planner's and the lineage
@@ -310,8 +312,12 @@ def _fresh_costs(store, runs, wf, rng) -> tuple[float, float]:
         pick = cells[np.sort(rng.choice(len(cells), n, replace=False))]
         specs.append([start, pick.tolist(), op, prefer, k])
     module = type(wf.steps[FRESH_STEPS[0][0]].operator).__module__
-    passes = _child_json(_FRESH_CODE, str(store.path), ",".join(str(r.id) for r in runs),
-                         module, json.dumps(specs), str(FRESH_PASSES))
+    return _Child(_FRESH_CODE, str(store.path), ",".join(str(r.id) for r in runs),
+                  module, json.dumps(specs), str(FRESH_PASSES))
+
+
+def _fresh_costs(passes) -> tuple[float, float]:
+    """(first uses, extra per stored step) from what :func:`_fresh_child` printed."""
     if not isinstance(passes, list) or len(passes) < 2:
         return 0.0, 0.0
     first, later = np.asarray(passes[0], float), np.asarray(passes[1:], float)
@@ -321,26 +327,43 @@ def _fresh_costs(store, runs, wf, rng) -> tuple[float, float]:
     return max(0.0, float(around.sum())), max(0.0, float(np.median(extra)))
 
 
-def _child_json(code: str, *args: str):
-    """What a fresh Python process running ``code`` with ``args`` prints on its last
-    line, read as JSON; None when it fails (the calibration then goes on without what
-    it measured)."""
-    import subprocess
-    import sys
-    try:
-        p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                           timeout=120)
-        return json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else None
-    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-        return None
+class _Child:
+    """A fresh Python process running ``code`` with ``args``, started when made and read
+    with :meth:`json`: the calibration's fresh-process measurements run side by side
+    (each times its own CPU seconds, so they need not wait for each other)."""
 
+    def __init__(self, code: str, *args: str):
+        import subprocess
+        import sys
+        self._got = None
+        try:
+            self._p: subprocess.Popen | None = subprocess.Popen(
+                [sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True)
+        except OSError:
+            self._p = None
 
-def _child_cpu_s(code: str, *args: str) -> float:
-    """The CPU seconds a fresh Python process prints running ``code`` with ``args`` (0.0
-    when it fails): what a command-line trace pays once, for a first use a warm process
-    paid long ago."""
-    got = _child_json(code, *args)
-    return max(0.0, float(got)) if isinstance(got, (int, float)) else 0.0
+    def json(self):
+        """What the child printed on its last line, read as JSON; None when it failed (the
+        calibration then goes on without what it measured).  Waits for it the first time."""
+        import subprocess
+        if self._p is not None:
+            p, self._p = self._p, None
+            try:
+                out, _ = p.communicate(timeout=120)
+                self._got = json.loads(out.strip().splitlines()[-1]) if p.returncode == 0 else None
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+            except (ValueError, IndexError):
+                pass
+        return self._got
+
+    def cpu_s(self) -> float:
+        """The CPU seconds the child printed (0.0 when it failed): what a command-line
+        trace pays once, for a first use a warm process paid long ago."""
+        got = self.json()
+        return max(0.0, float(got)) if isinstance(got, (int, float)) else 0.0
 
 
 def _rtree_quadratic() -> float:
@@ -551,11 +574,10 @@ def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
                 store, small, {k: v for k, v in inputs.items() if k in ("small", "big")})
             phase("capture overheads")
             rtree_quadratic = _rtree_quadratic()
-            cold_s = _cold_load_s()
-            rtree_cold_s = _child_cpu_s("import time\nt = time.process_time()\n"
-                                        "from rtree import index\n"
-                                        "print(time.process_time() - t)\n")
-            first_use_s, fresh_step_s = _fresh_costs(store, [r for r, _ in runs], wf, rng)
+            children = (_cold_load_child(tmp / "cold"), _Child(_RTREE_COLD_CODE),
+                        _fresh_child(store, [r for r, _ in runs], wf, rng))
+            cold_s, rtree_cold_s = children[0].cpu_s(), children[1].cpu_s()
+            first_use_s, fresh_step_s = _fresh_costs(children[2].json())
             advance(share["tail"])
             phase("rtree and cold start")
     finally:

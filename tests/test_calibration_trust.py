@@ -311,7 +311,7 @@ def test_a_fresh_process_that_fails_leaves_the_calibration_without_fresh_costs(t
     goes on with no fresh-process costs, never a crash or a made-up figure."""
     import numpy as np
 
-    from subzero.optimizer.calibration import _fresh_costs, calibration_workflow
+    from subzero.optimizer.calibration import _fresh_child, _fresh_costs, calibration_workflow
     wf = calibration_workflow()
 
     class Run:
@@ -323,4 +323,5 @@ def test_a_fresh_process_that_fails_leaves_the_calibration_without_fresh_costs(t
 
     class Gone:
         path = tmp_path / "no-store"
-    assert _fresh_costs(Gone(), [Run(), Run()], wf, np.random.default_rng(0)) == (0.0, 0.0)
+    child = _fresh_child(Gone(), [Run(), Run()], wf, np.random.default_rng(0))
+    assert child.json() is None and _fresh_costs(child.json()) == (0.0, 0.0)
