@@ -152,7 +152,9 @@ LONG_FILES = ("test_commit_crash.py", "test_spark_cluster.py", "test_spark.py", 
 #: test).  Each took 15 s or more in a timed run of the whole suite (`--durations`, 2
 #: cores), or 12 s or more on a slower machine (November 2026): whole workflows on
 #: Spark, real exposures, fault campaigns, the widest property sweeps, the longest
-#: guide pages (the README and the tutorial stay quick).  The suite's core oracle
+#: guide pages (the README's and the tutorial's too, 17-22 s each of CPU: each runs the
+#: LSST workflow and traces it as a user does, which quicker tests of the same commands
+#: cover block by block; CI still runs every block).  The suite's core oracle
 #: (test_oracle_property.py's single operators) stays quick however long it takes.  A
 #: whole file is named by its name, a test by FILE::FUNCTION (every parameter of it),
 #: one parameter of it by FILE::FUNCTION[ID].
@@ -213,6 +215,8 @@ SLOW = frozenset({
     "test_input_regions.py::test_spark_executors_read_the_inputs",
     "test_docs.py::test_page_blocks_run[docs/guide/explore.md]",
     "test_docs.py::test_page_blocks_run[docs/guide/tracing.md]",
+    "test_docs_pages.py::test_page_blocks_run[README.md]",
+    "test_docs_pages.py::test_page_blocks_run[docs/tutorial.md]",
 })
 
 
