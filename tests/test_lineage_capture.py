@@ -393,7 +393,7 @@ def test_a_stable_order_of_small_keys_is_numpy_s_stable_argsort():
 
 
 def test_payload_ids_in_one_batch_are_the_ids_one_at_a_time():
-    """A batch of payloads gets the ids one call per payload would give: equal payloads
+    """A batch of payloads gets the ids one batch per payload would give: equal payloads
     (bytes, bytearray or memoryview alike) share one, new ones are numbered in the order
     first seen, across batches; a payload that is not bytes is refused before any id is
     handed out."""
@@ -403,8 +403,10 @@ def test_payload_ids_in_one_batch_are_the_ids_one_at_a_time():
     batches[2][::5] = [bytearray(p) for p in batches[2][::5]]
     batches[3][::7] = [memoryview(p) for p in batches[3][::7]]
     one, many = LineageBuffer("op", 1, 2, [2]), LineageBuffer("op", 1, 2, [2])
+    seen: dict[bytes, int] = {}                  # the rule, spelled out
     for batch in batches:
-        want = [one.payload_id(p) for p in batch]
+        want = [seen.setdefault(bytes(p), len(seen)) for p in batch]
+        assert [int(one.payload_ids([p])[0]) for p in batch] == want
         got = many.payload_ids(batch)
         assert got.dtype == np.int64 and got.tolist() == want
     assert many.payloads == one.payloads and len(set(many.payloads)) == len(many.payloads)

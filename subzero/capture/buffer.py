@@ -113,19 +113,11 @@ class LineageBuffer:
         self._full.append((out, out_lens, ins, in_lens))
         self.n_full += len(out_lens)
 
-    def payload_id(self, p: object) -> int:
-        """The id of payload ``p`` (equal payloads share one); ``p``, an operator's value,
-        must be bytes-like (:data:`Payload`), else TypeError."""
-        p = _payload_key(p)
-        pid = self._payload_ids.get(p)
-        if pid is None:
-            pid = self._payload_ids[p] = len(self.payloads)
-            self.payloads.append(p)
-        return pid
-
     def payload_ids(self, seq: Sequence[object]) -> np.ndarray:
-        """:meth:`payload_id` of each payload of ``seq``, in one pass of C loops (dict and
-        map) rather than a Python call per payload: an operator writes one per tile or
+        """The id of each payload of ``seq`` (equal payloads share one; new ones are
+        numbered in the order first seen); each, an operator's value, must be bytes-like
+        (:data:`Payload`), else TypeError before any id is handed out.  One pass of C loops
+        (dict and map), not a Python call per payload: an operator writes one per tile or
         group, tens of thousands in a run (the calibration's: 440,000 calls, 1 s)."""
         keys = list(map(_payload_key, seq))
         ids = self._payload_ids

@@ -306,14 +306,11 @@ class Context:
                                f"of bytes with each=True, not {type(payload).__name__}") from e
 
     def _pid(self, payload: object) -> int:
-        assert self.buffer is not None, "payload ids are asked for only while capturing"
-        try:
-            return self.buffer.payload_id(payload)
-        except TypeError as e:
-            raise LineageError(f"operator {self.name!r}: {e}") from e
+        return int(self._pids((payload,))[0])
 
     def _pids(self, seq: Sequence[object]) -> np.ndarray:
-        """:meth:`_pid` of each payload of ``seq`` (one batch: ``LineageBuffer.payload_ids``)."""
+        """The id of each payload of ``seq`` (``LineageBuffer.payload_ids``), or a
+        LineageError naming the operator."""
         assert self.buffer is not None, "payload ids are asked for only while capturing"
         try:
             return self.buffer.payload_ids(seq)
