@@ -116,9 +116,9 @@ class LineageBuffer:
     def payload_ids(self, seq: Sequence[object]) -> np.ndarray:
         """The id of each payload of ``seq`` (equal payloads share one; new ones are
         numbered in the order first seen); each, an operator's value, must be bytes-like
-        (:data:`Payload`), else TypeError before any id is handed out.  One pass of C loops
-        (dict and map), not a Python call per payload: an operator writes one per tile or
-        group, tens of thousands in a run (the calibration's: 440,000 calls, 1 s)."""
+        (:data:`Payload`), else TypeError before any id is handed out.  In C loops (dict and
+        map); measured, no quicker than a Python call per payload (262,144 boxes: 105-110
+        against 110-112 ms), since hashing and storing each new payload is most of it."""
         keys = list(map(_payload_key, seq))
         ids = self._payload_ids
         new = [k for k in dict.fromkeys(keys) if k not in ids]
