@@ -317,10 +317,16 @@ def _fresh_child(store, runs, wf, rng) -> _Child:
 
 
 def _fresh_costs(passes) -> tuple[float, float]:
-    """(first uses, extra per stored step) from what :func:`_fresh_child` printed."""
-    if not isinstance(passes, list) or len(passes) < 2:
+    """(first uses, extra per stored step) from what :func:`_fresh_child` printed; (0.0,
+    0.0) when that is not a pass per row of steps (a child that failed or printed
+    something else)."""
+    try:
+        got = np.asarray(passes, float)
+    except (TypeError, ValueError):          # ragged or not numbers
         return 0.0, 0.0
-    first, later = np.asarray(passes[0], float), np.asarray(passes[1:], float)
+    if got.ndim != 3 or got.shape[0] < 2 or got.shape[1:] != (len(FRESH_STEPS), 2):
+        return 0.0, 0.0
+    first, later = got[0], got[1:]
     one = [k for k, (_, _, n, prefer, _) in enumerate(FRESH_STEPS) if n == 1 and prefer != "map"]
     extra = first[one, 1] - later[:, one, 1].min(axis=0)
     around = (first[:, 0] - first[:, 1]) - (later[:, :, 0] - later[:, :, 1]).min(axis=0)

@@ -325,3 +325,12 @@ def test_a_fresh_process_that_fails_leaves_the_calibration_without_fresh_costs(t
         path = tmp_path / "no-store"
     child = _fresh_child(Gone(), [Run(), Run()], wf, np.random.default_rng(0))
     assert child.json() is None and _fresh_costs(child.json()) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("printed", [[[1], [2]], [[1, 2], [3]], [[[1, "a"]]], "x", [[[0.1, 0.1]] * 6]],
+                         ids=["flat", "ragged", "not-numbers", "text", "one-pass"])
+def test_a_fresh_process_that_prints_something_else_leaves_no_fresh_costs(printed):
+    """What the child printed is not one pass per row of steps: the calibration goes on
+    with no fresh-process costs rather than ending in an IndexError."""
+    from subzero.optimizer.calibration import _fresh_costs
+    assert _fresh_costs(printed) == (0.0, 0.0)
