@@ -1,10 +1,12 @@
 """Whole chunks written without zarr (``subzero.storage.chunkwrite``) are byte for byte
 the chunk files zarr writes: random arrays, dtypes, ragged edges, 1 to 3 axes, whole
 fills, tiles and regions off the grid (which zarr writes), then bound, read and
-dropped as any array."""
+dropped as any array.  And a plain numeric array's metadata, written by zarr without
+xarray, is byte for byte the files xarray writes."""
 
 import numpy as np
 import pytest
+from conftest import EXAMPLE
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -136,3 +138,53 @@ def test_a_write_that_fails_leaves_no_partial_file(tmp_path, monkeypatch):
         store.fill("x", np.ones((8, 8)))
     monkeypatch.undo()
     assert not [f for f in store.path("x").rglob("*") if ".partial" in f.name]
+
+
+PLAIN_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                "float16", "float32", "float64"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(shape=st.lists(st.integers(1, 23), min_size=1, max_size=3), tile=st.integers(1, 9),
+       dtype=st.sampled_from(PLAIN_DTYPES), named=st.booleans(), labelled=st.booleans())
+def test_a_plain_arrays_metadata_is_the_files_xarray_writes(tmp_path_factory, shape, tile,
+                                                            dtype, named, labelled):
+    """``create`` writes a numeric array without attributes through zarr itself: the same
+    files, byte for byte, as xarray's lazy template (which any other array still takes),
+    so a reader cannot tell them apart; then filled, bound and read like any array."""
+    tmp = tmp_path_factory.mktemp("m")
+    shape = tuple(shape)
+    store = ArrayStore(tmp / "run", tile=tile, run_uid="uid")
+    chunks = tuple(min(n, tile) for n in shape)
+    dims = [f"axis{k}" if named else f"dim_{k}" for k in range(len(shape))]
+    arrays_mod._create_plain(tmp / "plain.zarr", "x", shape, np.dtype(dtype), chunks, dims,
+                             labelled)
+    store._create_xarray(tmp / "xarray.zarr", "x", shape, np.dtype(dtype), chunks, dims,
+                         None, None, None, labelled)
+    assert _files(tmp / "plain.zarr") == _files(tmp / "xarray.zarr")
+    store.create("x", shape, np.dtype(dtype), dims if named else None, labelled=labelled)
+    assert _files(store.path("x")) == _files(tmp / "plain.zarr")
+    v = _values(np.random.default_rng(tile), shape, dtype)
+    store.fill("x", v)
+    store.bind("x")
+    back = store.read_value("x")
+    np.testing.assert_array_equal(np.asarray(back), v)
+    if labelled:
+        assert list(back.dims) == dims
+    assert store.describe("x") == (shape, np.dtype(dtype), not labelled)
+
+
+def test_running_numpy_operators_imports_no_dask(tmp_path):
+    """An in-process run of operators that return numpy arrays stores them without
+    importing dask (0.6 s of CPU a process): the CLI's `run` and every re-execution."""
+    import subprocess
+    import sys
+    code = ("import sys, subzero\n"
+            "from subzero.cli import main\n"
+            f"assert main(['run', {str(EXAMPLE)!r}, '--store', {str(tmp_path / 's')!r}, "
+            "'--engine', 'local', '-q']) == 0\n"
+            "print(sorted(m for m in sys.modules if m.startswith('dask.array')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
