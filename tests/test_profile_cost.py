@@ -160,12 +160,14 @@ def test_what_dropping_an_array_saves_is_read_from_the_run_s_own_array_store(sto
     from subzero.runs.keep import array_bytes
     from subzero.storage.arrays import ArrayStore
     roots = []
-    write = ArrayStore.write
 
-    def spy(self, name, value, *a, **kw):
-        roots.append(str(self.dir))
-        return write(self, name, value, *a, **kw)
-    monkeypatch.setattr(ArrayStore, "write", spy)
+    def spying(real):              # where arrays are written: whole, or made to be filled
+        def spy(self, name, *a, **kw):
+            roots.append(str(self.dir))
+            return real(self, name, *a, **kw)
+        return spy
+    monkeypatch.setattr(ArrayStore, "write", spying(ArrayStore.write))
+    monkeypatch.setattr(ArrayStore, "create", spying(ArrayStore.create))
     a = {"a": np.arange(4096.0).reshape(64, 64)}
     prof = profile_workflow(store, _workflow(Cellwise(), Cellwise()), inputs=a, progress=False)
     assert roots and not any(r.endswith("-arrays") for r in roots), roots
