@@ -16,15 +16,14 @@ browser:
 check: setup
 	@scripts/check.sh
 
-# two worker processes, a test file each at a time (its module fixtures built once; the
-# files of Spark tests together, on one worker, one JVM: tests/conftest.py groups them):
+# two worker processes, a test file each at a time (its module fixtures built once):
 # the suite is mostly one core's work, and a CI machine has two.  `test` leaves out
 # the long end-to-end sweeps (marked slow in tests/conftest.py); `test-slow` runs
 # them; CI (.ci/run) runs both: every test.  Bytecode is written (beside the sources,
 # git ignores it) even where the environment says not to: otherwise each worker
 # rewrote the asserts of every test module again (16 s before the first test) and
 # every `subzero` the tests start compiled what it imports
-PYTEST = env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m pytest -n 2 --dist loadgroup
+PYTEST = env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m pytest -n 2 --dist loadfile
 
 test: check browser
 	@$(PYTEST) -m "not slow"

@@ -236,13 +236,6 @@ def pytest_collection_modifyitems(config, items):
     stale = {k for k in SLOW if k.split("::")[0] in {it.path.name for it in items}} - named
     if stale and not config.getoption("keyword"):
         raise pytest.UsageError(f"tests/conftest.py SLOW names tests that do not exist: {sorted(stale)}")
-    # `make test` hands a worker a whole file at a time (its module fixtures built once),
-    # and the files of Spark tests all to the same worker: each worker that meets a Spark
-    # test starts a JVM of its own (tens of seconds of CPU on a machine whose two cores
-    # the suite keeps busy), and one JVM serves them all
-    spark = {it.path for it in items if "spark" in getattr(it, "fixturenames", ())}
-    for it in items:
-        it.add_marker(pytest.mark.xdist_group("spark" if it.path in spark else it.path.name))
 
 
 def copied_store(src: Path, dest: Path):
