@@ -159,8 +159,8 @@ def test_a_plain_arrays_metadata_is_the_files_xarray_writes(tmp_path_factory, sh
     dims = [f"axis{k}" if named else f"dim_{k}" for k in range(len(shape))]
     arrays_mod._create_plain(tmp / "plain.zarr", "x", shape, np.dtype(dtype), chunks, dims,
                              labelled)
-    store._create_xarray(tmp / "xarray.zarr", "x", shape, np.dtype(dtype), chunks, dims,
-                         None, None, None, labelled)
+    arrays_mod._create_xarray(tmp / "xarray.zarr", "x", shape, np.dtype(dtype), chunks, dims,
+                              None, None, None, labelled)
     assert _files(tmp / "plain.zarr") == _files(tmp / "xarray.zarr")
     store.create("x", shape, np.dtype(dtype), dims if named else None, labelled=labelled)
     assert _files(store.path("x")) == _files(tmp / "plain.zarr")

@@ -105,7 +105,10 @@ class LocalEngine(Engine):
                 continue
             v = v if is_dataarray(v) else np.asarray(v)
             if not shared:
-                self._store(name, v)
+                if v.ndim:
+                    self._store(name, v)
+                else:               # one cell, stored as xarray's writer stores it: shape (1,)
+                    self.arrays.write(name, v)
             self._inputs.add(name)
             self._hold(name, v)
 
@@ -183,7 +186,7 @@ class LocalEngine(Engine):
         several copies of the array at once), in slabs of whole chunks
         (:meth:`ArrayStore.fill`): the files xarray would write, and a run whose arrays are
         all numeric numpy never imports xarray, pandas or dask (1 s of CPU a process)."""
-        if isinstance(value, np.ndarray) and value.dtype.kind in "biuf" and value.ndim:
+        if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
             dtype = _native(value.dtype)
             self.arrays.create(name, value.shape, dtype)
             self.arrays.fill(name, value)

@@ -100,6 +100,29 @@ def _create_plain(p: Path, name: str, shape: tuple[int, ...], dtype: np.dtype,
                        attributes={"_FillValue": _NAN_FILL} if dtype.kind == "f" else {})
 
 
+def _create_xarray(p: Path, name: str, shape: tuple[int, ...], dtype: DTypeLike,
+                   chunks: tuple[int, ...], dims: list[Hashable],
+                   attrs: Mapping[Any, Any] | None, coords: Mapping[str, Any] | None,
+                   coord_attrs: Mapping[str, Mapping[str, Any]] | None,
+                   labelled: bool) -> None:
+    """:meth:`ArrayStore.create`'s metadata written by xarray (attributes, labels, any dtype):
+    a lazy dask array of the shape, its metadata only (``compute=False``)."""
+    import dask.array as da
+    import xarray as xr
+    lazy = da.zeros(shape, dtype=dtype, chunks=chunks)
+    ds = xr.Dataset({"data": (dims, lazy, _clean_attrs(attrs or {}))})
+    enc = {"data": {"chunks": chunks, "compressors": checksum_codecs()}}
+    for c, v in (coords or {}).items():
+        ds = ds.assign_coords({c: (c, np.asarray(v), _clean_attrs(dict((coord_attrs or {})
+                                                                      .get(c, {}))))})
+        enc[str(c)] = {"compressors": checksum_codecs()}
+    ds.attrs = {"subzero_name": name, "subzero_numpy": not labelled}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds.to_zarr(p, mode="w-", compute=False, encoding=enc, zarr_format=3,
+                   consolidated=False, write_empty_chunks=True)
+
+
 def form_digest(dims: Sequence[Hashable], attrs: Mapping[str, Any],
                 coords: Mapping[str, Mapping[str, Any]], numpy: bool, chunks: Sequence[int]) -> str:
     """The digest of an array's stored form (:meth:`ArrayStore.form`), 16 hex digits."""
@@ -391,32 +414,10 @@ class ArrayStore:
         if not attrs and not coords and np.dtype(dtype).kind in "biuf":
             _create_plain(p, name, shape, np.dtype(dtype), chunks, dims, labelled)
         else:
-            self._create_xarray(p, name, shape, dtype, chunks, dims, attrs, coords, coord_attrs,
-                                labelled)
+            _create_xarray(p, name, shape, dtype, chunks, dims, attrs, coords, coord_attrs,
+                           labelled)
         seal(p, name, self.run_uid)
         self._written[name] = {}
-
-    def _create_xarray(self, p: Path, name: str, shape: tuple[int, ...], dtype: DTypeLike,
-                       chunks: tuple[int, ...], dims: list[Hashable],
-                       attrs: Mapping[Any, Any] | None, coords: Mapping[str, Any] | None,
-                       coord_attrs: Mapping[str, Mapping[str, Any]] | None,
-                       labelled: bool) -> None:
-        """:meth:`create`'s metadata written by xarray (attributes, labels, any dtype):
-        a lazy dask array of the shape, its metadata only (``compute=False``)."""
-        import dask.array as da
-        import xarray as xr
-        lazy = da.zeros(shape, dtype=dtype, chunks=chunks)
-        ds = xr.Dataset({"data": (dims, lazy, _clean_attrs(attrs or {}))})
-        enc = {"data": {"chunks": chunks, "compressors": checksum_codecs()}}
-        for c, v in (coords or {}).items():
-            ds = ds.assign_coords({c: (c, np.asarray(v), _clean_attrs(dict((coord_attrs or {})
-                                                                          .get(c, {}))))})
-            enc[str(c)] = {"compressors": checksum_codecs()}
-        ds.attrs = {"subzero_name": name, "subzero_numpy": not labelled}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ds.to_zarr(p, mode="w-", compute=False, encoding=enc, zarr_format=3,
-                       consolidated=False, write_empty_chunks=True)
 
     def bind(self, name: str) -> None:
         """Bind a stored array's chunks to their place, once they are final: record each
