@@ -38,7 +38,6 @@ numpy), the same cost model and a well-formed file, else the benchmark runs.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -49,15 +48,17 @@ import numpy as np
 
 from subzero import Mode, Operator, Workflow
 from subzero.errors import StoreError, warn
-from subzero.heap import release
-from subzero.model.cellset import CellSet
 from subzero.model.strategy import DIRECTIONS, ENCODINGS, Strategy
 from subzero.operators import WindowComposite, box_payloads
-from subzero.query.planner import blocks_spanned, runs_of
-from subzero.tuning import CALIBRATION_REPEATS, CAPTURE_OVERHEAD_REPEATS, LOAD_REPEATS, SLOW_OBSERVATION_S
+from subzero.tuning import (
+    CALIBRATION_REPEATS,
+    CAPTURE_OVERHEAD_REPEATS,
+    LOAD_REPEATS,
+)
 
 from . import busy
 from .costmodel import FEATURES, CostModel, error_kind, error_table, method_family
+from .observers import Child, number, observe_all
 from .profile import profile_workflow
 from .progress import Progress, ProgressArg
 from .stats import for_run, required
@@ -68,8 +69,10 @@ from .stats import for_run, required
 #: operator's vectorized ``map_p_pairs`` once (``relation.per_payload``), not ``map_p``
 #: per payload; 9: every observation starts from a heap given back to the system
 #: (``heap.release``), as each query of a ``subzero trace`` does, so that a step's price
-#: includes the first touch of the memory it allocates
-VERSION = 9
+#: includes the first touch of the memory it allocates; 10: a re-execution reads numeric
+#: inputs without xarray (``ArrayStore.read_value``), which changed its cold and warm cost,
+#: and the observations are made by observer processes side by side
+VERSION = 10
 
 #: The environment variable naming the folder of the user's cache (calibrations)
 CACHE_ENV = "SUBZERO_CACHE_DIR"
@@ -153,6 +156,8 @@ TINY_SIDE = 24
 TINY_SCATTERED = (1, 64)
 TINY_BOXES = (8,)
 TINY_CELLS = sum(TINY_SCATTERED) + sum(b * b for b in TINY_BOXES)
+#: The tier whose steps warm up an observer's re-execution and mapping functions
+WARM_OP = "p1t"
 #: Queries per tier: (scattered sizes, box sides, cells in all).
 TIERS = {"p2": (HUGE_SCATTERED, HUGE_BOXES, HUGE_CELLS),
          "p1t": (TINY_SCATTERED, TINY_BOXES, TINY_CELLS)}
@@ -167,39 +172,29 @@ def _queries(shape, rng, scattered=SCATTERED, boxes=BOXES) -> list[np.ndarray]:
     return out
 
 
-def _observe(run, start, cells, op, method, prefer, repeats):
-    """One step by one method, timed ``repeats`` times or until its timings add up to
-    ``SLOW_OBSERVATION_S`` (a slow step's timer noise is small and calibration time is
-    not); the median is kept.  Each timing is the CPU seconds of the trace (a query step is CPU
-    work: decoding, set operations, ``map_p``), or the step's wall seconds when lower
-    (threads sharing the work): on a busy machine the wall clock also counts the time
-    other processes held the core, and a model fitted on that prices every step as the
-    load of the moment."""
-    bm = np.zeros(run.shapes()[start], bool)
-    bm[tuple(cells.T)] = True
-    blocks = blocks_spanned(bm)
-    runs = runs_of(CellSet.of_bitmap(bm))
-    times: list[float] = []
-    first = None
-    for _ in range(repeats):
-        if sum(times) > SLOW_OBSERVATION_S:
-            break
-        run.executor().clear_cache()
-        release()          # fresh pages, as a trace's query has (heap.py)
-        c0 = time.process_time()
-        res = run.trace(start, cells, path=[(op, 0)], prefer=prefer, record=False)
-        cpu = time.process_time() - c0
-        st = res.steps[0]
-        ok = st.method == method if method != "reexec" else st.method.startswith("reexec")
-        if not ok:
-            return None
-        times.append(min(st.seconds, cpu))
-        if first is None:
-            first = {"op": op, "method": st.method, "input": 0, "direction": st.direction,
-                     "cells_in": st.cells_in, "cells_out": st.cells_out,
-                     "blocks_in": blocks, "runs_in": runs}
-    assert first is not None
-    return {**first, "seconds": float(np.median(times))}
+def _observation_tasks(wf: Workflow, runs, rng) -> tuple[list[dict], list[np.ndarray]]:
+    """The observations to make, in the calibration's fixed order: one task per (run,
+    operator, direction, query), each with the methods it is traced by and its share of
+    the progress bar; the queries' cells are drawn from ``rng`` in that order."""
+    tasks: list[dict] = []
+    queries: list[np.ndarray] = []
+    for k, (run, group) in enumerate(runs):
+        for op in wf.steps:
+            for backward in (True, False):
+                start = op if backward else wf.steps[op].inputs[0]
+                scattered, boxes, _ = TIERS.get(op, (SCATTERED, BOXES, 0))
+                for cells in _queries(run.shapes()[start], rng, scattered, boxes):
+                    methods = [(f"stored:{s}", str(s)) for s in group if s.stored]
+                    if k == 1:
+                        methods += [("map", "map"), ("reexec", "reexec")]
+                    if op == "p2":
+                        methods = [m for m in methods if _huge_method(m[0], backward)]
+                    tasks.append({"i": len(tasks), "run": k, "op": op, "start": start,
+                                  "methods": methods,
+                                  "weight": _observation_weight(wf.steps[op].operator, len(cells),
+                                                                len(methods))})
+                    queries.append(cells)
+    return tasks, queries
 
 
 def _load_costs() -> tuple[float, float]:
@@ -232,8 +227,10 @@ def _load_costs() -> tuple[float, float]:
 
 _COLD_CODE = ("import sys, time\n"
               "from subzero.storage.arrays import ArrayStore\n"
+              "from subzero.query.warmup import import_arrays\n"
               "s = ArrayStore(sys.argv[1])\n"
               "t = time.process_time()\n"
+              "import_arrays()\n"
               "s.read_value('a')\n"
               "print(time.process_time() - t)\n")
 _RTREE_COLD_CODE = ("import time\nt = time.process_time()\n"
@@ -241,14 +238,16 @@ _RTREE_COLD_CODE = ("import time\nt = time.process_time()\n"
                     "print(time.process_time() - t)\n")
 
 
-def _cold_load_child(folder: Path) -> _Child:
-    """A child measuring the CPU seconds a fresh process pays on its first array read (the
-    array store's imports: zarr, dask, codecs), of an array written to ``folder`` (kept
-    until the child is read): a command-line trace is such a process, and its first
-    re-execution pays this on top of the warm price."""
+def _cold_load_child(folder: Path) -> Child:
+    """A child measuring the CPU seconds a fresh process pays on its first array read of a
+    re-execution (the executor's imports of the array store, ``import_arrays``, then a
+    numeric array read), of an array written to ``folder`` (kept until the child is
+    read): a command-line trace is such a process, and its first re-execution pays this
+    on top of the warm price.  A labelled input's first read also imports xarray, which
+    its step pays."""
     from subzero.storage.arrays import ArrayStore
     ArrayStore(folder).write("a", np.zeros((8, 8)))
-    return _Child(_COLD_CODE, str(folder))
+    return Child(_COLD_CODE, str(folder))
 
 
 #: The steps a fresh process traces to measure what a command-line trace pays that a warm
@@ -291,7 +290,7 @@ print(json.dumps(out))
 """
 
 
-def _fresh_child(store, runs, wf, rng) -> _Child:
+def _fresh_child(store, runs, wf, rng) -> Child:
     """A child measuring (first uses, extra per stored step) of a fresh process tracing, in CPU seconds: a
     child process traces ``FRESH_STEPS`` ``FRESH_PASSES`` times over, through a
     query-time planner as ``subzero trace`` does.  Its first pass costs more than its
@@ -312,7 +311,7 @@ def _fresh_child(store, runs, wf, rng) -> _Child:
         pick = cells[np.sort(rng.choice(len(cells), n, replace=False))]
         specs.append([start, pick.tolist(), op, prefer, k])
     module = type(wf.steps[FRESH_STEPS[0][0]].operator).__module__
-    return _Child(_FRESH_CODE, str(store.path), ",".join(str(r.id) for r in runs),
+    return Child(_FRESH_CODE, str(store.path), ",".join(str(r.id) for r in runs),
                   module, json.dumps(specs), str(FRESH_PASSES))
 
 
@@ -331,45 +330,6 @@ def _fresh_costs(passes) -> tuple[float, float]:
     extra = first[one, 1] - later[:, one, 1].min(axis=0)
     around = (first[:, 0] - first[:, 1]) - (later[:, :, 0] - later[:, :, 1]).min(axis=0)
     return max(0.0, float(around.sum())), max(0.0, float(np.median(extra)))
-
-
-class _Child:
-    """A fresh Python process running ``code`` with ``args``, started when made and read
-    with :meth:`json`: the calibration's fresh-process measurements run side by side
-    (each times its own CPU seconds, so they need not wait for each other)."""
-
-    def __init__(self, code: str, *args: str):
-        import subprocess
-        import sys
-        self._got = None
-        try:
-            self._p: subprocess.Popen | None = subprocess.Popen(
-                [sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True)
-        except OSError:
-            self._p = None
-
-    def json(self):
-        """What the child printed on its last line, read as JSON; None when it failed (the
-        calibration then goes on without what it measured).  Waits for it the first time."""
-        import subprocess
-        if self._p is not None:
-            p, self._p = self._p, None
-            try:
-                out, _ = p.communicate(timeout=120)
-                self._got = json.loads(out.strip().splitlines()[-1]) if p.returncode == 0 else None
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.communicate()
-            except (ValueError, IndexError):
-                pass
-        return self._got
-
-    def cpu_s(self) -> float:
-        """The CPU seconds the child printed (0.0 when it failed): what a command-line
-        trace pays once, for a first use a warm process paid long ago."""
-        got = self.json()
-        return max(0.0, float(got)) if isinstance(got, (int, float)) else 0.0
 
 
 def _rtree_quadratic() -> float:
@@ -486,9 +446,10 @@ def _observation_weight(op: Operator, cells: int, methods: int) -> float:
     return cells * methods * (1.0 / op.out ** 2 + 0.01)
 
 
-#: Time of the calibration's other phases relative to all its observations (measured:
-#: the profiling run ~12%, the two storing runs ~5%, load/capture/R-tree timings ~2%).
-_PHASE_SHARE = {"profile": 0.12, "runs": 0.05, "tail": 0.02}
+#: Wall time of the calibration's other phases relative to all its observations (measured
+#: with the observers side by side, 2 cores: the profiling run ~30%, the two storing runs
+#: ~25%, load/fit/capture/R-tree timings and their children ~35%).
+_PHASE_SHARE = {"profile": 0.3, "runs": 0.25, "tail": 0.35}
 
 
 def _huge_method(method: str, backward: bool) -> bool:
@@ -545,26 +506,9 @@ def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
                     for group in groups]
             advance(share["runs"])
             phase("runs")
-            obs = []
-            for run, group in runs:
-                for op in ops:
-                    huge = op == "p2"
-                    for backward in (True, False):
-                        start = op if backward else wf.steps[op].inputs[0]
-                        scattered, boxes, _ = TIERS.get(op, (SCATTERED, BOXES, 0))
-                        queries = _queries(run.shapes()[start], rng, scattered, boxes)
-                        for cells in queries:
-                            methods = [(f"stored:{s}", str(s)) for s in group if s.stored]
-                            if run is runs[1][0]:
-                                methods += [("map", "map"), ("reexec", "reexec")]
-                            if huge:
-                                methods = [m for m in methods if _huge_method(m[0], backward)]
-                            for method, prefer in methods:
-                                o = _observe(run, start, cells, op, method, prefer, repeats)
-                                if o is not None:
-                                    obs.append(o)
-                            advance(_observation_weight(wf.steps[op].operator, len(cells),
-                                                        len(methods)))
+            tasks, queries = _observation_tasks(wf, runs, rng)
+            obs = observe_all(store, [r for r, _ in runs], tasks, queries, repeats, tmp, advance,
+                              WARM_OP)
             phase("observations")
             load_fixed_s, load_byte_s = _load_costs()
             uncalibrated = {"coef": {f: [1.0] * len(v) for f, v in FEATURES.items()},
@@ -580,7 +524,7 @@ def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
                 store, small, {k: v for k, v in inputs.items() if k in ("small", "big")})
             phase("capture overheads")
             rtree_quadratic = _rtree_quadratic()
-            children = (_cold_load_child(tmp / "cold"), _Child(_RTREE_COLD_CODE),
+            children = (_cold_load_child(tmp / "cold"), Child(_RTREE_COLD_CODE),
                         _fresh_child(store, [r for r, _ in runs], wf, rng))
             cold_s, rtree_cold_s = children[0].cpu_s(), children[1].cpu_s()
             first_use_s, fresh_step_s = _fresh_costs(children[2].json())
@@ -634,10 +578,6 @@ def cache_file() -> Path:
     return cache_dir() / f"calibration-{host or 'host'}.json"
 
 
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def well_formed(cal) -> bool:
     """Whether ``cal`` is a calibration the cost model can use as it is: this model's
     version and features, finite coefficients of the right lengths, an error model of
@@ -649,23 +589,23 @@ def well_formed(cal) -> bool:
         return False
     coef = cal.get("coef")
     if not isinstance(coef, dict) or not all(
-            isinstance(coef.get(f), list) and len(coef[f]) == len(v) and all(map(_number, coef[f]))
+            isinstance(coef.get(f), list) and len(coef[f]) == len(v) and all(map(number, coef[f]))
             for f, v in FEATURES.items()):
         return False
     scalars = ("seconds", "rtree_quadratic", "capture_fixed_s", "strategy_fixed_s",
                "load_fixed_s", "load_byte_s", "reexec_cold_s", "rtree_cold_s",
                "trace_first_s", "fresh_step_s")
-    if not all(_number(cal[k]) for k in scalars if k in cal) or not _number(cal.get("seconds")):
+    if not all(number(cal[k]) for k in scalars if k in cal) or not number(cal.get("seconds")):
         return False
     errors = cal.get("errors", {})
     if not isinstance(errors, dict):
         return False
     for table in errors.values():
-        if not isinstance(table, dict) or not _number(table.get("max_cells")):
+        if not isinstance(table, dict) or not number(table.get("max_cells")):
             return False
         rows = table.get("buckets")
         if not isinstance(rows, list) or not all(
-                isinstance(r, list) and len(r) == 4 and all(map(_number, r)) for r in rows):
+                isinstance(r, list) and len(r) == 4 and all(map(number, r)) for r in rows):
             return False
     return isinstance(cal.get("load"), dict) and isinstance(cal.get("quality", {}), dict)
 

@@ -390,6 +390,13 @@ SLOW_OBSERVATION_S = 0.02
 #: Timings of each fast observation (the median is kept: CPU seconds, issue 33).  Chosen,
 #: not measured against other values; tests use 1.
 CALIBRATION_REPEATS = 3
+#: Fresh processes the calibration's observations are dealt to, side by side (at most one
+#: a core): each times its own CPU seconds.  Two: the cores a CI machine has.
+CALIBRATION_OBSERVERS = 2
+#: An observer that prints nothing for this long (seconds) is stopped, and what it had
+#: left is observed in the calibration's own process (an observation takes at most a
+#: few seconds)
+OBSERVER_SILENCE_S = 120.0
 #: Alternations of the three capture-overhead runs (no capture, capture storing nothing,
 #: one strategy), medians kept.  Measured (above): 3.3 s at 5; lowered to 3 for the
 #: calibration's 30 s target (issue 33), not compared with other values.

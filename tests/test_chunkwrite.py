@@ -4,6 +4,8 @@ fills, tiles and regions off the grid (which zarr writes), then bound, read and
 dropped as any array.  And a plain numeric array's metadata, written by zarr without
 xarray, is byte for byte the files xarray writes."""
 
+import json
+
 import numpy as np
 import pytest
 from conftest import EXAMPLE
@@ -174,6 +176,89 @@ def test_a_plain_arrays_metadata_is_the_files_xarray_writes(tmp_path_factory, sh
     assert store.describe("x") == (shape, np.dtype(dtype), not labelled)
 
 
+@settings(max_examples=20, deadline=None)
+@given(shape=st.lists(st.integers(1, 23), min_size=1, max_size=3), tile=st.integers(1, 9),
+       dtype=st.sampled_from(PLAIN_DTYPES), holes=st.booleans())
+def test_a_plain_arrays_value_is_the_one_xarray_reads(tmp_path_factory, shape, tile, dtype, holes):
+    """``read_value`` of an array operators saw as numpy reads its chunks itself (every
+    one checked) where xarray would read the stored values as they are: the same
+    values and dtype as xarray's read, NaN cells included."""
+    tmp = tmp_path_factory.mktemp("v")
+    store = ArrayStore(tmp / "run", tile=tile, run_uid="uid")
+    v = _values(np.random.default_rng(tile), tuple(shape), dtype)
+    if holes and v.dtype.kind == "f":
+        v.flat[:: 3] = np.nan
+    store.write("x", v)
+    store.bind("x")
+    assert store._read_plain("x") is not None
+    direct = store.read_value("x")
+    by_xarray = store._as_array("x", store._dataset("x")).values
+    assert type(direct) is np.ndarray and direct.dtype == by_xarray.dtype == v.dtype
+    np.testing.assert_array_equal(direct, by_xarray)
+    np.testing.assert_array_equal(direct, v)
+
+
+@pytest.mark.parametrize(("attrs", "dtype", "as_stored"), [
+    (None, "int32", True), ({}, "float64", True),
+    ({"_FillValue": "AAAAAAAA+H8="}, "float64", True),      # xarray's NaN, float64
+    ({"_FillValue": "AADAfw=="}, "float32", True),          # and float32
+    ({"_FillValue": "NaN"}, "float64", True),
+    ({"_FillValue": "AAAAAAAA+H8="}, "float16", True),      # xarray's float64 NaN for any float
+    ({"_FillValue": "AAB+"}, "float64", False),             # 3 bytes: no float
+    ({"_FillValue": "AAAAAAAAWcA="}, "float64", False),     # -100.0: xarray masks it to NaN
+    ({"_FillValue": -100.0}, "float64", False),
+    ({"_FillValue": 0}, "int16", False),
+    ({"_FillValue": "AAAAAAAA+H8=", "scale_factor": 2.0}, "float64", False),
+    ({"units": "days since 2000-01-01"}, "int64", False),
+    ({"_FillValue": "not base64!"}, "float64", False),
+])
+def test_only_attributes_xarray_reads_as_stored_skip_it(attrs, dtype, as_stored):
+    """A numpy array is read without xarray only when xarray would not decode its values
+    into others (a numeric fill value masked, a scale applied, times decoded)."""
+    assert arrays_mod._read_as_stored(attrs, np.dtype(dtype)) is as_stored
+
+
+@pytest.mark.parametrize("value", [
+    np.arange(12.0).reshape(3, 4), np.float32(2.5), np.arange(6, dtype=">i4"), np.array(True),
+    np.arange(4, dtype="<u2").reshape(2, 2), [1, 2, 3], np.array(["a", "bc"]),
+    np.array(["2020-01-01", "2021-06-01"], dtype="datetime64[D]"),
+    np.arange(6.0).reshape(2, 3).T, np.ma.masked_array([1.0, 2.0], mask=[False, True]),
+])
+def test_values_without_xarray_are_the_ones_xarray_stores(value):
+    """What a re-run's output is compared as: the values ``as_dataarray`` stores (0-d as
+    one cell, native byte order), made without xarray for a plain numeric array."""
+    got = arrays_mod.as_values(value, "x")
+    want = np.asarray(arrays_mod.as_dataarray(value, "x").values)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_labelled_or_coordinated_array_is_still_read_by_xarray(tmp_path):
+    """A DataArray input keeps xarray's read (its labels are part of its value)."""
+    import xarray as xr
+    store = ArrayStore(tmp_path / "run", tile=4, run_uid="uid")
+    store.write("x", xr.DataArray(np.arange(6.0).reshape(2, 3), dims=("y", "x"),
+                                  coords={"x": [10, 20, 30]}, attrs={"units": "adu"}))
+    store.bind("x")
+    assert store._read_plain("x") is None
+    back = store.read_value("x")
+    assert isinstance(back, xr.DataArray) and back.attrs["units"] == "adu"
+
+
+def test_a_damaged_chunk_of_a_plain_array_is_named(tmp_path):
+    """The direct whole-array read checks every chunk, as xarray's path did."""
+    from subzero.errors import CorruptArray
+    store = ArrayStore(tmp_path / "run", tile=4, run_uid="uid")
+    store.write("x", np.arange(64.0).reshape(8, 8))
+    store.bind("x")
+    chunk = sorted(p for p in (store.path("x") / "data").rglob("*") if p.is_file() and p.name != "zarr.json")[-1]
+    raw = bytearray(chunk.read_bytes())
+    raw[-1] ^= 0xFF
+    chunk.write_bytes(bytes(raw))
+    with pytest.raises(CorruptArray, match="damaged"):
+        store.read_value("x")
+
+
 def test_a_run_of_numpy_arrays_imports_neither_xarray_nor_dask(tmp_path):
     """An in-process run whose inputs and outputs are all numeric numpy arrays stores
     them without importing xarray, pandas or dask (about 1 s of CPU a process): the
@@ -189,3 +274,27 @@ def test_a_run_of_numpy_arrays_imports_neither_xarray_nor_dask(tmp_path):
                          timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+def test_a_trace_re_running_an_operator_on_numpy_arrays_imports_no_xarray(tmp_path):
+    """A fresh process whose trace re-executes an operator over numeric arrays reads its
+    inputs without xarray, pandas or dask (their imports were 1.3 s of the first
+    re-execution of a `subzero trace`)."""
+    import subprocess
+    import sys
+    store = str(tmp_path / "s")
+    ran = subprocess.run([sys.executable, "-m", "subzero.cli", "run", str(EXAMPLE), "--store", store,
+                          "--engine", "local", "-q", "--strategy", "stars=blackbox",
+                          "--strategy", "clean=blackbox"], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    code = ("import sys, json\n"
+            "from subzero.cli import main\n"
+            f"assert main(['trace', '--store', {store!r}, '--from', 'stars', '--cells', '40,70', "
+            "'--to', 'raw', '--json']) == 0\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'xarray', 'pandas', 'dask'}))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1] == "[]", out.stdout
+    got = json.loads("\n".join(lines[:-1]))
+    assert "reexec" in json.dumps(got), got

@@ -26,14 +26,14 @@ def remaker(wf: Workflow, read_value: Callable[[str], Any]) -> Callable[[str], n
     returns against the checksums it recorded)."""
     def remake(name: str) -> np.ndarray:
         from subzero.errors import StoreError
-        from subzero.storage.arrays import as_dataarray
+        from subzero.storage.arrays import as_values
         step = wf.steps.get(name)
         if step is None:
             raise StoreError(f"array {name!r} was not kept, and no operator of workflow "
                              f"{wf.name!r} makes it")
         out = run_operator(name, step.operator, [read_value(i) for i in step.inputs], (),
                            capture=False)[0]
-        return np.asarray(as_dataarray(out, name).values)
+        return as_values(out, name)
     return remake
 
 

@@ -45,7 +45,7 @@ from subzero.model.cellset import CellSet
 from subzero.model.modes import Mode
 from subzero.model.operator import Operator, own_code
 from subzero.model.operator import rerun_mode as capture_mode
-from subzero.storage.arrays import as_dataarray
+from subzero.storage.arrays import as_values
 from subzero.storage.encodings import MapPPairs
 
 if TYPE_CHECKING:
@@ -269,7 +269,7 @@ def verify_output(name: str, output: ArrayLike | xr.DataArray, out_shape: tuple[
     """Raise a QueryError naming the operator unless the re-run ``output`` equals the
     stored output (``stored(region)`` reads it) on ``region``: same shape, same dtype,
     same values with NaN equal to NaN."""
-    new = np.asarray(as_dataarray(output, name).values)
+    new = as_values(output, name)
     if new.shape != tuple(out_shape):
         not_deterministic(name, f"shape {new.shape} instead of {tuple(out_shape)}")
     compare(name, new[region], np.asarray(stored(region)), [s.start or 0 for s in region])

@@ -70,7 +70,7 @@ from subzero.model.modes import Mode
 from subzero.query.reexec import Rerun, capture_mode, check_deterministic, differs, run_with_buffer
 from subzero.query.relation import StepContext
 from subzero.query.threads import one_thread_for
-from subzero.storage.arrays import as_dataarray
+from subzero.storage.arrays import as_values
 
 __all__ = ["TileAccess", "fraction", "globalize_covered", "halo", "inside", "local_hits", "merge_boxes",
            "query_boxes", "rerun_tiles", "share", "touched_tiles"]
@@ -322,7 +322,7 @@ def rerun_tiles(sc: StepContext, mode: Mode, backward: bool, i: int, q: np.ndarr
                                     array_shape=shape, statistic=stat)
                 if r.output is None:        # run() returned nothing: the whole re-run says so
                     raise WholeArray
-                new = np.asarray(as_dataarray(r.output, name).values)
+                new = as_values(r.output, name)
                 if new.shape != local:
                     raise WholeArray
                 why = differs(new[tile.core_in_read()], np.asarray(stored(tile.core_slices())),
