@@ -44,6 +44,8 @@ WORK = HERE / ".work"
 sys.path.insert(0, str(HERE))
 from _common import bytecode_env, command_line, machine, update_section  # noqa: E402
 
+from subzero.tuning import CALIBRATION_OBSERVERS  # noqa: E402
+
 WORKFLOW = "workflows/genomics.py"
 WORKLOAD = "workflows/genomics_workload.json"
 PLAN_VS_DEFAULTS = 1.2
@@ -275,12 +277,18 @@ def targets(results: dict) -> list[str]:
                              f"({r[k] / plain:.1f}x) | {_ok(r[k] <= 1.3 * plain)} | | |")
         cal = ((r.get("plan") or {}).get("calibration") or {})
         if cal.get("seconds") is not None:
-            cpu = sum((cal.get("cpu_s") or {}).values())
+            phases = cal.get("cpu_s") or {}
+            cpu = sum(phases.values())
+            # the observations run on every core (at most CALIBRATION_OBSERVERS), the rest
+            # in one process: what the CPU work takes on this machine with nothing else
+            spread = min(CALIBRATION_OBSERVERS, os.cpu_count() or 1)
+            quiet = cpu - phases.get("observations", 0.0) * (1 - 1 / spread)
             load = cal.get("load") or {}
             lines.append(f"| {r['size']:,}x | {r['load']} | calibration under 30 s | "
-                         f"{cal['seconds']:.1f} s | {_ok(cal['seconds'] < 30)} | {cpu:.1f} s "
+                         f"{cal['seconds']:.1f} s | {_ok(cal['seconds'] < 30)} | {cpu:.1f} s of "
+                         f"CPU, its children's included: {quiet:.1f} s on {spread} idle cores "
                          f"(got {load.get('cpu_share', float('nan')):.0%} of a core; busy: "
-                         f"{load.get('busy')}) | {_ok(cpu < 30)} |")
+                         f"{load.get('busy')}) | {_ok(quiet < 30)} |")
     return lines
 
 
