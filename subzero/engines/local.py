@@ -181,12 +181,12 @@ class LocalEngine(Engine):
         return out if out.flags.writeable and out.flags.owndata else np.array(out)
 
     def _store(self, name: str, value: np.ndarray | xr.DataArray) -> None:
-        """Write a whole input or output.  A numeric numpy array goes into an array made
+        """Write a whole input or output.  A numeric or string numpy array goes into an array made
         with :meth:`ArrayStore.create`, as streamed outputs do (xarray's writer holds
         several copies of the array at once), in slabs of whole chunks
         (:meth:`ArrayStore.fill`): the files xarray would write, and a run whose arrays are
         all numeric numpy never imports xarray, pandas or dask (1 s of CPU a process)."""
-        if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        if isinstance(value, np.ndarray) and value.dtype.kind in "biufU":
             dtype = _native(value.dtype)
             self.arrays.create(name, value.shape, dtype)
             self.arrays.fill(name, value)

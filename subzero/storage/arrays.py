@@ -104,17 +104,19 @@ _NAN_FILL = "AAAAAAAA+H8="
 
 def _create_plain(p: Path, name: str, shape: tuple[int, ...], dtype: np.dtype,
                   chunks: tuple[int, ...], dims: Sequence[Hashable], labelled: bool) -> None:
-    """:meth:`ArrayStore.create`'s metadata for a numeric array with no attributes or
-    labels (every output an operator returns as numpy), written by zarr itself: the very
+    """:meth:`ArrayStore.create`'s metadata for a numeric or fixed-length string array with no
+    attributes or labels (every output an operator returns as numpy), written by zarr itself: the very
     files xarray writes for it (a test compares them), without xarray's lazy template,
     whose dask import alone costs 0.6 s of CPU in every process that runs an operator."""
     import zarr
     group = zarr.open_group(str(p), mode="w-", zarr_format=3,
                             attributes={"subzero_name": name, "subzero_numpy": not labelled})
-    group.create_array("data", shape=shape, chunks=chunks, dtype=dtype,
-                       fill_value=np.nan if dtype.kind == "f" else 0,
-                       compressors=checksum_codecs(), dimension_names=[str(d) for d in dims],
-                       attributes={"_FillValue": _NAN_FILL} if dtype.kind == "f" else {})
+    with warnings.catch_warnings():   # zarr's warning that strings have no v3 spec yet, as xarray's
+        warnings.simplefilter("ignore")
+        group.create_array("data", shape=shape, chunks=chunks, dtype=dtype,
+                           fill_value=np.nan if dtype.kind == "f" else "" if dtype.kind == "U" else 0,
+                           compressors=checksum_codecs(), dimension_names=[str(d) for d in dims],
+                           attributes={"_FillValue": _NAN_FILL} if dtype.kind == "f" else {})
 
 
 def _create_xarray(p: Path, name: str, shape: tuple[int, ...], dtype: DTypeLike,
@@ -188,6 +190,15 @@ def _zarr_dtype(data_type: Any) -> np.dtype:
             if name in ("fixed_length_ascii", "null_terminated_bytes"):
                 return np.dtype(f"S{n}")
     raise ValueError(f"unknown data type {data_type!r}")
+
+
+def _fixed_strings(meta: Mapping[str, Any]) -> bool:
+    """Whether an array node's metadata is a fixed-length string array with no attributes
+    (as SubZero and xarray write a numpy array of strings), which zarr reads as the values
+    xarray would return."""
+    data_type = meta.get("data_type")
+    return (isinstance(data_type, dict) and data_type.get("name") == "fixed_length_utf32"
+            and not meta.get("attributes"))
 
 
 def _read_as_stored(attrs: Any, dtype: np.dtype) -> bool:
@@ -451,7 +462,7 @@ class ArrayStore:
         shape = tuple(int(n) for n in shape)
         chunks = tuple(min(n, self.tile) for n in shape)
         dims = list(dims) if dims else [f"dim_{k}" for k in range(len(shape))]
-        if not attrs and not coords and np.dtype(dtype).kind in "biuf":
+        if not attrs and not coords and np.dtype(dtype).kind in "biufU":
             _create_plain(p, name, shape, np.dtype(dtype), chunks, dims, labelled)
         else:
             _create_xarray(p, name, shape, dtype, chunks, dims, attrs, coords, coord_attrs,
@@ -873,8 +884,8 @@ class ArrayStore:
     def _read_plain(self, name: str) -> np.ndarray | None:
         """The whole of an array operators saw as numpy, read as :meth:`read_region` reads
         (every chunk checked), or None when xarray must read it: not SubZero's own
-        numeric layout, more nodes than the data, no axes, or attributes xarray would
-        decode into other values.  A re-execution reads its inputs this way, so a
+        numeric layout nor fixed-length strings, more nodes than the data, no axes, or
+        attributes xarray would decode into other values.  A re-execution reads its inputs this way, so a
         command that re-runs an operator on numeric arrays imports neither xarray nor
         dask, pandas or scipy (1.3 s of a fresh process's first re-execution)."""
         p, nodes = self._open(name)
@@ -882,9 +893,11 @@ class ArrayStore:
         if node is None or len(nodes or {}) != 1 or not node.shape or not self.seen_as_numpy(name):
             return None
         meta, dtype = self._plain_meta(name, p, node)
+        whole = tuple(slice(None) for _ in node.shape)
+        if dtype is None and _fixed_strings(meta):       # zarr decodes them; xarray is not needed
+            return self.read_region(name, whole)
         if dtype is None or dtype.kind not in "biuf" or not _read_as_stored(meta.get("attributes"), dtype):
             return None
-        whole = tuple(slice(None) for _ in node.shape)
         if node.dropped is not None:
             return self._remade_region(name, node, whole)
         return chunkread.read_region(p, node, dtype, whole, self.label(name))
