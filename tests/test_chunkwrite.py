@@ -248,11 +248,14 @@ def test_a_labelled_or_coordinated_array_is_still_read_by_xarray(tmp_path):
     assert isinstance(back, xr.DataArray) and back.attrs["units"] == "adu"
 
 
-def test_a_damaged_chunk_of_a_plain_array_is_named(tmp_path):
-    """The direct whole-array read checks every chunk, as xarray's path did."""
+@pytest.mark.parametrize("value", [np.arange(64.0).reshape(8, 8),
+                                   np.arange(64).astype("<U3").reshape(8, 8)],
+                         ids=["numbers", "strings"])
+def test_a_damaged_chunk_of_a_plain_array_is_named(tmp_path, value):
+    """The whole-array read without xarray checks every chunk, as xarray's path did."""
     from subzero.errors import CorruptArray
     store = ArrayStore(tmp_path / "run", tile=4, run_uid="uid")
-    store.write("x", np.arange(64.0).reshape(8, 8))
+    store.write("x", value)
     store.bind("x")
     chunk = sorted(p for p in (store.path("x") / "data").rglob("*") if p.is_file() and p.name != "zarr.json")[-1]
     raw = bytearray(chunk.read_bytes())
