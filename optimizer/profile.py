@@ -104,8 +104,10 @@ def candidates(m: Mode) -> list[Strategy]:
 #: does not have, and wait for it forever (seen at genomics 1,000x: a child stuck in
 #: ``from rtree import index`` while the run wrote its first R-tree).  Imported before
 #: each fork, which waits for an import under way to finish.  ``tests/test_profile_beside.py``
-#: checks that pricing imports nothing else.
-CHILD_IMPORTS = ("rtree.index",)
+#: checks that pricing imports nothing else.  ``numpy.random``: the sample reads draw their
+#: cells with it, and a run whose arrays are numpy no longer imports it before (xarray and
+#: pandas did).
+CHILD_IMPORTS = ("rtree.index", "numpy.random")
 
 
 @dataclass
