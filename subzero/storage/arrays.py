@@ -539,6 +539,10 @@ class ArrayStore:
         """Whether operators saw the stored array as numpy (not a DataArray), from its group's
         metadata alone (whatever its dtype: :meth:`describe` reads numeric ones)."""
         p, _ = self._open(name)
+        return self._numpy_at(name, p)
+
+    def _numpy_at(self, name: str, p: Path) -> bool:
+        """:meth:`seen_as_numpy` of the array opened (verified) at ``p``."""
         ref = self.ref(name)
         if ref is not None:
             return ref.numpy
@@ -890,7 +894,7 @@ class ArrayStore:
         dask, pandas or scipy (1.3 s of a fresh process's first re-execution)."""
         p, nodes = self._open(name)
         node = nodes.get("data") if nodes is not None else None
-        if node is None or len(nodes or {}) != 1 or not node.shape or not self.seen_as_numpy(name):
+        if node is None or len(nodes or {}) != 1 or not node.shape or not self._numpy_at(name, p):
             return None
         meta, dtype = self._plain_meta(name, p, node)
         whole = tuple(slice(None) for _ in node.shape)
