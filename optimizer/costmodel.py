@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 import sys
 from collections import defaultdict
 from functools import lru_cache
@@ -540,7 +541,7 @@ class CostModel:
         lo, hi = CORRECTION_RANGE
         for key, rs in ratios.items():
             if len(rs) >= min_obs:
-                self.corrections[key] = min(hi, max(lo, float(np.median(rs[-recent:]))))
+                self.corrections[key] = min(hi, max(lo, float(statistics.median(rs[-recent:]))))
 
 
 def own_seconds(cpu: float, seconds: float) -> float:

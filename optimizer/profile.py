@@ -47,7 +47,7 @@ from subzero.capture.runner import run_operator, shape_of
 from subzero.engines.lineage import space_stats, store_lineage
 from subzero.engines.stats import OpStats
 from subzero.heap import release
-from subzero.model.cells import csr_take, lengths_to_offsets
+from subzero.model.cells import csr_take, lengths_to_offsets, unique
 from subzero.model.modes import Mode
 from subzero.model.operator import Operator, lineage_reproducible, map_p_vectorized, reruns
 from subzero.model.strategy import DIRECTIONS, ENCODINGS, Direction, Strategy, default_for
@@ -63,7 +63,8 @@ from subzero.tuning import (
     KEY_BITS,
     PROFILE_BESIDE,
     PROFILE_BESIDE_MEMORY,
-    PROFILE_BESIDE_MIN_BYTES,
+    PROFILE_BATCH_BYTES,
+    PROFILE_BATCH_JOBS,
     PROFILE_KEEP_PAIRS_BYTES,
     PROFILE_KEEP_STORED_BYTES,
     SAMPLE_PAIRS,
@@ -132,11 +133,11 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _room_for(job: _Job) -> bool:
+def _room_for(jobs: list[_Job]) -> bool:
     """Whether memory left on this machine holds ``PROFILE_BESIDE_MEMORY`` times the
-    job's pairs: the child's sample and reads beside the run's next operator.  Unknown
+    jobs' pairs: a child's samples and reads beside the run's next operator.  Unknown
     (no /proc/meminfo): no."""
-    need = PROFILE_BESIDE_MEMORY * _job_bytes(job)
+    need = PROFILE_BESIDE_MEMORY * sum(_job_bytes(job) for job in jobs)
     try:
         with open("/proc/meminfo") as f:
             avail = next(int(line.split()[1]) * 1024 for line in f
@@ -200,15 +201,17 @@ class Profiler:
         self.cores = _cores()
         self.beside = beside and hasattr(os, "fork") and self.cores >= 2
         self._queue: list[_Job] = []
-        self._running: list[tuple[int, Path, _Job]] = []
+        #: children pricing: (pid, result folder, the jobs it was given)
+        self._running: list[tuple[int, Path, list[_Job]]] = []
         #: pid -> (CPU ticks last seen, when they last moved): a child idle for
         #: ``BESIDE_STALL_S`` is stuck (``_stalled``)
         self._progress: dict[int, tuple[int, float]] = {}
         #: jobs a child did not price (it failed, died or was stuck): priced here
         self.repriced = 0
-        self._done: list[tuple[tuple[int, Path, _Job], int]] = []   # children that ended
+        self._done: list[tuple[tuple[int, Path, list[_Job]], int]] = []   # children that ended
         self._here: list[_Job] = []         # jobs to price in this process (no memory)
-        self._limit = self.cores - 1        # children while the run goes on
+        self._limit = self.cores - 1        # children: this process is the other worker
+        self._ended = False                 # the run has ended: this process prices too
         self._lock = threading.Lock()
         self._feeding = False
         self._feeder: threading.Thread | None = None
@@ -238,7 +241,7 @@ class Profiler:
         and nothing more is started."""
         with self._lock:
             self._queue.clear()
-            for pid, path, _job in self._running:
+            for pid, path, _jobs in self._running:
                 try:
                     os.kill(pid, signal.SIGKILL)
                     os.waitpid(pid, 0)
@@ -323,7 +326,7 @@ class Profiler:
             if pairs.is_payload and pairs.n:
                 lens = np.array([len(p) for p in pairs.payloads], np.int64)
                 info["payload_bytes"] = float(lens[pairs.pay_ids].mean())
-                info["payloads"] = int(np.unique(pairs.pay_ids).size)
+                info["payloads"] = int(unique(pairs.pay_ids).size)   # np.unique imports numpy.ma
             rec["modes"][m.value] = info
             for s in candidates(m):             # a job each: children share them out
                 job = _Job(name, op, m, pairs, s, out_shape, in_shapes, rec)
@@ -383,19 +386,39 @@ class Profiler:
         the children's work is hidden behind the operators after it.  Jobs wait in a
         queue that a thread of this process feeds to children as they finish (one child
         while the run goes on, one per core once it has ended: :meth:`finish`); fed only
-        at the next operator's end, the queue stood still through a 2 s operator.  A job
-        under ``PROFILE_BESIDE_MIN_BYTES`` (``_job_bytes``) is priced here at once (a child's
-        fork, store and exit cost more than it: at genomics 1x the budget run took 1.3x
-        the CPU time with every strategy priced in a child).  A job whose pairs the
-        machine's free memory could not hold ``PROFILE_BESIDE_MEMORY`` times over is
-        priced in this process at the end.  The children time their
-        reads in their own CPU seconds, as this process would."""
-        if not self.beside or _job_bytes(job) < PROFILE_BESIDE_MIN_BYTES:
-            return False                      # a small job costs less than a child
+        at the next operator's end, the queue stood still through a 2 s operator.  A
+        child takes the jobs queued when it starts, up to ``PROFILE_BATCH_BYTES`` of
+        them (:meth:`_batch`): small jobs share a child, whose fork, store and exit cost
+        more than one of them (at genomics 1x, a child each made the budget run take
+        1.3x the CPU time), and a large one has a child of its own.  Jobs whose pairs the
+        machine's free memory could not hold ``PROFILE_BESIDE_MEMORY`` times over are
+        priced in this process at the end.  The children time their reads in their own
+        CPU seconds, as this process would."""
+        if not self.beside:
+            return False
         with self._lock:
             self._queue.append(job)
             self._wake()
         return True
+
+    def _batch(self, free: int) -> "list[_Job]":
+        """The queued jobs the next child takes (called with the lock held): the first,
+        then the next ones while their bytes together (``_job_bytes``) stay under
+        ``PROFILE_BATCH_BYTES``, at most ``PROFILE_BATCH_JOBS`` of them and at most an
+        even share of the queue among the ``free`` children that can start now and,
+        once the run has ended, this process (:meth:`finish`): the run's last operators'
+        jobs are shared out, not given to one child while the other core waits."""
+        workers = max(free, 1) + (1 if self._ended else 0)
+        share = min(-(-len(self._queue) // workers), PROFILE_BATCH_JOBS)
+        jobs = [self._queue.pop(0)]
+        size = _job_bytes(jobs[0])
+        while self._queue and len(jobs) < share:
+            more = _job_bytes(self._queue[0])
+            if size + more >= PROFILE_BATCH_BYTES:
+                break
+            jobs.append(self._queue.pop(0))
+            size += more
+        return jobs
 
     def _wake(self) -> None:
         """Start the feeding thread unless it runs (called with the lock held)."""
@@ -419,10 +442,10 @@ class Profiler:
                     elif self._stalled(child[0]):
                         os.kill(child[0], signal.SIGKILL)   # reaped above, priced here
                 while self._queue and len(self._running) < self._limit:
-                    job = self._queue.pop(0)
-                    started = self._fork(job) if _room_for(job) else None
+                    jobs = self._batch(self._limit - len(self._running))
+                    started = self._fork(jobs) if _room_for(jobs) else None
                     if started is None:
-                        self._here.append(job)
+                        self._here.extend(jobs)
                     else:
                         self._running.append(started)
                 if not self._running and not self._queue:
@@ -446,14 +469,22 @@ class Profiler:
         return now - last[1] >= BESIDE_STALL_S
 
     def finish(self) -> None:
-        """Every operator priced: the queue drained with a child per core now that the
-        run has ended, every child waited for and its prices merged (a child that failed
-        or died has its job priced here), the jobs no child took priced here, and each
-        operator's prices in the candidates' order."""
+        """Every operator priced: the queue drained by the children and, now that the run
+        has ended, by this process as well (a job at a time, so the last ones go to
+        whichever worker is free; a child per core with this process waiting left one
+        core idle behind the child with the most jobs), every child waited for and its
+        prices merged (a child that failed or died has its jobs priced here), the jobs
+        no child took priced here, and each operator's prices in the candidates' order."""
         if self._feeder is not None:
             with self._lock:
-                self._limit = self.cores
+                self._ended = True
                 self._wake()
+            while True:
+                with self._lock:
+                    job = self._queue.pop(0) if self._queue else None
+                if job is None:
+                    break
+                self._merge(job, self._price(job))
             while self._feeder.is_alive():
                 self._feeder.join(timeout=1.0)
         done, here = self._done, self._here
@@ -468,11 +499,11 @@ class Profiler:
             rec["strategies"] = dict(sorted(rec["strategies"].items(),
                                             key=lambda kv: order.get(kv[0], len(order))))
 
-    def _fork(self, job: "_Job") -> "tuple[int, Path, _Job] | None":
-        """A child pricing ``job`` into a result file of its own: (pid, file, job), or
+    def _fork(self, jobs: "list[_Job]") -> "tuple[int, Path, list[_Job]] | None":
+        """A child pricing ``jobs`` into a result file of its own: (pid, folder, jobs), or
         None when no process could be made."""
         self._forks += 1
-        path = self.beside_dir / f"{self._forks}-{job.name}"
+        path = self.beside_dir / f"{self._forks}-{jobs[0].name}"
         path.mkdir(parents=True, exist_ok=True)
         for module in CHILD_IMPORTS:          # never inherited half made
             importlib.import_module(module)
@@ -486,32 +517,38 @@ class Profiler:
         except OSError:
             return None
         if pid == 0:                          # the child: price, write, leave
-            code, out = 0, ("error", "")     # type: int, tuple[str, object]
+            code, out = 0, []                 # type: int, list[tuple[str, object]]
             try:
                 release()                     # its own pages, not copies of the parent's
                 self.scratch = LineageStore(path / "scratch")   # never the parent's
-                out = ("ok", self._price(job))
-            except BaseException as e:        # the parent prices the job itself
-                out, code = ("error", f"{type(e).__name__}: {e}"), 1
+                for job in jobs:              # a job that fails is priced by the parent
+                    try:
+                        out.append(("ok", self._price(job)))
+                    except Exception as e:
+                        out.append(("error", f"{type(e).__name__}: {e}"))
+            except BaseException:             # the parent prices every job itself
+                out, code = [], 1
             try:
                 (path / "result.part").write_bytes(pickle.dumps(out))
                 os.replace(path / "result.part", path / "result.pkl")
             finally:
                 os._exit(code)
-        return pid, path, job
+        return pid, path, jobs
 
     def _merge_child(self, child, status: int) -> None:
-        """What a finished child priced; a child that failed or died has its job priced
-        here instead (a profile never misses an operator)."""
-        _pid, path, job = child
+        """What a finished child priced; the jobs a child did not price (it failed on
+        them, or died) are priced here instead (a profile never misses an operator)."""
+        _pid, path, jobs = child
         try:
-            kind, value = pickle.loads((path / "result.pkl").read_bytes())
+            results = pickle.loads((path / "result.pkl").read_bytes())
         except Exception:
-            kind, value = "error", f"exit status {status}"
+            results = []
         shutil.rmtree(path, ignore_errors=True)
-        if kind != "ok":
-            self.repriced += 1
-        self._merge(job, value if kind == "ok" else self._price(job))
+        for k, job in enumerate(jobs):
+            kind, value = results[k] if k < len(results) else ("error", f"exit status {status}")
+            if kind != "ok":
+                self.repriced += 1
+            self._merge(job, value if kind == "ok" else self._price(job))
 
     def _time_mode(self, name, op, inputs, m: Mode):
         """(seconds, pairs, lwrite seconds) of one run capturing mode ``m``: best of

@@ -283,9 +283,16 @@ PROFILE_BESIDE = True
 #: operator's pairs (the child's samples and reads, beside the run's next operator).
 #: Chosen, not measured: a sample's encoding and its reads hold a few copies of it.
 PROFILE_BESIDE_MEMORY = 6
-#: ... when the pairs of the operator's lineage mode are this many bytes or more (a
-#: smaller job is priced in the run's process: a child costs more than it) ...
-PROFILE_BESIDE_MIN_BYTES = 2**20
+#: ... a child taking, after the first job it is given, more queued jobs while their
+#: bytes together stay under this (small jobs share a child: a child each cost more than
+#: their pricing, and priced in the run's process they were a third of a budget run's
+#: time at genomics 1x, while the second core sat idle) ...
+PROFILE_BATCH_BYTES = 2**20
+#: ... and at most this many of them: a child's jobs cannot be shared out again, and
+#: one that took all 16 jobs queued at genomics 1x priced them for 0.3 s after the run
+#: had ended while the other core sat idle.  A job there is priced in about 20 ms, a
+#: child's fork, store and exit cost about as much as one.
+PROFILE_BATCH_JOBS = 4
 #: Bytes of lineage pairs a profiling run keeps in memory, of the modes it did not store,
 #: for the budget run made from it (subzero.runs.planned); beyond them that run runs the
 #: operators again.  Genomics at 1,000x keeps 27 MiB (the Pay pairs of extract, model and

@@ -24,9 +24,9 @@ needs_two_cores = pytest.mark.skipif(profmod._cores() < 2 or not hasattr(os, "fo
 
 
 @pytest.fixture(autouse=True)
-def every_job_beside(monkeypatch):
-    """These cases' pairs are small: price them beside the run all the same."""
-    monkeypatch.setattr(profmod, "PROFILE_BESIDE_MIN_BYTES", 0)
+def a_child_each(monkeypatch):
+    """These cases' pairs are small: a child each all the same (none shares one)."""
+    monkeypatch.setattr(profmod, "PROFILE_BATCH_BYTES", 0)
 
 
 def _profile(path: Path, beside: bool) -> dict:
@@ -62,8 +62,8 @@ def _spy_forks(monkeypatch) -> list:
     forks = []
     real = Profiler._fork
 
-    def fork(self, job):
-        child = real(self, job)
+    def fork(self, jobs):
+        child = real(self, jobs)
         forks.append(child is not None)
         return child
     monkeypatch.setattr(Profiler, "_fork", fork)
@@ -74,8 +74,9 @@ def _spy_forks(monkeypatch) -> list:
 def test_priced_beside_the_run_is_the_same_profile(tmp_path, monkeypatch, in_process):
     forks = _spy_forks(monkeypatch)
     got = _deterministic(_profile(tmp_path / "s", beside=True))
-    assert forks and all(forks)                 # children priced every profiled operator
-    assert len(forks) == sum(len(r["strategies"]) for r in got.values())   # one a strategy
+    assert forks and all(forks)                 # children priced while the run went on
+    # a child a job; the run's own process priced the rest once the run had ended
+    assert len(forks) <= sum(len(r["strategies"]) for r in got.values())
     assert got == in_process
     assert any(r["strategies"] for r in got.values())
     for r in got.values():                      # in the candidates' order, as in the run
@@ -85,8 +86,23 @@ def test_priced_beside_the_run_is_the_same_profile(tmp_path, monkeypatch, in_pro
 
 
 @needs_two_cores
+def test_small_jobs_sharing_children_make_the_same_profile(tmp_path, monkeypatch, in_process):
+    """At the default ``PROFILE_BATCH_BYTES`` genomics 1x's jobs are small: children
+    take several each, and the profile is still the run's own."""
+    monkeypatch.setattr(profmod, "PROFILE_BATCH_BYTES", 2**20)
+    forks = _spy_forks(monkeypatch)
+    got = _deterministic(_profile(tmp_path / "s", beside=True))
+    assert forks and all(forks)
+    assert len(forks) < sum(len(r["strategies"]) for r in got.values())
+    assert got == in_process
+
+
+@needs_two_cores
+@pytest.mark.parametrize("batch", [0, 2**20])
 @pytest.mark.parametrize("how", ["raises", "dies"])
-def test_a_failed_child_is_priced_again_by_the_run(tmp_path, monkeypatch, in_process, how):
+def test_a_failed_child_is_priced_again_by_the_run(tmp_path, monkeypatch, in_process, how,
+                                                    batch):
+    monkeypatch.setattr(profmod, "PROFILE_BATCH_BYTES", batch)
     parent = os.getpid()
     real = Profiler._price
 
@@ -129,7 +145,7 @@ def test_children_still_pricing_are_stopped_when_the_run_fails(tmp_path, monkeyp
         if running:
             break
         time.sleep(0.01)
-    (pid, _path, _j), = running
+    (pid, _path, _jobs), = running
     prof.close()                                # what profile_workflow does when the run fails
     with pytest.raises(ProcessLookupError):     # killed and reaped: no process left
         os.kill(pid, 0)
@@ -167,32 +183,74 @@ def test_sample_rows_are_the_union_of_their_runs():
 
 
 @needs_two_cores
-def test_a_small_job_is_priced_in_the_run(tmp_path, monkeypatch, beside):
-    monkeypatch.setattr(profmod, "PROFILE_BESIDE_MIN_BYTES", 2**30)
-    forks = _spy_forks(monkeypatch)
-    assert not beside._beside(_job(tmp_path))   # the caller prices it at once
-    assert forks == [] and not beside._queue
+def test_jobs_left_when_the_run_ends_are_shared_with_the_run_process(tmp_path, monkeypatch,
+                                                                      beside):
+    """Once the run has ended its process prices queued jobs too, beside the children
+    (it would otherwise wait, a core idle, for the child with the most jobs)."""
+    real, parent = Profiler._price, os.getpid()
+
+    def price(self, job):
+        if os.getpid() != parent:
+            time.sleep(0.5)                     # a child's job outlasts several here
+        return {k: {**v, "pid": os.getpid()} for k, v in real(self, job).items()}
+    monkeypatch.setattr(Profiler, "_price", price)
+    jobs = [_job(tmp_path) for _ in range(6)]
+    for job in jobs:
+        assert beside._beside(job)
+    assert _finished(beside)
+    pids = [v["pid"] for job in jobs for v in job.rec["strategies"].values()]
+    assert len(pids) == 6 and beside.repriced == 0
+    assert parent in pids and set(pids) - {parent}
 
 
-@needs_two_cores
+def _queued(prof: Profiler, jobs: list) -> list:
+    """The batches ``prof`` would hand its children for ``jobs`` queued at once, one
+    child free at a time and then two (``Profiler._batch``), without starting any."""
+    prof._queue.extend(jobs)
+    got = []
+    while prof._queue:
+        batch = prof._batch(1 if not got else 2)
+        got.append([next(k for k, j in enumerate(jobs) if j is b) for b in batch])
+    return got
+
+
+def test_small_jobs_share_a_child_and_a_large_one_has_its_own(tmp_path, monkeypatch):
+    monkeypatch.setattr(profmod, "PROFILE_BATCH_BYTES", 2**20)
+    prof = Profiler(tmp_path / "scratch", beside=False)
+    small, s1, s3 = _job(tmp_path), _job(tmp_path), _job(tmp_path)
+    big = _Job(small.name, small.op, small.mode,
+               profmod.Pairs(np.arange(2**18), np.arange(2**18 + 1), [np.arange(2**18)],
+                             [np.arange(2**18 + 1)]), small.strategy, small.out_shape,
+               small.in_shapes, small.rec)
+    assert 3 * profmod._job_bytes(small) < 2**20 <= profmod._job_bytes(big)
+    # one child free: the small jobs queued together; the large one alone
+    assert _queued(prof, [small, s1, big, s3]) == [[0, 1], [2], [3]]
+    # the run has ended, two children free: the queue shared between them
+    prof._queue.extend([small] * 5)
+    assert [len(prof._batch(2)), len(prof._batch(1))] == [3, 2]
+    prof.close()
+
+
 @pytest.mark.parametrize("full_cells", [0, 10**6])
-def test_a_payload_job_is_weighed_by_the_cells_it_expands_to(tmp_path, monkeypatch, beside,
+def test_a_payload_job_is_weighed_by_the_cells_it_expands_to(tmp_path, monkeypatch,
                                                              full_cells):
-    """A Pay job's pairs are a few bytes whatever their payloads expand to: it is priced
-    beside the run when the operator's Full pairs (the cells ``map_p`` expands to) are
-    large, in the run's process when they are small."""
+    """A Pay job's pairs are a few bytes whatever their payloads expand to: it has a
+    child of its own when the operator's Full pairs (the cells ``map_p`` expands to) are
+    large, and shares one with other small jobs when they are small."""
     from subzero.model.modes import Mode
     from subzero.model.strategy import Direction, Strategy
-    monkeypatch.setattr(profmod, "PROFILE_BESIDE_MIN_BYTES", 2**20)
-    monkeypatch.setattr(Profiler, "_price", lambda self, job: {})
+    monkeypatch.setattr(profmod, "PROFILE_BATCH_BYTES", 2**20)
+    prof = Profiler(tmp_path / "scratch", beside=False)
     job = _job(tmp_path)
     pay = profmod.Pairs(np.arange(4), np.arange(5), pay_ids=np.zeros(4, np.int64),
                         payloads=[b"\x00"])
-    job = _Job(job.name, job.op, Mode.PAY, pay, Strategy(Mode.PAY, "payone", Direction.FORWARD),
-               job.out_shape, job.in_shapes, {"modes": {"full": {"cells": full_cells}},
-                                              "strategies": {}})
+    payjob = _Job(job.name, job.op, Mode.PAY, pay,
+                  Strategy(Mode.PAY, "payone", Direction.FORWARD), job.out_shape,
+                  job.in_shapes, {"modes": {"full": {"cells": full_cells}}, "strategies": {}})
     assert profmod._pairs_bytes(pay) < 2**10
-    assert beside._beside(job) == (full_cells > 0)
+    want = [[0], [1]] if full_cells else [[0, 1]]
+    assert _queued(prof, [job, payjob]) == want
+    prof.close()
 
 
 def _finished(prof: Profiler, seconds: float = 60.0) -> bool:
@@ -259,13 +317,15 @@ import importlib.util
 sys.meta_path.insert(0, Slow())
 from subzero.optimizer import profile as profmod
 from tests.test_profile_beside import _job
-profmod.PROFILE_BESIDE_MIN_BYTES = 0
+profmod.PROFILE_BATCH_BYTES = 0
 profmod.BESIDE_STALL_S = stall
 prof = profmod.Profiler(Path(sys.argv[1]) / "scratch", beside=True)
 threading.Thread(target=lambda: __import__("rtree.index"), daemon=True).start()
 inside.wait(30)
 job = _job(None)
 prof._beside(job)
+while not prof._forks:       # a child takes it (else the run's process would, at its end)
+    time.sleep(0.01)
 prof.finish()
 prof.close()
 print(json.dumps({"repriced": prof.repriced, "forks": prof._forks,

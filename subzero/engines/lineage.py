@@ -13,7 +13,7 @@ from subzero.capture.buffer import Pairs, empty_pairs
 from subzero.capture.runner import mapping_context
 from subzero.engines.stats import OpStats
 from subzero.errors import LineageError
-from subzero.model.cells import as_cells, first_out_of_bounds, fmt_cell, pack, unpack
+from subzero.model.cells import as_cells, first_out_of_bounds, fmt_cell, pack, unique, unpack
 from subzero.model.modes import Mode
 from subzero.model.operator import Operator, own_code
 from subzero.model.reach import check, declared
@@ -221,7 +221,7 @@ def _distinct(owner: np.ndarray) -> int:
     if owner.size == 0:
         return 0
     if int(owner.min()) < 0:
-        return int(np.unique(owner).size)
+        return int(unique(owner).size)
     return int(np.count_nonzero(np.bincount(owner)))
 
 
@@ -246,7 +246,7 @@ def space_stats(s: Strategy, pairs: Pairs, out_shape: Sequence[int], in_shapes: 
              "value_cells": vals, "record_cells": rec}
         if s.payload:
             assert pairs.pay_ids is not None        # a payload strategy holds payload pairs
-            d["payloads"] = int(np.unique(pairs.pay_ids).size) if pairs.n else 0
+            d["payloads"] = int(_distinct(pairs.pay_ids)) if pairs.n else 0
             d["covered"] = int(pairs.out.size)
         return {"b": d}
     out = {}

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from subzero.model.cells import unique_rows
 from subzero.query.trace import TraceResult
 from subzero.storage.catalog import Catalog
 
@@ -19,7 +20,7 @@ def trace_signature(start: str, cells: Any, to: str | None, path: list[tuple[str
                     shortcut: bool) -> tuple[str, int]:
     """A query's identity in the trace log (same start, cells, target or path, short-cut),
     and its number of distinct start cells: repeated queries are recognised by it."""
-    c = np.unique(np.atleast_2d(np.asarray(cells, dtype=np.int64)), axis=0)
+    c = unique_rows(np.atleast_2d(np.asarray(cells, dtype=np.int64)))
     h = hashlib.sha1(json.dumps([start, to, path and [list(p) for p in path], bool(shortcut)])
                      .encode())
     h.update(c.tobytes())
