@@ -61,10 +61,10 @@ from subzero.tuning import (
     FAST_OP_REPEATS,
     FAST_OP_S,
     KEY_BITS,
-    PROFILE_BESIDE,
-    PROFILE_BESIDE_MEMORY,
     PROFILE_BATCH_BYTES,
     PROFILE_BATCH_JOBS,
+    PROFILE_BESIDE,
+    PROFILE_BESIDE_MEMORY,
     PROFILE_KEEP_PAIRS_BYTES,
     PROFILE_KEEP_STORED_BYTES,
     SAMPLE_PAIRS,
@@ -546,9 +546,11 @@ class Profiler:
         shutil.rmtree(path, ignore_errors=True)
         for k, job in enumerate(jobs):
             kind, value = results[k] if k < len(results) else ("error", f"exit status {status}")
-            if kind != "ok":
+            if kind == "ok" and isinstance(value, dict):
+                self._merge(job, value)
+            else:
                 self.repriced += 1
-            self._merge(job, value if kind == "ok" else self._price(job))
+                self._merge(job, self._price(job))
 
     def _time_mode(self, name, op, inputs, m: Mode):
         """(seconds, pairs, lwrite seconds) of one run capturing mode ``m``: best of
