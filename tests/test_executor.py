@@ -337,6 +337,12 @@ def test_method_names_and_the_simple_rule():
         Stored(parse("full:fullone:forward")[0])
     assert rank(op, strategies, True, prefer="comp")[0] == Stored(parse("full:fullone:backward")[0])
     assert Mapping().name == "map" and Mapping() == Mapping() and Mapping() in rank(op, strategies, True)
+    # of a mode, a One encoding before a Many one (no R-tree to import), as listed or not
+    for spec in ("full:fullmany:backward+full:fullone:backward+pay:paymany:backward+pay:payone:backward",
+                 "pay:payone:backward+full:fullone:backward+pay:paymany:backward+full:fullmany:backward"):
+        assert [m.name for m in rank(op, parse(spec), backward=True)][:4] == [
+            "stored:full:fullone:backward", "stored:full:fullmany:backward",
+            "stored:pay:payone:backward", "stored:pay:paymany:backward"]
 
 
 class ReexecFirst:

@@ -315,6 +315,16 @@ def test_below_its_floor_the_planner_keeps_the_simple_rules_method(gstore):
         p.prices = {rule.name: 0.003, other.name: other_s, "reexec": 1.0}
         order, budget = p.plan(info, [rule, other, Reexec()])
         assert order[0] == first and isinstance(order[-1], Reexec) and budget is not None
+    # the rule's first priced out (an R-tree's first import, say), the others within the
+    # floor of each other: the rule's order decides among them, not the model's fraction
+    # of a millisecond (at genomics 1x a Pay scan priced 0.28 ms, a FullOne lookup 0.47:
+    # the scan took 3.7 ms)
+    third = Stored(parse_one("pay:payone:forward"))
+    for third_s, first in ((0.0002, other), (0.00005, third)):
+        p.prices = {rule.name: 0.05, other.name: 0.0011, third.name: third_s, "reexec": 1.0}
+        order, _budget = p.plan(info, [rule, other, third, Reexec()])
+        assert order[0] == first and order[1:3] == sorted(
+            order[1:3], key=lambda m: p.prices[m.name])
     p.prices = {rule.name: 1e-6, other.name: 1e-9, "reexec": 1.0}    # under the floor
     order, budget = p.plan(info, [rule, other, Reexec()])
     assert order[0] == rule and p.decisions[-1][1] == [(rule.name, 1e-6)]
