@@ -13,8 +13,8 @@ when its CPU time alone has reached five times re-execution's pessimistic price
 when its measured progress says the rest of it costs at least twice that
 price.  A step whose method by the simple rule is priced under ``PLAN_FLOOR_S``
 (its central price: what another method could save in expectation) runs that
-method priced alone, and another method displaces the rule's only when the model
-says it saves at least that much: choosing among methods of a fraction of a
+method priced alone, and among methods priced within that much of the cheapest the
+simple rule's order decides: choosing among methods of a fraction of a
 millisecond saves less than pricing them costs, and at that size the model's error
 decides more than the methods do.  Such a read is not timed either (no budget: it
 could be given up only past its pessimistic price and ``MIN_BUDGET_S``).  Budgets
