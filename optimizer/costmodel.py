@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 import sys
 from collections import defaultdict
 from functools import lru_cache
@@ -48,7 +47,7 @@ from subzero.tuning import (
     VOUCH_FACTOR,
 )
 
-from .stats import OpInfo, WorkflowStats
+from .stats import OpInfo, WorkflowStats, median
 
 STORED_FEATURES = ("one", "many", "dec", "blk", "scan", "kscan", "sblk", "io", "call", "exp",
                    "sexp", "ptab", "box", "arr", "pairs")
@@ -541,7 +540,7 @@ class CostModel:
         lo, hi = CORRECTION_RANGE
         for key, rs in ratios.items():
             if len(rs) >= min_obs:
-                self.corrections[key] = min(hi, max(lo, float(statistics.median(rs[-recent:]))))
+                self.corrections[key] = min(hi, max(lo, median(rs[-recent:])))
 
 
 def own_seconds(cpu: float, seconds: float) -> float:

@@ -62,12 +62,15 @@ class QueryPlanner:
         self.floor_s = floor_s
         # the latest steps' priced methods, for inspection
         self.decisions: deque[tuple[str, list[tuple[str, float]]]] = deque(maxlen=DECISIONS_KEPT)
-        # step -> the share of its operator's tiles a re-execution runs (as planned)
-        self._tiles: dict[tuple, float] = {}
+        # step -> what the planner was told of it (the share of its operator's tiles a
+        # re-execution runs, as planned, is asked of it only when a re-execution ran)
+        self._steps: dict[tuple, StepInfo] = {}
 
     def _price(self, step: StepInfo, method: Method, n_out: float) -> float | None:
+        # the share of tiles prices re-execution alone: worked out only for it
         return self.model.cost(step.op, method, step.input, step.backward, step.cells_in, n_out,
-                               loaded=step.loaded, blocks=step.blocks_in, tiles=step.tiles,
+                               loaded=step.loaded, blocks=step.blocks_in,
+                               tiles=step.tiles if isinstance(method, Reexec) else 1.0,
                                runs=step.runs_in)
 
     def _high(self, step: StepInfo, method: Method, cost: float, n_out: float) -> float:
@@ -81,7 +84,7 @@ class QueryPlanner:
         """Methods cheapest first, and when reading stored lineage first should switch to
         re-execution (None: never)."""
         n_out = self.model.predict_out(step.op, step.input, step.backward, step.cells_in)
-        self._tiles[(step.op, step.input, step.backward)] = step.tiles
+        self._steps[(step.op, step.input, step.backward)] = step
         first = methods[0] if methods else None
         if first is not None and not isinstance(first, Reexec):
             # a read or mapping priced under floor_s runs as the simple rule says: another
@@ -129,7 +132,7 @@ class QueryPlanner:
         """Correct the model from what a step's own work took (CPU seconds); a switched
         step corrects its abandoned read and its re-execution apart."""
         backward = st.direction == "backward"
-        tiles = self._tiles.pop((st.op, st.input, backward), 1.0)
+        info = self._steps.pop((st.op, st.input, backward), None)
         if st.cold:          # cold caches: what the method costs warm is not what it took
             return
         own = own_seconds(st.cpu, st.seconds)
@@ -138,8 +141,8 @@ class QueryPlanner:
             own = max(own - st.abandoned_s, 0.0)
         fam = method_family(st.method)
         if own > 0:
-            self._learn(st, st.method if fam == "stored" else fam, backward,
-                        tiles if fam == "reexec" else 1.0, own=own)
+            tiles = info.tiles if fam == "reexec" and info is not None else 1.0
+            self._learn(st, st.method if fam == "stored" else fam, backward, tiles, own=own)
 
     def _learn(self, st: StepStat, method, backward: bool, tiles: float, own: float = 0.0,
                read: tuple[float, float] | None = None) -> None:

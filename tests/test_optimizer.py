@@ -337,6 +337,29 @@ def test_below_its_floor_the_planner_keeps_the_simple_rules_method(gstore):
     assert order[0] == rule and budget is None and p.decisions[-1][1] == [(rule.name, 0.0008)]
 
 
+def test_the_share_of_tiles_is_worked_out_only_to_price_a_re_execution(gstore):
+    """A step's share of tiles (the tiling module's import, the operator's tile plan:
+    1.7 ms of a fresh process's first step) is asked only when a re-execution is
+    priced, and worked out once."""
+    run = gstore.run(WF, strategies={u: "full:fullone:backward" for u in UDFS},
+                     progress=False, keep="all")
+    planner = planner_for(run)
+    asked = []
+
+    def share():
+        asked.append(1)
+        return 0.5
+    rule, reexec = Stored(parse_one("full:fullone:backward")), Reexec()
+    planner.floor_s = 1.0                       # the read priced alone: no re-execution
+    planner.plan(StepInfo("model", 0, True, 1, 1, True, share, 1), [rule, reexec])
+    assert asked == []
+    planner.floor_s = 0.0                       # every method priced: re-execution too
+    info = StepInfo("model", 0, True, 1, 1, True, share, 1)
+    planner.plan(info, [rule, reexec])
+    assert asked == [1] and info.tiles == 0.5 and asked == [1]
+    assert StepInfo("model", 0, True, 1, 1, True, 0.25, 1).tiles == 0.25
+
+
 def test_a_planner_is_made_with_its_strategies_sample_factors(gstore, monkeypatch):
     """What every price of a stored strategy uses and no query changes (its decode
     factors from its own sample) is worked out when the planner is made, not by the

@@ -365,7 +365,7 @@ class Executor:
             blocks, runs = blocks_of(q), runs_of(q)
             info = StepInfo(name, i, backward, len(q), blocks,
                             all(a in self._values for a in self.v.inputs_of[name]),
-                            self._tile_share(sc, q, i, backward), runs)
+                            lambda: self._tile_share(sc, q, i, backward), runs)
             methods, asked = planner.plan(info, methods)
             budget = as_budget(asked)
             if _reexec_early(methods) and self._reads_remade(name):

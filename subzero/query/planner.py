@@ -16,8 +16,8 @@ thread, which a busy machine does not stretch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -78,11 +78,24 @@ class StepInfo:
     cells_in: int
     blocks_in: int              # distinct 2**KEY_BITS-cell blocks of the input cells
     loaded: bool                # the operator's inputs are already in memory (re-execution)
-    #: the share of the operator's tiles a re-execution would run: tile-parallel operators
-    #: re-run only the tiles the query touches (1.0: a whole re-run)
-    tiles: float = 1.0
+    #: the share of the operator's tiles a re-execution would run (:attr:`tiles`), or
+    #: what works it out when asked: only pricing a re-execution needs it, and working it
+    #: out (the tiling module's import, the operator's tile plan) was 1.7 ms of a fresh
+    #: process's first step, which a planner that priced the step's read alone never used
+    share: float | Callable[[], float] = 1.0
     #: runs of consecutive cells along the last axis: the probes an R-tree lookup makes
     runs_in: int = 0
+    _worked_out: list = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def tiles(self) -> float:
+        """The share of the operator's tiles a re-execution would run: tile-parallel
+        operators re-run only the tiles the query touches (1.0: a whole re-run)."""
+        if not callable(self.share):
+            return float(self.share)
+        if not self._worked_out:
+            self._worked_out.append(float(self.share()))
+        return self._worked_out[0]
 
 
 @dataclass(frozen=True)
