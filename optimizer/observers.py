@@ -20,6 +20,8 @@ from subzero.model.cellset import CellSet
 from subzero.query.planner import blocks_spanned, runs_of
 from subzero.tuning import CALIBRATION_OBSERVERS, OBSERVER_SILENCE_S, SLOW_OBSERVATION_S
 
+from .stats import median
+
 
 def number(x) -> bool:
     """A finite int or float, not a bool: what a timing read back from JSON must be."""
@@ -58,7 +60,7 @@ def observe(run, start, cells, op, method, prefer, repeats):
                      "cells_in": st.cells_in, "cells_out": st.cells_out,
                      "blocks_in": blocks, "runs_in": runs}
     assert first is not None
-    return {**first, "seconds": float(np.median(times))}
+    return {**first, "seconds": median(times)}
 
 
 def observe_task(runs, task: dict, cells: np.ndarray, repeats: int) -> list:

@@ -385,7 +385,8 @@ class Profiler:
         at genomics 1,000x) and one core's work; the run uses one core too, so on two
         the children's work is hidden behind the operators after it.  Jobs wait in a
         queue that a thread of this process feeds to children as they finish (one child
-        while the run goes on, one per core once it has ended: :meth:`finish`); fed only
+        fewer than the cores; once the run has ended this process takes jobs from the
+        queue too: :meth:`finish`); fed only
         at the next operator's end, the queue stood still through a 2 s operator.  A
         child takes the jobs queued when it starts, up to ``PROFILE_BATCH_BYTES`` of
         them (:meth:`_batch`): small jobs share a child, whose fork, store and exit cost

@@ -20,7 +20,6 @@ how far it is from 1 is how far the calibration can vouch for the strategy
 
 from __future__ import annotations
 
-import statistics
 import time
 
 import numpy as np
@@ -41,6 +40,8 @@ from subzero.tuning import (
     SAMPLE_SCAN_ONCE_S,
     SLOW_OBSERVATION_S,
 )
+
+from .stats import median
 
 
 def _query(shape, keys: np.ndarray | None, n: int, rng) -> CellSet:
@@ -101,8 +102,8 @@ def time_reads(lineage, key: str, name: str, op, s: Strategy, pairs, out_shape,
             n_out = len(res)
         reads.append({"backward": backward, "cells_in": len(q), "cells_out": int(n_out),
                       "blocks": blocks_of(q), "runs": runs_of(q),
-                      "seconds": statistics.median(times),
-                      "spread": (max(times) - min(times)) / max(statistics.median(times), 1e-9)})
+                      "seconds": median(times),
+                      "spread": (max(times) - min(times)) / max(median(times), 1e-9)})
     return {"spaces": spaces, "reads": reads}
 
 

@@ -246,7 +246,7 @@ def space_stats(s: Strategy, pairs: Pairs, out_shape: Sequence[int], in_shapes: 
              "value_cells": vals, "record_cells": rec}
         if s.payload:
             assert pairs.pay_ids is not None        # a payload strategy holds payload pairs
-            d["payloads"] = int(_distinct(pairs.pay_ids)) if pairs.n else 0
+            d["payloads"] = _distinct(pairs.pay_ids) if pairs.n else 0
             d["covered"] = int(pairs.out.size)
         return {"b": d}
     out = {}

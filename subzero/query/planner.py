@@ -17,7 +17,8 @@ thread, which a busy machine does not stretch.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol
 
 import numpy as np
@@ -85,17 +86,13 @@ class StepInfo:
     share: float | Callable[[], float] = 1.0
     #: runs of consecutive cells along the last axis: the probes an R-tree lookup makes
     runs_in: int = 0
-    _worked_out: list = field(default_factory=list, compare=False, repr=False)
 
-    @property
+    @cached_property
     def tiles(self) -> float:
         """The share of the operator's tiles a re-execution would run: tile-parallel
-        operators re-run only the tiles the query touches (1.0: a whole re-run)."""
-        if not callable(self.share):
-            return float(self.share)
-        if not self._worked_out:
-            self._worked_out.append(float(self.share()))
-        return self._worked_out[0]
+        operators re-run only the tiles the query touches (1.0: a whole re-run).  Worked
+        out once, when first asked."""
+        return float(self.share()) if callable(self.share) else float(self.share)
 
 
 @dataclass(frozen=True)
