@@ -353,6 +353,14 @@ class CostModel:
                 out.append((float(read["cells_in"]), read["seconds"] / pred))
         return out
 
+    def sample_read(self, op: str, strategy: str, sample: dict) -> None:
+        """The timed reads of a sample the profile left unread (``sampleread.Unread``),
+        read now: prices of that strategy use its decode factors from here on."""
+        si = self.stats.ops[op].strategies[strategy]
+        si.sample, si.unread = sample, False
+        self._own = {k: v for k, v in self._own.items() if k[:2] != (op, strategy)}
+        self._memo.clear()
+
     def prepare(self, strategies: dict[str, tuple[Strategy, ...]]) -> None:
         """Work out, once, what every price of these operators' stored strategies uses
         and no query changes: each one's decode factors from its own sample, through its

@@ -206,13 +206,22 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
              max_disk=None, max_runtime=None, workload=None, pins=None, name: str | None = None,
              recalibrate: bool = False, reprofile: bool = False, save: bool = True,
              progress: ProgressArg = None, force: bool = True,
-             profile_pairs: dict | None = None, profile_sums: dict | None = None) -> Plan:
+             profile_pairs: dict | None = None, profile_sums: dict | None = None,
+             defer_reads: bool | None = None) -> Plan:
     """Choose every operator's strategies for the workload within the budgets.
 
     ``profile_pairs``: a dict that, when this call profiles the workflow, receives the
     lineage pairs its profiler kept in memory (:func:`profile_workflow`'s ``keep_pairs``),
     for the run made from it (``plan.profiled_run``); ``profile_sums`` then receives
     the chunk sums of its arrays as it wrote them (for that run's drops).
+
+    ``defer_reads``: when this call profiles, read at once only the lineage samples of
+    each operator's defaults, and the others' only when a solve chooses them
+    (``sampleread.Unread``; reading every sample was most of a budget run's pricing).
+    By default, when this call is a budget run's (``profile_pairs`` given); a call that
+    makes a plan only reads them all, so that plans for other budgets need no profile
+    again.  A plan that chooses a strategy an earlier profile left unread profiles
+    the workflow again, reading every sample.
 
     ``force=False`` refuses, before any work, to replace a saved plan of the same name
     (what ``subzero optimize`` does without ``--force``).
@@ -234,17 +243,41 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
     stats = None if reprofile else collect(store, wf.name, wf.params)
     missing = stats is not None and any(
         s.stored and str(s) not in stats.ops[op].strategies for op, ss in pins.items() for s in ss)
-    profiled = None
+    profiled, got = None, None
     if stats is None or missing:
         prog.note(f"profiling workflow {wf.name} (one run that prices every operator's strategies)")
         got = profile_workflow(store, wf, inputs=inputs, all_ops=missing or bool(pins),
-                               progress=prog.on, keep_pairs=profile_pairs is not None)
+                               progress=prog.on, keep_pairs=profile_pairs is not None,
+                               defer_reads=profile_pairs is not None if defer_reads is None
+                               else defer_reads)
         profiled = got["run_id"]
         if profile_pairs is not None:
             profile_pairs.update(got["pairs"])
             if profile_sums is not None:
                 profile_sums.update(got["sums"])
-        stats = collect(store, wf.name, wf.params)
+    try:
+        if got is not None:
+            stats = collect(store, wf.name, wf.params)
+        plan = _optimize(store, wf, cal, stats, got, budgets, pins, name, workload, prog, save,
+                         profiled)
+    finally:
+        if got is not None and got["unread"] is not None:
+            got["unread"].close()
+    if plan is not None:
+        return plan
+    # a chosen strategy's sample was left unread by an earlier profile: profile again
+    prog.note(f"the plan chose strategies whose lineage samples the last profile of {wf.name} "
+              f"did not read: profiling it again")
+    return optimize(store, workflow, params, inputs, max_disk, max_runtime, workload, pins, name,
+                    recalibrate=False, reprofile=True, save=save, progress=progress, force=True,
+                    profile_pairs=profile_pairs, profile_sums=profile_sums, defer_reads=False)
+
+
+def _optimize(store, wf, cal, stats, got, budgets, pins, name, workload, prog, save,
+              profiled) -> Plan | None:
+    """:func:`optimize` once the workflow is profiled (``got``: what this call's profile
+    returned, or None); None when a plan chose a strategy whose sample an earlier
+    profile left unread (its samples are gone: the workflow is profiled again)."""
     model = CostModel(cal, required(stats, f"workflow {wf.name}"))
     reserve = arrays_reserve(store, wf, stats) if budgets.max_disk is not None else 0
     facts = array_facts(store, wf, stats) if budgets.max_disk is not None else None
@@ -261,6 +294,66 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
     queries = _workload(store, model, stats, workload, wf, prog)
     prog.note(f"choosing strategies for {len(queries)} queries within {budgets.describe()} (GLPK)")
     defaults = {name: default_for(step.operator) for name, step in wf.steps.items()}
+    unread = got["unread"] if got is not None else None
+    read = 0
+    while True:
+        built, sol, chosen_pins, plain = _choose(model, queries, budgets, pins, defaults, facts)
+        need = _unread(model, built, sol)
+        if not need:
+            break
+        lost = next((k for k in need if unread is None or k not in unread), None)
+        if lost is not None:
+            if got is None:
+                return None
+            raise OptimizerError(f"the profile of {wf.name!r} wrote a sample of {lost[0]}'s "
+                                 f"{lost[1]} and lost it before it was read; profile it again "
+                                 f"(`--reprofile`)")
+        # a plan is chosen on the samples' own decode rates: read those it chose, choose again
+        prog.note(f"reading the lineage samples of {len(need)} strategies the plan chose")
+        assert unread is not None and got is not None
+        for op, s in need:
+            smp = unread.read(op, s)
+            model.sample_read(op, s, smp)
+            rec = got["ops"][op]["strategies"][s]
+            rec["sample"] = smp
+            rec.pop("unread", None)
+            read += 1
+    if read:                    # the profile keeps what was read (a later plan uses it)
+        store.catalog.add_profile(got["run_id"], wf.name, wf.params, got["base_s"], got["ops"])
+    pins = chosen_pins
+    plan = _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save=False)
+    plan.max_disk, plan.arrays_reserve = whole.max_disk, reserve
+    plan.profiled_run = profiled
+    if reserve:
+        plan.notes.append(f"{fmt_size(reserve)} of the disk budget is set aside for the "
+                          f"workflow's outputs (a run keeps them whatever --keep says); lineage "
+                          f"and the intermediate arrays kept were planned within the other "
+                          f"{fmt_size(budgets.max_disk)}")
+    for op, why in plain.items():
+        plan.notes.append(f"{op} stores no lineage: the model cannot vouch for its strategies "
+                          f"({why}) and its defaults do not fit the budgets")
+    if save:
+        store.catalog.save_plan(name, wf.name, plan.as_dict())
+    return plan
+
+
+def _unread(model, built, sol) -> list[tuple[str, str]]:
+    """(operator, strategy) of the stored strategies a solution chose whose samples the
+    profile has not read."""
+    out = []
+    for k in sol.chosen:
+        c = built.problem.candidates[k]
+        for s in parse(c.strategy):
+            info = model.stats.ops.get(c.op)
+            si = info.strategies.get(str(s)) if info is not None and s.stored else None
+            if si is not None and si.unread and (c.op, str(s)) not in out:
+                out.append((c.op, str(s)))
+    return out
+
+
+def _choose(model, queries, budgets, pins, defaults, facts):
+    """Solve, keep the defaults of operators whose chosen strategies the model cannot
+    vouch for, insure: (built, solution, pins, operators left storing nothing -> why)."""
     built = build(model, queries, budgets, pins, defaults, arrays=facts)
     sol = solve(built.problem)
     keep = unvouched(model, built.problem, sol.chosen) if sol.status == "optimal" else {}
@@ -284,20 +377,7 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
     insured = _insure(model, queries, budgets, pins, defaults, facts, built, sol)
     if insured is not None:
         built, sol, pins = insured
-    plan = _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save=False)
-    plan.max_disk, plan.arrays_reserve = whole.max_disk, reserve
-    plan.profiled_run = profiled
-    if reserve:
-        plan.notes.append(f"{fmt_size(reserve)} of the disk budget is set aside for the "
-                          f"workflow's outputs (a run keeps them whatever --keep says); lineage "
-                          f"and the intermediate arrays kept were planned within the other "
-                          f"{fmt_size(budgets.max_disk)}")
-    for op, why in plain.items():
-        plan.notes.append(f"{op} stores no lineage: the model cannot vouch for its strategies "
-                          f"({why}) and its defaults do not fit the budgets")
-    if save:
-        store.catalog.save_plan(name, wf.name, plan.as_dict())
-    return plan
+    return built, sol, pins, plain
 
 
 def _insure(model, queries, budgets, pins, defaults, facts, built, sol):

@@ -71,7 +71,7 @@ from subzero.tuning import (
     SMALL_SAMPLE_BYTES,
 )
 
-from .sampleread import time_reads
+from .sampleread import Unread, index_keys, time_reads
 
 LWRITE_MODES = (Mode.FULL, Mode.PAY, Mode.COMP)
 
@@ -123,6 +123,8 @@ class _Job:
     out_shape: tuple
     in_shapes: list
     rec: dict
+    #: read the sample as it is written (else it waits in the profile's ``Unread``)
+    read: bool = True
 
 
 def _cores() -> int:
@@ -194,7 +196,8 @@ class Profiler:
     """The driver loop's profiling hook (``store.run(..., profiler=...)``, local engine)."""
 
     def __init__(self, scratch: Path, sample_pairs: int = SAMPLE_PAIRS, all_ops: bool = False,
-                 read_samples: bool = True, beside: bool = False, keep_pairs: bool = False):
+                 read_samples: bool = True, beside: bool = False, keep_pairs: bool = False,
+                 defer_reads: bool = False):
         self.scratch = LineageStore(scratch)
         self.beside_dir = Path(scratch).with_name(Path(scratch).name + "-beside")
         #: price strategies in a child process beside the run (``_beside``)
@@ -218,6 +221,10 @@ class Profiler:
         self._forks = 0
         self.arrays_dir = Path(scratch).with_name(Path(scratch).name + "-arrays")
         self.read_samples = read_samples
+        #: read only the samples of each operator's defaults as they are written; the
+        #: others wait in ``unread`` (``sampleread.Unread``) until a solve chooses them
+        self.defer_reads = defer_reads
+        self.unread: dict[tuple[str, str], dict] = {}
         self.all_ops = all_ops
         self.sample_pairs = sample_pairs
         self.ops: dict[str, dict] = {}
@@ -328,8 +335,10 @@ class Profiler:
                 info["payload_bytes"] = float(lens[pairs.pay_ids].mean())
                 info["payloads"] = int(unique(pairs.pay_ids).size)   # np.unique imports numpy.ma
             rec["modes"][m.value] = info
+            own = default_for(op)
             for s in candidates(m):             # a job each: children share them out
-                job = _Job(name, op, m, pairs, s, out_shape, in_shapes, rec)
+                job = _Job(name, op, m, pairs, s, out_shape, in_shapes, rec,
+                           read=not self.defer_reads or s in own)
                 if not self._beside(job):
                     self._merge(job, self._price(job))
         return rec
@@ -366,11 +375,17 @@ class Profiler:
         """The job's strategy priced on samples of its pairs."""
         s = job.strategy
         return {str(s): self._encode(job.name, job.op, s, job.pairs, job.out_shape,
-                                     job.in_shapes)}
+                                     job.in_shapes, read=job.read)}
 
-    @staticmethod
-    def _merge(job: "_Job", priced: dict) -> None:
+    def _merge(self, job: "_Job", priced: dict) -> None:
         rec, m = job.rec, job.mode
+        for s, v in priced.items():       # a sample left unread: where it is, not in the profile
+            pending = v.pop("unread", None)
+            if pending is not None:
+                self.unread[(job.name, s)] = {**pending, "op": job.op, "strategy": job.strategy,
+                                              "out_shape": job.out_shape,
+                                              "in_shapes": job.in_shapes}
+                v["unread"] = True
         rec["strategies"].update(priced)
         first = f"{m.value}:{ENCODINGS[m][0]}:forward"
         if m is not Mode.FULL and first in priced:   # cells map_p expands payloads to, per input
@@ -544,7 +559,11 @@ class Profiler:
             results = pickle.loads((path / "result.pkl").read_bytes())
         except Exception:
             results = []
-        shutil.rmtree(path, ignore_errors=True)
+        if any(isinstance(v, dict) and any("unread" in p for p in v.values())
+               for _kind, v in results):
+            (path / "result.pkl").unlink(missing_ok=True)   # its store holds samples to read
+        else:
+            shutil.rmtree(path, ignore_errors=True)
         for k, job in enumerate(jobs):
             kind, value = results[k] if k < len(results) else ("error", f"exit status {status}")
             if kind == "ok" and isinstance(value, dict):
@@ -594,14 +613,26 @@ class Profiler:
         store_lineage(key, op, (s,), full, pay, out_shape, in_shapes, self.scratch, st)
         return {**st.per_strategy[0], "key": key}
 
-    def _reads(self, name, op, s, w, pairs, out_shape, in_shapes) -> dict | None:
-        """The sample's own index read and scan, timed (``sampleread``)."""
+    def _reads(self, name, op, s, w, pairs, out_shape, in_shapes, read: bool = True) -> dict:
+        """The sample's own index read and scan, timed (``sampleread``): ``{"sample": ...}``;
+        when not ``read`` now, where to read them later instead (``{"unread": ...}``,
+        which :meth:`_merge` moves to ``unread``).  The index keys a later read asks go in
+        a file beside the sample, not in memory (the pairs are dropped once priced)."""
         if not self.read_samples:
-            return None
-        return time_reads(self.scratch, w["key"], name, op, s, pairs, out_shape, in_shapes,
-                          w["spaces"])
+            return {"sample": None}
+        keys = index_keys(s, pairs)
+        if read:
+            return {"sample": time_reads(self.scratch, w["key"], name, op, s, keys, out_shape,
+                                         in_shapes, w["spaces"])}
+        kept = None
+        if keys is not None:
+            kept = self.scratch.path / f"keys-{w['key'].replace('#', '-')}.npy"
+            np.save(kept, keys)
+        return {"sample": None, "unread": {"store": str(self.scratch.path), "key": w["key"],
+                                           "keys": None if kept is None else str(kept),
+                                           "spaces": w["spaces"]}}
 
-    def _encode(self, name, op, s, pairs, out_shape, in_shapes) -> dict:
+    def _encode(self, name, op, s, pairs, out_shape, in_shapes, read: bool = True) -> dict:
         """Bytes, write seconds and space sizes of ``s`` over all pairs, from a sample."""
         n, size = pairs.n, self.sample_pairs
         while True:
@@ -609,7 +640,7 @@ class Profiler:
                 w = self._write(name, op, s, pairs, out_shape, in_shapes)
                 return {"bytes": w["bytes"], "write_s": w["write_s"], "spaces": w["spaces"],
                         "exact": True,
-                        "sample": self._reads(name, op, s, w, pairs, out_shape, in_shapes)}
+                        **self._reads(name, op, s, w, pairs, out_shape, in_shapes, read)}
             rows = _sample_rows(n, size)
             sample = take_pairs(pairs, rows)
             big = self._write(name, op, s, sample, out_shape, in_shapes)
@@ -638,7 +669,7 @@ class Profiler:
         return {"bytes": int(_extrapolate(small["bytes"], big["bytes"], len(half), len(rows), n)),
                 "write_s": _extrapolate(small["write_s"], big["write_s"], len(half), len(rows), n),
                 "spaces": spaces, "exact": False, "sample_frac": len(rows) / n,
-                "sample": self._reads(name, op, s, big, sample, out_shape, in_shapes)}
+                **self._reads(name, op, s, big, sample, out_shape, in_shapes, read)}
 
 
 def _extrapolate(y1: float, y2: float, n1: int, n2: int, n: int) -> float:
@@ -663,7 +694,8 @@ def _profiling_strategies(op) -> str:
 
 def profile_workflow(store, workflow, params: dict | None = None, inputs: dict | None = None,
                      progress=None, all_ops: bool = False, read_samples: bool = True,
-                     beside: bool = PROFILE_BESIDE, keep_pairs: bool = False) -> dict:
+                     beside: bool = PROFILE_BESIDE, keep_pairs: bool = False,
+                     defer_reads: bool = False) -> dict:
     """Run ``workflow`` once in profiling mode; save the profile in the catalog and return it.
 
     ``progress`` as in ``Store.run``: by default the operators done (each profiled as
@@ -675,7 +707,10 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
     the profiler kept in memory (``Profiler.pairs``) and, as ``"sums"``, its arrays'
     chunk sums as the run wrote them (``Profiler.sums``), for a run made from this one;
     the run then keeps every array (that run links them rather than making again those
-    ``--keep auto`` would drop).
+    ``--keep auto`` would drop).  ``defer_reads``: read at once only the samples of each
+    operator's defaults; the others are returned unread, as ``"unread"`` (a
+    :class:`~optimizer.sampleread.Unread`, or None when none are; the caller closes it),
+    and marked ``"unread"`` in the profile.
 
     Operators with mapping functions are timed but their stored strategies are not
     priced (the optimizer prefers mapping there) unless ``all_ops``."""
@@ -683,7 +718,8 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
     plain = {n: _profiling_strategies(st.operator) for n, st in wf.steps.items()}
     tmp = Path(tempfile.mkdtemp(prefix="subzero-profile-"))
     prof = Profiler(tmp / "scratch", all_ops=all_ops, read_samples=read_samples, beside=beside,
-                    keep_pairs=keep_pairs)
+                    keep_pairs=keep_pairs, defer_reads=defer_reads)
+    unread, ended = None, False
     try:
         t0 = time.perf_counter()
         # a run made from this one takes its arrays: kept, they are linked, not made again
@@ -692,13 +728,22 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
                         **more)
         wall = time.perf_counter() - t0
         prof.finish()
+        ended = True
     finally:
         prof.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-    # the run's own lineage (the defaults it stored) is not part of the no-lineage time
-    stored = sum(float(o.get("lwrite_s") or 0.0) + float(o.get("lineage_s") or 0.0)
-                 for o in run.ops())
-    base_s = max(wall - prof.seconds - stored, 1e-6)
-    store.catalog.add_profile(run.id, wf.name, wf.params, base_s, prof.ops)
+        if ended and prof.unread:
+            unread = Unread(tmp, prof.unread)     # it removes the folder when closed
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        # the run's own lineage (the defaults it stored) is not part of the no-lineage time
+        stored = sum(float(o.get("lwrite_s") or 0.0) + float(o.get("lineage_s") or 0.0)
+                     for o in run.ops())
+        base_s = max(wall - prof.seconds - stored, 1e-6)
+        store.catalog.add_profile(run.id, wf.name, wf.params, base_s, prof.ops)
+    except BaseException:
+        if unread is not None:
+            unread.close()
+        raise
     return {"run_id": run.id, "base_s": base_s, "ops": prof.ops, "pairs": prof.pairs,
-            "sums": prof.sums}
+            "sums": prof.sums, "unread": unread}

@@ -60,7 +60,15 @@ def _query(shape, keys: np.ndarray | None, n: int, rng) -> CellSet:
     return CellSet.of_sorted(np.sort(np.asarray(ids, np.int64)), shape)
 
 
-def time_reads(lineage, key: str, name: str, op, s: Strategy, pairs, out_shape,
+def index_keys(s: Strategy, pairs) -> np.ndarray | None:
+    """The cells the strategy's index is keyed by in ``pairs`` (its outputs' for a backward
+    index, its first input's for a forward one): what :func:`time_reads` asks its index."""
+    if s.backward:
+        return pairs.out
+    return pairs.ins[0] if pairs.ins else None
+
+
+def time_reads(lineage, key: str, name: str, op, s: Strategy, keys: np.ndarray | None, out_shape,
                in_shapes, spaces: dict, repeats: int = SAMPLE_READ_REPEATS) -> dict:
     """The sample's index read and scan (through input 0), each asked one cell and
     ``SAMPLE_READ_CELLS`` cells (a step's cost does not grow alike with its cells in
@@ -70,7 +78,8 @@ def time_reads(lineage, key: str, name: str, op, s: Strategy, pairs, out_shape,
     the factor of big queries, whose cost is per cell, not per block), each timed ``repeats``
     times (fewer once they add up to ``SLOW_OBSERVATION_S``), median kept, CPU seconds.
     ``key``: the sample's name in ``lineage`` (the profiler's scratch store);
-    ``spaces``: the sample's own sizes, which the cost model prices the reads by."""
+    ``keys``: the cells its index is keyed by (:func:`index_keys`), which its index reads
+    ask; ``spaces``: the sample's own sizes, which the cost model prices the reads by."""
     rng = np.random.default_rng(0)
     sc = StepContext(name, op, Context(name, op, frozenset(), in_shapes, out_shape),
                      out_shape, in_shapes)
@@ -80,15 +89,13 @@ def time_reads(lineage, key: str, name: str, op, s: Strategy, pairs, out_shape,
     for backward, n in ((b, n) for b in (s.backward, not s.backward) for n in sizes):
         shape = tuple(out_shape) if backward else tuple(in_shapes[0])
         index = backward == s.backward
-        keys = None
-        if index:                        # an index read: ask cells the index holds
-            keys = pairs.out if backward else (pairs.ins[0] if pairs.ins else None)
+        asked = keys if index else None      # an index read: ask cells the index holds
         if n > 1:
-            n = _big_size(reads, index and not s.many, keys, n) \
+            n = _big_size(reads, index and not s.many, asked, n) \
                 if n == SAMPLE_READ_BIG_CELLS else _second_size(reads[-1], index, n)
             if n <= 1:
                 continue
-        q = _query(shape, keys, n, rng)
+        q = _query(shape, asked, n, rng)
         times: list[float] = []
         n_out = 0
         while len(times) < repeats and sum(times) < SLOW_OBSERVATION_S:
@@ -141,3 +148,48 @@ def _second_size(first: dict, index: bool, n: int) -> int:
     if not index:
         return 1 if first["seconds"] >= SAMPLE_SCAN_ONCE_S else n
     return int(min(n, max(2, _capped(first))))
+
+
+class Unread:
+    """Samples a profile wrote and did not read yet: the reads are most of a profile's
+    work (2.4 of 3.1 s of pricing at genomics 100x), and a plan keeps only a few of an
+    operator's strategies, so the profiler reads at once only the samples of what a
+    run without a plan stores (each operator's defaults: every run's query-time planner
+    prices them from their reads) and leaves the others here, to be read when a solve
+    chooses them (``optimizer.plan``).  ``pending``: (operator, strategy) -> where the
+    sample lies (``store``, a scratch lineage store of the profile; ``key``, its name
+    there), the file of its index keys (``keys``, or None), its own sizes (``spaces``)
+    and the operator, strategy and shapes to read it with.  Owns ``folder`` (the
+    profile's scratch folder) and removes it when closed."""
+
+    def __init__(self, folder, pending: dict[tuple[str, str], dict]):
+        self.folder = folder
+        self.pending = pending
+        self._stores: dict[str, object] = {}
+
+    def __contains__(self, item: tuple[str, str]) -> bool:
+        return item in self.pending
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+    def read(self, op: str, strategy: str) -> dict:
+        """The timed reads of one pending sample (``time_reads``), which is then no longer
+        pending."""
+        from subzero.storage.lineage import LineageStore
+        p = self.pending.pop((op, strategy))
+        store = self._stores.get(p["store"])
+        if store is None:
+            store = self._stores[p["store"]] = LineageStore(p["store"], readonly=True)
+        keys = np.load(p["keys"]) if p["keys"] else None
+        return time_reads(store, p["key"], op, p["op"], p["strategy"], keys, p["out_shape"],
+                          p["in_shapes"], p["spaces"])
+
+    def close(self) -> None:
+        """Close the samples' stores and remove the folder."""
+        import shutil
+        for store in self._stores.values():
+            store.close()               # type: ignore[attr-defined]
+        self._stores.clear()
+        self.pending.clear()
+        shutil.rmtree(self.folder, ignore_errors=True)

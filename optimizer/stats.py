@@ -32,6 +32,9 @@ class StrategyInfo:
     sample_frac: float = 1.0     # share of the pairs the profile encoded (1 = all, exact)
     #: the profile's timed reads of its own sample (``sampleread.time_reads``), or None
     sample: dict | None = None
+    #: the profile wrote a sample and left it unread (``sampleread.Unread``): its decode
+    #: rate is not known until the sample is read, or the workflow profiled again
+    unread: bool = False
 
 
 @dataclass
@@ -105,7 +108,7 @@ def _op_info(name: str, inputs: list[str], rec: dict) -> OpInfo:
         drop_saves=int(rec.get("drop_saves", 0)),
         strategies={s: StrategyInfo(float(v["bytes"]), float(v["write_s"]), v["spaces"],
                                     sample_frac=float(v.get("sample_frac", 1.0)),
-                                    sample=v.get("sample"))
+                                    sample=v.get("sample"), unread=v.get("unread") is True)
                     for s, v in rec.get("strategies", {}).items()})
 
 
@@ -238,7 +241,8 @@ def _apply_measured(store, stats: WorkflowStats, only_run: int | None = None) ->
             # they were made on: they are the operator's decode rate, whatever run stored it
             op.strategies[st["strategy"]] = StrategyInfo(
                 float(st["bytes"]), float(st["write_s"]), sp, measured=True,
-                sample_frac=old.sample_frac if old else 1.0, sample=old.sample if old else None)
+                sample_frac=old.sample_frac if old else 1.0, sample=old.sample if old else None,
+                unread=old.unread if old else False)
 
 
 def for_run(store, run) -> WorkflowStats | None:

@@ -633,3 +633,64 @@ def test_a_profile_without_what_the_model_does_without_is_not_called_damaged(gst
     assert json.loads(plain)["cells"] == want
     with subzero.open_store(tmp_path / "s") as st:
         assert planner_for(st.get(args[-1])) is not None
+
+
+def _stored(plan) -> set[tuple[str, str]]:
+    from subzero.model.strategy import parse
+    return {(r.op, str(s)) for r in plan.rows for s in parse(r.strategies) if s.stored}
+
+
+def _unread(profile: dict) -> set[tuple[str, str]]:
+    return {(op, s) for op, rec in profile["ops"].items()
+            for s, v in rec["strategies"].items() if v.get("unread")}
+
+
+def test_a_budget_run_reads_only_the_samples_of_what_its_plan_chooses(tmp_path, calibration,
+                                                                       monkeypatch):
+    """A budget run's profile (``profile_pairs`` given) reads each operator's defaults'
+    samples as it writes them and the others' only once a solve chooses them: every
+    strategy of the plan is priced from its own sample's reads, the profile keeps
+    them, others stay unread, and no sample is left on disk."""
+    import tempfile
+
+    from subzero.model.strategy import default_for
+    from subzero.model.workflow import load_workflow
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    st = _store(tmp_path / "s", calibration)
+    try:
+        plan = optimize(st, WF, max_disk="100MB", workload=WORKLOAD, profile_pairs={}, save=False)
+        prof = st.catalog.latest_profile(plan.workflow, plan.params)
+        chosen, unread = _stored(plan), _unread(prof)
+        assert chosen and unread and not chosen & unread
+        for op, s in chosen:
+            assert prof["ops"][op]["strategies"][s]["sample"]["reads"], (op, s)
+        wf = load_workflow(WF, plan.params)
+        for op in UDFS:
+            for d in default_for(wf.steps[op].operator):
+                if d.stored:
+                    assert prof["ops"][op]["strategies"][str(d)]["sample"]["reads"], (op, d)
+        assert list(scratch.iterdir()) == []
+    finally:
+        st.close()
+
+
+def test_a_plan_choosing_a_sample_left_unread_profiles_again_reading_every_one(tmp_path,
+                                                                              calibration):
+    st = _store(tmp_path / "s", calibration)
+    try:
+        plan = optimize(st, WF, max_disk="100MB", workload=WORKLOAD, profile_pairs={}, save=False)
+        first = st.catalog.latest_profile(plan.workflow, plan.params)
+        op, s = sorted(_unread(first))[0]
+        pinned = optimize(st, WF, max_disk="100MB", workload=WORKLOAD, pins={op: s}, save=False)
+        again = st.catalog.latest_profile(plan.workflow, plan.params)
+        assert again["run_id"] != first["run_id"]
+        assert (op, s) in _stored(pinned)
+        assert not _unread(again)
+        assert again["ops"][op]["strategies"][s]["sample"]["reads"]
+        # a plan made only (no budget run) reads them all: later plans need no profile
+        assert optimize(st, WF, max_disk="50MB", workload=WORKLOAD, save=False)
+        assert st.catalog.latest_profile(plan.workflow, plan.params)["run_id"] == again["run_id"]
+    finally:
+        st.close()

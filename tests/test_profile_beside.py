@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import subzero
+from subzero.model.strategy import parse_one
 from subzero.optimizer import profile as profmod
 from subzero.optimizer.profile import Profiler, _Job, _sample_rows, profile_workflow
 from subzero.storage.encodings import REC_PAIRS
@@ -390,3 +391,41 @@ def test_pricing_imports_nothing_beyond_what_is_imported_before_a_fork(tmp_path)
                          cwd=root, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+@needs_two_cores
+@pytest.mark.parametrize("how", ["priced beside", "children die"])
+def test_samples_left_unread_read_later_as_they_would_have_been_at_once(tmp_path, monkeypatch,
+                                                                       in_process, how):
+    """``defer_reads``: only each operator's defaults' samples are read as they are
+    written; the others are read after the run from the stores the children left (or
+    the run's own, for the jobs of children that died), asked and answering the same."""
+    from subzero.model.strategy import default_for
+    from subzero.model.workflow import load_workflow
+    if how == "children die":
+        parent, real = os.getpid(), Profiler._price
+
+        def price(self, job):
+            if os.getpid() != parent:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real(self, job)
+        monkeypatch.setattr(Profiler, "_price", price)
+    store = subzero.open_store(tmp_path / "s")
+    try:
+        got = profile_workflow(store, GENOMICS, params={"replicate": 1}, progress=False,
+                               beside=True, defer_reads=True)
+    finally:
+        store.close()
+    unread = got["unread"]
+    wf = load_workflow(GENOMICS, {"replicate": 1})
+    try:
+        assert unread is not None and len(unread) > 0
+        for op, s in list(unread.pending):
+            assert parse_one(s) not in default_for(wf.steps[op].operator)
+            rec = got["ops"][op]["strategies"][s]
+            assert rec["unread"] is True and rec["sample"] is None
+            rec["sample"] = unread.read(op, s)
+    finally:
+        unread.close()
+    assert not unread.folder.exists()
+    assert _deterministic(got["ops"]) == in_process

@@ -208,6 +208,25 @@ def test_clean_removes_nothing_when_a_reference_cannot_be_read(night, store, she
     assert code == 0 and orphan.exists()
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shape=hst.lists(hst.integers(1, 40), min_size=0, max_size=3), tile=hst.integers(1, 64),
+       kind=hst.sampled_from(["f8", "i4", ">f4", "u1"]))
+def test_the_form_of_a_numpy_input_is_that_of_its_stored_copy(tmp_path, shape, tile, kind):
+    """A run matches its numpy inputs with the store's copies by form without xarray;
+    the form must be the one the stored input has, and the one the DataArray it is
+    stored as has (what sharing compared before)."""
+    from subzero.storage.arrays import ArrayStore, as_dataarray, form_digest, value_form
+    value = np.arange(int(np.prod(shape)), dtype=kind).reshape(shape)
+    folder = tmp_path / f"a{len(list(tmp_path.iterdir()))}"
+    arrays = ArrayStore(folder, tile=tile)
+    arrays.write("x", value)
+    form = value_form(value, "x", tile)
+    assert form == arrays.form("x")
+    da = as_dataarray(value, "x")                 # what the form was worked out from before
+    assert not da.attrs and not da.coords
+    assert form == form_digest(list(da.dims), {}, {}, True, [min(n, tile) for n in da.shape])
+
+
 def test_a_run_takes_the_stores_copy_before_it_stores_its_own(tmp_path):
     """A run whose flat is in the store writes a reference, not a copy: killed during
     its first operator, its folder holds the reference only; resumed, it completes."""

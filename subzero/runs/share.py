@@ -38,6 +38,8 @@ def take(arrays: ArrayStore, values: Mapping[str, Any], store_uid: str | None) -
         return {}
     forms = {n.removesuffix(".zarr").rsplit("-", 1)[-1] for n in names
              if n.endswith(".zarr") and not n.startswith(".")}
+    if not forms:
+        return {}
     digests: dict[str, str] = {}
     for name, v in values.items():
         if arrays.is_shared(name):
