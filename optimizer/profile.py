@@ -111,6 +111,11 @@ def candidates(m: Mode) -> list[Strategy]:
 CHILD_IMPORTS = ("rtree.index", "numpy.random")
 
 
+#: the file a profiler makes beside its children's folders when the run has ended
+#: (``Profiler._read_now``)
+RUN_ENDED = "run-ended"
+
+
 @dataclass
 class _Job:
     """One strategy of one operator to price: its pairs of the strategy's lineage mode,
@@ -123,7 +128,8 @@ class _Job:
     out_shape: tuple
     in_shapes: list
     rec: dict
-    #: read the sample as it is written (else it waits in the profile's ``Unread``)
+    #: read the sample as it is written, whenever that is (else it is read then only
+    #: while the run goes on, and otherwise waits in the profile's ``Unread``)
     read: bool = True
 
 
@@ -375,7 +381,18 @@ class Profiler:
         """The job's strategy priced on samples of its pairs."""
         s = job.strategy
         return {str(s): self._encode(job.name, job.op, s, job.pairs, job.out_shape,
-                                     job.in_shapes, read=job.read)}
+                                     job.in_shapes, read=self._read_now(job))}
+
+    def _read_now(self, job: "_Job") -> bool:
+        """Whether to read ``job``'s sample as it is written: always for a job that says so
+        (``defer_reads`` off, or an operator's default), else only while the run goes on.
+        Reads beside the run cost the run nothing (at genomics 1x the whole pricing fits
+        beside it, and deferring its reads made the budget run no faster); a read once the
+        run has ended is waited for, and a plan reads only the samples it chooses.  A
+        child learns that the run has ended from a file its parent makes (``RUN_ENDED``)."""
+        if job.read:
+            return True
+        return not self._ended and not (self.beside_dir / RUN_ENDED).exists()
 
     def _merge(self, job: "_Job", priced: dict) -> None:
         rec, m = job.rec, job.mode
@@ -491,9 +508,16 @@ class Profiler:
         core idle behind the child with the most jobs), every child waited for and its
         prices merged (a child that failed or died has its jobs priced here), the jobs
         no child took priced here, and each operator's prices in the candidates' order."""
+        with self._lock:
+            self._ended = True
+        if self.defer_reads:
+            try:                               # children defer the reads they have not begun
+                self.beside_dir.mkdir(parents=True, exist_ok=True)
+                (self.beside_dir / RUN_ENDED).touch()
+            except OSError:
+                pass
         if self._feeder is not None:
             with self._lock:
-                self._ended = True
                 self._wake()
             while True:
                 with self._lock:

@@ -655,6 +655,9 @@ def test_a_budget_run_reads_only_the_samples_of_what_its_plan_chooses(tmp_path, 
 
     from subzero.model.strategy import default_for
     from subzero.model.workflow import load_workflow
+    from subzero.optimizer.profile import Profiler
+    # as if every sample were priced after the run ended (genomics 1x's fit beside it)
+    monkeypatch.setattr(Profiler, "_read_now", lambda self, job: job.read)
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
@@ -677,7 +680,10 @@ def test_a_budget_run_reads_only_the_samples_of_what_its_plan_chooses(tmp_path, 
 
 
 def test_a_plan_choosing_a_sample_left_unread_profiles_again_reading_every_one(tmp_path,
-                                                                              calibration):
+                                                                              calibration,
+                                                                              monkeypatch):
+    from subzero.optimizer.profile import Profiler
+    monkeypatch.setattr(Profiler, "_read_now", lambda self, job: job.read)
     st = _store(tmp_path / "s", calibration)
     try:
         plan = optimize(st, WF, max_disk="100MB", workload=WORKLOAD, profile_pairs={}, save=False)

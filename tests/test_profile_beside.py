@@ -402,6 +402,7 @@ def test_samples_left_unread_read_later_as_they_would_have_been_at_once(tmp_path
     the run's own, for the jobs of children that died), asked and answering the same."""
     from subzero.model.strategy import default_for
     from subzero.model.workflow import load_workflow
+    monkeypatch.setattr(Profiler, "_read_now", lambda self, job: job.read)   # as if the run ended
     if how == "children die":
         parent, real = os.getpid(), Profiler._price
 
@@ -429,3 +430,24 @@ def test_samples_left_unread_read_later_as_they_would_have_been_at_once(tmp_path
         unread.close()
     assert not unread.folder.exists()
     assert _deterministic(got["ops"]) == in_process
+
+
+def test_a_sample_is_read_as_it_is_written_only_while_the_run_goes_on(tmp_path):
+    """Deferred reads: a default's sample is read at once whenever it is priced; another
+    strategy's only until the run has ended, in the run's process and in a child, which
+    learns it from the file the run makes then."""
+    prof = Profiler(tmp_path / "scratch", beside=True, defer_reads=True)
+    try:
+        default, other = _job(tmp_path), _job(tmp_path)
+        default.read, other.read = True, False
+        assert prof._read_now(default) and prof._read_now(other)
+        prof._ended = False
+        prof.beside_dir.mkdir(parents=True)
+        (prof.beside_dir / profmod.RUN_ENDED).touch()          # what a child sees
+        assert prof._read_now(default) and not prof._read_now(other)
+        (prof.beside_dir / profmod.RUN_ENDED).unlink()
+        prof.finish()                                          # the run's process
+        assert prof._read_now(default) and not prof._read_now(other)
+        assert (prof.beside_dir / profmod.RUN_ENDED).exists()
+    finally:
+        prof.close()
