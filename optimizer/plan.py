@@ -311,8 +311,7 @@ def _optimize(store, wf, cal, stats, got, budgets, pins, name, workload, prog, s
         # a plan is chosen on the samples' own decode rates: read those it chose, choose again
         prog.note(f"reading the lineage samples of {len(need)} strategies the plan chose")
         assert unread is not None and got is not None
-        for op, s in need:
-            smp = unread.read(op, s)
+        for (op, s), smp in unread.read_all(need).items():
             model.sample_read(op, s, smp)
             rec = got["ops"][op]["strategies"][s]
             rec["sample"] = smp

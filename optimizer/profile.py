@@ -756,7 +756,7 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
     finally:
         prof.close()
         if ended and prof.unread:
-            unread = Unread(tmp, prof.unread)     # it removes the folder when closed
+            unread = Unread(tmp, prof.unread, CHILD_IMPORTS)   # it removes the folder when closed
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     try:

@@ -16,6 +16,7 @@ import subzero
 from subzero.model.strategy import parse_one
 from subzero.optimizer import profile as profmod
 from subzero.optimizer.profile import Profiler, _Job, _sample_rows, profile_workflow
+from subzero.optimizer.sampleread import Unread
 from subzero.storage.encodings import REC_PAIRS
 
 GENOMICS = str(Path(__file__).resolve().parents[1] / "workflows" / "genomics.py")
@@ -394,12 +395,14 @@ def test_pricing_imports_nothing_beyond_what_is_imported_before_a_fork(tmp_path)
 
 
 @needs_two_cores
-@pytest.mark.parametrize("how", ["priced beside", "children die"])
+@pytest.mark.parametrize("how", ["priced beside", "children die", "the reading child dies"])
 def test_samples_left_unread_read_later_as_they_would_have_been_at_once(tmp_path, monkeypatch,
                                                                        in_process, how):
     """``defer_reads``: only each operator's defaults' samples are read as they are
     written; the others are read after the run from the stores the children left (or
-    the run's own, for the jobs of children that died), asked and answering the same."""
+    the run's own, for the jobs of children that died), asked and answering the same,
+    half of them in a child of their own (``Unread.read_all``; a sample it did not read,
+    because it died, is read by the run's process)."""
     from subzero.model.strategy import default_for
     from subzero.model.workflow import load_workflow
     monkeypatch.setattr(Profiler, "_read_now", lambda self, job: job.read)   # as if the run ended
@@ -419,13 +422,23 @@ def test_samples_left_unread_read_later_as_they_would_have_been_at_once(tmp_path
         store.close()
     unread = got["unread"]
     wf = load_workflow(GENOMICS, {"replicate": 1})
+    if how == "the reading child dies":
+        parent, real_read = os.getpid(), Unread.read
+
+        def read(self, op, s):
+            if os.getpid() != parent:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real_read(self, op, s)
+        monkeypatch.setattr(Unread, "read", read)
     try:
-        assert unread is not None and len(unread) > 0
-        for op, s in list(unread.pending):
+        assert unread is not None and len(unread) > 1
+        for op, s in unread.pending:
             assert parse_one(s) not in default_for(wf.steps[op].operator)
             rec = got["ops"][op]["strategies"][s]
             assert rec["unread"] is True and rec["sample"] is None
-            rec["sample"] = unread.read(op, s)
+        for (op, s), sample in unread.read_all(sorted(unread.pending)).items():
+            got["ops"][op]["strategies"][s]["sample"] = sample
+        assert not unread.pending
     finally:
         unread.close()
     assert not unread.folder.exists()
