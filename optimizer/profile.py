@@ -29,6 +29,7 @@ then counts only what the profiler did in the run's process.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import pickle
 import shutil
@@ -67,8 +68,10 @@ from subzero.tuning import (
     PROFILE_BESIDE_MEMORY,
     PROFILE_KEEP_PAIRS_BYTES,
     PROFILE_KEEP_STORED_BYTES,
+    SAMPLE_CELLS,
     SAMPLE_PAIRS,
     SMALL_SAMPLE_BYTES,
+    WIDE_SAMPLE_PAIRS,
 )
 
 from .sampleread import Unread, index_keys, time_reads
@@ -185,6 +188,39 @@ def _job_bytes(job: _Job) -> int:
         full = job.rec.get("modes", {}).get(Mode.FULL.value) or {}
         own = max(own, 8 * int(full.get("cells") or 0))
     return own
+
+
+def _job_cells(job: _Job) -> int:
+    """The cells pricing ``job`` encodes: its pairs', or, for payload pairs, at least the
+    cells of the operator's Full pairs (what its payloads expand to, as ``_job_bytes``)."""
+    cells = job.pairs.n_cells()
+    if job.pairs.is_payload:
+        full = job.rec.get("modes", {}).get(Mode.FULL.value) or {}
+        cells = max(cells, int(full.get("cells") or 0))
+    return cells
+
+
+def _wide_rows(n: int, cells: int) -> np.ndarray | None:
+    """The pairs of a sample of lineage made of few, wide pairs, or None when it is not:
+    at most ``SAMPLE_PAIRS`` pairs (encoded whole otherwise) holding more than
+    ``SAMPLE_CELLS`` cells.  Genomics' ``model`` at 1,000x has 70 pairs of 110,000 cells:
+    encoded whole, each of its strategies took 0.3-1.5 s to write and as long to read, most
+    of what a budget run waited for after its last operator.  A sample of whole pairs,
+    spread evenly, of about ``SAMPLE_CELLS`` cells (at least ``WIDE_SAMPLE_PAIRS``, and
+    at most half the pairs: the prediction extrapolates from it and from its half),
+    grown once, as any sample, when it fills only a few LMDB pages (``_encode``)."""
+    if n > SAMPLE_PAIRS or cells <= SAMPLE_CELLS:
+        return None
+    k = max(WIDE_SAMPLE_PAIRS, int(n * SAMPLE_CELLS // cells))
+    return None if 2 * k > n else _spread(n, k)
+
+
+def _spread(n: int, k: int) -> np.ndarray:
+    """``k`` consecutive of ``n`` rows, in the middle: consecutive pairs share key blocks
+    as all of them do (pairs taken every few rows each filled blocks of their own, and a
+    forward FullOne sample extrapolated to 2.2x its bytes)."""
+    start = (n - k) // 2
+    return np.arange(start, start + k, dtype=np.int64)
 
 
 def _sample_rows(n: int, size: int) -> np.ndarray:
@@ -381,7 +417,8 @@ class Profiler:
         """The job's strategy priced on samples of its pairs."""
         s = job.strategy
         return {str(s): self._encode(job.name, job.op, s, job.pairs, job.out_shape,
-                                     job.in_shapes, read=self._read_now(job))}
+                                     job.in_shapes, read=self._read_now(job),
+                                     cells=_job_cells(job))}
 
     def _read_now(self, job: "_Job") -> bool:
         """Whether to read ``job``'s sample as it is written: always for a job that says so
@@ -656,19 +693,38 @@ class Profiler:
                                            "keys": None if kept is None else str(kept),
                                            "spaces": w["spaces"]}}
 
-    def _encode(self, name, op, s, pairs, out_shape, in_shapes, read: bool = True) -> dict:
-        """Bytes, write seconds and space sizes of ``s`` over all pairs, from a sample."""
+    def _encode(self, name, op, s, pairs, out_shape, in_shapes, read: bool = True,
+                cells: int | None = None) -> dict:
+        """Bytes, write seconds and space sizes of ``s`` over all pairs, from a sample
+        (``cells``: the cells encoding all pairs works on, when more than their own:
+        ``_job_cells``)."""
         n, size = pairs.n, self.sample_pairs
-        while True:
+        rows = _wide_rows(n, pairs.n_cells() if cells is None else cells)
+        wide = rows is not None
+        if rows is not None:                   # few, wide pairs: a few of them
+            sample = take_pairs(pairs, rows)
+            big = self._write(name, op, s, sample, out_shape, in_shapes)
+            if big["bytes"] < SMALL_SAMPLE_BYTES:     # a few pages: grow it, as below, once
+                want = int(len(rows) * SMALL_SAMPLE_BYTES / max(big["bytes"], 1.0) * 1.25)
+                rows = None if 2 * want > n else _spread(n, want)
+                if rows is None:
+                    size = n                   # all pairs, below
+                else:
+                    sample = take_pairs(pairs, rows)
+                    big = self._write(name, op, s, sample, out_shape, in_shapes)
+            if rows is not None:
+                half = rows[: len(rows) // 2]
+        while rows is None:
             if n <= size:
                 w = self._write(name, op, s, pairs, out_shape, in_shapes)
                 return {"bytes": w["bytes"], "write_s": w["write_s"], "spaces": w["spaces"],
                         "exact": True,
                         **self._reads(name, op, s, w, pairs, out_shape, in_shapes, read)}
-            rows = _sample_rows(n, size)
-            sample = take_pairs(pairs, rows)
+            picked = _sample_rows(n, size)
+            sample = take_pairs(pairs, picked)
             big = self._write(name, op, s, sample, out_shape, in_shapes)
             if big["bytes"] >= SMALL_SAMPLE_BYTES:
+                rows, half = picked, picked[: len(picked) // 2]
                 break
             # a few LMDB pages extrapolate badly; small lineage is cheap to encode.  Grow
             # straight to the size whose bytes should reach SMALL_SAMPLE_BYTES (at least
@@ -678,7 +734,6 @@ class Profiler:
             size = int(max(size * 4, want))
             if 2 * size > n:
                 size = n
-        half = rows[: len(rows) // 2]
         small = self._write(name, op, s, take_pairs(pairs, half), out_shape, in_shapes)
         scale = n / len(rows)
         spaces = space_stats(s, pairs, out_shape, in_shapes)
@@ -690,10 +745,23 @@ class Profiler:
                                                     -(-d["key_size"] // 2**KEY_BITS))),
                               "value_cells": int(d["value_cells"] * scale),
                               "record_cells": int(d["record_cells"] * scale)}
-        return {"bytes": int(_extrapolate(small["bytes"], big["bytes"], len(half), len(rows), n)),
-                "write_s": _extrapolate(small["write_s"], big["write_s"], len(half), len(rows), n),
+        grow = _power if wide else _extrapolate
+        return {"bytes": int(grow(small["bytes"], big["bytes"], len(half), len(rows), n)),
+                "write_s": grow(small["write_s"], big["write_s"], len(half), len(rows), n),
                 "spaces": spaces, "exact": False, "sample_frac": len(rows) / n,
                 **self._reads(name, op, s, big, sample, out_shape, in_shapes, read)}
+
+
+def _power(y1: float, y2: float, n1: int, n2: int, n: int) -> float:
+    """A sample of few wide pairs grown to all ``n``: through the two sample sizes as a
+    power of the pairs, its exponent between 0 and 1 (never above linear).  Wide pairs'
+    keys interleave (genomics' ``model``: each of its 70 pairs spans the input), so a
+    few of them fill key blocks that all of them share: linear, the forward strategies
+    of ``model`` at 1,000x came out 1.5-1.9x their bytes."""
+    if y1 <= 0 or y2 <= 0 or n2 <= n1:
+        return _extrapolate(y1, y2, n1, n2, n)
+    b = min(1.0, max(0.0, math.log(y2 / y1) / math.log(n2 / n1)))
+    return max(y2 * (n / n2) ** b, y2)
 
 
 def _extrapolate(y1: float, y2: float, n1: int, n2: int, n: int) -> float:

@@ -254,6 +254,11 @@ HEAP_TRIM_BYTES = 256 * 2**20
 SAMPLE_PAIRS = 32 * 1024
 #: A sample smaller than this (bytes) is grown before extrapolating.
 SMALL_SAMPLE_BYTES = 64 * 4096
+#: Lineage of at most SAMPLE_PAIRS pairs is encoded whole unless it holds more cells than
+#: this: then a sample of whole pairs of about these cells (optimizer.profile._wide_rows),
+#: at least WIDE_SAMPLE_PAIRS of them.
+SAMPLE_CELLS = 2**20
+WIDE_SAMPLE_PAIRS = 4
 #: Cells asked of a profiled strategy's own sample to time its index read and its
 #: scan (optimizer.sampleread), and the timings of each (median; one untimed first).
 SAMPLE_READ_CELLS = 64
