@@ -232,6 +232,9 @@ CORRECTION_KEYS_CACHED = 4096
 #: measured: the bound only stops unbounded growth (a radius of 5 in 3-D is 1,331 offsets,
 #: 32 KB).
 WINDOW_OFFSETS_CACHED = 256
+#: Rows of at least this many values on average are gathered slice by slice
+#: (``model.cells.csr_take``): a loop over few rows beats index arrays over all cells.
+CSR_WIDE_ROW_CELLS = 1024
 
 #: Blocks a stored read decodes together at most (``storage.codec.unpack_concat``): most
 #: of the per-call work saved, and the temporary arrays of one decoding bounded (256

@@ -8,7 +8,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, settings, target
 from hypothesis import strategies as st
 
 import subzero
@@ -215,3 +215,27 @@ def test_unique_rows_is_numpys_unique_along_axis_0(rows):
     a = np.asarray(rows, np.int64).reshape(-1, 2)
     assert unique_rows(a).tobytes() == np.unique(a, axis=0).tobytes()
     assert unique_rows(a).shape == np.unique(a, axis=0).shape
+
+
+@settings(max_examples=80, deadline=None)
+@given(lengths=st.lists(st.integers(0, 3000), min_size=1, max_size=40), data=st.data())
+def test_csr_take_is_the_rows_slices_in_order(lengths, data):
+    """``csr_take`` gathers rows' slices by index arrays, slice by slice when the rows
+    are wide (``CSR_WIDE_ROW_CELLS`` values on average), or as one slice when they are
+    consecutive: each is the rows' values in the order asked, repeats included."""
+    from subzero.model.cells import csr_take, lengths_to_offsets
+    from subzero.tuning import CSR_WIDE_ROW_CELLS
+    off = lengths_to_offsets(np.asarray(lengths, np.int64))
+    values = np.arange(int(off[-1]), dtype=np.int64) * 7 + 3
+    if data.draw(st.booleans(), label="consecutive rows"):     # a record's pairs: one slice
+        first = data.draw(st.integers(0, len(lengths) - 1))
+        rows = np.arange(first, data.draw(st.integers(first, len(lengths))), dtype=np.int64)
+    else:
+        rows = np.asarray(data.draw(st.lists(st.integers(0, len(lengths) - 1), max_size=60)),
+                          np.int64)
+    want = np.concatenate([values[off[r]:off[r + 1]] for r in rows]) if rows.size else values[:0]
+    got = csr_take(values, off, rows)
+    assert got.tolist() == want.tolist()
+    # both ways of gathering are asked of: wide rows, and narrow ones
+    wide = rows.size > 1 and int((off[rows + 1] - off[rows]).sum()) >= CSR_WIDE_ROW_CELLS * rows.size
+    target(float(wide), label="wide rows")
