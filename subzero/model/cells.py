@@ -280,8 +280,10 @@ def csr_take(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> np.nd
         return values[offsets[r]:offsets[r + 1]]
     if rows.size > 1 and int(rows[-1]) - int(rows[0]) == rows.size - 1 \
             and bool((np.diff(rows) == 1).all()):
-        # consecutive rows (a record's pairs, as the encoders take them): one slice
-        return values[offsets[rows[0]]:offsets[rows[-1] + 1]]
+        # consecutive rows (a record's pairs, as the encoders take them): one slice,
+        # copied as a gather would be (a caller may keep or change it; ``values`` can be
+        # a decoded block the reader caches)
+        return values[offsets[rows[0]]:offsets[rows[-1] + 1]].copy()
     starts = offsets[rows]
     lens = offsets[rows + 1] - starts
     total = int(lens.sum())
