@@ -183,21 +183,22 @@ def _job_bytes(job: _Job) -> int:
     its pairs' own bytes say little: genomics' ``model`` at 1,000x has 70 Pay pairs in
     1.7 KB whose four strategies took 8.4 s to price, in the run's process, while the
     run waited (its 70 Full pairs, 61 MB, were priced beside it)."""
-    own = _pairs_bytes(job.pairs)
-    if job.pairs.is_payload:
-        full = job.rec.get("modes", {}).get(Mode.FULL.value) or {}
-        own = max(own, 8 * int(full.get("cells") or 0))
-    return own
+    return max(_pairs_bytes(job.pairs), 8 * _expanded_cells(job))
 
 
 def _job_cells(job: _Job) -> int:
     """The cells pricing ``job`` encodes: its pairs', or, for payload pairs, at least the
     cells of the operator's Full pairs (what its payloads expand to, as ``_job_bytes``)."""
-    cells = job.pairs.n_cells()
-    if job.pairs.is_payload:
-        full = job.rec.get("modes", {}).get(Mode.FULL.value) or {}
-        cells = max(cells, int(full.get("cells") or 0))
-    return cells
+    return max(job.pairs.n_cells(), _expanded_cells(job))
+
+
+def _expanded_cells(job: _Job) -> int:
+    """For payload pairs, the cells of the operator's Full pairs when the profile
+    captured them (what ``map_p`` expands the payloads to); else 0."""
+    if not job.pairs.is_payload:
+        return 0
+    full = job.rec.get("modes", {}).get(Mode.FULL.value) or {}
+    return int(full.get("cells") or 0)
 
 
 def _wide_rows(n: int, cells: int) -> np.ndarray | None:
@@ -828,7 +829,8 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
     finally:
         prof.close()
         if ended and prof.unread:
-            unread = Unread(tmp, prof.unread, CHILD_IMPORTS)   # it removes the folder when closed
+            # it removes the folder when closed
+            unread = Unread(tmp, prof.unread, CHILD_IMPORTS, workers=prof.cores)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     try:

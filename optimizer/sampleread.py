@@ -162,13 +162,15 @@ class Unread:
     and the operator, strategy and shapes to read it with.  Owns ``folder`` (the
     profile's scratch folder) and removes it when closed.  ``child_imports``: modules
     imported before :meth:`read_all` forks (as the profiler's children: never
-    inherited half made)."""
+    inherited half made); ``workers``: the processors this process may run on (the
+    profiler's ``cores``; :meth:`read_all` forks only with two or more)."""
 
     def __init__(self, folder, pending: dict[tuple[str, str], dict],
-                 child_imports: tuple[str, ...] = ()):
+                 child_imports: tuple[str, ...] = (), workers: int = 1):
         self.folder = folder
         self.pending = pending
         self.child_imports = child_imports
+        self.workers = workers
         self._stores: dict[str, object] = {}
 
     def __contains__(self, item: tuple[str, str]) -> bool:
@@ -197,11 +199,7 @@ class Unread:
         import importlib
         import os
         import pickle
-        try:
-            cores = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            cores = os.cpu_count() or 1
-        if len(items) < 2 or not hasattr(os, "fork") or cores < 2:
+        if len(items) < 2 or not hasattr(os, "fork") or self.workers < 2:
             return {k: self.read(*k) for k in items}
         theirs, mine = items[1::2], items[0::2]
         result = self.folder / f"reads-{os.getpid()}-{len(self.pending)}.pkl"
