@@ -182,14 +182,21 @@ class Unread:
     def read(self, op: str, strategy: str) -> dict:
         """The timed reads of one pending sample (``time_reads``), which is then no longer
         pending."""
+        from subzero.errors import CorruptLineage, OptimizerError
         from subzero.storage.lineage import LineageStore
         p = self.pending.pop((op, strategy))
-        store = self._stores.get(p["store"])
-        if store is None:
-            store = self._stores[p["store"]] = LineageStore(p["store"], readonly=True)
-        keys = np.load(p["keys"]) if p["keys"] else None
-        return time_reads(store, p["key"], op, p["op"], p["strategy"], keys, p["out_shape"],
-                          p["in_shapes"], p["spaces"])
+        try:
+            store = self._stores.get(p["store"])
+            if store is None:
+                store = self._stores[p["store"]] = LineageStore(p["store"], readonly=True)
+            keys = np.load(p["keys"]) if p["keys"] else None
+            return time_reads(store, p["key"], op, p["op"], p["strategy"], keys, p["out_shape"],
+                              p["in_shapes"], p["spaces"])
+        except (CorruptLineage, OSError, ValueError) as e:
+            raise OptimizerError(f"the profile's lineage sample of {op}'s {strategy} in "
+                                 f"{self.folder} is missing or damaged before it was read "
+                                 f"({type(e).__name__}: {e}); optimize again (it profiles the "
+                                 f"workflow again with `--reprofile`)") from e
 
     def read_all(self, items: list[tuple[str, str]]) -> dict[tuple[str, str], dict]:
         """The timed reads of several pending samples, shared with a forked child on a

@@ -700,3 +700,32 @@ def test_a_plan_choosing_a_sample_left_unread_profiles_again_reading_every_one(t
         assert st.catalog.latest_profile(plan.workflow, plan.params)["run_id"] == again["run_id"]
     finally:
         st.close()
+
+
+@pytest.mark.parametrize("damage", ["folder removed", "keys file truncated"])
+def test_a_sample_lost_before_it_is_read_is_one_clear_error(tmp_path, calibration, monkeypatch,
+                                                            damage):
+    """The samples a plan reads after the run lie in a temporary folder; removed or damaged
+    before they are read, the plan fails in one line naming the sample, never choosing
+    on a price it could not measure."""
+    from subzero.optimizer.profile import Profiler
+    from subzero.optimizer.sampleread import Unread
+    monkeypatch.setattr(Profiler, "_read_now", lambda self, job: job.read)
+    real = Unread.read_all
+
+    def read_all(self, items):
+        if damage == "folder removed":
+            import shutil
+            shutil.rmtree(self.folder)
+        else:
+            for p in self.pending.values():
+                if p["keys"]:
+                    Path(p["keys"]).write_bytes(b"\x93NUMPY")
+        return real(self, items)
+    monkeypatch.setattr(Unread, "read_all", read_all)
+    st = _store(tmp_path / "s", calibration)
+    try:
+        with pytest.raises(OptimizerError, match="lineage sample of .* missing or damaged"):
+            optimize(st, WF, max_disk="100MB", workload=WORKLOAD, profile_pairs={}, save=False)
+    finally:
+        st.close()
