@@ -16,7 +16,11 @@ price.  A step whose method by the simple rule is priced under ``PLAN_FLOOR_S``
 method priced alone, and among methods priced within that much of the cheapest the
 simple rule's order decides: choosing among methods of a fraction of a
 millisecond saves less than pricing them costs, and at that size the model's error
-decides more than the methods do.  Such a read is not timed either (no budget: it
+decides more than the methods do.  Whatever their size, the operator's declared
+defaults (which a plan keeps where the budget allows) are displaced only by a method
+priced under them by more than ``PLAN_TIE`` (25%): one priced a little under them
+would displace them as often for the worse as for the better, and a plan's query must
+not be slower than the defaults'.  Such a read is not timed either (no budget: it
 could be given up only past its pessimistic price and ``MIN_BUDGET_S``).  Budgets
 count the CPU time of the read's own work, so a busy machine, which stretches wall
 time, does not trip them; first-use costs (imports, opening the lineage store) are
@@ -45,7 +49,14 @@ from collections.abc import Sequence
 
 from subzero.query.methods import Method, Reexec, Stored
 from subzero.query.planner import ReadBudget, StepInfo, StepStat
-from subzero.tuning import CORRECTION_KEEP, CORRECTION_RANGE, DECISIONS_KEPT, MIN_BUDGET_S, PLAN_FLOOR_S
+from subzero.tuning import (
+    CORRECTION_KEEP,
+    CORRECTION_RANGE,
+    DECISIONS_KEPT,
+    MIN_BUDGET_S,
+    PLAN_FLOOR_S,
+    PLAN_TIE,
+)
 
 from .costmodel import FEATURES, CostModel, correction_key, method_family, own_seconds, read_ratio
 from .stats import for_run
@@ -56,10 +67,11 @@ class QueryPlanner:
     :class:`subzero.query.planner.Planner`."""
 
     def __init__(self, model: CostModel, min_budget_s: float = MIN_BUDGET_S,
-                 floor_s: float = PLAN_FLOOR_S):
+                 floor_s: float = PLAN_FLOOR_S, tie: float = PLAN_TIE):
         self.model = model
         self.min_budget_s = min_budget_s
         self.floor_s = floor_s
+        self.tie = tie
         # the latest steps' priced methods, for inspection
         self.decisions: deque[tuple[str, list[tuple[str, float]]]] = deque(maxlen=DECISIONS_KEPT)
         # step -> what the planner was told of it (the share of its operator's tiles a
@@ -112,6 +124,18 @@ class QueryPlanner:
         # ms against a FullOne lookup's 0.47 took 3.7 ms)
         rule = min((t for t in priced if t[0] <= priced[0][0] + self.floor_s),
                    key=lambda t: t[1])
+        # the operator's defaults (a plan keeps them where it can) are displaced only by a
+        # method priced under them by more than PLAN_TIE: one priced a little under them
+        # is as likely slower, and a query under a plan slower than under the defaults is
+        # what a plan must not be (genomics 100x: BQ0's extract step took a scan priced
+        # about as the backward index it ran on under the defaults: 1.28x their time)
+        info = self.model.stats.ops.get(step.op)
+        own = [t for t in priced if info is not None and isinstance(t[2], Stored)
+               and str(t[2].strategy) in info.defaults]
+        if own and rule not in own:
+            mine = min(own, key=lambda t: t[1])
+            if mine[0] <= rule[0] * self.tie:
+                rule = mine
         priced.sort(key=lambda t: t is not rule)
         self.decisions.append((step.op, [(m.name, c) for c, _, m in priced]))
         order = [m for _, _, m in priced]

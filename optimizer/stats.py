@@ -62,6 +62,9 @@ class OpInfo:
     #: bytes a run frees by not keeping its output array (its compressed chunks; 0:
     #: not measured)
     drop_saves: int = 0
+    #: the stored strategies the operator declares as its defaults (what a run stores
+    #: without a plan; empty in a profile made before profiles named them)
+    defaults: tuple[str, ...] = ()
 
     @property
     def has_map(self) -> bool:
@@ -106,6 +109,7 @@ def _op_info(name: str, inputs: list[str], rec: dict) -> OpInfo:
         modes=dict(rec.get("modes", {})), profiled=bool(rec.get("profiled", True)),
         reruns=int(rec.get("reruns", 1)), out_bytes=int(rec.get("out_bytes", 0)),
         drop_saves=int(rec.get("drop_saves", 0)),
+        defaults=tuple(str(d) for d in rec.get("defaults", ()) if isinstance(d, str)),
         strategies={s: StrategyInfo(float(v["bytes"]), float(v["write_s"]), v["spaces"],
                                     sample_frac=float(v.get("sample_frac", 1.0)),
                                     sample=v.get("sample"), unread=v.get("unread") is True)

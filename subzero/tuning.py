@@ -180,6 +180,13 @@ MIN_BUDGET_S = 0.002
 #: pricing and its choices among sub-millisecond reads made a query 1.3-1.4x slower
 #: than the simple rule).
 PLAN_FLOOR_S = 0.001
+#: The operator's declared defaults (which a plan keeps where it can) are displaced
+#: only by a method priced under them by more than this factor: at genomics 100x a step
+#: took a scan priced about as the backward index the defaults ran on (the two within 6%
+#: in another store of that size), and the query ran 1.28x the defaults' time.  The
+#: switches that paid (10,000x: a Pay lookup and a Pay scan priced 1.9-2.2x under the
+#: FullOne index) are far outside it.
+PLAN_TIE = 1.25
 #: A stored read that has outrun its pessimistic price is given up for re-execution once
 #: switching can cost at most this many times staying, whatever is left of the read: its
 #: CPU time so far is at least 1 / (SWITCH_WORST - 1) times re-execution's pessimistic

@@ -89,7 +89,9 @@ def test_runtime_budget_is_respected(gstore):
     tight = optimize(gstore, WF, max_runtime=1 + free.runtime_s / free.base_s / 3,
                      workload=WORKLOAD, save=False)
     assert tight.runtime_factor <= tight.max_runtime + 1e-9
-    assert tight.runtime_s < free.runtime_s and tight.query_s >= free.query_s
+    # what a tighter budget costs is in the price the plans are chosen by (pessimistic):
+    # their predicted seconds (``query_s``) need not follow it, and compared, failed once
+    assert tight.runtime_s < free.runtime_s and tight.priced_s >= free.priced_s * (1 - 1e-9)
 
 
 def test_when_the_kept_defaults_fit_no_budget_those_operators_store_nothing(gstore, monkeypatch):
@@ -290,7 +292,8 @@ def test_planner_picks_the_matching_index_and_switches_when_reading_is_slow(gsto
 def test_below_its_floor_the_planner_keeps_the_simple_rules_method(gstore):
     """Choosing among methods that cost less than ``floor_s`` saves less than pricing
     them costs: the simple rule's method runs, priced alone; and another method displaces
-    it only when it saves at least ``floor_s`` by the model."""
+    it only when it saves at least ``floor_s`` by the model; the operator's defaults only
+    for a method priced under them by more than ``PLAN_TIE``."""
     both = gstore.run(WF, strategies={u: "full:fullone:backward+full:fullone:forward" for u in UDFS},
                       progress=False, keep="all")
     want = both.trace("model", [(0, 1)], to="transpose", record=False)
@@ -311,6 +314,7 @@ def test_below_its_floor_the_planner_keeps_the_simple_rules_method(gstore):
     rule, other = (Stored(parse_one(s)) for s in ("full:fullone:backward", "full:fullone:forward"))
     info = StepInfo("model", 0, True, 10, 1, True, 1.0, 1)
     p = Priced(planner.model, floor_s=0.001)
+    p._high = lambda step, method, cost, n_out: 1.5 * cost       # type: ignore[method-assign]
     for other_s, first in ((0.0025, rule), (0.0015, other)):
         p.prices = {rule.name: 0.003, other.name: other_s, "reexec": 1.0}
         order, budget = p.plan(info, [rule, other, Reexec()])
@@ -325,6 +329,19 @@ def test_below_its_floor_the_planner_keeps_the_simple_rules_method(gstore):
         order, _budget = p.plan(info, [rule, other, third, Reexec()])
         assert order[0] == first and order[1:3] == sorted(
             order[1:3], key=lambda m: p.prices[m.name])
+    # the operator's defaults are displaced only by a method priced under them by more
+    # than PLAN_TIE (25%): a plan that keeps them runs their method unless the model
+    # prices another well under it; a method that is not a default has no such hold
+    ops = p.model.stats.ops
+    for defaults, other_s, first in (((str(rule.strategy),), 0.025, rule),
+                                     ((str(rule.strategy),), 0.020, other),
+                                     ((), 0.025, other),
+                                     ((str(other.strategy),), 0.031, other)):
+        ops["model"].defaults = defaults
+        p.prices = {rule.name: 0.030, other.name: other_s, "reexec": 1.0}
+        order, _budget = p.plan(info, [rule, other, Reexec()])
+        assert order[0] == first and set(order) == {rule, other, Reexec()}
+    ops["model"].defaults = ()
     p.prices = {rule.name: 1e-6, other.name: 1e-9, "reexec": 1.0}    # under the floor
     order, budget = p.plan(info, [rule, other, Reexec()])
     assert order[0] == rule and p.decisions[-1][1] == [(rule.name, 1e-6)]
