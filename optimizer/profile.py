@@ -201,20 +201,6 @@ def _expanded_cells(job: _Job) -> int:
     return int(full.get("cells") or 0)
 
 
-def _job_weight(job: _Job) -> float:
-    """About how long pricing ``job`` takes, for ordering (units of bytes encoded): the
-    bytes its pairs expand to (``_job_bytes``), except for backward payload strategies,
-    which store the payloads as they are; twice that for forward payload strategies,
-    which expand the payloads and encode what they expand to.  At genomics 1,000x
-    ``model``'s PayMany forward took 1.1-1.5 s, its FullMany forward 0.3-0.5 s and its
-    Pay backward strategies 5 ms."""
-    s = job.strategy
-    size = float(_pairs_bytes(job.pairs) if s.payload and s.backward else _job_bytes(job))
-    if s.payload and not s.backward:    # map_p expands each payload, then it is encoded
-        size *= 2
-    return size
-
-
 def _wide_rows(n: int, cells: int) -> np.ndarray | None:
     """The pairs of a sample of lineage made of few, wide pairs, or None when it is not:
     at most ``SAMPLE_PAIRS`` pairs (encoded whole otherwise) holding more than
@@ -567,11 +553,6 @@ class Profiler:
         no child took priced here, and each operator's prices in the candidates' order."""
         with self._lock:
             self._ended = True
-            # longest first: the last job to start is then a short one, and the workers
-            # (the children and this process) end together.  In the order queued, this
-            # process took ``model``'s 1.1 s PayMany forward last at genomics 1,000x,
-            # while the child had ended 0.2 s before.
-            self._queue.sort(key=_job_weight, reverse=True)
         if self.defer_reads:
             try:                               # children defer the reads they have not begun
                 self.beside_dir.mkdir(parents=True, exist_ok=True)

@@ -464,39 +464,3 @@ def test_a_sample_is_read_as_it_is_written_only_while_the_run_goes_on(tmp_path):
         assert (prof.beside_dir / profmod.RUN_ENDED).exists()
     finally:
         prof.close()
-
-
-@needs_two_cores
-def test_jobs_left_when_the_run_ends_are_priced_longest_first(tmp_path, monkeypatch):
-    """Once the run has ended, the queued jobs are taken longest first (``_job_weight``:
-    the bytes they encode, a forward payload strategy's expansion counted twice, a
-    backward payload strategy's pairs as they are): the last to start is a short one,
-    and the workers end together.  In the order queued, the run's process took
-    genomics' 1.1 s PayMany forward of ``model`` last at 1,000x."""
-    from subzero.model.modes import Mode
-    prof = Profiler(tmp_path / "scratch", beside=True)
-    prof._limit = 0                        # no child: this process prices every job
-    order: list[str] = []
-    monkeypatch.setattr(Profiler, "_price",
-                        lambda self, job: order.append(job.name) or {})
-    base = _job(tmp_path)
-    pay = profmod.Pairs(np.arange(4), np.arange(5), pay_ids=np.zeros(4, np.int64),
-                        payloads=[b"\x00"])
-    expands = {"modes": {"full": {"cells": 10**6}}, "strategies": {}}
-
-    def job(name, mode, pairs, spec, rec):
-        return _Job(name, base.op, mode, pairs, parse_one(spec), base.out_shape, base.in_shapes,
-                    rec)
-    jobs = [job("full", Mode.FULL, base.pairs, "full:fullone:forward", base.rec),
-            job("pay-backward", Mode.PAY, pay, "pay:payone:backward", expands),
-            job("pay-forward", Mode.PAY, pay, "pay:paymany:forward", expands),
-            job("full-many", Mode.FULL, base.pairs, "full:fullmany:backward", base.rec)]
-    weights = [profmod._job_weight(j) for j in jobs]
-    assert weights[2] > weights[0] == weights[3] > weights[1]
-    try:
-        for j in jobs:
-            assert prof._beside(j)
-        prof.finish()
-    finally:
-        prof.close()
-    assert order == ["pay-forward", "full", "full-many", "pay-backward"]
