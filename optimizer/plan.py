@@ -342,8 +342,8 @@ def _unread(model, built, sol) -> list[tuple[str, str]]:
     out = []
     for k in sol.chosen:
         c = built.problem.candidates[k]
+        info = model.stats.ops.get(c.op)
         for s in parse(c.strategy):
-            info = model.stats.ops.get(c.op)
             si = info.strategies.get(str(s)) if info is not None and s.stored else None
             if si is not None and si.unread and (c.op, str(s)) not in out:
                 out.append((c.op, str(s)))

@@ -130,8 +130,8 @@ class QueryPlanner:
         # what a plan must not be (genomics 100x: BQ0's extract step took a scan priced
         # about as the backward index it ran on under the defaults: 1.28x their time)
         info = self.model.stats.ops.get(step.op)
-        own = [t for t in priced if info is not None and isinstance(t[2], Stored)
-               and str(t[2].strategy) in info.defaults]
+        defaults = info.defaults if info is not None else ()
+        own = [t for t in priced if isinstance(t[2], Stored) and str(t[2].strategy) in defaults]
         if own and rule not in own:
             mine = min(own, key=lambda t: t[1])
             if mine[0] <= rule[0] * self.tie:

@@ -28,13 +28,11 @@ then counts only what the profiler did in the run's process.
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 import pickle
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
@@ -47,7 +45,6 @@ from subzero.capture.buffer import Pairs, empty_pairs
 from subzero.capture.runner import run_operator, shape_of
 from subzero.engines.lineage import space_stats, store_lineage
 from subzero.engines.stats import OpStats
-from subzero.heap import release
 from subzero.model.cells import csr_take, lengths_to_offsets, unique
 from subzero.model.modes import Mode
 from subzero.model.operator import Operator, lineage_reproducible, map_p_vectorized, reruns
@@ -74,6 +71,7 @@ from subzero.tuning import (
     WIDE_SAMPLE_PAIRS,
 )
 
+from .forked import fork_child
 from .sampleread import Unread, index_keys, time_reads
 
 LWRITE_MODES = (Mode.FULL, Mode.PAY, Mode.COMP)
@@ -348,6 +346,7 @@ class Profiler:
         in_shapes = [shape_of(x) for x in inputs]
         out_shape = shape_of(out)
         mode = capture_mode(op)
+        own = default_for(op)
         rec = {"class": type(op).__name__, "in_shapes": [list(s) for s in in_shapes],
                "out_shape": list(out_shape),
                "in_bytes": int(sum(np.asarray(x).nbytes for x in inputs)),
@@ -359,7 +358,7 @@ class Profiler:
                "map_p_vectorized": map_p_vectorized(op),
                "deterministic": lineage_reproducible(op), "reruns": reruns(op),
                "reexec_mode": mode.value if mode else None, "modes": {}, "strategies": {},
-               "defaults": [str(s) for s in default_for(op) if s.stored]}
+               "defaults": [str(s) for s in own if s.stored]}
         reps = FAST_OP_REPEATS if run_s < FAST_OP_S else 1
         if self._captured is None:
             base = min([run_s] + [self._time(name, op, inputs, ())[0] for _ in range(reps - 1)])
@@ -383,7 +382,6 @@ class Profiler:
                 info["payload_bytes"] = float(lens[pairs.pay_ids].mean())
                 info["payloads"] = int(unique(pairs.pay_ids).size)   # np.unique imports numpy.ma
             rec["modes"][m.value] = info
-            own = default_for(op)
             for s in candidates(m):             # a job each: children share them out
                 job = _Job(name, op, m, pairs, s, out_shape, in_shapes, rec,
                            read=not self.defer_reads or s in own)
@@ -588,34 +586,20 @@ class Profiler:
         self._forks += 1
         path = self.beside_dir / f"{self._forks}-{jobs[0].name}"
         path.mkdir(parents=True, exist_ok=True)
-        for module in CHILD_IMPORTS:          # never inherited half made
-            importlib.import_module(module)
-        for f in (sys.stdout, sys.stderr):   # nothing buffered is written twice
-            try:
-                f.flush()
-            except Exception:
-                pass
-        try:
-            pid = os.fork()
-        except OSError:
+
+        def price() -> list[tuple[str, object]]:      # in the child
+            self.scratch = LineageStore(path / "scratch")   # never the parent's
+            out: list[tuple[str, object]] = []
+            for job in jobs:                  # a job that fails is priced by the parent
+                try:
+                    out.append(("ok", self._price(job)))
+                except Exception as e:
+                    out.append(("error", f"{type(e).__name__}: {e}"))
+            return out
+        # a child that fails as a whole leaves no result: the parent prices every job
+        pid = fork_child(path / "result.pkl", price, CHILD_IMPORTS)
+        if pid is None:
             return None
-        if pid == 0:                          # the child: price, write, leave
-            code, out = 0, []                 # type: int, list[tuple[str, object]]
-            try:
-                release()                     # its own pages, not copies of the parent's
-                self.scratch = LineageStore(path / "scratch")   # never the parent's
-                for job in jobs:              # a job that fails is priced by the parent
-                    try:
-                        out.append(("ok", self._price(job)))
-                    except Exception as e:
-                        out.append(("error", f"{type(e).__name__}: {e}"))
-            except BaseException:             # the parent prices every job itself
-                out, code = [], 1
-            try:
-                (path / "result.part").write_bytes(pickle.dumps(out))
-                os.replace(path / "result.part", path / "result.pkl")
-            finally:
-                os._exit(code)
         return pid, path, jobs
 
     def _merge_child(self, child, status: int) -> None:

@@ -41,6 +41,7 @@ from subzero.tuning import (
     SLOW_OBSERVATION_S,
 )
 
+from .forked import fork_child
 from .stats import median
 
 
@@ -203,32 +204,21 @@ class Unread:
         machine with two cores or more (each times its reads in its own CPU seconds, as
         the profiler's children do): the reads a plan waits for after the run, half the
         wall time.  A sample the child did not read (it failed or died) is read here."""
-        import importlib
         import os
         import pickle
         if len(items) < 2 or not hasattr(os, "fork") or self.workers < 2:
             return {k: self.read(*k) for k in items}
         theirs, mine = items[1::2], items[0::2]
         result = self.folder / f"reads-{os.getpid()}-{len(self.pending)}.pkl"
-        for module in self.child_imports:
-            importlib.import_module(module)
         self._close_stores()            # no LMDB environment is open across the fork
-        try:
-            pid = os.fork()
-        except OSError:
+
+        def read() -> list:             # in the child
+            got = [(k, self.read(*k)) for k in theirs]
+            self._close_stores()
+            return got
+        pid = fork_child(result, read, self.child_imports)
+        if pid is None:
             return {k: self.read(*k) for k in items}
-        if pid == 0:                    # the child: read, write, leave
-            code = 0
-            try:
-                release()
-                got = [(k, self.read(*k)) for k in theirs]
-                self._close_stores()
-                result.with_suffix(".part").write_bytes(pickle.dumps(got))
-                os.replace(result.with_suffix(".part"), result)
-            except BaseException:
-                code = 1
-            finally:
-                os._exit(code)
         out = {k: self.read(*k) for k in mine}
         os.waitpid(pid, 0)
         try:
