@@ -15,10 +15,12 @@ from relations import same, spoil_lineage
 
 import subzero
 from subzero import Mode, Operator, Workflow
+from subzero.model.strategy import parse_one
 from subzero.optimizer.profile import profile_workflow
 from subzero.query.workload import load_workload, select_cells
 from subzero.runs import planned
 from subzero.runs.options import RunOptions
+from subzero.storage.lineage import CorruptLineage, LineageStore
 
 ROOT = Path(__file__).resolve().parent.parent
 WF = str(ROOT / "workflows" / "genomics.py")
@@ -156,6 +158,80 @@ def test_damaged_profiling_lineage_is_computed_again_never_reused(tmp_path, monk
     assert runs["model"] == (0 if stored_pairs else 1)
     monkeypatch.undo()
     same(st.get(run_id), st.run(WF, plan=plan, progress=False))
+    st.close()
+
+
+KEEPS_DEFAULTS = {"extract": "full:fullone:backward+pay:payone:forward",
+                  "model": "full:fullone:backward+full:fullone:forward",
+                  "predict": "full:fullone:backward"}
+DEFAULT = "full:fullone:backward"          # what the profiling run stores of all three
+
+
+def _write_s(run) -> dict:
+    """(operator, strategy) -> the write seconds ``run``'s signed record gives."""
+    return {(o["name"], ps["strategy"]): ps["write_s"] for o in run.steering().record["ops"]
+            for ps in o["per_strategy"]}
+
+
+def test_strategies_the_profiling_run_stored_are_copied_bound_to_the_made_run(profiled):
+    """A strategy the plan shares with the profiling run is stored as a copy of that run's
+    lineage, not decoded and encoded again: the made run's record gives the profiling
+    run's write time for it (what storing it costs, for later plans), its record and
+    values are sealed for the made run (the profiling run's uid reads none of them, the
+    made run's reads all of them: ``same``), and the made run is the full run."""
+    st, got = profiled
+    plan = {"name": "keeps-defaults", "workflow": "genomics", "strategies": KEEPS_DEFAULTS}
+    parent = st.get(got["run_id"])
+    opts = RunOptions.of(params={"replicate": 3}, plan=plan, progress=False)
+    run_id, _ = planned.make_from(st.catalog, st.runs_dir, parent, opts, got["pairs"], got["sums"])
+    made = st.get(run_id)
+    was, now = _write_s(parent), _write_s(made)
+    for op in ("extract", "model", "predict"):
+        assert now[(op, DEFAULT)] == was[(op, DEFAULT)]
+    assert now[("model", "full:fullone:forward")] != was.get(("model", "full:fullone:forward"))
+    theirs = LineageStore(made.dir / "lineage", readonly=True, run_uid=parent.row.uid)
+    try:
+        with pytest.raises(CorruptLineage, match="belongs to another run"):
+            theirs.meta("extract", parse_one(DEFAULT))
+    finally:
+        theirs.close()
+    full = st.run(WF, params={"replicate": 3}, plan=plan, progress=False)
+    same(made, full)
+    assert _answers(made) == _answers(full)
+    assert {o["name"]: o["pairs"] for o in made.ops()} == {o["name"]: o["pairs"] for o in full.ops()}
+
+
+@pytest.mark.parametrize("stored_pairs", [False, True], ids=["read-back", "kept"])
+def test_damaged_lineage_is_never_copied(tmp_path, monkeypatch, stored_pairs):
+    """The profiling run's lineage of ``model`` spoiled on disk, and a plan that keeps
+    its strategy: the copy is refused (a value fails its check), so the made run
+    encodes the pairs its step kept in memory, or, without them, runs ``model`` again
+    (the spoiled lineage cannot be read back either).  Either way it is the full run."""
+    st = _store(tmp_path / "store")
+    got = profile_workflow(st, WF, progress=False, keep_pairs=True)
+    pairs = got["pairs"] if stored_pairs else \
+        {k: v for k, v in got["pairs"].items() if k != ("model", "full")}
+    parent = st.get(got["run_id"])
+    assert spoil_lineage(parent, "model")
+    runs = {"model": 0}
+    model = type(parent.workflow.steps["model"].operator)
+    real = model.run
+
+    def counted(self, *a, **k):
+        runs["model"] += 1
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(model, "run", counted)
+    plan = {"name": "keeps-defaults", "workflow": "genomics", "strategies": KEEPS_DEFAULTS}
+    run_id, _ = planned.make_from(st.catalog, st.runs_dir, parent, RunOptions.of(plan=plan,
+                                  progress=False), pairs, got["sums"])
+    assert runs["model"] == (0 if stored_pairs else 1)
+    monkeypatch.undo()
+    made = st.get(run_id)
+    was, now = _write_s(parent), _write_s(made)
+    assert now[("model", DEFAULT)] != was[("model", DEFAULT)]        # encoded, not copied
+    assert now[("extract", DEFAULT)] == was[("extract", DEFAULT)]    # undamaged: copied
+    same(made, st.run(WF, plan=plan, progress=False))
     st.close()
 
 

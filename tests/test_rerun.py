@@ -237,6 +237,32 @@ def test_damaged_parent_lineage_is_recomputed_never_reused(store):
     same(re, full)
 
 
+def test_lineage_of_an_operator_no_change_reaches_is_copied_from_the_parent(store):
+    """An operator no change reaches keeps its parent's lineage as a copy of what the
+    parent stored, sealed again for the re-run, where it can (one value per key: not
+    R-tree files): the re-run's record gives the parent's write time for those, and
+    the R-tree strategies are encoded again from the pairs read back.  The re-run is
+    still the full run."""
+    x, y = data()
+    strat = STRATEGIES["many"]
+    parent = store.run(mixed(), inputs={"x": x, "y": y}, tile=TILE, strategies=strat, progress=False)
+    new = y.copy()
+    new[0, 0] += 1                             # y: read by plus, after five operators
+    re = store.rerun(parent.id, {"y": new}, progress=False)
+
+    def written(run):
+        return {(o["name"], ps["strategy"]): ps["write_s"] for o in run.steering().record["ops"]
+                for ps in o["per_strategy"]}
+    was, now = written(parent), written(re)
+    kept = [k for k, v in re.rerun_info()["ops"].items() if v["kind"] == "kept"]
+    assert {"smooth", "spikes", "centre"} <= set(kept)
+    for (op, s), w in now.items():
+        copied = op in kept and ":fullone:" in s or op in kept and ":payone:" in s
+        assert (w == was[(op, s)]) == copied, (op, s)
+    full = store.run(mixed(), inputs={"x": x, "y": new}, tile=TILE, strategies=strat, progress=False)
+    same(re, full)
+
+
 def test_a_rerun_of_an_untrusted_run_is_refused(tmp_path, monkeypatch):
     import subzero
     from subzero.storage.trust import CONFIG_ENV

@@ -49,6 +49,10 @@ class StepResult:
     statistic: str | None = None
     #: the digest of the file of its statistic's merged states (:mod:`subzero.storage.rounds`)
     rounds: str | None = None
+    #: strategy text -> another run's lineage of it to store as this run's (a re-run
+    #: keeps its parent's lineage of an operator no change reaches: ``Parent.copies``);
+    #: the other strategies are encoded from ``full`` and ``pay``
+    copies: dict[str, Any] | None = None
 
 
 class Engine(Protocol):

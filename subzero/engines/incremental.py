@@ -21,7 +21,9 @@ the parent's stored input) and are pushed forward operator by operator:
   files, at tile granularity).
 
 A kept tile's values are read from the parent's verified chunks and its lineage
-from the parent's verified backward strategies (:mod:`subzero.engines.parent`).
+from the parent's verified backward strategies (:mod:`subzero.engines.parent`); an
+operator kept whole stores copies of the parent's strategies where it can
+(``Parent.copies``: checked, sealed again for this run, not decoded and encoded).
 What cannot be verified in the parent (a chunk that fails its checks, lineage
 that cannot be read back) is recomputed, never reused.  The result is, by
 construction, the run a full run on the new inputs makes: tile-parallel
@@ -50,9 +52,10 @@ from subzero.engines.parent import Parent
 from subzero.engines.progress import Progress
 from subzero.errors import CorruptArray, OperatorError, ParentUnavailable, StoreError, SubZeroError
 from subzero.model.cells import unpack
+from subzero.model.modes import Mode
 from subzero.model.operator import Operator
 from subzero.model.statistic import finished, over_blocks, same_value, updated, value_digest
-from subzero.model.strategy import Strategy
+from subzero.model.strategy import Strategy, modes_needed
 from subzero.model.workflow import Step, Workflow
 from subzero.storage import rounds
 from subzero.storage.arrays import ArrayStore
@@ -158,9 +161,14 @@ class IncrementalEngine(LocalEngine):
         cannot be (the operator then runs)."""
         t0 = time.perf_counter()
         full = pay = None
+        copies: dict[str, Any] = {}
         if capture:
+            # the strategies the parent stored are copied from it; the pairs are read back
+            # (or taken from memory) only for the others
+            copies = self.parent.copies(name, strategies, self.arrays.run_uid)
             try:
-                full, pay = self.parent.pairs(name, strategies, len(in_shapes), _all)
+                full, pay = self.parent.pairs(name, tuple(s for s in strategies if str(s) not in copies),
+                                              len(in_shapes), _all)
             except ParentUnavailable:
                 return None
         p = self.parent.arrays
@@ -189,7 +197,9 @@ class IncrementalEngine(LocalEngine):
         kept = self._kept_rounds(name, op.statistic) if op.statistic is not None else None
         return StepResult(self.shapes[name], str(self.dtypes[name]), nbytes, list(in_shapes),
                           full, pay, 0.0, 0.0, tiles=0, statistic=self.parent.statistics.get(name),
-                          rounds=self._keep_rounds(name, op, kept or []))
+                          rounds=self._keep_rounds(name, op, kept or []),
+                          pairs=_captured(strategies, full, pay, copies) if copies else None,
+                          copies=copies or None)
 
     # -- a tile-parallel operator: the tiles a change reaches ------------------------------
     def _run_some(self, name: str, step: Step, strategies: tuple[Strategy, ...], capture: bool,
@@ -497,6 +507,22 @@ class _Region:
             a, b, _ = k.indices(n)
             sub.append(slice(r.start + a, r.start + max(a, b)))
         return self.arrays.read_region(self.name, tuple(sub))
+
+
+def _captured(strategies: tuple[Strategy, ...], full: Pairs | None, pay: Pairs | None,
+              copies: Mapping[str, Any]) -> int:
+    """The pairs an operator kept whole captured, as a run of it counts them (its Full
+    and its payload pairs): of each mode, the pairs read back, else those of a copied
+    strategy's record."""
+    n = 0
+    for mode in modes_needed(strategies):
+        got = full if mode is Mode.FULL else pay
+        if got is not None:
+            n += got.n
+            continue
+        n += next((int(copies[str(s)].record["pairs"]) for s in strategies
+                   if s.mode is mode and str(s) in copies), 0)
+    return n
 
 
 def _all(keys: np.ndarray) -> np.ndarray:

@@ -4,7 +4,7 @@ with the size statistics the cost model needs."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,19 +20,32 @@ from subzero.model.reach import check, declared
 from subzero.model.strategy import BLACKBOX, MAP, Direction, Encoding, Strategy, reexecuted
 from subzero.storage.budget import DiskBudget
 from subzero.storage.encodings import KEY_BITS, MapPPairs
-from subzero.storage.lineage import LineageStore, ShardWrite, commit_shard_files, write_shard
+from subzero.storage.lineage import LineageStore, ShardWrite, StoredCopy, commit_shard_files, write_shard
 from subzero.storage.space import full_disk_named
 
 
 def store_lineage(name: str, op: Operator, strategies: tuple[Strategy, ...], full: Pairs | None,
                   pay: Pairs | None, out_shape: tuple[int, ...], in_shapes: list[tuple[int, ...]],
-                  lineage: LineageStore, stats: OpStats, budget: DiskBudget | None = None) -> None:
+                  lineage: LineageStore, stats: OpStats, budget: DiskBudget | None = None,
+                  copies: Mapping[str, StoredCopy] | None = None) -> None:
     """Encode and write every stored strategy of one operator; with a ``budget``, a
-    strategy that would overflow it is not kept (see :class:`DiskBudget`)."""
+    strategy that would overflow it is not kept (see :class:`DiskBudget`).  ``copies``:
+    strategies stored as copies of another run's lineage of the operator (a re-run's
+    parent's), not encoded from ``full`` / ``pay``; their statistics are the other run's
+    record's, write seconds included (what storing them costs, for the cost model)."""
     counted, expanded = _map_p_counting(name, op, in_shapes, out_shape)
-    reach = checked_reach(name, op, strategies, pay, out_shape, in_shapes)
+    copies = copies or {}
+    encoded = tuple(s for s in strategies if str(s) not in copies)
+    reach = checked_reach(name, op, encoded, pay, out_shape, in_shapes)
 
     def write(s: Strategy) -> dict:
+        copy = copies.get(str(s))
+        if copy is not None:
+            rec = copy.record
+            with full_disk_named(lineage.path, f"the lineage of operator {name!r} ({s})"):
+                w = lineage.write_copy(name, s, copy, int(rec["pairs"]))
+            return {"strategy": str(s), "bytes": w.bytes, "write_s": float(rec["write_s"]),
+                    "pairs": w.pairs, "spaces": rec["spaces"]}
         pairs = pay if s.payload else full
         if pairs is None:
             pairs = empty_pairs(len(in_shapes), s.payload)

@@ -28,7 +28,7 @@ from subzero.model.cells import csr_rows, csr_take, lengths_to_offsets
 from subzero.model.modes import Mode
 from subzero.model.strategy import Direction, Strategy, modes_needed
 from subzero.storage.arrays import ArrayStore
-from subzero.storage.lineage import LineageStore
+from subzero.storage.lineage import LineageStore, StoredCopy
 from subzero.storage.reader import StrategyReader
 from subzero.storage.shards import ShardedReader
 
@@ -60,6 +60,9 @@ class Parent:
     #: parent did not store, or the pairs its own step captured and stored; used before
     #: reading the parent's lineage back
     side: Mapping[tuple[str, str], Pairs] = dataclasses.field(default_factory=dict)
+    #: operator -> strategy -> what the parent's verified record says of its stored
+    #: lineage (pairs, space sizes, write seconds): the strategies it can be copied from
+    stored: Mapping[str, Mapping[str, Mapping[str, Any]]] = dataclasses.field(default_factory=dict)
 
     @property
     def dir(self) -> Path:
@@ -102,6 +105,29 @@ class Parent:
             else:
                 pay = got
         return full, pay
+
+    def copies(self, op: str, wanted: tuple[Strategy, ...], run_uid: str | None
+               ) -> dict[str, StoredCopy]:
+        """The strategies of ``wanted`` that a run with uid ``run_uid`` stores as copies of
+        the parent's lineage of the whole operator ``op`` (strategy text -> the copy, read
+        and checked): those the parent stored and its record describes, in a form
+        :meth:`LineageStore.stored_copy` copies.  Copying them skips decoding the pairs and
+        encoding them again (at genomics 10,000x, encoding ``extract``'s FullOne backward
+        took 10 s of the run made from its profiling run; it holds 3 MB).  A strategy
+        whose lineage fails its checks is not copied: its pairs are read back, and what
+        cannot be read is recomputed."""
+        if self.lineage is None or run_uid is None:
+            return {}
+        out = {}
+        for s in wanted:
+            rec = self.stored.get(op, {}).get(str(s))
+            if not s.stored or rec is None or s not in self.strategies.get(op, ()):
+                continue
+            copy = self.lineage.stored_copy(op, s)
+            if copy is not None:
+                copy.record = dict(rec)
+                out[str(s)] = copy
+        return out
 
     def _stored(self, op: str, mode: Mode) -> Strategy | None:
         """The parent's strategy of ``mode`` to read pairs back from: a backward one (a
@@ -201,6 +227,9 @@ class ParentPlan:
     tile: int
     #: how the parent's catalog row describes each input
     described: dict[str, str]
+    #: operator -> strategy -> its record's pairs, space sizes and write seconds (from
+    #: the verified record; empty for a journal written before it was kept)
+    stored: dict[str, dict[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON data (a re-run's journal keeps it, to resume as a re-run)."""
@@ -211,7 +240,7 @@ class ParentPlan:
     @classmethod
     def of(cls, d: Mapping[str, Any]) -> ParentPlan:
         """A plan from :meth:`as_dict`'s data."""
-        kw = {f.name: d[f.name] for f in dataclasses.fields(cls)}
+        kw = {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d or f.name != "stored"}
         kw["shapes"] = {k: tuple(int(n) for n in v) for k, v in d["shapes"].items()}
         return cls(**kw)
 
@@ -231,7 +260,7 @@ class ParentPlan:
         lin = Path(self.dir) / "lineage"
         lineage = LineageStore(lin, readonly=True, run_uid=self.uid) if lin.is_dir() else None
         return Parent(self.run_id, arrays, lineage, self.strategy_map(), self.shapes,
-                      dict(self.statistics), dict(self.rounds))
+                      dict(self.statistics), dict(self.rounds), stored=self.stored)
 
     def inputs(self, parent: Parent, names: list[str], given: Mapping[str, Any]) -> dict[str, Any]:
         """A re-run's input values: the ``given`` ones, and the parent's own for the

@@ -6,9 +6,10 @@ defaults) and once with the plan.  The second run computes nothing the first did
 not: the same workflow, parameters and inputs.  So it is made from the first with
 the incremental engine (:mod:`subzero.engines.incremental`), no input changed:
 every operator's output is the profiling run's, its chunks linked from there
-(the profiling run keeps every array for it), and its lineage is the profiling
-run's pairs, read back from the strategies it stored and written again with the
-plan's.  A lineage mode the plan needs and the profiling run did not store (Pay
+(the profiling run keeps every array for it), its strategies that the plan keeps
+are copies of the profiling run's (``Parent.copies``), and the plan's others are
+the profiling run's pairs, read back from the strategies it stored and written
+with the plan's.  A lineage mode the plan needs and the profiling run did not store (Pay
 pairs where it kept Full ones), its profiler captured when it re-ran the operator
 to time that mode: those pairs are kept in memory (up to
 ``PROFILE_KEEP_PAIRS_BYTES``, of operators whose lineage is the same on every run)

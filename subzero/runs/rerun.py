@@ -156,8 +156,24 @@ def parent_plan(parent: Run, tile: int | None = None, described: Mapping[str, An
     pp = ParentPlan(row.id, str(parent.dir), parent.uid, digests, strategies, shapes,
                     {o["name"]: o["statistic"] for o in steer.ops if o.get("statistic")},
                     {o["name"]: o["rounds"] for o in steer.ops if o.get("rounds")},
-                    tile if tile is not None else parent_tile(p_arrays, shapes), dict(described))
+                    tile if tile is not None else parent_tile(p_arrays, shapes), dict(described),
+                    _stored(steer))
     return wf, pp
+
+
+def _stored(steer: Any) -> dict[str, dict[str, dict[str, Any]]]:
+    """Operator -> strategy -> pairs, space sizes and write seconds of the lineage the
+    parent stored, as its verified record gives them (none without one: nothing is then
+    copied from the parent, its pairs are read back)."""
+    if steer.record is None or not steer.verified:
+        return {}
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for o in steer.record["ops"]:
+        for ps in o.get("per_strategy") or ():
+            if isinstance(ps, dict) and {"strategy", "pairs", "spaces", "write_s"} <= ps.keys():
+                out.setdefault(o["name"], {})[ps["strategy"]] = {
+                    "pairs": ps["pairs"], "spaces": ps["spaces"], "write_s": ps["write_s"]}
+    return out
 
 
 def rerun(catalog: Catalog, runs_dir: Path, parent: Run, inputs: Mapping[str, Any],

@@ -56,7 +56,7 @@ from subzero.storage.encodings import (
     record_fields,
     spaces_for,
 )
-from subzero.storage.integrity import file_digest, read_verified, seal, seed, unseal
+from subzero.storage.integrity import file_digest, read_verified, seal, seed, seed_in, unseal
 from subzero.storage.mapped import open_mapped
 from subzero.storage.metadata import (
     META,
@@ -79,7 +79,7 @@ from subzero.storage.shards import ShardedReader, box_of, pack_shard, rtree_key
 from subzero.tuning import COVERED_CHUNK, LMDB_MAP_SIZE, LMDB_MAX_DBS
 
 __all__ = ["META", "CorruptLineage", "LineageStore", "NewerLineageFormat", "ShardWrite",
-           "ShardedReader", "StrategyReader", "WriteStats", "commit_shard_files", "write_shard"]
+           "ShardedReader", "StoredCopy", "StrategyReader", "WriteStats", "commit_shard_files", "write_shard"]
 
 #: The folder (in a run's lineage folder) that sharded strategies' files go to.
 SHARDS_DIR = "shards"
@@ -94,6 +94,19 @@ class WriteStats:
     bytes: int
     seconds: float
     pairs: int
+
+
+@dataclass
+class StoredCopy:
+    """One stored strategy of a run, read whole and checked, for another run of the same
+    operator on the same inputs to store as its own (:meth:`LineageStore.write_copy`):
+    its metadata record and every value's body (key order), without their checksums.
+    ``record``: what the run that stored it recorded of it (pairs, space sizes, write
+    seconds), for the new run's record."""
+
+    meta: StrategyMeta
+    entries: list[tuple[bytes, bytes]]
+    record: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclass
@@ -224,6 +237,55 @@ class LineageStore:
                             lambda space: self.rtree_path(op, strategy, space),
                             f"stored lineage of {op!r} ({strategy})", self.run_uid, reach)
         return WriteStats(self.bytes_of(op, strategy), time.perf_counter() - t0, pairs.n)
+
+    def stored_copy(self, op: str, strategy: Strategy) -> StoredCopy | None:
+        """What (op, strategy) holds, read whole with every value checked, for another run
+        to store (:meth:`write_copy`); None where it cannot be copied so: nothing stored,
+        a record of a run without a uid or of an old format, sharded or with R-tree files
+        (their checksums cover files, not values), or a value or the record that fails
+        its check (the caller then reads the pairs back, or runs the operator again)."""
+        if strategy.many:
+            return None
+        try:
+            meta = self.meta(op, strategy)
+        except CorruptLineage:
+            return None
+        if meta is None or meta.sharded or meta.run is None or not meta.checksummed \
+                or meta.strategy != strategy:
+            return None
+        name = self.db_name(op, strategy)
+        at = seed(seed_name(name, meta.run), b"")
+        entries = []
+        try:
+            with self.env.begin(db=self.database(name)) as txn:
+                for key, value in txn.cursor():
+                    key = bytes(key)
+                    if key != META:
+                        entries.append((key, bytes(unseal(value, seed_in(at, key)))))
+        except (lmdb.Error, ChecksumMismatch):
+            return None
+        return StoredCopy(meta, entries)
+
+    def write_copy(self, op: str, strategy: Strategy, copy: StoredCopy, pairs: int) -> WriteStats:
+        """Store ``copy`` (another run's lineage of the same operator on the same inputs:
+        :meth:`stored_copy`) as this run's (op, strategy): every value sealed again, and
+        the record, bound to this run.  What encoding the pairs again would store, bytes
+        for bytes, without decoding and encoding them: a run made from another keeps
+        the strategies they share this way (``pairs``: how many the copy holds)."""
+        if self.run_uid is None:
+            raise CorruptLineage(f"stored lineage of {op!r} ({strategy}) can be copied only "
+                                 f"into a run with a uid")
+        t0 = time.perf_counter()
+        name = self.db_name(op, strategy)
+        db = self.database(name, create=True)
+        sealer = _Sealer(seed_name(name, self.run_uid), name)
+        with self.env.begin(write=True, db=db) as txn:
+            if txn.get(META) is not None:
+                raise CorruptLineage(f"stored lineage of {op!r} ({strategy}) is already written")
+            with txn.cursor() as cur:      # in key order: appended, as encoding does
+                cur.putmulti([(k, sealer(k, b)) for k, b in copy.entries], append=True)
+            txn.put(META, copy.meta.bound(self.run_uid).to_bytes(name))
+        return WriteStats(self.bytes_of(op, strategy), time.perf_counter() - t0, pairs)
 
     def commit_shards(self, op: str, strategy: Strategy, out_shape: Sequence[int],
                       in_shapes: Sequence[Sequence[int]], shards: list[ShardMeta],
