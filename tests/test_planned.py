@@ -235,6 +235,46 @@ def test_damaged_lineage_is_never_copied(tmp_path, monkeypatch, stored_pairs):
     st.close()
 
 
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(op=hs.sampled_from(["extract", "model", "predict"]), pick=hs.integers(0, 2**20),
+       at=hs.integers(0, 2**20), kept=hs.booleans())
+def test_one_damaged_byte_of_a_shared_strategy_is_never_copied(profiled, tmp_path_factory, op, pick,
+                                                               at, kept):
+    """Fault injection: one byte of one stored value (its record included) of a strategy
+    the plan shares with the profiling run, flipped on disk.  Whichever it is, the made
+    run is the full run: the copy is refused, and the pairs come from memory or, without
+    them, the operator runs again (the damaged lineage cannot be read back either)."""
+    import shutil
+
+    import lmdb
+    st, got = profiled
+    folder = tmp_path_factory.mktemp("damaged") / "store"
+    shutil.copytree(st.path, folder)
+    copy = subzero.open_store(folder)
+    try:
+        parent = copy.get(got["run_id"])
+        env = lmdb.open(str(parent.dir / "lineage"), max_dbs=64, subdir=True)
+        try:
+            db = env.open_db(LineageStore.db_name(op, parse_one(DEFAULT)), create=False)
+            with env.begin(write=True, db=db) as txn:
+                items = [(bytes(k), bytes(v)) for k, v in txn.cursor()]
+                key, value = items[pick % len(items)]
+                b = at % len(value)
+                txn.put(key, value[:b] + bytes([value[b] ^ 0x5A]) + value[b + 1:])
+        finally:
+            env.close()
+        pairs = got["pairs"] if kept else {k: v for k, v in got["pairs"].items() if k[0] != op}
+        plan = {"name": "keeps-defaults", "workflow": "genomics", "strategies": KEEPS_DEFAULTS}
+        run_id, _ = planned.make_from(copy.catalog, copy.runs_dir, parent,
+                                      RunOptions.of(params={"replicate": 3}, plan=plan, progress=False),
+                                      pairs, got["sums"])
+        made = copy.get(run_id)
+        assert _write_s(made)[(op, DEFAULT)] != _write_s(parent)[(op, DEFAULT)]   # not copied
+        same(made, copy.run(WF, params={"replicate": 3}, plan=plan, progress=False))
+    finally:
+        copy.close()
+
+
 def test_profiler_keeps_stored_pairs_within_their_own_bytes(tmp_path, monkeypatch):
     """The pairs of modes the profiling run stored are kept within
     ``PROFILE_KEEP_STORED_BYTES``, apart from those of modes it did not store: with no
