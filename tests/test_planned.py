@@ -40,6 +40,21 @@ def _answers(run):
             for q in load_workload(WORKLOAD)}
 
 
+def _count_model_runs(parent, monkeypatch) -> dict:
+    """``{"model": n}``, n counting the runs of ``model``'s operator class (as ``parent``
+    loaded it) from now on."""
+    runs = {"model": 0}
+    model = type(parent.workflow.steps["model"].operator)
+    real = model.run
+
+    def counted(self, *a, **k):
+        runs["model"] += 1
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(model, "run", counted)
+    return runs
+
+
 PLANS = {
     # Pay pairs the profiling run (it stores the defaults, Full) did not keep; Full
     # read back from its backward index, into forward and many-encoded strategies
@@ -50,6 +65,18 @@ PLANS = {
     "map-and-blackbox": {"extract": "blackbox", "model": "full:fullone:forward",
                          "predict": "blackbox"},
 }
+
+
+KEEPS_DEFAULTS = {"extract": "full:fullone:backward+pay:payone:forward",
+                  "model": "full:fullone:backward+full:fullone:forward",
+                  "predict": "full:fullone:backward"}
+DEFAULT = "full:fullone:backward"          # what the profiling run stores of all three
+
+
+def _write_s(run) -> dict:
+    """(operator, strategy) -> the write seconds ``run``'s signed record gives."""
+    return {(o["name"], ps["strategy"]): ps["write_s"] for o in run.steering().record["ops"]
+            for ps in o["per_strategy"]}
 
 
 @pytest.fixture(scope="module")
@@ -67,15 +94,7 @@ def test_made_from_profiling_run_is_the_full_run(profiled, name, side, monkeypat
     st, got = profiled
     plan = {"name": name, "workflow": "genomics", "strategies": PLANS[name]}
     parent = st.get(got["run_id"])
-    runs = {"model": 0}
-    model = type(parent.workflow.steps["model"].operator)     # as the run loaded it
-    real = model.run
-
-    def counted(self, *a, **k):
-        runs["model"] += 1
-        return real(self, *a, **k)
-
-    monkeypatch.setattr(model, "run", counted)
+    runs = _count_model_runs(parent, monkeypatch)
     pairs = got["pairs"] if side else {}
     opts = RunOptions.of(params={"replicate": 3}, plan=plan, progress=False)
     run_id, _ = planned.make_from(st.catalog, st.runs_dir, parent, opts, pairs,
@@ -128,14 +147,17 @@ def test_any_plan_made_from_profiling_run_is_the_full_run(profiled, strategies, 
     assert _answers(made) == _answers(full)
 
 
+@pytest.mark.parametrize("plan_name", ["mixed", "keeps-defaults"])
 @pytest.mark.parametrize("stored_pairs", [False, True], ids=["read-back", "kept"])
 def test_damaged_profiling_lineage_is_computed_again_never_reused(tmp_path, monkeypatch,
-                                                                  stored_pairs):
+                                                                  stored_pairs, plan_name):
     """The profiling run's stored lineage of ``model``, spoiled on disk: without the
     Full pairs its step captured (beyond ``PROFILE_KEEP_STORED_BYTES``), the run made
     from it runs ``model`` again (the Pay pairs the profiler kept are not enough for a
-    plan that also stores Full); with them it reads nothing back and runs nothing.
-    Either way it is the full run."""
+    plan that also stores Full, and the spoiled lineage cannot be read back); with them
+    it reads nothing back and runs nothing.  A plan that keeps ``model``'s default
+    (``keeps-defaults``) does not copy it (a value fails its check): it is encoded, and
+    ``extract``'s undamaged default is copied.  Either way it is the full run."""
     st = _store(tmp_path / "store")
     got = profile_workflow(st, WF, progress=False, keep_pairs=True)
     assert ("model", "full") in got["pairs"]        # the mode its profiling run stored
@@ -143,34 +165,20 @@ def test_damaged_profiling_lineage_is_computed_again_never_reused(tmp_path, monk
         {k: v for k, v in got["pairs"].items() if k != ("model", "full")}
     parent = st.get(got["run_id"])
     assert spoil_lineage(parent, "model")
-    runs = {"model": 0}
-    model = type(parent.workflow.steps["model"].operator)
-    real = model.run
-
-    def counted(self, *a, **k):
-        runs["model"] += 1
-        return real(self, *a, **k)
-
-    monkeypatch.setattr(model, "run", counted)
-    plan = {"name": "mixed", "workflow": "genomics", "strategies": PLANS["mixed"]}
+    runs = _count_model_runs(parent, monkeypatch)
+    plan = {"name": plan_name, "workflow": "genomics",
+            "strategies": PLANS["mixed"] if plan_name == "mixed" else KEEPS_DEFAULTS}
     run_id, _ = planned.make_from(st.catalog, st.runs_dir, parent, RunOptions.of(plan=plan,
                                   progress=False), pairs, got["sums"])
     assert runs["model"] == (0 if stored_pairs else 1)
     monkeypatch.undo()
-    same(st.get(run_id), st.run(WF, plan=plan, progress=False))
+    made = st.get(run_id)
+    if plan_name == "keeps-defaults":
+        was, now = _write_s(parent), _write_s(made)
+        assert now[("model", DEFAULT)] != was[("model", DEFAULT)]        # encoded, not copied
+        assert now[("extract", DEFAULT)] == was[("extract", DEFAULT)]    # undamaged: copied
+    same(made, st.run(WF, plan=plan, progress=False))
     st.close()
-
-
-KEEPS_DEFAULTS = {"extract": "full:fullone:backward+pay:payone:forward",
-                  "model": "full:fullone:backward+full:fullone:forward",
-                  "predict": "full:fullone:backward"}
-DEFAULT = "full:fullone:backward"          # what the profiling run stores of all three
-
-
-def _write_s(run) -> dict:
-    """(operator, strategy) -> the write seconds ``run``'s signed record gives."""
-    return {(o["name"], ps["strategy"]): ps["write_s"] for o in run.steering().record["ops"]
-            for ps in o["per_strategy"]}
 
 
 def test_strategies_the_profiling_run_stored_are_copied_bound_to_the_made_run(profiled):
@@ -199,40 +207,6 @@ def test_strategies_the_profiling_run_stored_are_copied_bound_to_the_made_run(pr
     same(made, full)
     assert _answers(made) == _answers(full)
     assert {o["name"]: o["pairs"] for o in made.ops()} == {o["name"]: o["pairs"] for o in full.ops()}
-
-
-@pytest.mark.parametrize("stored_pairs", [False, True], ids=["read-back", "kept"])
-def test_damaged_lineage_is_never_copied(tmp_path, monkeypatch, stored_pairs):
-    """The profiling run's lineage of ``model`` spoiled on disk, and a plan that keeps
-    its strategy: the copy is refused (a value fails its check), so the made run
-    encodes the pairs its step kept in memory, or, without them, runs ``model`` again
-    (the spoiled lineage cannot be read back either).  Either way it is the full run."""
-    st = _store(tmp_path / "store")
-    got = profile_workflow(st, WF, progress=False, keep_pairs=True)
-    pairs = got["pairs"] if stored_pairs else \
-        {k: v for k, v in got["pairs"].items() if k != ("model", "full")}
-    parent = st.get(got["run_id"])
-    assert spoil_lineage(parent, "model")
-    runs = {"model": 0}
-    model = type(parent.workflow.steps["model"].operator)
-    real = model.run
-
-    def counted(self, *a, **k):
-        runs["model"] += 1
-        return real(self, *a, **k)
-
-    monkeypatch.setattr(model, "run", counted)
-    plan = {"name": "keeps-defaults", "workflow": "genomics", "strategies": KEEPS_DEFAULTS}
-    run_id, _ = planned.make_from(st.catalog, st.runs_dir, parent, RunOptions.of(plan=plan,
-                                  progress=False), pairs, got["sums"])
-    assert runs["model"] == (0 if stored_pairs else 1)
-    monkeypatch.undo()
-    made = st.get(run_id)
-    was, now = _write_s(parent), _write_s(made)
-    assert now[("model", DEFAULT)] != was[("model", DEFAULT)]        # encoded, not copied
-    assert now[("extract", DEFAULT)] == was[("extract", DEFAULT)]    # undamaged: copied
-    same(made, st.run(WF, plan=plan, progress=False))
-    st.close()
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

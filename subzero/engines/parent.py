@@ -240,7 +240,10 @@ class ParentPlan:
     @classmethod
     def of(cls, d: Mapping[str, Any]) -> ParentPlan:
         """A plan from :meth:`as_dict`'s data."""
-        kw = {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d or f.name != "stored"}
+        # a field with a default may be missing (a journal written before it existed)
+        kw = {f.name: d[f.name] for f in dataclasses.fields(cls)
+              if f.name in d or (f.default is dataclasses.MISSING
+                                 and f.default_factory is dataclasses.MISSING)}
         kw["shapes"] = {k: tuple(int(n) for n in v) for k, v in d["shapes"].items()}
         return cls(**kw)
 
