@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 from conftest import EXAMPLE, unbound_runs
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import subzero
 from subzero import LineageError, Mode, Operator, Workflow
@@ -414,3 +416,56 @@ def test_payload_ids_in_one_batch_are_the_ids_one_at_a_time():
     with pytest.raises(TypeError, match="payload must be bytes, got str"):
         many.payload_ids([b"new", "text"])
     assert many.payloads == kept
+
+
+@settings(max_examples=120, deadline=None)
+@given(data=st.data())
+def test_lwrite_groups_is_one_pair_per_group_of_output_cells(data):
+    """``lwrite_groups`` makes the pairs a loop over its groups would: one per distinct
+    output group in sorted order, its output cells and each input's cells in the order
+    given, input cells of groups without output cells dropped.  Groups drawn consecutive
+    (found by subtraction) and spread out (by binary search), negative ones too, with
+    input labels that are no group, or none at all."""
+    step = data.draw(st.sampled_from([1, 1, 2, 5]), label="step")
+    base = data.draw(st.integers(-4, 4), label="base")
+    pool = [base + step * k for k in range(5)]
+    strays = [base - 1, base + step * 5 + 1]             # never an output group
+    n_out = data.draw(st.integers(0, 10), label="n_out")
+    out_g = data.draw(st.lists(st.sampled_from(pool), min_size=n_out, max_size=n_out), label="out_g")
+    cell2 = st.tuples(st.integers(0, 3), st.integers(0, 4))
+    outs = data.draw(st.lists(cell2, min_size=n_out, max_size=n_out), label="outs")
+    n0 = data.draw(st.integers(0, 14), label="n0")
+    in0 = data.draw(st.lists(cell2, min_size=n0, max_size=n0), label="in0")
+    g0 = data.draw(st.lists(st.sampled_from(pool + strays), min_size=n0, max_size=n0), label="g0")
+    n1 = data.draw(st.integers(0, 6), label="n1")
+    in1 = data.draw(st.lists(st.tuples(st.integers(0, 2)), min_size=n1, max_size=n1), label="in1")
+    g1 = data.draw(st.lists(st.sampled_from(pool), min_size=n1, max_size=n1), label="g1")
+    ctx, buf = ctx_for()
+    as2 = lambda cells, d: np.array(cells, np.int64).reshape(-1, d)       # noqa: E731
+    ctx.lwrite_groups(as2(outs, 2), out_g, (as2(in0, 2), g0), (as2(in1, 1), g1))
+    full, _ = buf.finish((4, 5), [(4, 5), (3,)])
+    groups = sorted(set(out_g))
+    if not groups:
+        assert full is None or full.n == 0
+        return
+    want_out = [[r * 5 + c for (r, c), g in zip(outs, out_g) if g == k] for k in groups]
+    want0 = [[r * 5 + c for (r, c), g in zip(in0, g0) if g == k] for k in groups]
+    want1 = [[x for (x,), g in zip(in1, g1) if g == k] for k in groups]
+    split = lambda v, off: [x.tolist() for x in np.split(v, off[1:-1])]    # noqa: E731
+    assert full.n == len(groups)
+    assert split(full.out, full.out_off) == want_out
+    assert split(full.ins[0], full.in_offs[0]) == want0
+    assert split(full.ins[1], full.in_offs[1]) == want1
+
+
+@settings(max_examples=200, deadline=None)
+@given(shape=st.lists(st.integers(0, 6), min_size=1, max_size=3),
+       rows=st.lists(st.lists(st.integers(-2, 8), min_size=3, max_size=3), max_size=12))
+def test_the_first_cell_out_of_bounds_is_the_first_row_with_a_coordinate_outside(shape, rows):
+    """``first_out_of_bounds`` (each coordinate's least and greatest first, then the rows)
+    names the first row with a coordinate below 0 or at or past its side, or None."""
+    from subzero.model.cells import first_out_of_bounds
+    cells = np.array([r[:len(shape)] for r in rows], np.int64).reshape(-1, len(shape))
+    want = next((k for k, r in enumerate(cells.tolist())
+                 if any(c < 0 or c >= n for c, n in zip(r, shape))), None)
+    assert first_out_of_bounds(cells, tuple(shape)) == want

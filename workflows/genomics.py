@@ -245,18 +245,28 @@ class NaiveBayes(Operator):
             bits = np.packbits(member, axis=1)
             ctx.lwrite(out, payload=[row.tobytes() for row in bits], each=True)
         if Mode.FULL in ctx.modes:
-            cells = np.column_stack([patient, np.tile(np.arange(k, dtype=np.int64), n)])
-            target = np.column_stack([np.tile(np.arange(n, dtype=np.int64), k * levels),
-                                      np.full(n * k * levels, k, np.int64)])
-            ctx.lwrite_groups(out, np.arange(k * levels),
-                              (np.concatenate([cells, target]),
-                               np.concatenate([group.ravel(), np.repeat(np.arange(k * levels), n)])))
+            # input cells labelled by model cell: each patient's feature cell (p, f) for
+            # the model cell of its level, then every patient's target cell (p, k) for
+            # every model cell -- filled in place (n * k * levels cells: 67 million at
+            # 10,000x, where stacking and concatenating copies took seconds)
+            m, whole = n * k, n * k * levels
+            cells = np.empty((m + whole, 2), np.int64)
+            mine = cells[:m].reshape(n, k, 2)
+            mine[:, :, 0] = np.arange(n, dtype=np.int64)[:, None]
+            mine[:, :, 1] = np.arange(k, dtype=np.int64)
+            every = cells[m:].reshape(k * levels, n, 2)
+            every[:, :, 0] = np.arange(n, dtype=np.int64)
+            every[:, :, 1] = k
+            labels = np.empty(m + whole, np.int64)
+            labels[:m] = group.ravel()
+            labels[m:].reshape(k * levels, n)[:] = np.arange(k * levels, dtype=np.int64)[:, None]
+            ctx.lwrite_groups(out, np.arange(k * levels), (cells, labels))
         return evidence
 
     def _bitmaps(self, payloads, pay_ids, ctx) -> np.ndarray:
         n = ctx.input_shape(0)[0]
         packed = _payload_table(payloads, pay_ids, np.uint8, (n + 7) // 8, "model")
-        return np.unpackbits(packed.astype(np.uint8), axis=1, count=n).astype(bool)
+        return np.unpackbits(packed.astype(np.uint8), axis=1, count=n).view(bool)    # 0 or 1
 
     def map_p(self, cells, payload, i, ctx):
         return self.map_p_pairs(cells, np.array([0, len(cells)]), [payload], [0], i, ctx)[0]
@@ -267,10 +277,19 @@ class NaiveBayes(Operator):
         pairs = np.flatnonzero(np.diff(offsets) > 0)
         member = self._bitmaps(payloads, np.asarray(pay_ids)[owner], ctx)     # (cells, n)
         row, patient = np.nonzero(member)
-        target = np.column_stack([np.tile(np.arange(n, dtype=np.int64), len(pairs)),
-                                  np.full(n * len(pairs), width - 1, np.int64)])
-        return (np.concatenate([np.column_stack([patient, cells[row, 0]]), target]),
-                np.concatenate([owner[row], np.repeat(pairs, n)]))
+        # each member patient's feature cell, then every patient's target cell for each
+        # pair, filled in place (as ``run`` does)
+        m, whole = len(row), n * len(pairs)
+        got = np.empty((m + whole, 2), np.int64)
+        got[:m, 0] = patient
+        got[:m, 1] = cells[row, 0]
+        every = got[m:].reshape(len(pairs), n, 2)
+        every[:, :, 0] = np.arange(n, dtype=np.int64)
+        every[:, :, 1] = width - 1
+        owners = np.empty(m + whole, np.int64)
+        owners[:m] = owner[row]
+        owners[m:].reshape(len(pairs), n)[:] = pairs[:, None]
+        return got, owners
 
 
 # -- 6. predict (UDF H) --------------------------------------------------------------------------

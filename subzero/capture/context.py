@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike
 
 from subzero.capture.buffer import LineageBuffer, Pairs, Payload, _ragged
 from subzero.errors import LineageError
-from subzero.model.cells import as_cells, stable_order
+from subzero.model.cells import as_cells, stable_order, take_rows
 from subzero.model.modes import Mode
 from subzero.model.operator import Operator
 
@@ -253,7 +253,7 @@ class Context:
                                f"for {len(out)} output cells")
         order = stable_order(g)
         groups, counts = np.unique(g[order], return_counts=True)
-        out = out[order]
+        out = take_rows(out, order)
         if payload is not None:
             buf = self.buffer
             if isinstance(payload, (bytes, bytearray, memoryview)):
@@ -287,12 +287,11 @@ class Context:
             if len(ig) != len(cells):
                 raise LineageError(f"operator {self.name!r}: lwrite_groups input {i} has {len(ig)} "
                                    f"group labels for {len(cells)} cells")
-            pos = np.searchsorted(groups, ig)
-            pos_c = np.minimum(pos, len(groups) - 1) if len(groups) else pos
-            keep = (pos < len(groups)) & (groups[pos_c] == ig) if len(groups) else np.zeros(len(ig), bool)
-            pos, cells = pos[keep], cells[keep]
-            o = stable_order(pos, len(groups))
-            in_cells.append(cells[o])
+            pos, keep = _group_positions(groups, ig)
+            if keep is not None:          # cells of groups without output cells: dropped
+                rows = np.flatnonzero(keep)
+                pos, cells = pos[rows], take_rows(cells, rows)
+            in_cells.append(take_rows(cells, stable_order(pos, len(groups))))
             in_lens.append(np.bincount(pos, minlength=len(groups)).astype(np.int64))
         self.buffer.add_full(out, counts.astype(np.int64), in_cells, in_lens)
 
@@ -357,6 +356,27 @@ class Context:
             return as_cells(cells, len(shape) if shape is not None else None)
         except (ValueError, TypeError) as e:
             raise LineageError(f"operator {self.name!r}: bad {side} cells in lwrite: {e}") from e
+
+
+def _group_positions(groups: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(position in ``groups`` of each label, which labels are groups) for
+    :meth:`Context.lwrite_groups`: ``groups`` sorted and distinct; a label that is no group
+    has keep False (its position is then meaningless).  keep is None when every label is a
+    group (nothing to drop, no copy).  Groups that are a run of consecutive numbers, as
+    operators label their pairs (``np.arange``), are positions by subtraction: a binary
+    search of 77 million labels was 2.4 s of genomics' ``model`` at 10,000x."""
+    n = len(groups)
+    if n == 0:
+        return np.zeros(len(labels), np.int64), np.zeros(len(labels), bool)
+    lo = int(groups[0])
+    if int(groups[-1]) - lo + 1 == n:            # consecutive
+        pos = labels - lo if lo else labels
+        if len(pos) == 0 or (int(pos.min()) >= 0 and int(pos.max()) < n):
+            return pos, None
+        return pos, (pos >= 0) & (pos < n)
+    pos = np.searchsorted(groups, labels)
+    keep = groups[np.minimum(pos, n - 1)] == labels
+    return pos, None if keep.all() else keep
 
 
 def _snapshot(x: Any) -> Any:

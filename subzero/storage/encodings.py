@@ -160,7 +160,7 @@ def spaces_for(strategy: Strategy, pairs: Pairs, out_shape: Sequence[int],
             cells, owner = map_p_pairs(unpack(pairs.out, out_shape), pairs.out_off,
                                        pairs.payloads, pairs.pay_ids, i)
             order = stable_order(owner, pairs.n)
-            key_all = pack(cells[order], tuple(shp))
+            key_all = pack(cells, tuple(shp))[order]     # packed, then one number a cell moved
             key_off_all = lengths_to_offsets(np.bincount(owner, minlength=pairs.n))
         else:
             key_all, key_off_all = pairs.ins[i], pairs.in_offs[i]
