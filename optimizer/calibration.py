@@ -71,8 +71,10 @@ from .stats import for_run, required
 #: (``heap.release``), as each query of a ``subzero trace`` does, so that a step's price
 #: includes the first touch of the memory it allocates; 10: a re-execution reads numeric
 #: inputs without xarray (``ArrayStore.read_value``), which changed its cold and warm cost,
-#: and the observations are made by observer processes side by side
-VERSION = 10
+#: and the observations are made by observer processes side by side; 11: a scan tests
+#: the cells it decodes against the query through a bitmap of the query's span
+#: (``CellSet.contains``), which changed what a scan costs
+VERSION = 11
 
 #: The environment variable naming the folder of the user's cache (calibrations)
 CACHE_ENV = "SUBZERO_CACHE_DIR"

@@ -136,6 +136,14 @@ FIRST_CHUNK = 8
 #: holds at least 1/DENSE_SET_RATIO of the array's cells; below, its sorted cell ids.
 #: 16: a bitmap then costs at most 2 bytes per cell held (ids cost 8).
 DENSE_SET_RATIO = 16
+#: A sparse set answers membership of ids (``CellSet.contains``, a scan's every cell)
+#: through a bitmap of its span when that span is at most 4x the ids asked (a bitmap's
+#: byte a cell against the ids' eight) or this many cells, else by binary search (a
+#: few ids against a wide set: no bitmap of its span for them).
+CONTAINS_BITMAP_MIN = 1 << 12
+#: ... or at most this many cells a member of the set (a scan asks a piece at a time,
+#: and the bitmap, made once, serves every piece; at most 8x the set's own ids)
+SPAN_CELLS_PER_MEMBER = 64
 #: Pairs read per piece when a step scans every stored pair (a step against the
 #: direction lineage is indexed in): the scan's memory follows the piece.
 SCAN_PAIRS = 1 << 18

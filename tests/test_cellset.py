@@ -239,3 +239,35 @@ def test_csr_take_is_the_rows_slices_in_order(lengths, data):
     # both ways of gathering are asked of: wide rows, and narrow ones
     wide = rows.size > 1 and int((off[rows + 1] - off[rows]).sum()) >= CSR_WIDE_ROW_CELLS * rows.size
     target(float(wide), label="wide rows")
+
+
+@settings(max_examples=150, deadline=None)
+@given(size=st.integers(1, 5000), n_set=st.integers(1, 60), n_ids=st.integers(0, 300),
+       seed=st.integers(0, 2**32 - 1), cluster=st.booleans(), floor=st.sampled_from([0, 1 << 12, 1 << 23]),
+       rows=st.sampled_from([1, 3]))
+def test_membership_of_a_sparse_set_is_isin_by_every_path(size, n_set, n_ids, seed, cluster, floor,
+                                                          rows):
+    """``CellSet.contains`` of a sparse set answers what ``np.isin`` does, for ids of any
+    shape, by each of its paths: one id, a bitmap of the set's span looked up for the few
+    ids inside it or for all of them (and kept for the next call), and the binary search
+    (a set spread over many more cells than it has members or the ids asked)."""
+    import subzero.model.cellset as cellset
+    rng = np.random.default_rng(seed)
+    shape = (size, 1000)                         # sparse whatever the set's size
+    if cluster:                                  # a small query: a few cells close together
+        start = int(rng.integers(0, size * 1000 - 100))
+        members = start + rng.choice(100, min(n_set, 100), replace=False)
+    else:                                        # spread over the whole array
+        members = rng.choice(size * 1000, n_set, replace=False)
+    s = CellSet.of_ids(np.asarray(members, np.int64), shape)
+    assert s.form == "sparse"
+    ids = rng.integers(0, size * 1000, n_ids * rows)
+    ids[: n_ids // 3] = rng.choice(members, n_ids // 3)          # some hits
+    ids = ids.reshape(rows, -1) if rows > 1 else ids
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cellset, "CONTAINS_BITMAP_MIN", floor)
+        got = s.contains(ids)
+        again = s.contains(ids.ravel()[:5])      # the bitmap kept, if one was made
+    assert got.shape == ids.shape and got.dtype == bool
+    assert np.array_equal(got, np.isin(ids, members))
+    assert np.array_equal(again, np.isin(ids.ravel()[:5], members))

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from subzero.model.cells import merge_unique, unique_ids, unpack
-from subzero.tuning import DENSE_SET_RATIO
+from subzero.tuning import CONTAINS_BITMAP_MIN, DENSE_SET_RATIO, SPAN_CELLS_PER_MEMBER
 
 Shape = tuple[int, ...]
 
@@ -43,7 +43,7 @@ def _size(shape: Sequence[int]) -> int:
 class CellSet:
     """An immutable set of cells of an array of ``shape`` (see the module docstring)."""
 
-    __slots__ = ("shape", "size", "_ids", "_bits", "_n", "_entire")
+    __slots__ = ("shape", "size", "_ids", "_bits", "_n", "_entire", "_span")
 
     def __init__(self, shape: Sequence[int], ids: np.ndarray | None = None,
                  bits: np.ndarray | None = None, n: int | None = None, entire: bool = False):
@@ -55,6 +55,8 @@ class CellSet:
         self._bits = bits
         self._entire = entire
         self._n = self.size if entire else (int(ids.size) if ids is not None else n)
+        #: a sparse set's bitmap of its span, (least id, bitmap), once ``contains`` made it
+        self._span: tuple[int, np.ndarray] | None = None
 
     # -- constructors -------------------------------------------------------------
     @classmethod
@@ -166,7 +168,15 @@ class CellSet:
 
     def contains(self, ids: np.ndarray) -> np.ndarray:
         """Membership of each packed id (a boolean array like ``ids``): a gather for a
-        dense set, a binary search (O(m log n)) for a sparse one."""
+        dense set; for a sparse one, a gather in a bitmap of the set's span (from its
+        least to its greatest id, made once and kept with the set) when that span is no
+        more than 4x the ids asked or ``SPAN_CELLS_PER_MEMBER`` cells a member (a byte
+        a cell: at most 8x the set's own ids), else a binary search (O(m log n)).  A scan
+        asks this of every cell it decodes, a piece at a time (77 million at genomics
+        10,000x): the binary search was a third of a forward trace, and most ids fall
+        outside a small query's span, which a bitmap sees in one pass (30 million ids:
+        0.26 against 0.02 s for one cell, 1.6 against 0.4 s for 1,000 spread over the
+        array)."""
         ids = np.asarray(ids, np.int64)
         if self._entire:
             return np.ones(ids.shape, bool)
@@ -176,8 +186,28 @@ class CellSet:
         assert s is not None
         if s.size == 0 or ids.size == 0:
             return np.zeros(ids.shape, bool)
-        pos = np.minimum(np.searchsorted(s, ids), s.size - 1)
-        return s[pos] == ids
+        lo, hi = int(s[0]), int(s[-1])
+        if lo == hi:
+            return ids == lo
+        span = hi - lo + 1
+        if self._span is None:
+            if span > max(CONTAINS_BITMAP_MIN, 4 * ids.size, SPAN_CELLS_PER_MEMBER * s.size):
+                pos = np.minimum(np.searchsorted(s, ids), s.size - 1)     # a bitmap costs more
+                return s[pos] == ids
+            bits = np.zeros(span, bool)
+            bits[s - lo] = True
+            self._span = (lo, bits)
+        bits = self._span[1]
+        at = (ids - lo).reshape(-1)                 # a new array: changed in place below
+        inside = (at >= 0) & (at < span)
+        hits = np.flatnonzero(inside)
+        if hits.size * 8 < at.size:                 # few in the span: only those looked up
+            out = np.zeros(at.size, bool)
+            out[hits] = bits[at[hits]]
+            return out.reshape(ids.shape)
+        np.clip(at, 0, span - 1, out=at)
+        inside &= bits[at]
+        return inside.reshape(ids.shape)
 
     def bounds(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
         """The bounding box (inclusive low, exclusive high corner), or None when empty;
