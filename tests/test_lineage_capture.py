@@ -427,9 +427,10 @@ def test_lwrite_groups_is_one_pair_per_group_of_output_cells(data):
     (found by subtraction) and spread out (by binary search), negative ones too, with
     input labels that are no group, or none at all."""
     step = data.draw(st.sampled_from([1, 1, 2, 5]), label="step")
-    base = data.draw(st.integers(-4, 4), label="base")
+    base = data.draw(st.sampled_from([-4, -1, 0, 3, 2**62, -(2**62)]), label="base")
     pool = [base + step * k for k in range(5)]
-    strays = [base - 1, base + step * 5 + 1]             # never an output group
+    strays = [base - 1, base + step * 5 + 1,             # never an output group
+              2**63 - 1, -(2**63)]                   # nor the ends of int64 (no wrap-around)
     n_out = data.draw(st.integers(0, 10), label="n_out")
     out_g = data.draw(st.lists(st.sampled_from(pool), min_size=n_out, max_size=n_out), label="out_g")
     cell2 = st.tuples(st.integers(0, 3), st.integers(0, 4))

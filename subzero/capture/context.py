@@ -368,12 +368,12 @@ def _group_positions(groups: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray
     n = len(groups)
     if n == 0:
         return np.zeros(len(labels), np.int64), np.zeros(len(labels), bool)
-    lo = int(groups[0])
-    if int(groups[-1]) - lo + 1 == n:            # consecutive
-        pos = labels - lo if lo else labels
-        if len(pos) == 0 or (int(pos.min()) >= 0 and int(pos.max()) < n):
+    lo, hi = int(groups[0]), int(groups[-1])
+    if hi - lo + 1 == n:                         # consecutive
+        pos = labels - lo if lo else labels      # where keep is False: any number
+        if len(labels) == 0 or (int(labels.min()) >= lo and int(labels.max()) <= hi):
             return pos, None
-        return pos, (pos >= 0) & (pos < n)
+        return pos, (labels >= lo) & (labels <= hi)    # compared as given: no wrap-around
     pos = np.searchsorted(groups, labels)
     keep = groups[np.minimum(pos, n - 1)] == labels
     return pos, None if keep.all() else keep

@@ -289,6 +289,16 @@ class CellSet:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def __getstate__(self) -> dict:
+        """The set, without the bitmap of its span ``contains`` may have kept (made again
+        where it is needed: a pickle crosses to a Spark task)."""
+        return {k: getattr(self, k) for k in self.__slots__ if k != "_span"}
+
+    def __setstate__(self, state: dict) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+        self._span = None
+
     def __repr__(self) -> str:
         return f"CellSet({len(self)} of {self.size} cells, {self.form}, shape {self.shape})"
 
