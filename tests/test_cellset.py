@@ -241,12 +241,12 @@ def test_csr_take_is_the_rows_slices_in_order(lengths, data):
     target(float(wide), label="wide rows")
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(size=st.integers(1, 5000), n_set=st.integers(1, 60), n_ids=st.integers(0, 300),
        seed=st.integers(0, 2**32 - 1), cluster=st.booleans(), floor=st.sampled_from([0, 1 << 12, 1 << 23]),
-       rows=st.sampled_from([1, 3]))
+       rows=st.sampled_from([1, 3]), mix=st.sampled_from(["far", "few near", "most near"]))
 def test_membership_of_a_sparse_set_is_isin_by_every_path(size, n_set, n_ids, seed, cluster, floor,
-                                                          rows):
+                                                          rows, mix):
     """``CellSet.contains`` of a sparse set answers what ``np.isin`` does, for ids of any
     shape, by each of its paths: one id, a bitmap of the set's span looked up for the few
     ids inside it or for all of them (and kept for the next call), and the binary search
@@ -261,8 +261,18 @@ def test_membership_of_a_sparse_set_is_isin_by_every_path(size, n_set, n_ids, se
         members = rng.choice(size * 1000, n_set, replace=False)
     s = CellSet.of_ids(np.asarray(members, np.int64), shape)
     assert s.form == "sparse"
-    ids = rng.integers(0, size * 1000, n_ids * rows)
-    ids[: n_ids // 3] = rng.choice(members, n_ids // 3)          # some hits
+    k = n_ids * rows
+    ids = rng.integers(0, size * 1000, k)                       # anywhere in the array
+    lo, hi = int(members.min()), int(members.max())
+    near = rng.integers(max(lo - 3, 0), min(hi + 4, size * 1000), k)   # in or by the span
+    if mix == "far":
+        ids[: k // 3] = rng.choice(members, k // 3)
+    elif mix == "few near":                                     # a few in the span
+        ids[: k // 20] = rng.choice(members, k // 20)
+        ids[k // 20: k // 10] = near[k // 20: k // 10]
+    else:                                                       # most in the span
+        ids[: k // 3] = rng.choice(members, k // 3)
+        ids[k // 3:] = near[k // 3:]
     ids = ids.reshape(rows, -1) if rows > 1 else ids
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cellset, "CONTAINS_BITMAP_MIN", floor)
