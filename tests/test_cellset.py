@@ -295,3 +295,23 @@ def test_a_pickled_set_leaves_the_bitmap_of_its_span_behind():
     assert t._span is None and t == s and t.form == "sparse"
     assert np.array_equal(t.contains(probe), want)
     assert len(pickle.dumps(t)) < len(pickle.dumps(s._span[1])) + 1000
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.one_of(st.sets(st.integers(-50, 50), max_size=12),
+                      st.builds(lambda a, n: set(range(a, a + n)), st.integers(-20, 20),
+                                st.integers(0, 12))),
+       values=st.lists(st.integers(-60, 60), max_size=40))
+def test_positions_in_sorted_keys_are_a_binary_search(keys, values):
+    """``sorted_positions`` (subtraction for consecutive keys, else a binary search) gives
+    each value's place among sorted, distinct keys and which values are keys; no mask when
+    all are; ``in_sorted`` is that mask: what ``np.searchsorted`` and ``np.isin`` say."""
+    from subzero.model.cells import in_sorted, sorted_positions
+    k = np.array(sorted(keys), np.int64)
+    v = np.array(values, np.int64)
+    pos, hit = sorted_positions(k, v)
+    want = np.isin(v, k)
+    assert want.all() if hit is None else np.array_equal(hit, want)
+    assert hit is None or not want.all() or v.size == 0 or k.size == 0
+    assert np.array_equal(pos[want], np.searchsorted(k, v[want]))
+    assert np.array_equal(in_sorted(k, v), want)

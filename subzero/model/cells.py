@@ -364,6 +364,34 @@ def unique(a: np.ndarray) -> np.ndarray:
     return a[run_starts(a)]
 
 
+def sorted_positions(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(position in ``keys`` of each value, which values are keys), ``keys`` sorted and
+    distinct; where a value is no key its position is meaningless.  The mask is None when
+    every value is a key (nothing to drop, no copy).  Keys that are a run of consecutive
+    numbers (pairs labelled with ``np.arange``, a reader's every pair id) give positions
+    by subtraction, values compared with the keys as given (no wrap-around): a binary
+    search of 77 million labels was 2.4 s of genomics' ``model`` at 10,000x."""
+    n = len(keys)
+    if n == 0:
+        return np.zeros(np.shape(values), np.int64), np.zeros(np.shape(values), bool)
+    lo, hi = int(keys[0]), int(keys[-1])
+    if hi - lo + 1 == n:                         # consecutive
+        pos = values - lo if lo else values      # where the mask is False: any number
+        if values.size == 0 or (int(values.min()) >= lo and int(values.max()) <= hi):
+            return pos, None
+        return pos, (values >= lo) & (values <= hi)
+    pos = np.searchsorted(keys, values)
+    hit = keys[np.minimum(pos, n - 1)] == values
+    return pos, None if hit.all() else hit
+
+
+def in_sorted(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Whether each value is one of ``keys`` (sorted and distinct), as a boolean array
+    like ``values``: :func:`sorted_positions`' mask."""
+    hit = sorted_positions(keys, values)[1]
+    return np.ones(np.shape(values), bool) if hit is None else hit
+
+
 def take_rows(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``a[rows]`` for the rows of a 2-d array (cells as coordinates) and an index array:
     ``np.take`` along the rows, 5-6x quicker than numpy's fancy indexing of whole rows

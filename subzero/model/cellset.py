@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from subzero.model.cells import merge_unique, unique_ids, unpack
+from subzero.model.cells import in_sorted, merge_unique, unique_ids, unpack
 from subzero.tuning import CONTAINS_BITMAP_MIN, DENSE_SET_RATIO, SPAN_CELLS_PER_MEMBER
 
 Shape = tuple[int, ...]
@@ -182,18 +182,22 @@ class CellSet:
             return np.ones(ids.shape, bool)
         if self._bits is not None:
             return self._bits[ids]
+        assert self._ids is not None
+        if self._ids.size == 0 or ids.size == 0:
+            return np.zeros(ids.shape, bool)
+        return self._sparse_contains(ids)
+
+    def _sparse_contains(self, ids: np.ndarray) -> np.ndarray:
+        """:meth:`contains` of a sparse set with members, ``ids`` not empty."""
         s = self._ids
         assert s is not None
-        if s.size == 0 or ids.size == 0:
-            return np.zeros(ids.shape, bool)
         lo, hi = int(s[0]), int(s[-1])
         if lo == hi:
             return ids == lo
         span = hi - lo + 1
         if self._span is None:
             if span > max(CONTAINS_BITMAP_MIN, 4 * ids.size, SPAN_CELLS_PER_MEMBER * s.size):
-                pos = np.minimum(np.searchsorted(s, ids), s.size - 1)     # a bitmap costs more
-                return s[pos] == ids
+                return in_sorted(s, ids)          # a bitmap costs more
             bits = np.zeros(span, bool)
             bits[s - lo] = True
             self._span = (lo, bits)

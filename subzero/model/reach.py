@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from subzero.errors import LineageError
-from subzero.model.cells import fmt_cell, pack, unpack
+from subzero.model.cells import fmt_cell, in_sorted, pack, unpack
 from subzero.model.operator import Operator
 
 #: ``map_p_pairs(out_cells, offsets, payloads, pay_ids, i) -> (incells, owner)``
@@ -130,7 +130,7 @@ def _check_near(name: str, i: int, r: int, cells: np.ndarray, owner: np.ndarray,
     keys = np.unique(pair_of * size + pack(out_cells, tuple(out_shape)))
     inside = np.all((cells >= 0) & (cells < shape), axis=1)
     k = owner * size + pack(np.where(inside[:, None], cells, 0), tuple(out_shape))
-    found = inside & _member(keys, k)
+    found = inside & in_sorted(keys, k)
     rest = np.flatnonzero(~found)
     if rest.size == 0 or r == 0:
         if rest.size:
@@ -144,14 +144,9 @@ def _check_near(name: str, i: int, r: int, cells: np.ndarray, owner: np.ndarray,
         ok = np.all((nb >= 0) & (nb < shape), axis=2)
         nk = owner[idx][:, None] * size + pack(np.where(ok[..., None], nb, 0).reshape(-1, len(shape)),
                                                tuple(out_shape)).reshape(ok.shape)
-        hit = (ok & _member(keys, nk.reshape(-1)).reshape(ok.shape)).any(axis=1)
+        hit = (ok & in_sorted(keys, nk.reshape(-1)).reshape(ok.shape)).any(axis=1)
         if not hit.all():
             _too_far(name, i, r, cells, owner, out_cells, out_off, idx[np.flatnonzero(~hit)[0]])
-
-
-def _member(sorted_keys: np.ndarray, k: np.ndarray) -> np.ndarray:
-    pos = np.minimum(np.searchsorted(sorted_keys, k), len(sorted_keys) - 1)
-    return sorted_keys[pos] == k
 
 
 def _too_far(name: str, i: int, r: int, cells: np.ndarray, owner: np.ndarray, out_cells: np.ndarray,

@@ -38,6 +38,7 @@ from subzero.model.cells import (
     lengths_to_offsets,
     rows_hitting,
     run_starts,
+    sorted_positions,
     sorted_unique,
     stable_order,
     unique,
@@ -494,10 +495,9 @@ class StrategyReader:
             return np.zeros(0, np.int64), np.zeros(len(pids) + 1, np.int64)
         k = np.repeat(np.concatenate([c for c, _, _ in decs]), np.concatenate([n for _, n, _ in decs]))
         p = np.concatenate([p for _, _, p in decs])
-        pos = np.searchsorted(pids, p)
-        pos_c = np.minimum(pos, len(pids) - 1)
-        keep = (pos < len(pids)) & (pids[pos_c] == p)
-        k, pos = k[keep], pos[keep]
+        pos, keep = sorted_positions(pids, p)
+        if keep is not None:              # pairs not asked for
+            k, pos = k[keep], pos[keep]
         order = stable_order(pos, len(pids))
         return k[order], lengths_to_offsets(np.bincount(pos, minlength=len(pids)))
 
