@@ -73,8 +73,10 @@ from .stats import for_run, required
 #: inputs without xarray (``ArrayStore.read_value``), which changed its cold and warm cost,
 #: and the observations are made by observer processes side by side; 11: a scan tests
 #: the cells it decodes against the query through a bitmap of the query's span
-#: (``CellSet.contains``), which changed what a scan costs
-VERSION = 11
+#: (``CellSet.contains``), which changed what a scan costs; 12: the fresh trace process
+#: closes the lineage store before each trace, as ``trace --workload`` does before each
+#: query, and what a trace costs beyond its steps is kept (``trace_query_s``)
+VERSION = 12
 
 #: The environment variable naming the folder of the user's cache (calibrations)
 CACHE_ENV = "SUBZERO_CACHE_DIR"
@@ -269,7 +271,7 @@ _FRESH_CODE = """
 import json, sys, time
 import numpy as np
 import subzero
-from subzero.heap import steady
+from subzero.heap import release, steady
 steady()                       # as the command line's own process does
 store = subzero.open_store(sys.argv[1], create=False)
 runs = [store.get(int(r)) for r in sys.argv[2].split(",")]
@@ -283,7 +285,8 @@ for _ in range(int(sys.argv[5])):
     row = []
     for start, cells, op, prefer, k in steps:
         run = runs[k]
-        run.executor().clear_cache()
+        run.executor().clear_cache(close=True)     # as `trace --workload` before each query
+        release()
         c0 = time.process_time()
         res = run.trace(start, np.asarray(cells, np.int64), path=[(op, 0)], prefer=prefer)
         row.append([time.process_time() - c0, res.steps[0].cpu])
@@ -317,21 +320,30 @@ def _fresh_child(store, runs, wf, rng) -> Child:
                   module, json.dumps(specs), str(FRESH_PASSES))
 
 
-def _fresh_costs(passes) -> tuple[float, float]:
-    """(first uses, extra per stored step) from what :func:`_fresh_child` printed; (0.0,
-    0.0) when that is not a pass per row of steps (a child that failed or printed
-    something else)."""
+def _fresh_costs(passes) -> tuple[float, float, float]:
+    """(first uses, extra per stored step, around each trace) from what
+    :func:`_fresh_child` printed; zeros when that is not a pass per row of steps (a
+    child that failed or printed something else).
+
+    Around each trace is what a trace costs beyond its steps once nothing is a first
+    use any more: the lineage store opened again (the child closes it before each
+    trace, as ``trace --workload`` does before each query, and as a process of its own
+    starts without it), the planner asked, the answer put together and logged.  At
+    genomics 1x that was 1-2 ms a query, as much as the steps; a plan's per-query
+    prices add it (the median over the steps of the least later pass)."""
     try:
         got = np.asarray(passes, float)
     except (TypeError, ValueError):          # ragged or not numbers
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     if got.ndim != 3 or got.shape[0] < 2 or got.shape[1:] != (len(FRESH_STEPS), 2):
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     first, later = got[0], got[1:]
     one = [k for k, (_, _, n, prefer, _) in enumerate(FRESH_STEPS) if n == 1 and prefer != "map"]
     extra = first[one, 1] - later[:, one, 1].min(axis=0)
-    around = (first[:, 0] - first[:, 1]) - (later[:, :, 0] - later[:, :, 1]).min(axis=0)
-    return max(0.0, float(around.sum())), max(0.0, float(np.median(extra)))
+    outside = (later[:, :, 0] - later[:, :, 1]).min(axis=0)
+    around = (first[:, 0] - first[:, 1]) - outside
+    return (max(0.0, float(around.sum())), max(0.0, float(np.median(extra))),
+            max(0.0, float(np.median(outside))))
 
 
 def _rtree_quadratic() -> float:
@@ -536,7 +548,7 @@ def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
             children = (_cold_load_child(tmp / "cold"), Child(_RTREE_COLD_CODE),
                         _fresh_child(store, [r for r, _ in runs], wf, rng))
             cold_s, rtree_cold_s = children[0].cpu_s(), children[1].cpu_s()
-            first_use_s, fresh_step_s = _fresh_costs(children[2].json())
+            first_use_s, fresh_step_s, trace_query_s = _fresh_costs(children[2].json())
             advance(share["tail"])
             phase("rtree and cold start")
     finally:
@@ -550,7 +562,7 @@ def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
             "capture_fixed_s": capture_s, "strategy_fixed_s": strategy_s,
             "load_fixed_s": load_fixed_s, "load_byte_s": load_byte_s, "reexec_cold_s": cold_s,
             "rtree_cold_s": rtree_cold_s, "trace_first_s": first_use_s,
-            "fresh_step_s": fresh_step_s,
+            "fresh_step_s": fresh_step_s, "trace_query_s": trace_query_s,
             "seconds": time.perf_counter() - t0, "host": os.uname().nodename,
             "machine": machine()}
 
@@ -603,7 +615,7 @@ def well_formed(cal) -> bool:
         return False
     scalars = ("seconds", "rtree_quadratic", "capture_fixed_s", "strategy_fixed_s",
                "load_fixed_s", "load_byte_s", "reexec_cold_s", "rtree_cold_s",
-               "trace_first_s", "fresh_step_s")
+               "trace_first_s", "fresh_step_s", "trace_query_s")
     if not all(number(cal[k]) for k in scalars if k in cal) or not number(cal.get("seconds")):
         return False
     errors = cal.get("errors", {})

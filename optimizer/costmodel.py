@@ -170,6 +170,9 @@ class CostModel:
         #: add them; its choices leave them out
         self.fresh_step_s = float(calibration.get("fresh_step_s", 0.0))
         self.trace_first_s = float(calibration.get("trace_first_s", 0.0))
+        #: ... and what each trace costs beyond its steps (the store opened again, the
+        #: planner asked, the answer logged): the plan's per-query prices add it
+        self.trace_query_s = float(calibration.get("trace_query_s", 0.0))
         self.stats = stats
         self.corrections = dict(corrections or {})
         self._memo: dict[tuple, tuple | None] = {}

@@ -16,6 +16,7 @@ from subzero.errors import BudgetError, OptimizerError, SubZeroError, WorkloadEr
 from subzero.model.strategy import Strategy, default_for, parse
 from subzero.model.workflow import load_workflow
 
+from . import loadcost
 from .budgets import Budgets, fmt_size
 from .calibration import ensure_calibration
 from .costmodel import CostModel
@@ -70,6 +71,9 @@ class Plan:
     #: the calibration measured it in a fresh process; not in ``query_s``, which prices
     #: the queries
     first_use_s: float = 0.0
+    #: of ``first_use_s``, loading the workflow's operators in a trace process (the
+    #: modules they come from imported), measured for this workflow (``loadcost``)
+    workflow_load_s: float = 0.0
     #: the profiling run this call of ``optimize`` made (None: the store's profile was
     #: used): a budget run with the same inputs is made from it (:mod:`subzero.runs.planned`)
     profiled_run: int | None = None
@@ -106,6 +110,13 @@ class Plan:
     @property
     def blackbox(self) -> bool:
         return all(r.strategies in ("map", "blackbox") for r in self.rows)
+
+    @property
+    def _loading(self) -> str:
+        """Of the first uses, what loading the operators takes (the table's words)."""
+        if not self.workflow_load_s:
+            return ""
+        return f", {self.workflow_load_s * 1000:.0f} ms of it loading the operators"
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -146,7 +157,7 @@ class Plan:
                      f"no-lineage run ({self.base_s:.2f}s){rt}; workload cost "
                      f"{self.query_s * 1000:.1f} ms, {self.blackbox_query_s * 1000:.1f} ms without "
                      f"stored lineage" + (f" (and {self.first_use_s * 1000:.0f} ms once per trace "
-                                          f"process)" if self.first_use_s else ""))
+                                          f"process{self._loading})" if self.first_use_s else ""))
         if self.arrays:
             kept = [n for n, a in self.arrays.items() if a.get("keep")]
             size = sum(a["bytes"] for a in self.arrays.values() if a.get("keep"))
@@ -239,42 +250,51 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
                              f"pass `force=True` to replace it")
     if workload is not None:
         read_file(workload)                        # a malformed file fails before any work
-    cal = ensure_calibration(store, recalibrate, progress=prog)
-    stats = None if reprofile else collect(store, wf.name, wf.params)
-    missing = stats is not None and any(
-        s.stored and str(s) not in stats.ops[op].strategies for op, ss in pins.items() for s in ss)
-    profiled, got = None, None
-    if stats is None or missing:
-        prog.note(f"profiling workflow {wf.name} (one run that prices every operator's strategies)")
-        got = profile_workflow(store, wf, inputs=inputs, all_ops=missing or bool(pins),
-                               progress=prog.on, keep_pairs=profile_pairs is not None,
-                               defer_reads=profile_pairs is not None if defer_reads is None
-                               else defer_reads)
-        profiled = got["run_id"]
-        if profile_pairs is not None:
-            profile_pairs.update(got["pairs"])
-            if profile_sums is not None:
-                profile_sums.update(got["sums"])
+    # what a trace process pays to load these operators, timed in a fresh process while
+    # the calibration and the profile go on
+    load = loadcost.start(wf)
     try:
-        if got is not None:
-            stats = collect(store, wf.name, wf.params)
-        plan = _optimize(store, wf, cal, stats, got, budgets, pins, name, workload, prog, save,
-                         profiled)
+        cal = ensure_calibration(store, recalibrate, progress=prog)
+        stats = None if reprofile else collect(store, wf.name, wf.params)
+        missing = stats is not None and any(
+            s.stored and str(s) not in stats.ops[op].strategies
+            for op, ss in pins.items() for s in ss)
+        profiled, got = None, None
+        if stats is None or missing:
+            prog.note(f"profiling workflow {wf.name} (one run that prices every operator's "
+                      f"strategies)")
+            got = profile_workflow(store, wf, inputs=inputs, all_ops=missing or bool(pins),
+                                   progress=prog.on, keep_pairs=profile_pairs is not None,
+                                   defer_reads=profile_pairs is not None if defer_reads is None
+                                   else defer_reads)
+            profiled = got["run_id"]
+            if profile_pairs is not None:
+                profile_pairs.update(got["pairs"])
+                if profile_sums is not None:
+                    profile_sums.update(got["sums"])
+        try:
+            if got is not None:
+                stats = collect(store, wf.name, wf.params)
+            plan = _optimize(store, wf, cal, stats, got, budgets, pins, name, workload, prog,
+                             save, profiled, load)
+        finally:
+            if got is not None and got["unread"] is not None:
+                got["unread"].close()
+        if plan is not None:
+            return plan
+        # a chosen strategy's sample was left unread by an earlier profile: profile again
+        prog.note(f"the plan chose strategies whose lineage samples the last profile of "
+                  f"{wf.name} did not read: profiling it again")
+        return optimize(store, workflow, params, inputs, max_disk, max_runtime, workload, pins,
+                        name, recalibrate=False, reprofile=True, save=save, progress=progress,
+                        force=True, profile_pairs=profile_pairs, profile_sums=profile_sums,
+                        defer_reads=False)
     finally:
-        if got is not None and got["unread"] is not None:
-            got["unread"].close()
-    if plan is not None:
-        return plan
-    # a chosen strategy's sample was left unread by an earlier profile: profile again
-    prog.note(f"the plan chose strategies whose lineage samples the last profile of {wf.name} "
-              f"did not read: profiling it again")
-    return optimize(store, workflow, params, inputs, max_disk, max_runtime, workload, pins, name,
-                    recalibrate=False, reprofile=True, save=save, progress=progress, force=True,
-                    profile_pairs=profile_pairs, profile_sums=profile_sums, defer_reads=False)
+        load.close()
 
 
 def _optimize(store, wf, cal, stats, got, budgets, pins, name, workload, prog, save,
-              profiled) -> Plan | None:
+              profiled, load: loadcost.LoadCost | None = None) -> Plan | None:
     """:func:`optimize` once the workflow is profiled (``got``: what this call's profile
     returned, or None); None when a plan chose a strategy whose sample an earlier
     profile left unread (its samples are gone: the workflow is profiled again)."""
@@ -320,7 +340,8 @@ def _optimize(store, wf, cal, stats, got, budgets, pins, name, workload, prog, s
     if read:                    # the profile keeps what was read (a later plan uses it)
         store.catalog.add_profile(got["run_id"], wf.name, wf.params, got["base_s"], got["ops"])
     pins = chosen_pins
-    plan = _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save=False)
+    plan = _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save=False,
+                     load_s=load.seconds() if load is not None else 0.0)
     plan.max_disk, plan.arrays_reserve = whole.max_disk, reserve
     plan.profiled_run = profiled
     if reserve:
@@ -490,7 +511,8 @@ def array_facts(store, wf, stats) -> ArrayFacts:
     return ArrayFacts(out, local)
 
 
-def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) -> Plan:
+def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save,
+              load_s: float = 0.0) -> Plan:
     p = built.problem
     chosen = {k: p.candidates[k] for k in sol.chosen}
     # reports use predicted (not pessimistic) seconds of the method a planner would pick
@@ -537,19 +559,23 @@ def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save) ->
     queries = {}
     for qname, steps in built.query_steps.items():
         index = built.step_index.get(qname, [])
-        queries[qname] = of_query.get(qname, 0.0) + sum(
+        # a trace pays model.trace_query_s beyond its steps (the store opened, the answer
+        # logged): the same under every plan, so not part of the choice
+        queries[qname] = model.trace_query_s + of_query.get(qname, 0.0) + sum(
             step_s(k) if k is not None else
             min(traced(o) for o in opts if o.cand is None or o.cand in chosen)
             for (_, opts, _), k in zip(steps, index + [None] * (len(steps) - len(index))))
     blackbox = sum(w * min(o.predicted for o in opts if o.cand is None)
                    for steps in built.query_steps.values() for _, opts, w in steps)
+    around = model.trace_query_s * sum(weights.get(q, 1.0) for q in queries)
     plan = Plan(name, wf.name, dict(wf.params), budgets.max_disk, budgets.max_runtime, stats.base_s,
-                rows, sum(op_cost.values()) + remakes_s, blackbox, queries,
+                rows, sum(op_cost.values()) + remakes_s + around, blackbox, queries,
                 predicted, sol.solve_s,
                 len(p.candidates), {r: len(v) for r, v in built.pruned.items()},
                 capture_s=model.capture_fixed_s,
-                priced_s=sol.query_cost + built.fixed_priced + added)
-    plan.first_use_s = model.trace_first_s
+                priced_s=sol.query_cost + built.fixed_priced + added + around)
+    plan.first_use_s = model.trace_first_s + load_s
+    plan.workflow_load_s = load_s
     plan.arrays = {a.name: {"keep": i in kept, "bytes": a.bytes, "remake_s": a.remake_s}
                    for i, a in enumerate(built.arrays)}
     if kept:               # what dropping each kept array alone would cost the workload
