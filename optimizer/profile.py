@@ -63,6 +63,7 @@ from subzero.tuning import (
     PROFILE_BATCH_JOBS,
     PROFILE_BESIDE,
     PROFILE_BESIDE_MEMORY,
+    PROFILE_KEEP_MEMORY_SHARE,
     PROFILE_KEEP_PAIRS_BYTES,
     PROFILE_KEEP_STORED_BYTES,
     SAMPLE_CELLS,
@@ -142,18 +143,23 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+def _available() -> int | None:
+    """Bytes of memory this machine has available now, or None where /proc cannot say."""
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f
+                        if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
 def _room_for(jobs: list[_Job]) -> bool:
     """Whether memory left on this machine holds ``PROFILE_BESIDE_MEMORY`` times the
     jobs' pairs: a child's samples and reads beside the run's next operator.  Unknown
     (no /proc/meminfo): no."""
     need = PROFILE_BESIDE_MEMORY * sum(_job_bytes(job) for job in jobs)
-    try:
-        with open("/proc/meminfo") as f:
-            avail = next(int(line.split()[1]) * 1024 for line in f
-                         if line.startswith("MemAvailable:"))
-    except (OSError, StopIteration, ValueError, IndexError):
-        return False
-    return need < avail
+    avail = _available()
+    return avail is not None and need < avail
 
 
 def _cpu_ticks(pid: int) -> tuple[int, bool] | None:
@@ -398,7 +404,10 @@ class Profiler:
           operator again for them);
         * a mode the run stored: the pairs its own step captured (what it encoded), when
           they fit ``PROFILE_KEEP_STORED_BYTES`` (else that run reads them back from the
-          run's lineage: 1.7 s of the budget run at genomics 1,000x)."""
+          run's lineage: 1.7 s of the budget run at genomics 1,000x, 3.7 s at 10,000x).
+
+        Each only while it is at most a ``PROFILE_KEEP_MEMORY_SHARE``-th of the memory the
+        machine has available as it is kept (pairs kept are pairs the run does not free)."""
         c = self._captured
         if not self.keep_pairs:
             return
@@ -413,6 +422,9 @@ class Profiler:
         size = _pairs_bytes(pairs) + sum(len(b) for b in (pairs.payloads or ()))
         limit = PROFILE_KEEP_STORED_BYTES if stored else PROFILE_KEEP_PAIRS_BYTES
         if self._kept[stored] + size > limit:
+            return
+        avail = _available()           # never more than a share of what the machine has
+        if avail is None or size > avail // PROFILE_KEEP_MEMORY_SHARE:
             return
         self._kept[stored] += size
         self.pairs[(name, m.value)] = pairs

@@ -323,9 +323,13 @@ PROFILE_BATCH_JOBS = 4
 PROFILE_KEEP_PAIRS_BYTES = 2**30
 #: ... and of the modes it stored, its own (the run made from it reads them back from
 #: its lineage beyond these): genomics at 1,000x keeps 124 MiB (the Full pairs of
-#: extract, model and predict); apart from the bytes above, which save running operators
-#: again, not only reading.
-PROFILE_KEEP_STORED_BYTES = 2**28
+#: extract, model and predict), at 10,000x 1.2 GiB (read back, they were 3.7 s of the
+#: 19 s that run took); apart from the bytes above, which save running operators again,
+#: not only reading.
+PROFILE_KEEP_STORED_BYTES = 2**31
+#: ... and each of them only while it is at most this fraction (one over) of the memory
+#: the machine has available when it is kept
+PROFILE_KEEP_MEMORY_SHARE = 4
 #: ... a thread checks this often (seconds) for a child that has ended, to start the next
 BESIDE_POLL_S = 0.005
 #: A pricing child that has used no CPU time for this many seconds (and is not waiting

@@ -263,6 +263,25 @@ def test_profiler_keeps_stored_pairs_within_their_own_bytes(tmp_path, monkeypatc
     assert stored and set(unstored) == set(everything) - stored
 
 
+def test_profiler_keeps_no_pairs_beyond_its_share_of_the_memory_available(tmp_path, monkeypatch):
+    """Each kept pairs' bytes are at most a ``PROFILE_KEEP_MEMORY_SHARE``-th of the memory
+    the machine has available: with little available only the small ones are kept, with
+    none (or where /proc cannot say) none."""
+    from subzero.optimizer import profile as profmod
+    st = _store(tmp_path / "store")
+    everything = profile_workflow(st, WF, progress=False, keep_pairs=True)["pairs"]
+    sizes = {k: profmod._pairs_bytes(p) + sum(len(b) for b in (p.payloads or ()))
+             for k, p in everything.items()}
+    cut = sorted(sizes.values())[len(sizes) // 2]
+    monkeypatch.setattr(profmod, "_available", lambda: cut * profmod.PROFILE_KEEP_MEMORY_SHARE)
+    some = profile_workflow(st, WF, progress=False, keep_pairs=True)["pairs"]
+    assert set(some) == {k for k, b in sizes.items() if b <= cut}
+    assert 0 < len(some) < len(everything)
+    monkeypatch.setattr(profmod, "_available", lambda: None)
+    assert profile_workflow(st, WF, progress=False, keep_pairs=True)["pairs"] == {}
+    st.close()
+
+
 class Flaky(Operator):
     """Lineage not the same on every run (declared): its pairs from a re-run would
     describe another run's output."""

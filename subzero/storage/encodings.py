@@ -198,17 +198,22 @@ def _sorted_rows(major: np.ndarray, minor: np.ndarray, major_in_order: bool = Fa
     lo_a, lo_b = int(major.min()), int(minor.min())
     span = int(minor.max()) - lo_b + 1
     if int(major.max()) - lo_a < (2**63 - 1) // span:
-        high = (major - lo_a) * span
-        packed = high + (minor - lo_b)
+        # one array made, the rest in place: at genomics 10,000x a forward index of 77
+        # million cells made six such temporaries, and the kernel's zeroing of their
+        # fresh pages cost more than the sort
+        packed = np.subtract(major, lo_a, dtype=np.int64)
+        packed *= span
+        packed += minor
+        if lo_b:
+            packed -= lo_b
         packed.sort(kind="stable")
-        if major_in_order:
-            packed -= high
-            packed += lo_b
+        a = None if major_in_order else np.floor_divide(packed, span)
+        np.remainder(packed, span, out=packed)     # the minor, less lo_b
+        packed += lo_b
+        if a is None:             # sorted within each major already: only the minor moved
             return major, packed
-        a, b = np.divmod(packed, span)
         a += lo_a
-        b += lo_b
-        return a, b
+        return a, packed
     order = np.lexsort((minor, major))
     return major[order], minor[order]
 
@@ -220,10 +225,17 @@ def key_blocks(key: np.ndarray, key_off: np.ndarray, first_pair: int,
     """Encode the per-cell index: block id -> bytes (cells, pairs per cell, pair ids)."""
     if key.size == 0:
         return {}
-    k, p = _sorted_rows(key, csr_rows(key_off) + first_pair)
-    keep = np.ones(len(k), bool)
-    keep[1:] = (k[1:] != k[:-1]) | (p[1:] != p[:-1])
-    k, p = k[keep], p[keep]
+    rows = csr_rows(key_off)
+    if first_pair:
+        rows += first_pair
+    k, p = _sorted_rows(key, rows)
+    del rows
+    same = k[1:] == k[:-1]             # a cell twice in one pair: once (copied only then)
+    same &= p[1:] == p[:-1]
+    if same.any():
+        keep = np.ones(len(k), bool)
+        keep[1:] = ~same
+        k, p = k[keep], p[keep]
     return _encode_sorted_index(k, p, key_bits)
 
 
@@ -231,11 +243,13 @@ def _encode_sorted_index(k: np.ndarray, p: np.ndarray, key_bits: int) -> dict[in
     """(cell, pair) rows sorted by cell -> one blob per key block, all blocks at once."""
     run = np.flatnonzero(run_starts(k))
     cells = k[run]
-    counts = np.diff(np.append(run, len(k)))
+    ends = np.append(run, len(k))
+    counts = np.diff(ends)
     blk = cells >> key_bits
     cstarts = np.flatnonzero(run_starts(blk))
     cbounds = np.append(cstarts, len(cells))
-    pbounds = np.append(run, len(k))[cbounds]
+    pbounds = ends[cbounds]
+    del ends, run
     blobs = pack_blocks([(cells, cbounds), (counts, cbounds), (p, pbounds)], len(cstarts))
     return dict(zip(blk[cstarts].tolist(), blobs))
 
