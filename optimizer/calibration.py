@@ -266,6 +266,9 @@ FRESH_STEPS = (("p4", True, 1, "full:fullone:backward", 0),
 #: ... each traced this many times in that process (the first is the fresh one; the
 #: least of the others is the warm cost)
 FRESH_PASSES = 4
+#: ... by this many such processes side by side, the least of their figures kept
+#: (:func:`_least_fresh_costs`)
+FRESH_CHILDREN = 2
 
 _FRESH_CODE = """
 import json, sys, time
@@ -344,6 +347,20 @@ def _fresh_costs(passes) -> tuple[float, float, float]:
     around = (first[:, 0] - first[:, 1]) - outside
     return (max(0.0, float(around.sum())), max(0.0, float(np.median(extra))),
             max(0.0, float(np.median(outside))))
+
+
+def _least_fresh_costs(printed: list) -> tuple[float, float, float]:
+    """The least of each figure :func:`_fresh_costs` finds in what several fresh children
+    printed, among the children that measured anything (zeros when none did).  A process
+    has one first pass, so each child's figures rest on single timings, and what moves
+    them is one-sided (an interruption, a cache another process emptied only add time):
+    two calibrations on one quiet machine, a child each, found a stored step's fresh
+    extra 0.18 and 0.90 ms and the first uses 1.4 and 4.3 ms."""
+    got = [c for c in (_fresh_costs(p) for p in printed) if any(c)]
+    if not got:
+        return 0.0, 0.0, 0.0
+    first, step, around = (min(v) for v in zip(*got))
+    return first, step, around
 
 
 def _rtree_quadratic() -> float:
@@ -545,10 +562,12 @@ def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
                 store, small, {k: v for k, v in inputs.items() if k in ("small", "big")})
             phase("capture overheads")
             rtree_quadratic = _rtree_quadratic()
-            children = (_cold_load_child(tmp / "cold"), Child(_RTREE_COLD_CODE),
-                        _fresh_child(store, [r for r, _ in runs], wf, rng))
+            children = (_cold_load_child(tmp / "cold"), Child(_RTREE_COLD_CODE))
+            fresh = [_fresh_child(store, [r for r, _ in runs], wf, rng)
+                     for _ in range(FRESH_CHILDREN)]
             cold_s, rtree_cold_s = children[0].cpu_s(), children[1].cpu_s()
-            first_use_s, fresh_step_s, trace_query_s = _fresh_costs(children[2].json())
+            first_use_s, fresh_step_s, trace_query_s = _least_fresh_costs(
+                [c.json() for c in fresh])
             advance(share["tail"])
             phase("rtree and cold start")
     finally:

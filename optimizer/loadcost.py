@@ -23,6 +23,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from subzero.tuning import LOADCOST_WAIT_S
+
 from .observers import Child
 
 #: The child: the imports a ``subzero trace`` has made when it loads a run's operators
@@ -59,9 +61,12 @@ class LoadCost:
 
     def seconds(self) -> float:
         """The CPU seconds the load took; 0.0 when it could not be measured (the child
-        failed, printed something else, or the workflow could not be pickled)."""
+        failed, printed something else, had not ended ``LOADCOST_WAIT_S`` seconds after it
+        was asked for, or the workflow could not be pickled).  A plan is never held up for
+        long by what is only a report: a workflow whose imports take longer than its
+        profiling run and that wait has no figure for them."""
         if self._seconds is None:
-            got = self._child.cpu_s() if self._child is not None else 0.0
+            got = self._child.cpu_s(LOADCOST_WAIT_S) if self._child is not None else 0.0
             self._child = None
             self._seconds = got if math.isfinite(got) else 0.0
             self.close()

@@ -304,14 +304,15 @@ class Child:
                         pass
             p.wait()
 
-    def json(self):
+    def json(self, timeout: float = 120.0):
         """What the child printed on its last line, read as JSON; None when it failed (the
-        calibration then goes on without what it measured).  Waits for it the first time."""
+        calibration then goes on without what it measured) or had not ended within
+        ``timeout`` seconds (it is then killed).  Waits for it the first time."""
         import subprocess
         if self._p is not None:
             p, self._p = self._p, None
             try:
-                out, _ = p.communicate(timeout=120)
+                out, _ = p.communicate(timeout=timeout)
                 self._got = json.loads(out.strip().splitlines()[-1]) if p.returncode == 0 else None
             except subprocess.TimeoutExpired:
                 p.kill()
@@ -320,8 +321,9 @@ class Child:
                 pass
         return self._got
 
-    def cpu_s(self) -> float:
-        """The CPU seconds the child printed (0.0 when it failed): what a command-line
-        trace pays once, for a first use a warm process paid long ago."""
-        got = self.json()
+    def cpu_s(self, timeout: float = 120.0) -> float:
+        """The CPU seconds the child printed (0.0 when it failed or had not ended within
+        ``timeout`` seconds): what a command-line trace pays once, for a first use a warm
+        process paid long ago."""
+        got = self.json(timeout)
         return max(0.0, float(got)) if isinstance(got, (int, float)) else 0.0

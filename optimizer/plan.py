@@ -74,6 +74,9 @@ class Plan:
     #: of ``first_use_s``, loading the workflow's operators in a trace process (the
     #: modules they come from imported), measured for this workflow (``loadcost``)
     workflow_load_s: float = 0.0
+    #: what each of ``queries`` includes for a trace beyond its steps (the store opened,
+    #: the answer logged: the calibration's ``trace_query_s``)
+    trace_query_s: float = 0.0
     #: the profiling run this call of ``optimize`` made (None: the store's profile was
     #: used): a budget run with the same inputs is made from it (:mod:`subzero.runs.planned`)
     profiled_run: int | None = None
@@ -576,6 +579,7 @@ def _assemble(store, wf, budgets, stats, model, built, sol, pins, name, save,
                 priced_s=sol.query_cost + built.fixed_priced + added + around)
     plan.first_use_s = model.trace_first_s + load_s
     plan.workflow_load_s = load_s
+    plan.trace_query_s = model.trace_query_s
     plan.arrays = {a.name: {"keep": i in kept, "bytes": a.bytes, "remake_s": a.remake_s}
                    for i, a in enumerate(built.arrays)}
     if kept:               # what dropping each kept array alone would cost the workload

@@ -510,3 +510,8 @@ KEEP_ADHOC_READS = 0.05
 #: the ``--keep`` policies (:mod:`subzero.runs.keep`), and that of a run naming none
 KEEP_POLICIES = ("auto", "outputs", "all")
 DEFAULT_KEEP = "auto"
+
+#: Seconds a plan waits, once it is chosen, for the fresh process timing the load of the
+#: workflow's operators (``optimizer.loadcost``), started when ``optimize`` began; a
+#: load not measured by then is left out of the plan's first uses
+LOADCOST_WAIT_S = 5.0

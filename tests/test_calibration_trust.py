@@ -344,3 +344,23 @@ def test_a_fresh_process_that_prints_something_else_leaves_no_fresh_costs(printe
     with no fresh-process costs rather than ending in an IndexError."""
     from subzero.optimizer.calibration import _fresh_costs
     assert _fresh_costs(printed) == (0.0, 0.0, 0.0)
+
+
+def test_fresh_costs_of_several_children_are_the_least_of_those_that_measured():
+    """Each figure is the least among the children that measured anything: one child's
+    interrupted first pass does not inflate the calibration, and a child that failed
+    (it printed nothing usable) neither drags a figure to zero nor counts."""
+    from subzero.optimizer.calibration import FRESH_PASSES, FRESH_STEPS, _least_fresh_costs
+
+    def printed(first_extra: float, step_extra: float, around: float) -> list:
+        """Passes of (whole trace, step) CPU seconds: the first pass costs more."""
+        later = [[0.002 + around, 0.002] for _ in FRESH_STEPS]
+        first = [[0.002 + around + first_extra / len(FRESH_STEPS) + step_extra,
+                  0.002 + step_extra] for _ in FRESH_STEPS]
+        return [first] + [later] * (FRESH_PASSES - 1)
+
+    quiet, slow = printed(0.002, 1e-4, 0.0008), printed(0.006, 9e-4, 0.0012)
+    got = _least_fresh_costs([slow, quiet])
+    assert got == pytest.approx((0.002, 1e-4, 0.0008))
+    assert _least_fresh_costs([None, quiet, "x"]) == pytest.approx((0.002, 1e-4, 0.0008))
+    assert _least_fresh_costs([None, [[1]]]) == (0.0, 0.0, 0.0)

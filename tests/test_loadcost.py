@@ -77,3 +77,32 @@ def test_a_child_that_fails_costs_nothing_measured(tmp_path, monkeypatch):
     finally:
         sys.modules.pop("subzero_test_here_ops", None)
     assert not folder.exists()
+
+
+def test_a_load_that_outlasts_the_wait_is_left_out(tmp_path, monkeypatch):
+    """A workflow whose imports take longer than the plan waits for them: no figure (0.0)
+    after about the wait, never a plan held up by the child, which is stopped."""
+    import time
+    (tmp_path / "subzero_test_slower_ops.py").write_text(
+        "import os, time\n"
+        "from subzero.operators import MeanFilter\n"
+        "t = time.process_time()\n"
+        "while os.environ.get('SUBZERO_TEST_SPIN') and time.process_time() - t < 60:\n"
+        "    pass\n\n\n"
+        "class Slow(MeanFilter):\n"
+        "    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setattr(loadcost, "LOADCOST_WAIT_S", 0.5)
+    try:
+        slow = __import__("subzero_test_slower_ops")        # here: no spin
+        monkeypatch.setenv("SUBZERO_TEST_SPIN", "1")       # the child's import spins 60 s
+        # pickled while its module is imported here: by reference, so the child imports it
+        cost = loadcost.start(_workflow(slow.Slow(3)))
+    finally:
+        sys.modules.pop("subzero_test_slower_ops", None)
+    child = cost._child
+    t0 = time.perf_counter()
+    assert cost.seconds() == 0.0
+    assert time.perf_counter() - t0 < 10.0
+    assert child is not None and child._p is None          # reaped, not left running
