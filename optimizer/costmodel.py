@@ -364,6 +364,15 @@ class CostModel:
         self._own = {k: v for k, v in self._own.items() if k[:2] != (op, strategy)}
         self._memo.clear()
 
+    def repriced(self, op: str, strategy: str, rec: dict) -> None:
+        """A strategy's price as its sample was read (``sampleread.Unread.read``): its timed
+        reads, and for a price the profile made roughly, its bytes, write time and sizes
+        made again on all its pairs."""
+        si = self.stats.ops[op].strategies[strategy]
+        si.bytes, si.write_s = float(rec["bytes"]), float(rec["write_s"])
+        si.spaces, si.sample_frac = rec["spaces"], float(rec.get("sample_frac", 1.0))
+        self.sample_read(op, strategy, rec["sample"])
+
     def prepare(self, strategies: dict[str, tuple[Strategy, ...]]) -> None:
         """Work out, once, what every price of these operators' stored strategies uses
         and no query changes: each one's decode factors from its own sample, through its

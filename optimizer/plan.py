@@ -266,10 +266,10 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
         if stats is None or missing:
             prog.note(f"profiling workflow {wf.name} (one run that prices every operator's "
                       f"strategies)")
+            deferred = profile_pairs is not None if defer_reads is None else defer_reads
             got = profile_workflow(store, wf, inputs=inputs, all_ops=missing or bool(pins),
                                    progress=prog.on, keep_pairs=profile_pairs is not None,
-                                   defer_reads=profile_pairs is not None if defer_reads is None
-                                   else defer_reads)
+                                   defer_reads=deferred, rough=deferred)
             profiled = got["run_id"]
             if profile_pairs is not None:
                 profile_pairs.update(got["pairs"])
@@ -331,14 +331,19 @@ def _optimize(store, wf, cal, stats, got, budgets, pins, name, workload, prog, s
             raise OptimizerError(f"the profile of {wf.name!r} wrote a sample of {lost[0]}'s "
                                  f"{lost[1]} and lost it before it was read; profile it again "
                                  f"(`--reprofile`)")
-        # a plan is chosen on the samples' own decode rates: read those it chose, choose again
-        prog.note(f"reading the lineage samples of {len(need)} strategies the plan chose")
+        # a plan is chosen on the samples' own decode rates (and on full prices where the
+        # profile priced roughly): read those it chose, choose again
         assert unread is not None and got is not None
-        for (op, s), smp in unread.read_all(need).items():
-            model.sample_read(op, s, smp)
+        again = sum(1 for k in need if got["ops"][k[0]]["strategies"][k[1]].get("rough"))
+        prog.note(f"reading the lineage samples of {len(need)} strategies the plan chose"
+                  + (f" ({again} of them priced in full first)" if again else ""))
+        for (op, s), fields in unread.read_all(need).items():
             rec = got["ops"][op]["strategies"][s]
-            rec["sample"] = smp
+            if "bytes" in fields:           # priced again: the rough price goes whole
+                rec.clear()
+            rec.update(fields)
             rec.pop("unread", None)
+            model.repriced(op, s, rec)
             read += 1
     if read:                    # the profile keeps what was read (a later plan uses it)
         store.catalog.add_profile(got["run_id"], wf.name, wf.params, got["base_s"], got["ops"])

@@ -133,6 +133,9 @@ class _Job:
     #: read the sample as it is written, whenever that is (else it is read then only
     #: while the run goes on, and otherwise waits in the profile's ``Unread``)
     read: bool = True
+    #: price it from one sample, never grown, and leave it unread: a solve that chooses
+    #: it has it priced again on all its pairs (``Profiler.rough``)
+    rough: bool = False
 
 
 def _cores() -> int:
@@ -248,7 +251,7 @@ class Profiler:
 
     def __init__(self, scratch: Path, sample_pairs: int = SAMPLE_PAIRS, all_ops: bool = False,
                  read_samples: bool = True, beside: bool = False, keep_pairs: bool = False,
-                 defer_reads: bool = False):
+                 defer_reads: bool = False, rough: bool = False):
         self.scratch = LineageStore(scratch)
         self.beside_dir = Path(scratch).with_name(Path(scratch).name + "-beside")
         #: price strategies in a child process beside the run (``_beside``)
@@ -276,6 +279,15 @@ class Profiler:
         #: others wait in ``unread`` (``sampleread.Unread``) until a solve chooses them
         self.defer_reads = defer_reads
         self.unread: dict[tuple[str, str], dict] = {}
+        #: price an operator's strategies other than its defaults roughly while the run
+        #: goes on, when their pairs are kept for the run made from it (``_keep``): from one
+        #: sample, not grown to fill pages nor encoded whole when small in bytes, and for an
+        #: R-tree from a few wide pairs as the others.  A plan stores only a few of them;
+        #: those a solve chooses are priced again as any profile prices (``_encode``) on the
+        #: pairs kept, and read (``sampleread.Unread``), before the plan is chosen on them.
+        #: Pricing every candidate in full was most of a budget run's CPU time (genomics
+        #: 1,000x: 4.5 of the 6.8 s its encodes took were strategies no plan chose)
+        self.rough = rough and keep_pairs and defer_reads
         self.all_ops = all_ops
         self.sample_pairs = sample_pairs
         self.ops: dict[str, dict] = {}
@@ -378,6 +390,11 @@ class Profiler:
             if pairs is None:
                 pairs = empty_pairs(len(inputs), m is not Mode.FULL)
             self._keep(name, op, m, pairs)
+            # priced on the pairs kept when there are (a stored mode's: its step's own, of
+            # which a fast operator's re-run for its timing made a copy): a rough price is
+            # priced again on them, and the copy is freed
+            kept = (name, m.value) in self.pairs
+            pairs = self.pairs.get((name, m.value), pairs)
             # a slow operator's own jitter can hide its lineage work: lwrite time is a floor
             info = {"run_s": best, "gen_s": max(lw, best - base), "pairs": pairs.n,
                     "out_cells": int(pairs.out.size),
@@ -389,8 +406,9 @@ class Profiler:
                 info["payloads"] = int(unique(pairs.pay_ids).size)   # np.unique imports numpy.ma
             rec["modes"][m.value] = info
             for s in candidates(m):             # a job each: children share them out
+                rough = self.rough and kept and s not in own
                 job = _Job(name, op, m, pairs, s, out_shape, in_shapes, rec,
-                           read=not self.defer_reads or s in own)
+                           read=not rough and (not self.defer_reads or s in own), rough=rough)
                 if not self._beside(job):
                     self._merge(job, self._price(job))
         return rec
@@ -434,7 +452,7 @@ class Profiler:
         s = job.strategy
         return {str(s): self._encode(job.name, job.op, s, job.pairs, job.out_shape,
                                      job.in_shapes, read=self._read_now(job),
-                                     cells=_job_cells(job))}
+                                     cells=_job_cells(job), rough=job.rough)}
 
     def _read_now(self, job: "_Job") -> bool:
         """Whether to read ``job``'s sample as it is written: always for a job that says so
@@ -442,7 +460,10 @@ class Profiler:
         Reads beside the run cost the run nothing (at genomics 1x the whole pricing fits
         beside it, and deferring its reads made the budget run no faster); a read once the
         run has ended is waited for, and a plan reads only the samples it chooses.  A
-        child learns that the run has ended from a file its parent makes (``RUN_ENDED``)."""
+        child learns that the run has ended from a file its parent makes (``RUN_ENDED``).
+        Never a rough price's sample: the plan reads the one it prices again."""
+        if job.rough:
+            return False
         if job.read:
             return True
         return not self._ended and not (self.beside_dir / RUN_ENDED).exists()
@@ -455,6 +476,9 @@ class Profiler:
                 self.unread[(job.name, s)] = {**pending, "op": job.op, "strategy": job.strategy,
                                               "out_shape": job.out_shape,
                                               "in_shapes": job.in_shapes}
+                if v.get("rough"):      # priced again on these (kept for the made run too)
+                    self.unread[(job.name, s)].update(pairs=job.pairs, cells=_job_cells(job),
+                                                      sample_pairs=self.sample_pairs)
                 v["unread"] = True
         rec["strategies"].update(priced)
         first = f"{m.value}:{ENCODINGS[m][0]}:forward"
@@ -696,17 +720,20 @@ class Profiler:
                                            "spaces": w["spaces"]}}
 
     def _encode(self, name, op, s, pairs, out_shape, in_shapes, read: bool = True,
-                cells: int | None = None) -> dict:
+                cells: int | None = None, rough: bool = False) -> dict:
         """Bytes, write seconds and space sizes of ``s`` over all pairs, from a sample
         (``cells``: the cells encoding all pairs works on, when more than their own:
-        ``_job_cells``)."""
+        ``_job_cells``).  ``rough``: from the first sample, however few pages it fills,
+        and an R-tree's from a few wide pairs too (:attr:`rough`); its price then says
+        ``"rough"`` and its sample is left unread."""
         n, size = pairs.n, self.sample_pairs
-        rows = None if s.many else _wide_rows(n, pairs.n_cells() if cells is None else cells)
+        rows = None if s.many and not rough else _wide_rows(
+            n, pairs.n_cells() if cells is None else cells)
         wide = rows is not None
         if rows is not None:                   # few, wide pairs: a few of them
             sample = take_pairs(pairs, rows)
             big = self._write(name, op, s, sample, out_shape, in_shapes)
-            if big["bytes"] < SMALL_SAMPLE_BYTES:     # a few pages: grow it, as below, once
+            if big["bytes"] < SMALL_SAMPLE_BYTES and not rough:   # a few pages: grow it once
                 want = int(len(rows) * SMALL_SAMPLE_BYTES / max(big["bytes"], 1.0) * 1.25)
                 rows = None if 2 * want > n else _spread(n, want)
                 if rows is None:
@@ -725,7 +752,7 @@ class Profiler:
             picked = _sample_rows(n, size)
             sample = take_pairs(pairs, picked)
             big = self._write(name, op, s, sample, out_shape, in_shapes)
-            if big["bytes"] >= SMALL_SAMPLE_BYTES:
+            if big["bytes"] >= SMALL_SAMPLE_BYTES or rough:
                 rows, half = picked, picked[: len(picked) // 2]
                 break
             # a few LMDB pages extrapolate badly; small lineage is cheap to encode.  Grow
@@ -751,7 +778,8 @@ class Profiler:
         return {"bytes": int(grow(small["bytes"], big["bytes"], len(half), len(rows), n)),
                 "write_s": grow(small["write_s"], big["write_s"], len(half), len(rows), n),
                 "spaces": spaces, "exact": False, "sample_frac": len(rows) / n,
-                **self._reads(name, op, s, big, sample, out_shape, in_shapes, read)}
+                **({"rough": True} if rough else {}),
+                **self._reads(name, op, s, big, sample, out_shape, in_shapes, read and not rough)}
 
 
 def _power(y1: float, y2: float, n1: int, n2: int, n: int) -> float:
@@ -786,10 +814,24 @@ def _profiling_strategies(op) -> str:
     return "+".join(str(s) for s in own) if any(s.stored for s in own) else "blackbox"
 
 
+def _price_again(folder: Path, name: str, pending: dict) -> dict:
+    """A strategy the profile priced roughly (``Profiler.rough``), priced as a profile
+    prices every other (``Profiler._encode``) on the pairs kept, in a scratch store of
+    its own (``folder``, removed after), and its sample read: its price's new fields."""
+    prof = Profiler(folder / "scratch", sample_pairs=pending.get("sample_pairs", SAMPLE_PAIRS))
+    try:
+        return prof._encode(name, pending["op"], pending["strategy"], pending["pairs"],
+                            pending["out_shape"], pending["in_shapes"], read=True,
+                            cells=pending.get("cells"))
+    finally:
+        prof.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def profile_workflow(store, workflow, params: dict | None = None, inputs: dict | None = None,
                      progress=None, all_ops: bool = False, read_samples: bool = True,
                      beside: bool = PROFILE_BESIDE, keep_pairs: bool = False,
-                     defer_reads: bool = False) -> dict:
+                     defer_reads: bool = False, rough: bool = False) -> dict:
     """Run ``workflow`` once in profiling mode; save the profile in the catalog and return it.
 
     ``progress`` as in ``Store.run``: by default the operators done (each profiled as
@@ -804,7 +846,8 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
     ``--keep auto`` would drop).  ``defer_reads``: read at once only the samples of each
     operator's defaults; the others are returned unread, as ``"unread"`` (a
     :class:`~optimizer.sampleread.Unread`, or None when none are; the caller closes it),
-    and marked ``"unread"`` in the profile.
+    and marked ``"unread"`` in the profile.  ``rough`` (with both of those): the others
+    are priced roughly too, and priced again when they are read (``Profiler.rough``).
 
     Operators with mapping functions are timed but their stored strategies are not
     priced (the optimizer prefers mapping there) unless ``all_ops``."""
@@ -812,7 +855,7 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
     plain = {n: _profiling_strategies(st.operator) for n, st in wf.steps.items()}
     tmp = Path(tempfile.mkdtemp(prefix="subzero-profile-"))
     prof = Profiler(tmp / "scratch", all_ops=all_ops, read_samples=read_samples, beside=beside,
-                    keep_pairs=keep_pairs, defer_reads=defer_reads)
+                    keep_pairs=keep_pairs, defer_reads=defer_reads, rough=rough)
     unread, ended = None, False
     try:
         t0 = time.perf_counter()
@@ -827,7 +870,8 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
         prof.close()
         if ended and prof.unread:
             # it removes the folder when closed
-            unread = Unread(tmp, prof.unread, CHILD_IMPORTS, workers=prof.cores)
+            unread = Unread(tmp, prof.unread, CHILD_IMPORTS, workers=prof.cores,
+                            price=_price_again)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     try:

@@ -21,6 +21,8 @@ how far it is from 1 is how far the calibration can vouch for the strategy
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -164,15 +166,22 @@ class Unread:
     profile's scratch folder) and removes it when closed.  ``child_imports``: modules
     imported before :meth:`read_all` forks (as the profiler's children: never
     inherited half made); ``workers``: the processors this process may run on (the
-    profiler's ``cores``; :meth:`read_all` forks only with two or more)."""
+    profiler's ``cores``; :meth:`read_all` forks only with two or more).
+
+    A sample the profiler priced roughly (``Profiler.rough``: its pending entry holds the
+    ``pairs``) is not read as it lies: ``price(folder, operator, entry)`` prices the
+    strategy again on all those pairs, as a profile prices any other, and reads that."""
 
     def __init__(self, folder, pending: dict[tuple[str, str], dict],
-                 child_imports: tuple[str, ...] = (), workers: int = 1):
+                 child_imports: tuple[str, ...] = (), workers: int = 1,
+                 price: Callable[[Path, str, dict], dict] | None = None):
         self.folder = folder
         self.pending = pending
         self.child_imports = child_imports
         self.workers = workers
+        self.price = price
         self._stores: dict[str, object] = {}
+        self._priced = 0
 
     def __contains__(self, item: tuple[str, str]) -> bool:
         return item in self.pending
@@ -181,18 +190,24 @@ class Unread:
         return len(self.pending)
 
     def read(self, op: str, strategy: str) -> dict:
-        """The timed reads of one pending sample (``time_reads``), which is then no longer
-        pending."""
+        """What reading one pending sample adds to its strategy's price, which is then no
+        longer pending: its timed reads (``time_reads``) as ``"sample"``; for a rough
+        price, the whole price made again (``price``)."""
+        import os
+
         from subzero.errors import CorruptLineage, OptimizerError
         from subzero.storage.lineage import LineageStore
         p = self.pending.pop((op, strategy))
         try:
+            if p.get("pairs") is not None and self.price is not None:
+                self._priced += 1
+                return self.price(self.folder / f"again-{os.getpid()}-{self._priced}", op, p)
             store = self._stores.get(p["store"])
             if store is None:
                 store = self._stores[p["store"]] = LineageStore(p["store"], readonly=True)
             keys = np.load(p["keys"]) if p["keys"] else None
-            return time_reads(store, p["key"], op, p["op"], p["strategy"], keys, p["out_shape"],
-                              p["in_shapes"], p["spaces"])
+            return {"sample": time_reads(store, p["key"], op, p["op"], p["strategy"], keys,
+                                         p["out_shape"], p["in_shapes"], p["spaces"])}
         except (CorruptLineage, OSError, ValueError) as e:
             raise OptimizerError(f"the profile's lineage sample of {op}'s {strategy} in "
                                  f"{self.folder} is missing or damaged before it was read "
@@ -200,7 +215,7 @@ class Unread:
                                  f"workflow again with `--reprofile`)") from e
 
     def read_all(self, items: list[tuple[str, str]]) -> dict[tuple[str, str], dict]:
-        """The timed reads of several pending samples, shared with a forked child on a
+        """:meth:`read` of several pending samples, shared with a forked child on a
         machine with two cores or more (each times its reads in its own CPU seconds, as
         the profiler's children do): the reads a plan waits for after the run, half the
         wall time.  A sample the child did not read (it failed or died) is read here."""

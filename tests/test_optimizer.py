@@ -696,6 +696,68 @@ def test_a_budget_run_reads_only_the_samples_of_what_its_plan_chooses(tmp_path, 
         st.close()
 
 
+def test_a_budget_run_prices_roughly_only_what_its_plan_does_not_choose(tmp_path, calibration,
+                                                                       monkeypatch):
+    """A budget run prices the strategies that are not an operator's defaults from one
+    sample each (``Profiler.rough``), and every one a solve chooses in full before the
+    plan is chosen on it: each of the plan's strategies has the price a profile that
+    prices everything in full gives it (bytes, sizes, share of the pairs) and its own
+    sample's reads; only strategies it did not choose keep a rough price, and nothing
+    is left on disk."""
+    import tempfile
+
+    from subzero.optimizer import plan as planmod
+    from subzero.optimizer.profile import Profiler
+    monkeypatch.setattr(Profiler, "_read_now", lambda self, job: job.read and not job.rough)
+    init = Profiler.__init__          # samples of 256 pairs: genomics 1x's are not all whole
+    monkeypatch.setattr(Profiler, "__init__",
+                        lambda self, scratch, **kw: init(self, scratch, **{**kw, "sample_pairs": 256}))
+    from subzero.optimizer import profile as profmod
+    again, log = profmod._price_again, tmp_path / "again.txt"
+
+    def price_again(folder, name, pending):      # in the run's process or a child of it
+        with open(log, "a") as f:
+            f.write(f"{name} {pending['strategy']}\n")
+        return again(folder, name, pending)
+    monkeypatch.setattr(profmod, "_price_again", price_again)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    st = _store(tmp_path / "s", calibration)
+    try:
+        plan = optimize(st, WF, max_disk="100MB", workload=WORKLOAD, profile_pairs={}, save=False)
+        prof = st.catalog.latest_profile(plan.workflow, plan.params)
+        assert list(scratch.iterdir()) == []
+    finally:
+        st.close()
+    repriced = {tuple(line.split()) for line in log.read_text().splitlines()}
+    assert repriced and not any(prof["ops"][op]["strategies"][s].get("rough") for op, s in repriced)
+    whole = planmod.profile_workflow
+    monkeypatch.setattr(planmod, "profile_workflow", lambda *a, **k: whole(*a, **{**k, "rough": False}))
+    st = _store(tmp_path / "s2", calibration)
+    try:
+        plan2 = optimize(st, WF, max_disk="100MB", workload=WORKLOAD, profile_pairs={}, save=False)
+        full = st.catalog.latest_profile(plan2.workflow, plan2.params)
+    finally:
+        st.close()
+    rough = {(op, s) for op, rec in prof["ops"].items()
+             for s, v in rec["strategies"].items() if v.get("rough")}
+    assert rough and not any(v.get("rough") for rec in full["ops"].values()
+                             for v in rec["strategies"].values())
+    chosen = _stored(plan)
+    assert chosen and not chosen & rough
+    for op, s in chosen:
+        mine, theirs = prof["ops"][op]["strategies"][s], full["ops"][op]["strategies"][s]
+        assert mine["sample"]["reads"], (op, s)
+        for k in ("bytes", "spaces", "exact", "sample_frac"):
+            assert mine.get(k) == theirs.get(k), (op, s, k)
+    for op, s in repriced:                        # priced in full, as the other profile did
+        assert prof["ops"][op]["strategies"][s]["bytes"] == full["ops"][op]["strategies"][s]["bytes"]
+    # the rough prices are not the full ones (else this would test nothing)
+    assert any(prof["ops"][op]["strategies"][s]["bytes"] != full["ops"][op]["strategies"][s]["bytes"]
+               for op, s in rough)
+
+
 def test_a_plan_choosing_a_sample_left_unread_profiles_again_reading_every_one(tmp_path,
                                                                               calibration,
                                                                               monkeypatch):
@@ -724,10 +786,14 @@ def test_a_sample_lost_before_it_is_read_is_one_clear_error(tmp_path, calibratio
                                                             damage):
     """The samples a plan reads after the run lie in a temporary folder; removed or damaged
     before they are read, the plan fails in one line naming the sample, never choosing
-    on a price it could not measure."""
+    on a price it could not measure.  (Without rough prices: a rough price is priced
+    again on the pairs kept, and reads no sample the profile left.)"""
+    from subzero.optimizer import plan as planmod
     from subzero.optimizer.profile import Profiler
     from subzero.optimizer.sampleread import Unread
     monkeypatch.setattr(Profiler, "_read_now", lambda self, job: job.read)
+    whole = planmod.profile_workflow
+    monkeypatch.setattr(planmod, "profile_workflow", lambda *a, **k: whole(*a, **{**k, "rough": False}))
     real = Unread.read_all
 
     def read_all(self, items):

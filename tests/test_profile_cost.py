@@ -334,3 +334,56 @@ def test_few_wide_pairs_are_sampled_by_pairs_close_to_the_stored_bytes(tmp_path,
     finally:
         lin.close()
     assert abs(got["bytes"] - real["bytes"]) <= 0.25 * real["bytes"], (got["bytes"], real["bytes"])
+
+
+@pytest.mark.parametrize("encoding,shape", [("fullone", (50, 400)), ("fullmany", (300, 100))])
+def test_a_rough_price_is_one_sample_and_its_price_again_is_the_profile_s_own(tmp_path, encoding,
+                                                                              shape):
+    """``Profiler.rough``: a strategy a plan may never store is priced from one sample, not
+    grown however few pages it fills, and left unread; priced again on its pairs
+    (``_price_again``, what a plan that chooses it does), it is priced exactly as a profile
+    prices it at once -- bytes, sizes, share of the pairs -- and its sample is read."""
+    from subzero.optimizer.profile import _price_again
+    op, pairs = _pairs(shape)
+    s = Strategy(Mode.FULL, encoding, Direction.FORWARD)
+    prof = Profiler(tmp_path / "scratch", sample_pairs=1024)
+    try:
+        rough = prof._encode("op", op, s, pairs, shape, [shape], read=False, rough=True)
+        writes = prof._n
+        whole = prof._encode("op", op, s, pairs, shape, [shape], read=True)
+    finally:
+        prof.close()
+    assert writes == 2 and rough["rough"] and not rough["exact"]      # the sample and its half
+    assert rough["sample"] is None and "unread" in rough
+    pending = {"op": op, "strategy": s, "pairs": pairs, "out_shape": shape, "in_shapes": [shape],
+               "cells": None, "sample_pairs": 1024}
+    again = _price_again(tmp_path / "again", "op", pending)
+    assert not (tmp_path / "again").exists()
+    assert "rough" not in again and "unread" not in again
+    for k in ("bytes", "spaces", "exact", "sample_frac"):
+        assert again.get(k) == whole.get(k), k
+    assert again["sample"]["reads"] and [(r["backward"], r["cells_in"]) for r in again["sample"]["reads"]] \
+        == [(r["backward"], r["cells_in"]) for r in whole["sample"]["reads"]]
+    if encoding == "fullone":                # a few pages, grown to all pairs when priced in full
+        assert whole["exact"] and whole["bytes"] == _stored(tmp_path, op, s, pairs, shape)["bytes"]
+
+
+def test_a_rough_r_tree_price_of_few_wide_pairs_samples_them(tmp_path):
+    """Few wide pairs (genomics' ``model``) priced roughly: an R-tree's from a few of them
+    as any other strategy's, where a full price encodes them all (its reads need not scale
+    from a few of its pairs, which is why a plan that chooses it prices it again)."""
+    shape = (12 * 400, 50)                    # 12 pairs of 20,000 input cells
+    op = Groups()
+    s = Strategy(Mode.FULL, "fullmany", Direction.BACKWARD)
+    _out, full, _pay, _ctx = run_operator("op", op, [np.ones(shape)], (s,))
+    import subzero.optimizer.profile as profile
+    prof = Profiler(tmp_path / "scratch")
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(profile, "SAMPLE_CELLS", 50_000)      # 12 pairs of 20,000 cells are wide
+            rough = prof._encode("op", op, s, full, (12,), [shape], read=False, rough=True)
+            whole = prof._encode("op", op, s, full, (12,), [shape], read=False)
+    finally:
+        prof.close()
+    assert rough["rough"] and rough["sample_frac"] < 1 and not rough["exact"]
+    assert whole["exact"] and "rough" not in whole
