@@ -36,6 +36,7 @@ import signal
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,6 +207,14 @@ def _expanded_cells(job: _Job) -> int:
         return 0
     full = job.rec.get("modes", {}).get(Mode.FULL.value) or {}
     return int(full.get("cells") or 0)
+
+
+def _sampled(job: _Job, size: int) -> bool:
+    """Whether a rough price of ``job`` encodes a sample of its pairs (more than ``size``
+    pairs, or few wide ones), not all of them: only then is it rough.  Lineage priced
+    whole either way (genomics 1x's) is priced as any profile prices it, its sample read
+    beside the run while it goes on."""
+    return job.pairs.n > size or _wide_rows(job.pairs.n, _job_cells(job)) is not None
 
 
 def _wide_rows(n: int, cells: int) -> np.ndarray | None:
@@ -406,9 +415,9 @@ class Profiler:
                 info["payloads"] = int(unique(pairs.pay_ids).size)   # np.unique imports numpy.ma
             rec["modes"][m.value] = info
             for s in candidates(m):             # a job each: children share them out
-                rough = self.rough and kept and s not in own
-                job = _Job(name, op, m, pairs, s, out_shape, in_shapes, rec,
-                           read=not rough and (not self.defer_reads or s in own), rough=rough)
+                job = _Job(name, op, m, pairs, s, out_shape, in_shapes, rec)
+                job.rough = self.rough and kept and s not in own and _sampled(job, self.sample_pairs)
+                job.read = not job.rough and (not self.defer_reads or s in own)
                 if not self._beside(job):
                     self._merge(job, self._price(job))
         return rec
@@ -578,13 +587,10 @@ class Profiler:
             return False
         return now - last[1] >= BESIDE_STALL_S
 
-    def finish(self) -> None:
-        """Every operator priced: the queue drained by the children and, now that the run
-        has ended, by this process as well (a job at a time, so the last ones go to
-        whichever worker is free; a child per core with this process waiting left one
-        core idle behind the child with the most jobs), every child waited for and its
-        prices merged (a child that failed or died has its jobs priced here), the jobs
-        no child took priced here, and each operator's prices in the candidates' order."""
+    def ended(self) -> None:
+        """The run's last operator has ended: samples not read yet wait for a plan to choose
+        them (``_read_now``), in this process and in the children, which learn it from
+        the file made here (``RUN_ENDED``)."""
         with self._lock:
             self._ended = True
         if self.defer_reads:
@@ -593,6 +599,15 @@ class Profiler:
                 (self.beside_dir / RUN_ENDED).touch()
             except OSError:
                 pass
+
+    def finish(self) -> None:
+        """Every operator priced: the queue drained by the children and, now that the run
+        has ended, by this process as well (a job at a time, so the last ones go to
+        whichever worker is free; a child per core with this process waiting left one
+        core idle behind the child with the most jobs), every child waited for and its
+        prices merged (a child that failed or died has its jobs priced here), the jobs
+        no child took priced here, and each operator's prices in the candidates' order."""
+        self.ended()
         if self._feeder is not None:
             with self._lock:
                 self._wake()
@@ -831,7 +846,8 @@ def _price_again(folder: Path, name: str, pending: dict) -> dict:
 def profile_workflow(store, workflow, params: dict | None = None, inputs: dict | None = None,
                      progress=None, all_ops: bool = False, read_samples: bool = True,
                      beside: bool = PROFILE_BESIDE, keep_pairs: bool = False,
-                     defer_reads: bool = False, rough: bool = False) -> dict:
+                     defer_reads: bool = False, rough: bool = False,
+                     while_pricing: Callable[[int], None] | None = None) -> dict:
     """Run ``workflow`` once in profiling mode; save the profile in the catalog and return it.
 
     ``progress`` as in ``Store.run``: by default the operators done (each profiled as
@@ -848,6 +864,9 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
     :class:`~optimizer.sampleread.Unread`, or None when none are; the caller closes it),
     and marked ``"unread"`` in the profile.  ``rough`` (with both of those): the others
     are priced roughly too, and priced again when they are read (``Profiler.rough``).
+    ``while_pricing(run_id)``: called once the run has ended, while the children price
+    what it left queued, before this process prices its share (a budget run measures its
+    workload there: :func:`optimizer.plan._measure_early`).
 
     Operators with mapping functions are timed but their stored strategies are not
     priced (the optimizer prefers mapping there) unless ``all_ops``."""
@@ -864,6 +883,9 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
         run = store.run(wf, inputs=inputs, strategies=plain, profiler=prof, progress=progress,
                         **more)
         wall = time.perf_counter() - t0
+        if while_pricing is not None:
+            prof.ended()
+            while_pricing(run.id)
         prof.finish()
         ended = True
     finally:

@@ -758,6 +758,52 @@ def test_a_budget_run_prices_roughly_only_what_its_plan_does_not_choose(tmp_path
                for op, s in rough)
 
 
+def test_a_profiled_plan_measures_its_workload_while_the_profile_prices(tmp_path, calibration,
+                                                                       monkeypatch):
+    """The workload is traced on the profiling run as soon as its last operator has ended,
+    before the profile's own share of the pricing (``plan._measure_early``), once; the
+    plan is chosen on the same queries, step by step, as when the workload is measured
+    after the pricing."""
+    from subzero.optimizer import plan as planmod
+    from subzero.optimizer.profile import Profiler
+    events: list[str] = []
+    finish, measure, choose = Profiler.finish, planmod.measure, planmod._choose
+    seen: list[list] = []
+
+    def spy_finish(self):
+        events.append("finish")
+        return finish(self)
+
+    def spy_measure(*a, **k):
+        events.append("measure")
+        return measure(*a, **k)
+
+    def spy_choose(model, queries, *a, **k):
+        seen.append([(q.name, q.weight, q.direction,
+                      [(st["op"], st["direction"], st["cells_in"], st["cells_out"]) for st in q.steps])
+                     for q in queries])
+        return choose(model, queries, *a, **k)
+    monkeypatch.setattr(Profiler, "finish", spy_finish)
+    monkeypatch.setattr(planmod, "measure", spy_measure)
+    monkeypatch.setattr(planmod, "_choose", spy_choose)
+    st = _store(tmp_path / "s", calibration)
+    try:
+        optimize(st, WF, max_disk="100MB", workload=WORKLOAD, profile_pairs={}, save=False)
+    finally:
+        st.close()
+    assert events == ["measure", "finish"]
+    early = seen[-1]
+    monkeypatch.setattr(planmod, "_measure_early", lambda *a, **k: None)
+    events.clear()
+    st = _store(tmp_path / "s2", calibration)
+    try:
+        optimize(st, WF, max_disk="100MB", workload=WORKLOAD, profile_pairs={}, save=False)
+    finally:
+        st.close()
+    assert events == ["finish", "measure"]
+    assert early and seen[-1] == early
+
+
 def test_a_plan_choosing_a_sample_left_unread_profiles_again_reading_every_one(tmp_path,
                                                                               calibration,
                                                                               monkeypatch):
