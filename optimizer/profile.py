@@ -217,7 +217,7 @@ def _sampled(job: _Job, size: int) -> bool:
     return job.pairs.n > size or _wide_rows(job.pairs.n, _job_cells(job)) is not None
 
 
-def _wide_rows(n: int, cells: int) -> np.ndarray | None:
+def _wide_rows(n: int, cells: int, rough: bool = False) -> np.ndarray | None:
     """The pairs of a sample of lineage made of few, wide pairs, or None when it is not:
     at most ``SAMPLE_PAIRS`` pairs (encoded whole otherwise) holding more than
     ``SAMPLE_CELLS`` cells.  Genomics' ``model`` at 1,000x has 70 pairs of 110,000 cells:
@@ -226,13 +226,16 @@ def _wide_rows(n: int, cells: int) -> np.ndarray | None:
     spread evenly, of about ``SAMPLE_CELLS`` cells (at least ``WIDE_SAMPLE_PAIRS`` and a
     quarter of the pairs, and at most half of them: the prediction extrapolates from it
     and from its half), grown once, as any sample, when it fills only a few LMDB pages
-    (``_encode``).  Not for R-tree strategies (``_encode``): at 10,000x, with samples of 4
+    (``_encode``); a ``rough`` price (``Profiler.rough``) takes no quarter of the pairs
+    (at 10,000x a quarter of ``model``'s pairs is 19 million cells, and its rough R-tree
+    prices took 1-4 s each).  Not for R-tree strategies (``_encode``): at 10,000x, with samples of 4
     of ``model``'s 70 pairs, the plan stored its FullMany backward, priced BQ0 at 1.1 s
     and took 2.8 s (1.8x the defaults'); an R-tree's reads need not scale from a few
     of its pairs."""
     if n > SAMPLE_PAIRS or cells <= SAMPLE_CELLS:
         return None
-    k = max(WIDE_SAMPLE_PAIRS, -(-n // 4), int(n * SAMPLE_CELLS // cells))
+    least = WIDE_SAMPLE_PAIRS if rough else max(WIDE_SAMPLE_PAIRS, -(-n // 4))
+    k = max(least, int(n * SAMPLE_CELLS // cells))
     return None if 2 * k > n else _spread(n, k)
 
 
@@ -750,7 +753,7 @@ class Profiler:
         ``"rough"`` and its sample is left unread."""
         n, size = pairs.n, self.sample_pairs
         rows = None if s.many and not rough else _wide_rows(
-            n, pairs.n_cells() if cells is None else cells)
+            n, pairs.n_cells() if cells is None else cells, rough)
         wide = rows is not None
         if rows is not None:                   # few, wide pairs: a few of them
             sample = take_pairs(pairs, rows)
