@@ -291,18 +291,14 @@ class Profiler:
         #: others wait in ``unread`` (``sampleread.Unread``) until a solve chooses them
         self.defer_reads = defer_reads
         self.unread: dict[tuple[str, str], dict] = {}
-        #: price an operator's strategies other than its defaults roughly once the run has
-        #: ended, when their pairs are kept for the run made from it (``_keep``): from one
+        #: price an operator's strategies other than its defaults roughly while the run
+        #: goes on, when their pairs are kept for the run made from it (``_keep``): from one
         #: sample, not grown to fill pages nor encoded whole when small in bytes, and for an
         #: R-tree from a few wide pairs as the others.  A plan stores only a few of them;
         #: those a solve chooses are priced again as any profile prices (``_encode``) on the
         #: pairs kept, and read (``sampleread.Unread``), before the plan is chosen on them.
         #: Pricing every candidate in full was most of a budget run's CPU time (genomics
-        #: 1,000x: 4.5 of the 6.8 s its encodes took were strategies no plan chose).  Beside
-        #: the run, where it costs the run nothing, a job is priced in full and read: a
-        #: solve that saw only rough prices of an operator's others chose differently (at
-        #: 10,000x ``extract``'s forward payload index, which took the made run 8 s longer
-        #: to write than the forward FullOne index chosen on full prices)
+        #: 1,000x: 4.5 of the 6.8 s its encodes took were strategies no plan chose)
         self.rough = rough and keep_pairs and defer_reads
         self.all_ops = all_ops
         self.sample_pairs = sample_pairs
@@ -424,7 +420,7 @@ class Profiler:
             for s in candidates(m):             # a job each: children share them out
                 job = _Job(name, op, m, pairs, s, out_shape, in_shapes, rec)
                 job.rough = self.rough and kept and s not in own and _sampled(job, self.sample_pairs)
-                job.read = not self.defer_reads or s in own
+                job.read = not job.rough and (not self.defer_reads or s in own)
                 if not self._beside(job):
                     self._merge(job, self._price(job))
         return rec
@@ -464,19 +460,11 @@ class Profiler:
         self.pairs[(name, m.value)] = pairs
 
     def _price(self, job: "_Job") -> dict:
-        """The job's strategy priced on samples of its pairs: roughly when it may be
-        (``job.rough``) and the run has ended; beside the run, where pricing costs the run
-        nothing, in full and read as any other."""
+        """The job's strategy priced on samples of its pairs."""
         s = job.strategy
-        rough = job.rough and self._run_ended()
         return {str(s): self._encode(job.name, job.op, s, job.pairs, job.out_shape,
-                                     job.in_shapes, read=self._read_now(job) and not rough,
-                                     cells=_job_cells(job), rough=rough)}
-
-    def _run_ended(self) -> bool:
-        """Whether the run has ended, here or, in a child, as its parent said
-        (``RUN_ENDED``)."""
-        return self._ended or (self.beside_dir / RUN_ENDED).exists()
+                                     job.in_shapes, read=self._read_now(job),
+                                     cells=_job_cells(job), rough=job.rough)}
 
     def _read_now(self, job: "_Job") -> bool:
         """Whether to read ``job``'s sample as it is written: always for a job that says so
@@ -484,8 +472,13 @@ class Profiler:
         Reads beside the run cost the run nothing (at genomics 1x the whole pricing fits
         beside it, and deferring its reads made the budget run no faster); a read once the
         run has ended is waited for, and a plan reads only the samples it chooses.  A
-        child learns that the run has ended from a file its parent makes (``RUN_ENDED``)."""
-        return job.read or not self._run_ended()
+        child learns that the run has ended from a file its parent makes (``RUN_ENDED``).
+        Never a rough price's sample: the plan reads the one it prices again."""
+        if job.rough:
+            return False
+        if job.read:
+            return True
+        return not self._ended and not (self.beside_dir / RUN_ENDED).exists()
 
     def _merge(self, job: "_Job", priced: dict) -> None:
         rec, m = job.rec, job.mode

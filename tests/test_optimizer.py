@@ -708,7 +708,7 @@ def test_a_budget_run_prices_roughly_only_what_its_plan_does_not_choose(tmp_path
 
     from subzero.optimizer import plan as planmod
     from subzero.optimizer.profile import Profiler
-    monkeypatch.setattr(Profiler, "_run_ended", lambda self: True)   # priced after the run
+    monkeypatch.setattr(Profiler, "_read_now", lambda self, job: job.read and not job.rough)
     init = Profiler.__init__          # samples of 256 pairs: genomics 1x's are not all whole
     monkeypatch.setattr(Profiler, "__init__",
                         lambda self, scratch, **kw: init(self, scratch, **{**kw, "sample_pairs": 256}))

@@ -121,12 +121,13 @@ def test_a_failed_child_is_priced_again_by_the_run(tmp_path, monkeypatch, in_pro
     assert got == in_process
 
 
-def _job(tmp_path, shape=(20, 30)) -> _Job:
+def _job(tmp_path) -> _Job:
     from subzero.capture.runner import run_operator
     from subzero.model.modes import Mode
     from subzero.model.strategy import Direction, Strategy
     from tests.test_profile_cost import Cellwise
     op = Cellwise()
+    shape = (20, 30)
     _out, full, _pay, _ctx = run_operator("op", op, [np.zeros(shape)],
                                           (Strategy(Mode.FULL, "fullone", Direction.BACKWARD),))
     rec = {"modes": {"full": {}}, "strategies": {}}
@@ -462,29 +463,5 @@ def test_a_sample_is_read_as_it_is_written_only_while_the_run_goes_on(tmp_path):
         prof.finish()                                          # the run's process
         assert prof._read_now(default) and not prof._read_now(other)
         assert (prof.beside_dir / profmod.RUN_ENDED).exists()
-    finally:
-        prof.close()
-
-
-def test_a_rough_price_is_made_only_once_the_run_has_ended(tmp_path):
-    """``Profiler.rough``: beside the run, where pricing costs the run nothing, a job that
-    may be priced roughly is priced in full and its sample read, as any other; once the
-    run has ended (in a child: the file the run makes then), it is priced from one
-    sample and left for a plan that chooses it to price again."""
-    prof = Profiler(tmp_path / "scratch", beside=True, defer_reads=True, keep_pairs=True,
-                    rough=True, sample_pairs=1024)
-    try:
-        job = _job(tmp_path, (50, 100))      # 5,000 pairs: more than a sample
-        job.read, job.rough = False, True
-        s = str(job.strategy)
-        during = prof._price(job)[s]
-        assert "rough" not in during and during["sample"]["reads"] and "unread" not in during
-        prof.beside_dir.mkdir(parents=True)
-        (prof.beside_dir / profmod.RUN_ENDED).touch()          # what a child sees
-        after = prof._price(job)[s]
-        assert after["rough"] and after["sample"] is None and "unread" in after
-        assert after["sample_frac"] < during.get("sample_frac", 1.0)
-        job.rough = False                                      # an operator's default, say
-        assert "rough" not in prof._price(job)[s]
     finally:
         prof.close()
