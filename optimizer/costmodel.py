@@ -365,9 +365,9 @@ class CostModel:
         self._memo.clear()
 
     def repriced(self, op: str, strategy: str, rec: dict) -> None:
-        """A strategy's price as its sample was read (``sampleread.Unread.read``): its timed
-        reads, and for a price the profile made roughly, its bytes, write time and sizes
-        made again on all its pairs."""
+        """A strategy the profile priced roughly, priced again in full on all its pairs and
+        its sample read (``sampleread.Unread.read``): its bytes, write time, sizes and
+        timed reads from ``rec``, the new price."""
         si = self.stats.ops[op].strategies[strategy]
         si.bytes, si.write_s = float(rec["bytes"]), float(rec["write_s"])
         si.spaces, si.sample_frac = rec["spaces"], float(rec.get("sample_frac", 1.0))

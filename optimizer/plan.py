@@ -376,9 +376,12 @@ def _optimize(store, wf, cal, stats, got, budgets, pins, name, workload, prog, s
             rec = got["ops"][op]["strategies"][s]
             if "bytes" in fields:           # priced again: the rough price goes whole
                 rec.clear()
-            rec.update(fields)
+                rec.update(fields)
+                model.repriced(op, s, rec)
+            else:
+                rec.update(fields)
+                model.sample_read(op, s, fields["sample"])
             rec.pop("unread", None)
-            model.repriced(op, s, rec)
             read += 1
     if read:                    # the profile keeps what was read (a later plan uses it)
         store.catalog.add_profile(got["run_id"], wf.name, wf.params, got["base_s"], got["ops"])

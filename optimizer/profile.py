@@ -420,7 +420,7 @@ class Profiler:
             for s in candidates(m):             # a job each: children share them out
                 job = _Job(name, op, m, pairs, s, out_shape, in_shapes, rec)
                 job.rough = self.rough and kept and s not in own and _sampled(job, self.sample_pairs)
-                job.read = not job.rough and (not self.defer_reads or s in own)
+                job.read = not self.defer_reads or s in own     # a rough job: see _read_now
                 if not self._beside(job):
                     self._merge(job, self._price(job))
         return rec

@@ -662,38 +662,44 @@ def _unread(profile: dict) -> set[tuple[str, str]]:
             for s, v in rec["strategies"].items() if v.get("unread")}
 
 
+def _budget_plan(path: Path, calibration, monkeypatch):
+    """The plan ``optimize`` makes as a budget run does (``profile_pairs`` given), in a
+    fresh store at ``path``, and its profile; no temporary file of it is left behind."""
+    import tempfile
+    scratch = path.with_name(path.name + "-tmp")
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    st = _store(path, calibration)
+    try:
+        plan = optimize(st, WF, max_disk="100MB", workload=WORKLOAD, profile_pairs={}, save=False)
+        prof = st.catalog.latest_profile(plan.workflow, plan.params)
+    finally:
+        st.close()
+    assert list(scratch.iterdir()) == []
+    return plan, prof
+
+
 def test_a_budget_run_reads_only_the_samples_of_what_its_plan_chooses(tmp_path, calibration,
                                                                        monkeypatch):
     """A budget run's profile (``profile_pairs`` given) reads each operator's defaults'
     samples as it writes them and the others' only once a solve chooses them: every
     strategy of the plan is priced from its own sample's reads, the profile keeps
     them, others stay unread, and no sample is left on disk."""
-    import tempfile
-
     from subzero.model.strategy import default_for
     from subzero.model.workflow import load_workflow
     from subzero.optimizer.profile import Profiler
     # as if every sample were priced after the run ended (genomics 1x's fit beside it)
     monkeypatch.setattr(Profiler, "_read_now", lambda self, job: job.read)
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    st = _store(tmp_path / "s", calibration)
-    try:
-        plan = optimize(st, WF, max_disk="100MB", workload=WORKLOAD, profile_pairs={}, save=False)
-        prof = st.catalog.latest_profile(plan.workflow, plan.params)
-        chosen, unread = _stored(plan), _unread(prof)
-        assert chosen and unread and not chosen & unread
-        for op, s in chosen:
-            assert prof["ops"][op]["strategies"][s]["sample"]["reads"], (op, s)
-        wf = load_workflow(WF, plan.params)
-        for op in UDFS:
-            for d in default_for(wf.steps[op].operator):
-                if d.stored:
-                    assert prof["ops"][op]["strategies"][str(d)]["sample"]["reads"], (op, d)
-        assert list(scratch.iterdir()) == []
-    finally:
-        st.close()
+    plan, prof = _budget_plan(tmp_path / "s", calibration, monkeypatch)
+    chosen, unread = _stored(plan), _unread(prof)
+    assert chosen and unread and not chosen & unread
+    for op, s in chosen:
+        assert prof["ops"][op]["strategies"][s]["sample"]["reads"], (op, s)
+    wf = load_workflow(WF, plan.params)
+    for op in UDFS:
+        for d in default_for(wf.steps[op].operator):
+            if d.stored:
+                assert prof["ops"][op]["strategies"][str(d)]["sample"]["reads"], (op, d)
 
 
 def test_a_budget_run_prices_roughly_only_what_its_plan_does_not_choose(tmp_path, calibration,
@@ -704,8 +710,6 @@ def test_a_budget_run_prices_roughly_only_what_its_plan_does_not_choose(tmp_path
     prices everything in full gives it (bytes, sizes, share of the pairs) and its own
     sample's reads; only strategies it did not choose keep a rough price, and nothing
     is left on disk."""
-    import tempfile
-
     from subzero.optimizer import plan as planmod
     from subzero.optimizer.profile import Profiler
     monkeypatch.setattr(Profiler, "_read_now", lambda self, job: job.read and not job.rough)
@@ -720,26 +724,12 @@ def test_a_budget_run_prices_roughly_only_what_its_plan_does_not_choose(tmp_path
             f.write(f"{name} {pending['strategy']}\n")
         return again(folder, name, pending)
     monkeypatch.setattr(profmod, "_price_again", price_again)
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    st = _store(tmp_path / "s", calibration)
-    try:
-        plan = optimize(st, WF, max_disk="100MB", workload=WORKLOAD, profile_pairs={}, save=False)
-        prof = st.catalog.latest_profile(plan.workflow, plan.params)
-        assert list(scratch.iterdir()) == []
-    finally:
-        st.close()
+    plan, prof = _budget_plan(tmp_path / "s", calibration, monkeypatch)
     repriced = {tuple(line.split()) for line in log.read_text().splitlines()}
     assert repriced and not any(prof["ops"][op]["strategies"][s].get("rough") for op, s in repriced)
     whole = planmod.profile_workflow
     monkeypatch.setattr(planmod, "profile_workflow", lambda *a, **k: whole(*a, **{**k, "rough": False}))
-    st = _store(tmp_path / "s2", calibration)
-    try:
-        plan2 = optimize(st, WF, max_disk="100MB", workload=WORKLOAD, profile_pairs={}, save=False)
-        full = st.catalog.latest_profile(plan2.workflow, plan2.params)
-    finally:
-        st.close()
+    _plan2, full = _budget_plan(tmp_path / "s2", calibration, monkeypatch)
     rough = {(op, s) for op, rec in prof["ops"].items()
              for s, v in rec["strategies"].items() if v.get("rough")}
     assert rough and not any(v.get("rough") for rec in full["ops"].values()
