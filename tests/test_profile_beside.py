@@ -121,13 +121,12 @@ def test_a_failed_child_is_priced_again_by_the_run(tmp_path, monkeypatch, in_pro
     assert got == in_process
 
 
-def _job(tmp_path) -> _Job:
+def _job(tmp_path, shape=(20, 30)) -> _Job:
     from subzero.capture.runner import run_operator
     from subzero.model.modes import Mode
     from subzero.model.strategy import Direction, Strategy
     from tests.test_profile_cost import Cellwise
     op = Cellwise()
-    shape = (20, 30)
     _out, full, _pay, _ctx = run_operator("op", op, [np.zeros(shape)],
                                           (Strategy(Mode.FULL, "fullone", Direction.BACKWARD),))
     rec = {"modes": {"full": {}}, "strategies": {}}
@@ -465,3 +464,35 @@ def test_a_sample_is_read_as_it_is_written_only_while_the_run_goes_on(tmp_path):
         assert (prof.beside_dir / profmod.RUN_ENDED).exists()
     finally:
         prof.close()
+
+
+@needs_two_cores
+def test_a_rough_price_whose_pricing_child_dies_is_priced_in_the_run_s_process(tmp_path):
+    """A plan's rough strategies are priced again half in a forked child
+    (``Unread.read_all``); a child that dies leaves its share to the run's process,
+    which prices them in full as the child would have: nothing is left rough or lost."""
+    from subzero.optimizer.profile import _price_again
+    parent = os.getpid()
+
+    def price(folder, name, pending):
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _price_again(folder, name, pending)
+    jobs = {name: _job(tmp_path, (50, 100)) for name in ("a", "b")}
+    pending = {(name, str(j.strategy)): {"op": j.op, "strategy": j.strategy, "pairs": j.pairs,
+                                         "out_shape": j.out_shape, "in_shapes": j.in_shapes,
+                                         "cells": None, "sample_pairs": 1024}
+               for name, j in jobs.items()}
+    want = {k: _price_again(tmp_path / f"want-{k[0]}", k[0], dict(p)) for k, p in pending.items()}
+    folder = tmp_path / "unread"
+    folder.mkdir()
+    unread = Unread(folder, dict(pending), workers=2, price=price)
+    try:
+        got = unread.read_all(sorted(pending))
+        assert not unread.pending and set(got) == set(pending)
+        for k, fields in got.items():
+            assert fields["sample"]["reads"] and "rough" not in fields
+            assert (fields["bytes"], fields["spaces"]) == (want[k]["bytes"], want[k]["spaces"])
+    finally:
+        unread.close()
+    assert not folder.exists()
