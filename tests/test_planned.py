@@ -116,6 +116,38 @@ def test_made_from_profiling_run_is_the_full_run(profiled, name, side, monkeypat
         assert {o["name"]: o["run_s"] for o in made.ops()}["model"] == took > 0
 
 
+
+@pytest.mark.parametrize("side", [True, False], ids=["profiler-pairs", "run-again"])
+def test_made_run_reads_back_only_what_an_operator_that_runs_reads(profiled, side, monkeypatch):
+    """The arrays a made run takes from its profiling run are read back only for an
+    operator that runs again (for Pay pairs the profiler did not give, all three of
+    this plan's): with the profiler's pairs none runs, and none is read."""
+    from subzero.engines.incremental import IncrementalEngine
+    st, got = profiled
+    plan = {"name": "pay", "workflow": "genomics", "strategies": PLANS["pay"]}
+    parent = st.get(got["run_id"])
+    runs = _count_model_runs(parent, monkeypatch)
+    read: list[str] = []
+    real = IncrementalEngine._value
+
+    def value(self, name):
+        read.append(name)
+        return real(self, name)
+
+    monkeypatch.setattr(IncrementalEngine, "_value", value)
+    opts = RunOptions.of(params={"replicate": 3}, plan=plan, progress=False)
+    run_id, _ = planned.make_from(st.catalog, st.runs_dir, parent, opts,
+                                  got["pairs"] if side else {}, got["sums"] if side else None)
+    assert runs["model"] == (0 if side else 1)
+    if side:
+        assert read == []
+    else:      # the operators that run again read their inputs and compare their outputs
+        ran = {"extract", "model", "predict"}
+        steps = parent.workflow.steps
+        assert read and set(read) <= ran | {a for op in ran for a in steps[op].inputs}
+    full = st.run(WF, params={"replicate": 3}, plan=plan, progress=False)
+    same(st.get(run_id), full)
+
 STORED = [f"{m}:{e}:{d}" for m, encs in (("full", ("fullone", "fullmany")),
                                           ("pay", ("payone", "paymany")))
           for e in encs for d in ("backward", "forward")]

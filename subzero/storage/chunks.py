@@ -536,11 +536,14 @@ def share_chunks(src_root: Path, src: ArrayNode, dst_root: Path, dst: ArrayNode,
         raise CorruptArray(f"{label}: its chunks cannot be shared (another layout)")
     grid = src.grid()
     linked = 0
+    made: set[Path] = set()     # folders made (a mkdir per chunk was a third of a made run's time)
     for idx in src.touched(region):
         k = src.chunk_index(idx, grid)
         want = src.trailers[TRAILER * k:TRAILER * (k + 1)] if src.trailers is not None else None
         f, g = src.chunk_file(src_root, idx), dst.chunk_file(dst_root, idx)
-        g.parent.mkdir(parents=True, exist_ok=True)
+        if g.parent not in made:
+            g.parent.mkdir(parents=True, exist_ok=True)
+            made.add(g.parent)
         try:
             os.link(f, g, follow_symlinks=False)
             linked += 1
