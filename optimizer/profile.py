@@ -46,6 +46,7 @@ from subzero.capture.buffer import Pairs, empty_pairs
 from subzero.capture.runner import run_operator, shape_of
 from subzero.engines.lineage import space_stats, store_lineage
 from subzero.engines.stats import OpStats
+from subzero.forked import cores, cpu_ticks, fork_child
 from subzero.model.cells import csr_take, lengths_to_offsets, unique
 from subzero.model.modes import Mode
 from subzero.model.operator import Operator, lineage_reproducible, map_p_vectorized, reruns
@@ -73,7 +74,6 @@ from subzero.tuning import (
     WIDE_SAMPLE_PAIRS,
 )
 
-from .forked import fork_child
 from .sampleread import Unread, index_keys, time_reads
 
 LWRITE_MODES = (Mode.FULL, Mode.PAY, Mode.COMP)
@@ -139,14 +139,6 @@ class _Job:
     rough: bool = False
 
 
-def _cores() -> int:
-    """The processors this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def _available() -> int | None:
     """Bytes of memory this machine has available now, or None where /proc cannot say."""
     try:
@@ -164,17 +156,6 @@ def _room_for(jobs: list[_Job]) -> bool:
     need = PROFILE_BESIDE_MEMORY * sum(_job_bytes(job) for job in jobs)
     avail = _available()
     return avail is not None and need < avail
-
-
-def _cpu_ticks(pid: int) -> tuple[int, bool] | None:
-    """(CPU clock ticks used, waiting on the disk) of process ``pid``, or None where
-    /proc cannot say."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return int(fields[11]) + int(fields[12]), fields[0] == b"D"
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _pairs_bytes(p: Pairs) -> int:
@@ -267,7 +248,7 @@ class Profiler:
         self.scratch = LineageStore(scratch)
         self.beside_dir = Path(scratch).with_name(Path(scratch).name + "-beside")
         #: price strategies in a child process beside the run (``_beside``)
-        self.cores = _cores()
+        self.cores = cores()
         self.beside = beside and hasattr(os, "fork") and self.cores >= 2
         self._queue: list[_Job] = []
         #: children pricing: (pid, result folder, the jobs it was given)
@@ -579,7 +560,7 @@ class Profiler:
         """Whether child ``pid`` has used no CPU time for ``BESIDE_STALL_S`` while not
         waiting on the disk: stuck on a lock it inherited (see ``CHILD_IMPORTS``), which
         would otherwise hold the run's end forever.  Never, where /proc cannot say."""
-        seen = _cpu_ticks(pid)
+        seen = cpu_ticks(pid)
         if seen is None:
             return False
         ticks, on_disk = seen

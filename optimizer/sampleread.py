@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from subzero.capture.context import Context
+from subzero.forked import fork_child
 from subzero.heap import release
 from subzero.model.cells import unique
 from subzero.model.cellset import CellSet
@@ -43,7 +44,6 @@ from subzero.tuning import (
     SLOW_OBSERVATION_S,
 )
 
-from .forked import fork_child
 from .stats import median
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import subzero
+from subzero.forked import cores
 from subzero.model.strategy import parse_one
 from subzero.optimizer import profile as profmod
 from subzero.optimizer.profile import Profiler, _Job, _sample_rows, profile_workflow
@@ -21,7 +22,7 @@ from subzero.storage.encodings import REC_PAIRS
 
 GENOMICS = str(Path(__file__).resolve().parents[1] / "workflows" / "genomics.py")
 
-needs_two_cores = pytest.mark.skipif(profmod._cores() < 2 or not hasattr(os, "fork"),
+needs_two_cores = pytest.mark.skipif(cores() < 2 or not hasattr(os, "fork"),
                                      reason="pricing beside the run needs two cores and fork")
 
 

@@ -8,7 +8,7 @@ engines, and every instance of an instance-parallel run, follow one loop.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -19,6 +19,7 @@ from subzero.model.workflow import Step, Workflow
 
 if TYPE_CHECKING:
     from subzero.storage.arrays import ArrayStore
+    from subzero.storage.lineage import Prepared
 
 
 @dataclass
@@ -53,6 +54,9 @@ class StepResult:
     #: keeps its parent's lineage of an operator no change reaches: ``Parent.copies``);
     #: the other strategies are encoded from ``full`` and ``pay``
     copies: dict[str, Any] | None = None
+    #: strategy -> its lineage encoded ahead in another process, or None: the run's
+    #: own pairs (``full`` / ``pay``) are encoded where that gives none (``Parent.ahead``)
+    ahead: Callable[[Strategy], Prepared | None] | None = None
 
 
 class Engine(Protocol):

@@ -271,7 +271,7 @@ def _finish_step(name: str, wf: Workflow, res: StepResult, strat: tuple[Strategy
                                st, budget=budget)
         else:
             store_lineage(name, op, strat, res.full, res.pay, res.out_shape, res.in_shapes,
-                          lineage, st, budget=budget, copies=res.copies)
+                          lineage, st, budget=budget, copies=res.copies, ahead=res.ahead)
     st.lineage_s = time.perf_counter() - t0
     if profiler is not None:
         if res.inputs is None:

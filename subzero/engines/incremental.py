@@ -59,6 +59,7 @@ from subzero.model.strategy import Strategy, modes_needed
 from subzero.model.workflow import Step, Workflow
 from subzero.storage import rounds
 from subzero.storage.arrays import ArrayStore
+from subzero.storage.lineage import Prepared
 
 
 def _slices(box: Box) -> tuple[slice, ...]:
@@ -220,7 +221,13 @@ class IncrementalEngine(LocalEngine):
                           full, pay, 0.0, 0.0, tiles=0, statistic=self.parent.statistics.get(name),
                           rounds=self._keep_rounds(name, op, kept or []),
                           pairs=_captured(strategies, full, pay, copies) if copies else None,
-                          copies=copies or None)
+                          copies=copies or None, ahead=self._ahead(name))
+
+    def _ahead(self, name: str) -> Callable[[Strategy], Prepared | None] | None:
+        """Operator ``name``'s strategies encoded ahead from the parent's pairs
+        (``Parent.ahead``), for the lineage of an operator kept whole."""
+        ahead = self.parent.ahead
+        return None if ahead is None else (lambda s: ahead(name, s))
 
     # -- a tile-parallel operator: the tiles a change reaches ------------------------------
     def _run_some(self, name: str, step: Step, strategies: tuple[Strategy, ...], capture: bool,

@@ -20,19 +20,29 @@ from subzero.model.reach import check, declared
 from subzero.model.strategy import BLACKBOX, MAP, Direction, Encoding, Strategy, reexecuted
 from subzero.storage.budget import DiskBudget
 from subzero.storage.encodings import KEY_BITS, MapPPairs
-from subzero.storage.lineage import LineageStore, ShardWrite, StoredCopy, commit_shard_files, write_shard
+from subzero.storage.lineage import (
+    LineageStore,
+    Prepared,
+    ShardWrite,
+    StoredCopy,
+    commit_shard_files,
+    write_shard,
+)
 from subzero.storage.space import full_disk_named
 
 
 def store_lineage(name: str, op: Operator, strategies: tuple[Strategy, ...], full: Pairs | None,
                   pay: Pairs | None, out_shape: tuple[int, ...], in_shapes: list[tuple[int, ...]],
                   lineage: LineageStore, stats: OpStats, budget: DiskBudget | None = None,
-                  copies: Mapping[str, StoredCopy] | None = None) -> None:
+                  copies: Mapping[str, StoredCopy] | None = None,
+                  ahead: Callable[[Strategy], Prepared | None] | None = None) -> None:
     """Encode and write every stored strategy of one operator; with a ``budget``, a
     strategy that would overflow it is not kept (see :class:`DiskBudget`).  ``copies``:
     strategies stored as copies of another run's lineage of the operator (a re-run's
     parent's), not encoded from ``full`` / ``pay``; their statistics are the other run's
-    record's, write seconds included (what storing them costs, for the cost model)."""
+    record's, write seconds included (what storing them costs, for the cost model).
+    ``ahead(s)``: ``s`` of these pairs encoded already in another process, or None
+    (:mod:`subzero.runs.ahead`); its write seconds count that encoding's."""
     counted, expanded = _map_p_counting(name, op, in_shapes, out_shape)
     copies = copies or {}
     encoded = tuple(s for s in strategies if str(s) not in copies)
@@ -50,9 +60,10 @@ def store_lineage(name: str, op: Operator, strategies: tuple[Strategy, ...], ful
         if pairs is None:
             pairs = empty_pairs(len(in_shapes), s.payload)
         expanded.clear()
+        prepared = ahead(s) if ahead is not None else None
         with full_disk_named(lineage.path, f"the lineage of operator {name!r} ({s})"):
             w = lineage.write(name, s, pairs, out_shape, in_shapes, counted,
-                              reach if s.payload else None)
+                              reach if s.payload else None, prepared)
         return {"strategy": str(s), "bytes": w.bytes, "write_s": w.seconds, "pairs": w.pairs,
                 "spaces": space_stats(s, pairs, out_shape, in_shapes, expanded)}
 

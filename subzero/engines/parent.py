@@ -28,7 +28,7 @@ from subzero.model.cells import csr_rows, csr_take, lengths_to_offsets
 from subzero.model.modes import Mode
 from subzero.model.strategy import Direction, Strategy, modes_needed
 from subzero.storage.arrays import ArrayStore
-from subzero.storage.lineage import LineageStore, StoredCopy
+from subzero.storage.lineage import LineageStore, Prepared, StoredCopy
 from subzero.storage.reader import StrategyReader
 from subzero.storage.shards import ShardedReader
 
@@ -63,6 +63,9 @@ class Parent:
     #: operator -> strategy -> what the parent's verified record says of its stored
     #: lineage (pairs, space sizes, write seconds): the strategies it can be copied from
     stored: Mapping[str, Mapping[str, Mapping[str, Any]]] = dataclasses.field(default_factory=dict)
+    #: (operator, strategy) -> that strategy of ``side``'s pairs encoded already, in
+    #: another process, or None (the run encodes it): :mod:`subzero.runs.ahead`
+    ahead: Callable[[str, Strategy], Prepared | None] | None = None
 
     @property
     def dir(self) -> Path:

@@ -34,7 +34,9 @@ from subzero.engines.choice import Choice
 from subzero.engines.incremental import IncrementalEngine
 from subzero.engines.stats import RunStats
 from subzero.errors import StoreError, UntrustedRun, UsageError
+from subzero.forked import cores
 from subzero.model.workflow import Workflow
+from subzero.runs.ahead import EncodedAhead
 from subzero.runs.journal import Journal
 from subzero.runs.keep import check_policy
 from subzero.runs.launch import execute, plan_strategies, resolve_strategies
@@ -87,7 +89,10 @@ def make_from(catalog: Catalog, runs_dir: Path, parent: Run, opts: RunOptions,
     handle = pp.open(wf)          # the arrays the parent did not keep: made again, checked
     handle.side = dict(pairs or {})
     handle.arrays.vouch_sums(sums or {})
+    ahead = None
     try:
+        # half the lineage to encode from the profiler's pairs, encoded in a child meanwhile
+        ahead = handle.ahead = EncodedAhead.start(handle, wf, strat, cores())
         choice = Choice("local", asked=True, fallback=False,
                         reason="a run made from its profiling run runs in this process")
         described = dict(pp.described)
@@ -108,6 +113,8 @@ def make_from(catalog: Catalog, runs_dir: Path, parent: Run, opts: RunOptions,
             execute(tx, wf, values, strat, budget, choice, None, opts, journal, arrays=arrays,
                     engine=engine, annotate=annotate, keep_every=False)
     finally:
+        if ahead is not None:
+            ahead.close()
         if handle.lineage is not None:
             handle.lineage.close()
     return tx.run_id, wf

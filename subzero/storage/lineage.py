@@ -42,7 +42,7 @@ from subzero.capture.buffer import Pairs
 from subzero.errors import ChecksumMismatch, CorruptLineage, NewerLineageFormat
 from subzero.model.cells import unpack
 from subzero.model.modes import Mode
-from subzero.model.strategy import Strategy
+from subzero.model.strategy import Encoding, Strategy
 from subzero.storage import metadata
 from subzero.storage.codec import pack_arrays
 from subzero.storage.encodings import (
@@ -223,9 +223,12 @@ class LineageStore:
     # -- writing ----------------------------------------------------------------------
     def write(self, op: str, strategy: Strategy, pairs: Pairs, out_shape: Sequence[int],
               in_shapes: Sequence[Sequence[int]], map_p_pairs: MapPPairs | None = None,
-              reach: Sequence[int | None] | None = None) -> WriteStats:
+              reach: Sequence[int | None] | None = None,
+              prepared: Prepared | None = None) -> WriteStats:
         """Encode and store ``pairs`` under (op, strategy); appends if already present.
         ``reach``: the payload reach the pairs were checked against, if they were.
+        ``prepared``: the pairs encoded ahead (:func:`prepare_strategy`); the seconds
+        returned then count that encoding's as well.
 
         Raises :class:`NewerLineageFormat` (a one-line StoreError) rather than append
         to lineage a newer SubZero wrote."""
@@ -233,10 +236,12 @@ class LineageStore:
         name = self.db_name(op, strategy)
         db = self.database(name, create=True)
         with self.env.begin(write=True, db=db) as txn:
-            encode_strategy(txn, name, strategy, pairs, out_shape, in_shapes, map_p_pairs,
-                            lambda space: self.rtree_path(op, strategy, space),
-                            f"stored lineage of {op!r} ({strategy})", self.run_uid, reach)
-        return WriteStats(self.bytes_of(op, strategy), time.perf_counter() - t0, pairs.n)
+            spaces = encode_strategy(txn, name, strategy, pairs, out_shape, in_shapes,
+                                     map_p_pairs, lambda space: self.rtree_path(op, strategy, space),
+                                     f"stored lineage of {op!r} ({strategy})", self.run_uid,
+                                     reach, prepared)
+        ahead = prepared.seconds if prepared is not None and not spaces else 0.0   # used
+        return WriteStats(self.bytes_of(op, strategy), time.perf_counter() - t0 + ahead, pairs.n)
 
     def stored_copy(self, op: str, strategy: Strategy) -> StoredCopy | None:
         """What (op, strategy) holds, read whole with every value checked, for another run
@@ -407,11 +412,57 @@ class WriteTxn(Protocol):
     def cursor(self) -> WriteCursor: ...
 
 
+@dataclass
+class PreparedSpace:
+    """One space of a strategy encoded ahead of its write (:func:`prepare_strategy`): its
+    sizes and shapes, the fields its record blocks hold, and the blocks themselves
+    (record and key index, unsealed), as :func:`encode_strategy` would make them for
+    a sub-database that holds nothing yet."""
+    name: str
+    n: int
+    key_shape: tuple[int, ...]
+    value_shapes: dict[str, tuple[int, ...]]
+    fields: list[str]
+    blocks: dict[int, bytes]
+    kblocks: dict[int, bytes]
+
+
+@dataclass
+class Prepared:
+    """A strategy's lineage encoded ahead of its write, and the seconds that took (what
+    writing it cost, for the run's record and the cost model)."""
+    strategy: Strategy
+    pairs: int
+    spaces: list[PreparedSpace]
+    seconds: float
+
+
+def prepare_strategy(strategy: Strategy, pairs: Pairs, out_shape: Sequence[int],
+                     in_shapes: Sequence[Sequence[int]], map_p_pairs: MapPPairs | None = None
+                     ) -> Prepared | None:
+    """``pairs`` of one strategy encoded for a sub-database that holds nothing yet, to be
+    written by :func:`encode_strategy` (``prepared``) elsewhere or later: the work of a
+    write but its sealing and puts, in plain data another process can hand over.  None
+    for a strategy with more than blocks to write (Many's R-tree files, Comp's
+    covered cells): those are encoded where they are written."""
+    enc = stored_encoding(strategy)
+    if not enc.one or strategy.mode is Mode.COMP:
+        return None
+    t0 = time.perf_counter()
+    out = []
+    for sp in spaces_for(strategy, pairs, out_shape, in_shapes, map_p_pairs):
+        blocks, kblocks = _encode_space(sp, enc, 0, KEY_BITS)
+        out.append(PreparedSpace(sp.name, int(sp.n), tuple(sp.key_shape), dict(sp.value_shapes),
+                                 record_fields(sp, enc), blocks, kblocks))
+    return Prepared(strategy, int(pairs.n), out, time.perf_counter() - t0)
+
+
 def encode_strategy(txn: WriteTxn, name: bytes, strategy: Strategy, pairs: Pairs,
                     out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]],
                     map_p_pairs: MapPPairs | None, rtree_base: Callable[[str], Path],
                     where: str, run_uid: str | None = None,
-                    reach: Sequence[int | None] | None = None) -> list[Space]:
+                    reach: Sequence[int | None] | None = None,
+                    prepared: Prepared | None = None) -> list[Space]:
     """Encode ``pairs`` of one strategy into a sub-database (``txn``: an LMDB write
     transaction opened on it, or anything with ``get``/``put``/``cursor().putmulti``),
     after what it already holds; ``rtree_base(space)`` is the base path of a space's
@@ -419,10 +470,17 @@ def encode_strategy(txn: WriteTxn, name: bytes, strategy: Strategy, pairs: Pairs
     bound to it (format 5), of an unbound run in :data:`metadata.WRITE_FORMAT
     <subzero.storage.metadata.WRITE_FORMAT>`.  ``reach``: the payload reach every pair was
     checked against (:func:`subzero.model.reach.check`), recorded for forward steps; None
-    when they were not checked.  Returns the spaces written (their key cells)."""
+    when they were not checked.  ``prepared``: these pairs encoded already
+    (:func:`prepare_strategy`), written as they are when the sub-database holds nothing
+    yet (else the pairs are encoded here).  Returns the spaces written (their key cells;
+    none of them for prepared ones)."""
     enc = stored_encoding(strategy)
-    spaces = spaces_for(strategy, pairs, out_shape, in_shapes, map_p_pairs)
     raw = txn.get(META)
+    if prepared is not None and not raw and prepared.strategy == strategy \
+            and prepared.pairs == pairs.n:
+        return _write_prepared(txn, name, strategy, prepared, out_shape, in_shapes, run_uid,
+                               reach)
+    spaces = spaces_for(strategy, pairs, out_shape, in_shapes, map_p_pairs)
     if raw:
         meta = StrategyMeta.from_bytes(raw, where, name)
         meta.check_bound(run_uid, where)        # never append to another run's lineage
@@ -465,30 +523,61 @@ def _write_space(txn: WriteTxn, strategy: Strategy, sp: Space, info: SpaceMeta,
         return info
     first = -(-info.pairs // REC_PAIRS) * REC_PAIRS
     enc = stored_encoding(strategy)
-    puts = []
-    blocks = record_blocks(sp, enc, first)
-    for blk, blob in blocks.items():
-        key = record_key(sp.name, blk)
-        puts.append((key, put(key, blob)))
-    kblocks: list[int] = []
-    if enc.one:
-        for blk, blob in key_blocks(sp.key, sp.key_off, first, info.key_bits).items():
-            key = key_index_key(sp.name, blk)
-            old = txn.get(key)
-            if old is not None:
-                blob = merge_key_blocks(put.body(key, old), blob)
-            puts.append((key, put(key, blob)))
-            kblocks.append(blk)
-    puts.sort()
-    with txn.cursor() as cur:
-        cur.putmulti(puts)
-    info = info.appended(first, sp.n, blocks, kblocks if put.checked else ())
+    blocks, kblocks = _encode_space(sp, enc, first, info.key_bits)
+    info = _put_space(txn, sp.name, sp.n, first, blocks, kblocks, info, put)
     if not enc.one:
         files = _write_rtree(rtree_base(sp.name), sp, first,
                              lambda ext: rtree_start(sp.name, ext))
         if put.checked:
             info = info.with_files(files)
     return info
+
+
+def _encode_space(sp: Space, enc: Encoding, first: int, key_bits: int
+                  ) -> tuple[dict[int, bytes], dict[int, bytes]]:
+    """One space's record blocks and (One encodings) key index blocks, its pairs
+    numbered from ``first``: block id -> bytes, unsealed."""
+    blocks = record_blocks(sp, enc, first)
+    kblocks = key_blocks(sp.key, sp.key_off, first, key_bits) if enc.one else {}
+    return blocks, kblocks
+
+
+def _put_space(txn: WriteTxn, space: str, n: int, first: int, blocks: dict[int, bytes],
+               kblocks: dict[int, bytes], info: SpaceMeta, put: _Sealer | _Plain) -> SpaceMeta:
+    """Seal and store one space's blocks (a key block the sub-database holds already
+    merged with the new one); returns its metadata with them appended."""
+    puts = []
+    for blk, blob in blocks.items():
+        key = record_key(space, blk)
+        puts.append((key, put(key, blob)))
+    for blk, blob in kblocks.items():
+        key = key_index_key(space, blk)
+        old = txn.get(key)
+        if old is not None:
+            blob = merge_key_blocks(put.body(key, old), blob)
+        puts.append((key, put(key, blob)))
+    puts.sort()
+    with txn.cursor() as cur:
+        cur.putmulti(puts)
+    return info.appended(first, n, blocks, list(kblocks) if put.checked else ())
+
+
+def _write_prepared(txn: WriteTxn, name: bytes, strategy: Strategy, prepared: Prepared,
+                    out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]],
+                    run_uid: str | None, reach: Sequence[int | None] | None) -> list[Space]:
+    """:func:`encode_strategy` of a sub-database that holds nothing yet, from its blocks
+    encoded ahead: the same metadata, seals and puts."""
+    meta = StrategyMeta.new(strategy, out_shape, in_shapes)
+    meta = meta.in_format(metadata.WRITE_FORMAT) if run_uid is None else meta.bound(run_uid)
+    meta = meta.with_pairs_checked(reach, first=True)
+    put: _Sealer | _Plain = _Sealer(seed_name(name, meta.run), name) if meta.checksummed else _plain
+    for ps in prepared.spaces:
+        info = SpaceMeta.new(ps.name, ps.key_shape, ps.fields, ps.value_shapes, KEY_BITS)
+        if ps.n:
+            info = _put_space(txn, ps.name, ps.n, 0, ps.blocks, ps.kblocks, info, put)
+        meta = meta.with_space(info)
+    txn.put(META, meta.to_bytes(name))
+    return []
 
 
 def _write_rtree(path: Path, sp: Space, first: int, start: Callable[[str], int],

@@ -1,0 +1,159 @@
+"""Lineage a run made from its profiling run stores, encoded ahead in a forked child.
+
+A run made from its profiling run (:mod:`subzero.runs.planned`) computes nothing: it
+links the profiling run's arrays, copies the strategies both runs store, and encodes
+the plan's others from the pairs the profiler kept.  Those encodes were most of its
+time (12 of 18 s at genomics 10,000x), one after another in the run's process while
+the machine's other core was idle.  So a child forked as the run begins encodes the
+last of them the run reaches, about half their cells
+(:func:`~subzero.storage.lineage.prepare_strategy`: everything but the sealing and the
+puts), and leaves each in a file as soon as it is done; the run encodes the first ones
+itself meanwhile, and takes each of the child's when it reaches its operator
+(``Parent.ahead``), to seal and store it in its own transaction.
+
+The child works on the same pairs, cut the same way (``Parent.pairs``), as the run would
+encode: what it hands over is what the run would have made.  A strategy it did not leave
+(it failed, died, or stopped using the CPU for ``BESIDE_STALL_S``, stuck on a lock it
+inherited) is encoded by the run itself: never another answer, at worst the time it took
+before.  Strategies with more to write than blocks (Many's R-tree files, Comp's covered
+cells) and payload strategies keyed forward (their encoding calls the operator's
+``map_p`` and counts what it expands to) are always encoded by the run.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from subzero.engines.parent import Parent
+from subzero.forked import cpu_ticks, fork_child
+from subzero.model.modes import Mode
+from subzero.model.strategy import Direction, Strategy
+from subzero.model.workflow import Workflow
+from subzero.storage.lineage import Prepared, prepare_strategy
+from subzero.storage.metadata import stored_encoding
+from subzero.tuning import BESIDE_POLL_S, BESIDE_STALL_S
+
+
+def _keep_all(cells: np.ndarray) -> np.ndarray:
+    return np.ones(len(cells), bool)
+
+
+def aheadable(s: Strategy) -> bool:
+    """Whether a strategy's encoding can be made ahead and handed over: blocks only."""
+    return bool(s.stored and stored_encoding(s).one and s.mode is not Mode.COMP
+                and not (s.payload and s.direction is Direction.FORWARD))
+
+
+class EncodedAhead:
+    """The child encoding some of a made run's strategies (see the module's docstring):
+    ``jobs``, (operator, strategy text) -> the number of its file in ``folder``;
+    ``pid``, the child's.  Called as ``Parent.ahead``: ``(operator, strategy)`` -> its
+    encoding, or None (the run encodes it)."""
+
+    def __init__(self, folder: Path, jobs: Mapping[tuple[str, str], int], pid: int):
+        self.folder = folder
+        self.jobs = dict(jobs)
+        self.pid: int | None = pid
+        self._seen: tuple[int, float] | None = None
+
+    @classmethod
+    def start(cls, parent: Parent, wf: Workflow, strategies: Mapping[str, Sequence[Strategy]],
+              cores: int) -> EncodedAhead | None:
+        """Fork the child for the strategies of ``strategies`` (the plan's, per operator)
+        that the run will encode from the profiler's pairs (``parent.side``) and not copy
+        from the parent's lineage, when there are two or more and two cores; None else."""
+        todo: list[tuple[str, Strategy, int]] = []
+        for name in wf.steps:
+            for s in strategies.get(name, ()):
+                pairs = parent.side.get((name, s.mode.value))
+                if pairs is None or not aheadable(s) or s in parent.strategies.get(name, ()):
+                    continue
+                todo.append((name, s, max(int(pairs.n_cells()), 1)))
+        if len(todo) < 2 or cores < 2 or not hasattr(os, "fork"):
+            return None
+        total = sum(w for _, _, w in todo)
+        theirs: list[tuple[str, Strategy, int]] = []
+        mine = 0
+        for job in reversed(todo):      # from the last the run reaches: about half the cells
+            if abs(2 * (mine + job[2]) - total) < abs(2 * mine - total):
+                theirs.append(job)
+                mine += job[2]
+        theirs.reverse()
+        folder = Path(tempfile.mkdtemp(prefix="subzero-ahead-"))
+        jobs = {(name, str(s)): k for k, (name, s, _) in enumerate(theirs)}
+        shapes = {name: (tuple(parent.shapes[name]), [tuple(parent.shapes[a])
+                                                      for a in wf.steps[name].inputs])
+                  for name, _, _ in theirs}
+
+        def encode() -> int:            # in the child
+            for k, (name, s, _) in enumerate(theirs):
+                out_shape, in_shapes = shapes[name]
+                full, pay = parent.pairs(name, (s,), len(in_shapes), _keep_all)
+                pairs = pay if s.payload else full
+                done = prepare_strategy(s, pairs, out_shape, in_shapes) if pairs is not None \
+                    else None
+                part = folder / f"{k}.part"
+                part.write_bytes(pickle.dumps(done, protocol=pickle.HIGHEST_PROTOCOL))
+                os.replace(part, folder / f"{k}.pkl")
+            return len(theirs)
+        pid = fork_child(folder / "done.pkl", encode)
+        if pid is None:
+            shutil.rmtree(folder, ignore_errors=True)
+            return None
+        return cls(folder, jobs, pid)
+
+    def __call__(self, op: str, s: Strategy) -> Prepared | None:
+        """The child's encoding of ``s`` of ``op``, waited for; None when it is not the
+        child's or the child left none (the run then encodes it)."""
+        k = self.jobs.pop((op, str(s)), None)
+        if k is None:
+            return None
+        f = self.folder / f"{k}.pkl"
+        while not f.exists() and self._alive():
+            time.sleep(BESIDE_POLL_S)
+        try:
+            got = pickle.loads(f.read_bytes())
+        except Exception:           # none (the child failed or died), or not whole
+            return None
+        finally:
+            f.unlink(missing_ok=True)
+        return got if isinstance(got, Prepared) and got.strategy == s else None
+
+    def _alive(self) -> bool:
+        """Whether the child still runs, and works: one that has used no CPU time for
+        ``BESIDE_STALL_S`` while not waiting on the disk is killed."""
+        if self.pid is None:
+            return False
+        if os.waitpid(self.pid, os.WNOHANG)[0]:
+            self.pid = None
+            return False
+        seen, now = cpu_ticks(self.pid), time.monotonic()
+        if seen is None:
+            return True
+        ticks, on_disk = seen
+        if self._seen is None or ticks != self._seen[0] or on_disk:
+            self._seen = (ticks, now)
+        elif now - self._seen[1] >= BESIDE_STALL_S:
+            self.close()
+            return False
+        return True
+
+    def close(self) -> None:
+        """Stop the child if it still runs and remove its folder."""
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            self.pid = None
+        shutil.rmtree(self.folder, ignore_errors=True)
