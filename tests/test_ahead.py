@@ -112,6 +112,9 @@ def test_a_made_run_takes_the_childs_encodings_and_is_the_full_run(profiled, mon
     st, got = profiled
     before = _leftovers()
     run_id, taken = _made(st, got, monkeypatch)
+    assert taken == []                     # too few cells to be worth a child
+    monkeypatch.setattr(ahead, "AHEAD_MIN_CELLS", 0)
+    run_id, taken = _made(st, got, monkeypatch)
     assert any(taken)                      # the child's half, handed over
     monkeypatch.undo()
     same(st.get(run_id), st.run(WF, params={"replicate": 3}, plan=PLAN, progress=False))
@@ -132,6 +135,7 @@ def _stall(*a, **k):
 def test_a_child_that_fails_leaves_the_run_encoding_its_lineage_itself(profiled, monkeypatch, fault):
     st, got = profiled
     before = _leftovers()
+    monkeypatch.setattr(ahead, "AHEAD_MIN_CELLS", 0)
     real = ahead.prepare_strategy
     if fault == "dies":
         monkeypatch.setattr(ahead, "prepare_strategy", _kill_self)

@@ -40,7 +40,7 @@ from subzero.model.strategy import Direction, Strategy
 from subzero.model.workflow import Workflow
 from subzero.storage.lineage import Prepared, prepare_strategy
 from subzero.storage.metadata import stored_encoding
-from subzero.tuning import BESIDE_POLL_S, BESIDE_STALL_S
+from subzero.tuning import AHEAD_MIN_CELLS, BESIDE_POLL_S, BESIDE_STALL_S
 
 
 def _keep_all(cells: np.ndarray) -> np.ndarray:
@@ -67,10 +67,11 @@ class EncodedAhead:
 
     @classmethod
     def start(cls, parent: Parent, wf: Workflow, strategies: Mapping[str, Sequence[Strategy]],
-              cores: int) -> EncodedAhead | None:
+              cores: int, min_cells: int | None = None) -> EncodedAhead | None:
         """Fork the child for the strategies of ``strategies`` (the plan's, per operator)
         that the run will encode from the profiler's pairs (``parent.side``) and not copy
-        from the parent's lineage, when there are two or more and two cores; None else."""
+        from the parent's lineage, when there are two or more, holding ``min_cells``
+        (by default ``AHEAD_MIN_CELLS``) cells or more, and two cores; None else."""
         todo: list[tuple[str, Strategy, int]] = []
         for name in wf.steps:
             for s in strategies.get(name, ()):
@@ -78,9 +79,10 @@ class EncodedAhead:
                 if pairs is None or not aheadable(s) or s in parent.strategies.get(name, ()):
                     continue
                 todo.append((name, s, max(int(pairs.n_cells()), 1)))
-        if len(todo) < 2 or cores < 2 or not hasattr(os, "fork"):
-            return None
         total = sum(w for _, _, w in todo)
+        least = AHEAD_MIN_CELLS if min_cells is None else min_cells
+        if len(todo) < 2 or total < least or cores < 2 or not hasattr(os, "fork"):
+            return None
         theirs: list[tuple[str, Strategy, int]] = []
         mine = 0
         for job in reversed(todo):      # from the last the run reaches: about half the cells
