@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from subzero.errors import BudgetError, OptimizerError, SubZeroError, WorkloadError
+from subzero.forked import cores
 from subzero.model.strategy import Strategy, default_for, parse
 from subzero.model.workflow import load_workflow
 
@@ -216,7 +217,8 @@ def _workload(store, model, stats, workload, wf, prog: Progress):
                         f"first (the optimizer learns the workload from the trace log)")
 
 
-def _measure_early(store, cal, wf, workload, run_id: int, prog: Progress, into: dict) -> None:
+def _measure_early(store, cal, wf, workload, run_id: int, prog: Progress, into: dict,
+                   idle: bool = False) -> None:
     """The workload file's queries traced on the profiling run ``run_id`` as soon as its
     last operator has ended, while the profiler's children price the strategies it left
     queued (``profile_workflow``'s ``while_pricing``), into ``into["queries"]`` for
@@ -226,7 +228,9 @@ def _measure_early(store, cal, wf, workload, run_id: int, prog: Progress, into: 
     1,000x, 5-6 s at 10,000x).  The planner that answers them prices from the run's own
     statistics (the profile is not saved yet): how a step is answered may differ, not its
     cells.  Nothing when the workload comes from the trace log; a mistake in the workload
-    file, or a query that cannot be traced, is left to :func:`_workload` to report."""
+    file, or a query that cannot be traced, is left to :func:`_workload` to report.
+    ``idle``: the profiler's children have priced everything (its cores are free): the
+    queries are shared with a forked child (``measure``'s ``split``)."""
     if workload is None and from_trace_log(store, wf.name, wf.params):
         return
     f = workload if workload is not None else sibling_file(wf.source)
@@ -239,7 +243,7 @@ def _measure_early(store, cal, wf, workload, run_id: int, prog: Progress, into: 
         planner = QueryPlanner(CostModel(cal, stats)) if stats is not None else None
         prog.note(f"measuring the workload {Path(f).name} on the profiling run while its "
                   f"strategies are priced")
-        into["queries"] = measure(store, prun, queries, planner)
+        into["queries"] = measure(store, prun, queries, planner, split=idle and cores() >= 2)
     except SubZeroError:
         pass
 
@@ -299,8 +303,8 @@ def optimize(store, workflow, params: dict | None = None, inputs: dict | None = 
             got = profile_workflow(store, wf, inputs=inputs, all_ops=missing or bool(pins),
                                    progress=prog.on, keep_pairs=profile_pairs is not None,
                                    defer_reads=deferred, rough=deferred,
-                                   while_pricing=lambda run_id: _measure_early(
-                                       store, cal, wf, workload, run_id, prog, early))
+                                   while_pricing=lambda run_id, idle: _measure_early(
+                                       store, cal, wf, workload, run_id, prog, early, idle))
             profiled = got["run_id"]
             if profile_pairs is not None:
                 profile_pairs.update(got["pairs"])

@@ -571,6 +571,12 @@ class Profiler:
             return False
         return now - last[1] >= BESIDE_STALL_S
 
+    def idle(self) -> bool:
+        """Whether no child is pricing and no job is queued (after :meth:`ended`, none is
+        started until :meth:`finish`): the cores are this process's."""
+        with self._lock:
+            return not self._feeding and not self._queue
+
     def ended(self) -> None:
         """The run's last operator has ended: samples not read yet wait for a plan to choose
         them (``_read_now``), in this process and in the children, which learn it from
@@ -831,7 +837,7 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
                      progress=None, all_ops: bool = False, read_samples: bool = True,
                      beside: bool = PROFILE_BESIDE, keep_pairs: bool = False,
                      defer_reads: bool = False, rough: bool = False,
-                     while_pricing: Callable[[int], None] | None = None) -> dict:
+                     while_pricing: Callable[[int, bool], None] | None = None) -> dict:
     """Run ``workflow`` once in profiling mode; save the profile in the catalog and return it.
 
     ``progress`` as in ``Store.run``: by default the operators done (each profiled as
@@ -848,9 +854,10 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
     :class:`~optimizer.sampleread.Unread`, or None when none are; the caller closes it),
     and marked ``"unread"`` in the profile.  ``rough`` (with both of those): the others
     are priced roughly too, and priced again when they are read (``Profiler.rough``).
-    ``while_pricing(run_id)``: called once the run has ended, while the children price
-    what it left queued, before this process prices its share (a budget run measures its
-    workload there: :func:`optimizer.plan._measure_early`).
+    ``while_pricing(run_id, idle)``: called once the run has ended, while the children
+    price what it left queued, before this process prices its share (a budget run
+    measures its workload there: :func:`optimizer.plan._measure_early`); ``idle``: no
+    child is pricing and nothing is queued (:meth:`Profiler.idle`).
 
     Operators with mapping functions are timed but their stored strategies are not
     priced (the optimizer prefers mapping there) unless ``all_ops``."""
@@ -869,7 +876,7 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
         wall = time.perf_counter() - t0
         if while_pricing is not None:
             prof.ended()
-            while_pricing(run.id)
+            while_pricing(run.id, prof.idle())
         prof.finish()
         ended = True
     finally:

@@ -72,3 +72,44 @@ def cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+class ChildWatch:
+    """Whether a forked child still runs and works: one that has used no CPU time for
+    ``stall_s`` seconds while not waiting on the disk is stuck (on a lock it inherited)
+    and is killed.  The caller polls :meth:`alive`."""
+
+    def __init__(self, pid: int, stall_s: float):
+        self.pid: int | None = pid
+        self.stall_s = stall_s
+        self._seen: tuple[int, float] | None = None
+
+    def alive(self) -> bool:
+        """False once the child has ended (reaped here) or was killed as stuck."""
+        import time
+        if self.pid is None:
+            return False
+        if os.waitpid(self.pid, os.WNOHANG)[0]:
+            self.pid = None
+            return False
+        seen, now = cpu_ticks(self.pid), time.monotonic()
+        if seen is None:
+            return True
+        ticks, on_disk = seen
+        if self._seen is None or ticks != self._seen[0] or on_disk:
+            self._seen = (ticks, now)
+        elif now - self._seen[1] >= self.stall_s:
+            self.stop()
+            return False
+        return True
+
+    def stop(self) -> None:
+        """Kill the child if it still runs, and reap it."""
+        import signal
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            self.pid = None

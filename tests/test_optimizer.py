@@ -794,6 +794,56 @@ def test_a_profiled_plan_measures_its_workload_while_the_profile_prices(tmp_path
     assert early and seen[-1] == early
 
 
+
+@pytest.mark.skipif(not hasattr(os, "fork") or len(os.sched_getaffinity(0)) < 2,
+                    reason="a workload measured in two processes needs fork and two processors")
+@pytest.mark.parametrize("fault", [None, "child dies", "child fails"])
+def test_a_workload_measured_in_two_processes_has_the_steps_of_one(tmp_path, monkeypatch, fault):
+    """A workload shared with a forked child (``measure(split=True)``: the budget run's,
+    when the profile's children have priced everything) has every query, in order, with
+    the steps and sizes one process measures, each logged once; queries a child that
+    dies or fails did not bring back are traced by the run's process."""
+    import signal
+
+    from subzero.optimizer import workloads as wl
+    from subzero.run import Run
+    queries = wl.read_file(WORKLOAD)
+
+    def measured(path, split):
+        st = subzero.open_store(path)
+        try:
+            run = st.run(WF, progress=False)
+            got = wl.measure(st, run, queries, split=split)
+            return [(q.name, q.direction, q.target,
+                     [(s["op"], s["input"], s["direction"], s["cells_in"], s["cells_out"])
+                      for s in q.steps]) for q in got], len({t["trace_id"] for t in st.catalog.trace_steps()})
+        finally:
+            st.close()
+    one, logged = measured(tmp_path / "one", False)
+    parent, real = os.getpid(), Run.trace
+
+    def trace(self, *a, **k):
+        if os.getpid() != parent:
+            if fault == "child dies":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if fault == "child fails":
+                raise RuntimeError("a fault of the child's")
+        return real(self, *a, **k)
+    monkeypatch.setattr(Run, "trace", trace)
+    monkeypatch.setattr(wl, "_traced_beside", _counting(wl._traced_beside, calls := []))
+    two, logged_two = measured(tmp_path / "two", True)
+    assert two == one and logged_two == logged == len(queries)
+    brought = [type(v).__name__ == "_Traced" for v in calls[0].values()]
+    assert any(brought) == (fault is None)       # the child's share, or none of it
+
+
+def _counting(fn, calls: list):
+    def counted(*a, **k):
+        got = fn(*a, **k)
+        calls.append(got)
+        return got
+    return counted
+
 def test_a_plan_choosing_a_sample_left_unread_profiles_again_reading_every_one(tmp_path,
                                                                               calibration,
                                                                               monkeypatch):

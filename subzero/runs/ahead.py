@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
-import signal
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -34,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from subzero.engines.parent import Parent
-from subzero.forked import cpu_ticks, fork_child
+from subzero.forked import ChildWatch, fork_child
 from subzero.model.modes import Mode
 from subzero.model.strategy import Direction, Strategy
 from subzero.model.workflow import Workflow
@@ -56,14 +55,14 @@ def aheadable(s: Strategy) -> bool:
 class EncodedAhead:
     """The child encoding some of a made run's strategies (see the module's docstring):
     ``jobs``, (operator, strategy text) -> the number of its file in ``folder``;
-    ``pid``, the child's.  Called as ``Parent.ahead``: ``(operator, strategy)`` -> its
-    encoding, or None (the run encodes it)."""
+    ``pid``, the child's (``BESIDE_STALL_S`` without CPU time, and it is killed).
+    Called as ``Parent.ahead``: ``(operator, strategy)`` -> its encoding, or None (the
+    run encodes it)."""
 
     def __init__(self, folder: Path, jobs: Mapping[tuple[str, str], int], pid: int):
         self.folder = folder
         self.jobs = dict(jobs)
-        self.pid: int | None = pid
-        self._seen: tuple[int, float] | None = None
+        self.child = ChildWatch(pid, BESIDE_STALL_S)
 
     @classmethod
     def start(cls, parent: Parent, wf: Workflow, strategies: Mapping[str, Sequence[Strategy]],
@@ -120,7 +119,7 @@ class EncodedAhead:
         if k is None:
             return None
         f = self.folder / f"{k}.pkl"
-        while not f.exists() and self._alive():
+        while not f.exists() and self.child.alive():
             time.sleep(BESIDE_POLL_S)
         try:
             got = pickle.loads(f.read_bytes())
@@ -130,32 +129,7 @@ class EncodedAhead:
             f.unlink(missing_ok=True)
         return got if isinstance(got, Prepared) and got.strategy == s else None
 
-    def _alive(self) -> bool:
-        """Whether the child still runs, and works: one that has used no CPU time for
-        ``BESIDE_STALL_S`` while not waiting on the disk is killed."""
-        if self.pid is None:
-            return False
-        if os.waitpid(self.pid, os.WNOHANG)[0]:
-            self.pid = None
-            return False
-        seen, now = cpu_ticks(self.pid), time.monotonic()
-        if seen is None:
-            return True
-        ticks, on_disk = seen
-        if self._seen is None or ticks != self._seen[0] or on_disk:
-            self._seen = (ticks, now)
-        elif now - self._seen[1] >= BESIDE_STALL_S:
-            self.close()
-            return False
-        return True
-
     def close(self) -> None:
         """Stop the child if it still runs and remove its folder."""
-        if self.pid is not None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
-            self.pid = None
+        self.child.stop()
         shutil.rmtree(self.folder, ignore_errors=True)
