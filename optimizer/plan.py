@@ -16,6 +16,7 @@ from subzero.errors import BudgetError, OptimizerError, SubZeroError, WorkloadEr
 from subzero.forked import cores
 from subzero.model.strategy import Strategy, default_for, parse
 from subzero.model.workflow import load_workflow
+from subzero.tuning import WORKLOAD_SPLIT_RUN_S
 
 from . import loadcost
 from .budgets import Budgets, fmt_size
@@ -229,8 +230,9 @@ def _measure_early(store, cal, wf, workload, run_id: int, prog: Progress, into: 
     statistics (the profile is not saved yet): how a step is answered may differ, not its
     cells.  Nothing when the workload comes from the trace log; a mistake in the workload
     file, or a query that cannot be traced, is left to :func:`_workload` to report.
-    ``idle``: the profiler's children have priced everything (its cores are free): the
-    queries are shared with a forked child (``measure``'s ``split``)."""
+    ``idle``: the profiler's children have priced everything (its cores are free); then,
+    or when the run took ``WORKLOAD_SPLIT_RUN_S`` or more, the queries are shared with
+    a forked child (``measure``'s ``split``)."""
     if workload is None and from_trace_log(store, wf.name, wf.params):
         return
     f = workload if workload is not None else sibling_file(wf.source)
@@ -243,7 +245,9 @@ def _measure_early(store, cal, wf, workload, run_id: int, prog: Progress, into: 
         planner = QueryPlanner(CostModel(cal, stats)) if stats is not None else None
         prog.note(f"measuring the workload {Path(f).name} on the profiling run while its "
                   f"strategies are priced")
-        into["queries"] = measure(store, prun, queries, planner, split=idle and cores() >= 2)
+        ran = (prun.row.ended or prun.row.started) - prun.row.started
+        split = cores() >= 2 and (idle or ran >= WORKLOAD_SPLIT_RUN_S)
+        into["queries"] = measure(store, prun, queries, planner, split=split)
     except SubZeroError:
         pass
 

@@ -338,6 +338,14 @@ BESIDE_POLL_S = 0.005
 #: cells: the made run took 0.19-0.21 s with the child, 0.16-0.19 s without; 1,000x,
 #: 12.9 million: 0.7-0.85 s against 0.9-1.5 s)
 AHEAD_MIN_CELLS = 4_000_000
+#: A budget run shares the tracing of its workload on the profiling run with a forked
+#: child (``optimizer.workloads.measure(split=True)``) when the profile's children have
+#: priced everything, or when the profiling run took this long (its queries then take
+#: seconds, and what children still price takes the other core's turns): genomics
+#: 10,000x ran 31-34 s and its workload took 9-12 s in one process, whose start found a
+#: child still pricing; 1,000x ran 3.5-4.5 s for a workload of 0.7 s, which a fork and a
+#: second store opened would not shorten much
+WORKLOAD_SPLIT_RUN_S = 10.0
 #: A pricing child that has used no CPU time for this many seconds (and is not waiting
 #: on the disk) is stuck -- a lock another thread of the run held when it was forked,
 #: such as an import under way in an operator's own code -- and is killed; the run's

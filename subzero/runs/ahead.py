@@ -4,8 +4,8 @@ A run made from its profiling run (:mod:`subzero.runs.planned`) computes nothing
 links the profiling run's arrays, copies the strategies both runs store, and encodes
 the plan's others from the pairs the profiler kept.  Those encodes were most of its
 time (12 of 18 s at genomics 10,000x), one after another in the run's process while
-the machine's other core was idle.  So a child forked as the run begins encodes the
-last of them the run reaches, about half their cells
+the machine's other core was idle.  So a child forked as the run begins encodes about
+half their cells, the largest of them first
 (:func:`~subzero.storage.lineage.prepare_strategy`: everything but the sealing and the
 puts), and leaves each in a file as soon as it is done; the run encodes the first ones
 itself meanwhile, and takes each of the child's when it reaches its operator
@@ -82,13 +82,17 @@ class EncodedAhead:
         least = AHEAD_MIN_CELLS if min_cells is None else min_cells
         if len(todo) < 2 or total < least or cores < 2 or not hasattr(os, "fork"):
             return None
-        theirs: list[tuple[str, Strategy, int]] = []
-        mine = 0
-        for job in reversed(todo):      # from the last the run reaches: about half the cells
-            if abs(2 * (mine + job[2]) - total) < abs(2 * mine - total):
-                theirs.append(job)
-                mine += job[2]
-        theirs.reverse()
+        # the largest to the child, then each to the side with fewer cells: the run has
+        # its arrays to link as well, and one strategy larger than all the others
+        # (genomics 10,000x: model's forward index, 77 million cells) is the child's
+        load = [0, 0]                   # cells: the child's, the run's
+        child = set()
+        for k in sorted(range(len(todo)), key=lambda k: -todo[k][2]):
+            side = 0 if load[0] <= load[1] else 1
+            load[side] += todo[k][2]
+            if side == 0:
+                child.add(k)
+        theirs = [job for k, job in enumerate(todo) if k in child]   # in the run's order
         folder = Path(tempfile.mkdtemp(prefix="subzero-ahead-"))
         jobs = {(name, str(s)): k for k, (name, s, _) in enumerate(theirs)}
         shapes = {name: (tuple(parent.shapes[name]), [tuple(parent.shapes[a])
