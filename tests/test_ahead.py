@@ -27,15 +27,19 @@ ROOT = Path(__file__).resolve().parent.parent
 WF = str(ROOT / "workflows" / "genomics.py")
 
 AHEAD = ["full:fullone:backward", "full:fullone:forward", "pay:payone:backward"]
-NOT_AHEAD = ["full:fullmany:backward", "full:fullmany:forward", "pay:payone:forward",
-             "pay:paymany:backward", "comp:payone:backward"]
+NOT_AHEAD = ["full:fullmany:backward", "full:fullmany:forward", "pay:paymany:backward",
+             "comp:payone:backward"]
 
-#: five strategies the profiling run (it stores each operator's default, FullOne
-#: backward) did not store, all of them encodable ahead
+#: six strategies the profiling run (it stores each operator's default, FullOne
+#: backward) did not store, all of them encodable ahead (two Pay keyed forward: map_p)
 PLAN = {"name": "ahead", "workflow": "genomics",
         "strategies": {"extract": "full:fullone:forward+pay:payone:backward",
-                       "model": "full:fullone:forward+pay:payone:backward",
-                       "predict": "full:fullone:forward"}}
+                       "model": "full:fullone:forward+pay:payone:forward",
+                       "predict": "full:fullone:forward+pay:payone:forward"}}
+#: only Pay keyed forward beside the defaults: the child's are encoded with map_p
+PAY_FORWARD = {"name": "pay-forward", "workflow": "genomics",
+               "strategies": {op: "full:fullone:backward+pay:payone:forward"
+                              for op in ("extract", "model", "predict")}}
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -71,8 +75,7 @@ def test_strategies_with_more_than_blocks_to_write_are_not_encoded_ahead(strateg
     s = parse_one(strategy)
     pairs = tile_pairs(np.random.default_rng(0), range(SHAPE[0]), s.payload)
     assert not ahead.aheadable(s)
-    if not s.payload or s.backward:       # a payload strategy keyed forward needs map_p
-        assert prepare_strategy(s, pairs, SHAPE, [IN_SHAPE]) is None
+    assert prepare_strategy(s, pairs, SHAPE, [IN_SHAPE]) is None
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +87,7 @@ def profiled(tmp_path_factory):
     st.close()
 
 
-def _made(st, got, monkeypatch) -> tuple[int, list]:
+def _made(st, got, monkeypatch, plan=PLAN) -> tuple[int, list]:
     """The run made from the profiling run with ``PLAN``, and per strategy of it what
     the child handed over (True) or not (False)."""
     taken: list = []
@@ -95,7 +98,7 @@ def _made(st, got, monkeypatch) -> tuple[int, list]:
         taken.append(got_one is not None)
         return got_one
     monkeypatch.setattr(ahead.EncodedAhead, "__call__", call)
-    opts = RunOptions.of(params={"replicate": 3}, plan=PLAN, progress=False)
+    opts = RunOptions.of(params={"replicate": 3}, plan=plan, progress=False)
     run_id, _ = planned.make_from(st.catalog, st.runs_dir, st.get(got["run_id"]), opts,
                                   got["pairs"], got["sums"])
     return run_id, taken
@@ -108,17 +111,27 @@ def _leftovers() -> set:
 
 @pytest.mark.skipif(not hasattr(os, "fork") or cores() < 2,
                     reason="encoding ahead needs fork and two processors")
-def test_a_made_run_takes_the_childs_encodings_and_is_the_full_run(profiled, monkeypatch):
+@pytest.mark.parametrize("plan", [PLAN, PAY_FORWARD], ids=["mixed", "pay-forward"])
+def test_a_made_run_takes_the_childs_encodings_and_is_the_full_run(profiled, monkeypatch, plan):
     st, got = profiled
     before = _leftovers()
-    run_id, taken = _made(st, got, monkeypatch)
+    run_id, taken = _made(st, got, monkeypatch, plan)
     assert taken == []                     # too few cells to be worth a child
     monkeypatch.setattr(ahead, "AHEAD_MIN_CELLS", 0)
-    run_id, taken = _made(st, got, monkeypatch)
+    run_id, taken = _made(st, got, monkeypatch, plan)
     assert any(taken)                      # the child's half, handed over
     monkeypatch.undo()
-    same(st.get(run_id), st.run(WF, params={"replicate": 3}, plan=PLAN, progress=False))
+    made, full = st.get(run_id), st.run(WF, params={"replicate": 3}, plan=plan, progress=False)
+    same(made, full)
+    # the record's statistics of each strategy (map_p's expansions of those keyed
+    # forward included): what the cost model learns from
+    assert _spaces(made) == _spaces(full)
     assert _leftovers() <= before
+
+
+def _spaces(run) -> dict:
+    return {(o["name"], ps["strategy"]): (ps["pairs"], ps["spaces"])
+            for o in run.steering().record["ops"] for ps in o["per_strategy"]}
 
 
 def _kill_self(*a, **k):

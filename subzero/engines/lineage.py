@@ -43,7 +43,7 @@ def store_lineage(name: str, op: Operator, strategies: tuple[Strategy, ...], ful
     record's, write seconds included (what storing them costs, for the cost model).
     ``ahead(s)``: ``s`` of these pairs encoded already in another process, or None
     (:mod:`subzero.runs.ahead`); its write seconds count that encoding's."""
-    counted, expanded = _map_p_counting(name, op, in_shapes, out_shape)
+    counted, expanded = map_p_counting(name, op, in_shapes, out_shape)
     copies = copies or {}
     encoded = tuple(s for s in strategies if str(s) not in copies)
     reach = checked_reach(name, op, encoded, pay, out_shape, in_shapes)
@@ -61,6 +61,8 @@ def store_lineage(name: str, op: Operator, strategies: tuple[Strategy, ...], ful
             pairs = empty_pairs(len(in_shapes), s.payload)
         expanded.clear()
         prepared = ahead(s) if ahead is not None else None
+        if prepared is not None:          # what map_p expanded to where it was encoded
+            expanded.update(prepared.expanded)
         with full_disk_named(lineage.path, f"the lineage of operator {name!r} ({s})"):
             w = lineage.write(name, s, pairs, out_shape, in_shapes, counted,
                               reach if s.payload else None, prepared)
@@ -136,7 +138,7 @@ def checked_reach(name: str, op: Operator, strategies: Sequence[Strategy], pay: 
     return reach
 
 
-def _map_p_counting(name: str, op: Operator, in_shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...],
+def map_p_counting(name: str, op: Operator, in_shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...],
                     ) -> tuple[MapPPairs, dict[int, dict[str, int]]]:
     """``map_p`` at capture time (forward-keyed payload strategies), checked like at
     query time, and counting what it expands to per input (for the cost model's
@@ -188,7 +190,7 @@ def write_tile_shards(lineage_dir: str, stem: str, attempt: int, name: str, op: 
         pairs = pay if s.payload else full
         if pairs is None or pairs.n == 0:
             continue
-        counted, expanded = _map_p_counting(name, op, in_shapes, out_shape)
+        counted, expanded = map_p_counting(name, op, in_shapes, out_shape)
         with full_disk_named(lineage_dir, f"the lineage of operator {name!r} ({s})"):
             w = write_shard(lineage_dir, stem, attempt, name, s, pairs, out_shape, in_shapes,
                             counted, run_uid, reach if s.payload else None)

@@ -16,8 +16,9 @@ encode: what it hands over is what the run would have made.  A strategy it did n
 (it failed, died, or stopped using the CPU for ``BESIDE_STALL_S``, stuck on a lock it
 inherited) is encoded by the run itself: never another answer, at worst the time it took
 before.  Strategies with more to write than blocks (Many's R-tree files, Comp's covered
-cells) and payload strategies keyed forward (their encoding calls the operator's
-``map_p`` and counts what it expands to) are always encoded by the run.
+cells) are always encoded by the run.  A payload strategy keyed forward is encoded
+with the operator's ``map_p`` in the child, which brings back what it expanded to
+(the run's statistics of it) with the blocks.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from subzero.engines.lineage import map_p_counting
 from subzero.engines.parent import Parent
 from subzero.forked import ChildWatch, fork_child
 from subzero.model.modes import Mode
@@ -48,8 +50,7 @@ def _keep_all(cells: np.ndarray) -> np.ndarray:
 
 def aheadable(s: Strategy) -> bool:
     """Whether a strategy's encoding can be made ahead and handed over: blocks only."""
-    return bool(s.stored and stored_encoding(s).one and s.mode is not Mode.COMP
-                and not (s.payload and s.direction is Direction.FORWARD))
+    return bool(s.stored and stored_encoding(s).one and s.mode is not Mode.COMP)
 
 
 class EncodedAhead:
@@ -77,7 +78,11 @@ class EncodedAhead:
                 pairs = parent.side.get((name, s.mode.value))
                 if pairs is None or not aheadable(s) or s in parent.strategies.get(name, ()):
                     continue
-                todo.append((name, s, max(int(pairs.n_cells()), 1)))
+                cells = int(pairs.n_cells())
+                full = parent.side.get((name, Mode.FULL.value))
+                if s.payload and s.direction is Direction.FORWARD and full is not None:
+                    cells = max(cells, int(full.n_cells()))   # map_p expands the payloads
+                todo.append((name, s, max(cells, 1)))
         total = sum(w for _, _, w in todo)
         least = AHEAD_MIN_CELLS if min_cells is None else min_cells
         if len(todo) < 2 or total < least or cores < 2 or not hasattr(os, "fork"):
@@ -104,8 +109,12 @@ class EncodedAhead:
                 out_shape, in_shapes = shapes[name]
                 full, pay = parent.pairs(name, (s,), len(in_shapes), _keep_all)
                 pairs = pay if s.payload else full
-                done = prepare_strategy(s, pairs, out_shape, in_shapes) if pairs is not None \
-                    else None
+                counted, expanded = map_p_counting(name, wf.steps[name].operator, in_shapes,
+                                                   out_shape)
+                done = None if pairs is None else \
+                    prepare_strategy(s, pairs, out_shape, in_shapes, counted)
+                if done is not None:
+                    done.expanded = dict(expanded)
                 part = folder / f"{k}.part"
                 part.write_bytes(pickle.dumps(done, protocol=pickle.HIGHEST_PROTOCOL))
                 os.replace(part, folder / f"{k}.pkl")

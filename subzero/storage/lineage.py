@@ -435,6 +435,9 @@ class Prepared:
     pairs: int
     spaces: list[PreparedSpace]
     seconds: float
+    #: per input, what ``map_p`` expanded the payloads to (a payload strategy keyed
+    #: forward: the counts ``engines.lineage.map_p_counting`` makes, for its statistics)
+    expanded: dict[int, dict[str, int]] = dataclasses.field(default_factory=dict)
 
 
 def prepare_strategy(strategy: Strategy, pairs: Pairs, out_shape: Sequence[int],
