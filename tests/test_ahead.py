@@ -26,6 +26,7 @@ from subzero.storage.lineage import LineageStore, prepare_strategy
 ROOT = Path(__file__).resolve().parent.parent
 WF = str(ROOT / "workflows" / "genomics.py")
 
+UID = "00112233445566778899aabbccddeeff"
 AHEAD = ["full:fullone:backward", "full:fullone:forward", "pay:payone:backward"]
 NOT_AHEAD = ["full:fullmany:backward", "full:fullmany:forward", "pay:paymany:backward",
              "comp:payone:backward"]
@@ -56,11 +57,19 @@ def test_a_strategy_encoded_ahead_is_stored_byte_for_byte_as_one_encoded_here(
     fewer = tile_pairs(np.random.default_rng(seed + 1), range(SHAPE[0]), s.payload)
     if fewer.n != pairs.n:
         assert _stored(root / "other", s, fewer, done) == _stored(root / "again", s, fewer)
+    # nor for the same pairs in other shapes (a grid their cells were not packed in):
+    # encode_strategy then encodes them (returns the spaces it made), as without one
+    from subzero.storage.lineage import _MemoryTxn, encode_strategy
+    wide = (SHAPE[0], SHAPE[1] + 1)
+    for shape, used in ((SHAPE, True), (wide, False)):
+        made = encode_strategy(_MemoryTxn(), b"op", s, pairs, shape, [IN_SHAPE], None,
+                               lambda space: root / space, "a test", UID, None, done)
+        assert (made == []) == used
 
 
 def _stored(path, s, pairs, prepared=None) -> dict:
     """Every key and value of ``s`` stored from ``pairs`` (``prepared``: handed over)."""
-    lineage = LineageStore(path, run_uid="00112233445566778899aabbccddeeff")
+    lineage = LineageStore(path, run_uid=UID)
     try:
         lineage.write("op", s, pairs, SHAPE, [IN_SHAPE], prepared=prepared)
         name = lineage.db_name("op", s)

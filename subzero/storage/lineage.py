@@ -433,6 +433,8 @@ class Prepared:
     writing it cost, for the run's record and the cost model)."""
     strategy: Strategy
     pairs: int
+    #: the shapes the pairs' cells were packed and unpacked in (its output's, its inputs')
+    shapes: tuple[tuple[int, ...], ...]
     spaces: list[PreparedSpace]
     seconds: float
     #: per input, what ``map_p`` expanded the payloads to (a payload strategy keyed
@@ -457,7 +459,13 @@ def prepare_strategy(strategy: Strategy, pairs: Pairs, out_shape: Sequence[int],
         blocks, kblocks = _encode_space(sp, enc, 0, KEY_BITS)
         out.append(PreparedSpace(sp.name, int(sp.n), tuple(sp.key_shape), dict(sp.value_shapes),
                                  record_fields(sp, enc), blocks, kblocks))
-    return Prepared(strategy, int(pairs.n), out, time.perf_counter() - t0)
+    return Prepared(strategy, int(pairs.n), _shapes(out_shape, in_shapes), out,
+                    time.perf_counter() - t0)
+
+
+def _shapes(out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]]
+            ) -> tuple[tuple[int, ...], ...]:
+    return (tuple(int(n) for n in out_shape), *(tuple(int(n) for n in s) for s in in_shapes))
 
 
 def encode_strategy(txn: WriteTxn, name: bytes, strategy: Strategy, pairs: Pairs,
@@ -475,12 +483,13 @@ def encode_strategy(txn: WriteTxn, name: bytes, strategy: Strategy, pairs: Pairs
     checked against (:func:`subzero.model.reach.check`), recorded for forward steps; None
     when they were not checked.  ``prepared``: these pairs encoded already
     (:func:`prepare_strategy`), written as they are when the sub-database holds nothing
-    yet (else the pairs are encoded here).  Returns the spaces written (their key cells;
+    yet and they are this strategy's, of as many pairs, in these shapes (else the pairs
+    are encoded here).  Returns the spaces written (their key cells;
     none of them for prepared ones)."""
     enc = stored_encoding(strategy)
     raw = txn.get(META)
     if prepared is not None and not raw and prepared.strategy == strategy \
-            and prepared.pairs == pairs.n:
+            and prepared.pairs == pairs.n and prepared.shapes == _shapes(out_shape, in_shapes):
         return _write_prepared(txn, name, strategy, prepared, out_shape, in_shapes, run_uid,
                                reach)
     spaces = spaces_for(strategy, pairs, out_shape, in_shapes, map_p_pairs)
