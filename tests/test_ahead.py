@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 WF = str(ROOT / "workflows" / "genomics.py")
 
 UID = "00112233445566778899aabbccddeeff"
-AHEAD = ["full:fullone:backward", "full:fullone:forward", "pay:payone:backward"]
-NOT_AHEAD = ["full:fullmany:backward", "full:fullmany:forward", "pay:paymany:backward",
-             "comp:payone:backward"]
+AHEAD = ["full:fullone:backward", "full:fullone:forward", "pay:payone:backward",
+         "full:fullmany:backward", "full:fullmany:forward", "pay:paymany:backward"]
+NOT_AHEAD = ["comp:payone:backward", "comp:paymany:backward"]
 
 #: six strategies the profiling run (it stores each operator's default, FullOne
 #: backward) did not store, all of them encodable ahead (two Pay keyed forward: map_p)
@@ -37,6 +37,11 @@ PLAN = {"name": "ahead", "workflow": "genomics",
         "strategies": {"extract": "full:fullone:forward+pay:payone:backward",
                        "model": "full:fullone:forward+pay:payone:forward",
                        "predict": "full:fullone:forward+pay:payone:forward"}}
+#: Many encodings: the child builds their R-tree files, the run moves them into place
+MANY = {"name": "many", "workflow": "genomics",
+        "strategies": {"extract": "full:fullmany:forward+pay:paymany:backward",
+                       "model": "full:fullone:backward+pay:paymany:forward",
+                       "predict": "full:fullmany:backward+full:fullmany:forward"}}
 #: only Pay keyed forward beside the defaults: the child's are encoded with map_p
 PAY_FORWARD = {"name": "pay-forward", "workflow": "genomics",
                "strategies": {op: "full:fullone:backward+pay:payone:forward"
@@ -50,20 +55,24 @@ def test_a_strategy_encoded_ahead_is_stored_byte_for_byte_as_one_encoded_here(
     s = parse_one(strategy)
     pairs = tile_pairs(np.random.default_rng(seed), range(SHAPE[0]), s.payload)
     root = tmp_path_factory.mktemp("ahead")
-    done = prepare_strategy(s, pairs, SHAPE, [IN_SHAPE])
+
+    def ahead_of(where: str):            # a Many encoding's R-tree files go with it
+        return prepare_strategy(s, pairs, SHAPE, [IN_SHAPE], rtree_dir=root / where)
+    done = ahead_of("a")
     assert done is not None and done.pairs == pairs.n
     assert _stored(root / "here", s, pairs) == _stored(root / "there", s, pairs, done)
     # handed over for other pairs (another count), it is not used: those are encoded
     fewer = tile_pairs(np.random.default_rng(seed + 1), range(SHAPE[0]), s.payload)
     if fewer.n != pairs.n:
-        assert _stored(root / "other", s, fewer, done) == _stored(root / "again", s, fewer)
+        assert _stored(root / "other", s, fewer, ahead_of("b")) == _stored(root / "again", s, fewer)
     # nor for the same pairs in other shapes (a grid their cells were not packed in):
     # encode_strategy then encodes them (returns the spaces it made), as without one
     from subzero.storage.lineage import _MemoryTxn, encode_strategy
     wide = (SHAPE[0], SHAPE[1] + 1)
     for shape, used in ((SHAPE, True), (wide, False)):
         made = encode_strategy(_MemoryTxn(), b"op", s, pairs, shape, [IN_SHAPE], None,
-                               lambda space: root / space, "a test", UID, None, done)
+                               lambda space, w=shape[1]: root / f"c{w}" / space, "a test", UID, None,
+                               ahead_of(f"d{shape[1]}"))
         assert (made == []) == used
 
 
@@ -74,17 +83,24 @@ def _stored(path, s, pairs, prepared=None) -> dict:
         lineage.write("op", s, pairs, SHAPE, [IN_SHAPE], prepared=prepared)
         name = lineage.db_name("op", s)
         with lineage.env.begin(db=lineage.database(name)) as txn:
-            return dict(txn.cursor())
+            entries = dict(txn.cursor())
+        rtrees = {f.relative_to(path).as_posix(): f.read_bytes() for f in sorted(Path(path).rglob("*"))
+                  if f.is_file() and f.suffix in (".idx", ".dat")}
+        assert bool(rtrees) == (s.many and pairs.n > 0)
+        return {"entries": entries, "rtrees": rtrees}
     finally:
         lineage.close()
 
 
-@pytest.mark.parametrize("strategy", NOT_AHEAD)
-def test_strategies_with_more_than_blocks_to_write_are_not_encoded_ahead(strategy):
+@pytest.mark.parametrize("strategy", NOT_AHEAD + ["full:fullmany:backward"])
+def test_comp_and_many_without_a_folder_are_not_encoded_ahead(strategy, tmp_path):
+    """Comp writes its covered cells with its blocks; Many's R-tree files need a folder."""
     s = parse_one(strategy)
     pairs = tile_pairs(np.random.default_rng(0), range(SHAPE[0]), s.payload)
-    assert not ahead.aheadable(s)
+    assert ahead.aheadable(s) == (s.mode.value != "comp")
     assert prepare_strategy(s, pairs, SHAPE, [IN_SHAPE]) is None
+    if s.mode.value == "comp":
+        assert prepare_strategy(s, pairs, SHAPE, [IN_SHAPE], rtree_dir=tmp_path) is None
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +136,7 @@ def _leftovers() -> set:
 
 @pytest.mark.skipif(not hasattr(os, "fork") or cores() < 2,
                     reason="encoding ahead needs fork and two processors")
-@pytest.mark.parametrize("plan", [PLAN, PAY_FORWARD], ids=["mixed", "pay-forward"])
+@pytest.mark.parametrize("plan", [PLAN, PAY_FORWARD, MANY], ids=["mixed", "pay-forward", "many"])
 def test_a_made_run_takes_the_childs_encodings_and_is_the_full_run(profiled, monkeypatch, plan):
     st, got = profiled
     before = _leftovers()

@@ -15,10 +15,10 @@ The child works on the same pairs, cut the same way (``Parent.pairs``), as the r
 encode: what it hands over is what the run would have made.  A strategy it did not leave
 (it failed, died, or stopped using the CPU for ``BESIDE_STALL_S``, stuck on a lock it
 inherited) is encoded by the run itself: never another answer, at worst the time it took
-before.  Strategies with more to write than blocks (Many's R-tree files, Comp's covered
-cells) are always encoded by the run.  A payload strategy keyed forward is encoded
-with the operator's ``map_p`` in the child, which brings back what it expanded to
-(the run's statistics of it) with the blocks.
+before.  A Many encoding's R-tree files are built in the child's folder and moved into
+the run's by its write; Comp (its covered cells) is always encoded by the run.  A
+payload strategy keyed forward is encoded with the operator's ``map_p`` in the child,
+which brings back what it expanded to (the run's statistics of it) with the blocks.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from subzero.model.modes import Mode
 from subzero.model.strategy import Direction, Strategy
 from subzero.model.workflow import Workflow
 from subzero.storage.lineage import Prepared, prepare_strategy
-from subzero.storage.metadata import stored_encoding
 from subzero.tuning import AHEAD_MIN_CELLS, BESIDE_POLL_S, BESIDE_STALL_S
 
 
@@ -49,8 +48,9 @@ def _keep_all(cells: np.ndarray) -> np.ndarray:
 
 
 def aheadable(s: Strategy) -> bool:
-    """Whether a strategy's encoding can be made ahead and handed over: blocks only."""
-    return bool(s.stored and stored_encoding(s).one and s.mode is not Mode.COMP)
+    """Whether a strategy's encoding can be made ahead and handed over: blocks, and a
+    Many encoding's R-tree files; not Comp's covered cells."""
+    return bool(s.stored and s.mode is not Mode.COMP)
 
 
 class EncodedAhead:
@@ -112,7 +112,8 @@ class EncodedAhead:
                 counted, expanded = map_p_counting(name, wf.steps[name].operator, in_shapes,
                                                    out_shape)
                 done = None if pairs is None else \
-                    prepare_strategy(s, pairs, out_shape, in_shapes, counted)
+                    prepare_strategy(s, pairs, out_shape, in_shapes, counted,
+                                     folder / f"{k}-rtree")
                 if done is not None:
                     done.expanded = dict(expanded)
                 part = folder / f"{k}.part"

@@ -425,6 +425,9 @@ class PreparedSpace:
     fields: list[str]
     blocks: dict[int, bytes]
     kblocks: dict[int, bytes]
+    #: the base path of its R-tree files, built ahead (Many encodings), to be moved into
+    #: place by the write; None for One encodings
+    rtree: str | None = None
 
 
 @dataclass
@@ -443,22 +446,29 @@ class Prepared:
 
 
 def prepare_strategy(strategy: Strategy, pairs: Pairs, out_shape: Sequence[int],
-                     in_shapes: Sequence[Sequence[int]], map_p_pairs: MapPPairs | None = None
-                     ) -> Prepared | None:
+                     in_shapes: Sequence[Sequence[int]], map_p_pairs: MapPPairs | None = None,
+                     rtree_dir: Path | None = None) -> Prepared | None:
     """``pairs`` of one strategy encoded for a sub-database that holds nothing yet, to be
     written by :func:`encode_strategy` (``prepared``) elsewhere or later: the work of a
-    write but its sealing and puts, in plain data another process can hand over.  None
-    for a strategy with more than blocks to write (Many's R-tree files, Comp's
-    covered cells): those are encoded where they are written."""
+    write but its sealing and puts, in plain data another process can hand over, and a
+    Many encoding's R-tree files built in ``rtree_dir`` (which the write moves into
+    place).  None for Comp (its covered cells are written with it), and for Many without
+    an ``rtree_dir``: those are encoded where they are written."""
     enc = stored_encoding(strategy)
-    if not enc.one or strategy.mode is Mode.COMP:
+    if strategy.mode is Mode.COMP or (not enc.one and rtree_dir is None):
         return None
     t0 = time.perf_counter()
     out = []
     for sp in spaces_for(strategy, pairs, out_shape, in_shapes, map_p_pairs):
         blocks, kblocks = _encode_space(sp, enc, 0, KEY_BITS)
+        rtree = None
+        if not enc.one and sp.n:
+            assert rtree_dir is not None
+            rtree = rtree_dir / sp.name
+            _write_rtree(rtree, sp, 0, lambda ext: 0)
         out.append(PreparedSpace(sp.name, int(sp.n), tuple(sp.key_shape), dict(sp.value_shapes),
-                                 record_fields(sp, enc), blocks, kblocks))
+                                 record_fields(sp, enc), blocks, kblocks,
+                                 None if rtree is None else str(rtree)))
     return Prepared(strategy, int(pairs.n), _shapes(out_shape, in_shapes), out,
                     time.perf_counter() - t0)
 
@@ -491,7 +501,7 @@ def encode_strategy(txn: WriteTxn, name: bytes, strategy: Strategy, pairs: Pairs
     if prepared is not None and not raw and prepared.strategy == strategy \
             and prepared.pairs == pairs.n and prepared.shapes == _shapes(out_shape, in_shapes):
         return _write_prepared(txn, name, strategy, prepared, out_shape, in_shapes, run_uid,
-                               reach)
+                               reach, rtree_base)
     spaces = spaces_for(strategy, pairs, out_shape, in_shapes, map_p_pairs)
     if raw:
         meta = StrategyMeta.from_bytes(raw, where, name)
@@ -576,9 +586,11 @@ def _put_space(txn: WriteTxn, space: str, n: int, first: int, blocks: dict[int, 
 
 def _write_prepared(txn: WriteTxn, name: bytes, strategy: Strategy, prepared: Prepared,
                     out_shape: Sequence[int], in_shapes: Sequence[Sequence[int]],
-                    run_uid: str | None, reach: Sequence[int | None] | None) -> list[Space]:
+                    run_uid: str | None, reach: Sequence[int | None] | None,
+                    rtree_base: Callable[[str], Path]) -> list[Space]:
     """:func:`encode_strategy` of a sub-database that holds nothing yet, from its blocks
-    encoded ahead: the same metadata, seals and puts."""
+    encoded ahead: the same metadata, seals and puts, and a Many encoding's R-tree files
+    moved to their place (``rtree_base(space)``) and their checksums taken there."""
     meta = StrategyMeta.new(strategy, out_shape, in_shapes)
     meta = meta.in_format(metadata.WRITE_FORMAT) if run_uid is None else meta.bound(run_uid)
     meta = meta.with_pairs_checked(reach, first=True)
@@ -587,6 +599,16 @@ def _write_prepared(txn: WriteTxn, name: bytes, strategy: Strategy, prepared: Pr
         info = SpaceMeta.new(ps.name, ps.key_shape, ps.fields, ps.value_shapes, KEY_BITS)
         if ps.n:
             info = _put_space(txn, ps.name, ps.n, 0, ps.blocks, ps.kblocks, info, put)
+        if ps.rtree is not None:
+            dest = rtree_base(ps.name)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            files = []
+            for ext in RTREE_FILES:
+                shutil.move(f"{ps.rtree}.{ext}", f"{dest}.{ext}")
+                files.append((ext, *file_digest(f"{dest}.{ext}",
+                                                rtree_seed(name, meta.run, ps.name, ext))))
+            if put.checked:
+                info = info.with_files(files)
         meta = meta.with_space(info)
     txn.put(META, meta.to_bytes(name))
     return []
