@@ -338,6 +338,11 @@ BESIDE_POLL_S = 0.005
 #: cells: the made run took 0.19-0.21 s with the child, 0.16-0.19 s without; 1,000x,
 #: 12.9 million: 0.7-0.85 s against 0.9-1.5 s)
 AHEAD_MIN_CELLS = 4_000_000
+#: ... counting, for a Pay strategy keyed forward, this many cells per cell of the
+#: operator's Full pairs (its payloads expanded by ``map_p``, packed, sorted and keyed):
+#: at genomics 10,000x ``extract``'s forward PayOne (31.7 million Full cells) took about
+#: 12 s to encode, ``model``'s forward FullOne (76.8 million) 9.3 s
+AHEAD_MAP_P_FACTOR = 3
 #: A budget run shares the tracing of its workload on the profiling run with a forked
 #: child (``optimizer.workloads.measure(split=True)``) when the profile's children have
 #: priced everything, or when the profiling run took this long (its queries then take

@@ -40,7 +40,7 @@ from subzero.model.modes import Mode
 from subzero.model.strategy import Direction, Strategy
 from subzero.model.workflow import Workflow
 from subzero.storage.lineage import Prepared, prepare_strategy
-from subzero.tuning import AHEAD_MIN_CELLS, BESIDE_POLL_S, BESIDE_STALL_S
+from subzero.tuning import AHEAD_MAP_P_FACTOR, AHEAD_MIN_CELLS, BESIDE_POLL_S, BESIDE_STALL_S
 
 
 def _keep_all(cells: np.ndarray) -> np.ndarray:
@@ -81,7 +81,8 @@ class EncodedAhead:
                 cells = int(pairs.n_cells())
                 full = parent.side.get((name, Mode.FULL.value))
                 if s.payload and s.direction is Direction.FORWARD and full is not None:
-                    cells = max(cells, int(full.n_cells()))   # map_p expands the payloads
+                    # map_p expands the payloads: dearer per cell than Full pairs
+                    cells = max(cells, AHEAD_MAP_P_FACTOR * int(full.n_cells()))
                 todo.append((name, s, max(cells, 1)))
         total = sum(w for _, _, w in todo)
         least = AHEAD_MIN_CELLS if min_cells is None else min_cells
