@@ -662,16 +662,18 @@ def _unread(profile: dict) -> set[tuple[str, str]]:
             for s, v in rec["strategies"].items() if v.get("unread")}
 
 
-def _budget_plan(path: Path, calibration, monkeypatch):
+def _budget_plan(path: Path, calibration, monkeypatch, pins=None):
     """The plan ``optimize`` makes as a budget run does (``profile_pairs`` given), in a
-    fresh store at ``path``, and its profile; no temporary file of it is left behind."""
+    fresh store at ``path``, and its profile; no temporary file of it is left behind.
+    ``pins``: strategies the plan must keep, as ``optimize`` takes them."""
     import tempfile
     scratch = path.with_name(path.name + "-tmp")
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     st = _store(path, calibration)
     try:
-        plan = optimize(st, WF, max_disk="100MB", workload=WORKLOAD, profile_pairs={}, save=False)
+        plan = optimize(st, WF, max_disk="100MB", workload=WORKLOAD, profile_pairs={}, save=False,
+                        pins=pins)
         prof = st.catalog.latest_profile(plan.workflow, plan.params)
     finally:
         st.close()
@@ -724,12 +726,16 @@ def test_a_budget_run_prices_roughly_only_what_its_plan_does_not_choose(tmp_path
             f.write(f"{name} {pending['strategy']}\n")
         return again(folder, name, pending)
     monkeypatch.setattr(profmod, "_price_again", price_again)
-    plan, prof = _budget_plan(tmp_path / "s", calibration, monkeypatch)
+    # a strategy other than extract's default the plan must keep: priced roughly, then
+    # in full once a solve chooses it, whatever else the timings of this machine choose
+    pins = {"extract": "full:fullone:backward+full:fullone:forward"}
+    plan, prof = _budget_plan(tmp_path / "s", calibration, monkeypatch, pins)
     repriced = {tuple(line.split()) for line in log.read_text().splitlines()}
+    assert ("extract", "full:fullone:forward") in repriced
     assert repriced and not any(prof["ops"][op]["strategies"][s].get("rough") for op, s in repriced)
     whole = planmod.profile_workflow
     monkeypatch.setattr(planmod, "profile_workflow", lambda *a, **k: whole(*a, **{**k, "rough": False}))
-    _plan2, full = _budget_plan(tmp_path / "s2", calibration, monkeypatch)
+    _plan2, full = _budget_plan(tmp_path / "s2", calibration, monkeypatch, pins)
     rough = {(op, s) for op, rec in prof["ops"].items()
              for s, v in rec["strategies"].items() if v.get("rough")}
     assert rough and not any(v.get("rough") for rec in full["ops"].values()
