@@ -129,17 +129,23 @@ def _made(st, got, monkeypatch, plan=PLAN) -> tuple[int, list]:
     return run_id, taken
 
 
-def _leftovers() -> set:
+def _private_tmp(tmp_path, monkeypatch) -> Path:
+    """A temporary folder of this test's own for the child's files (another test's in
+    another worker may make one in the system's at any time)."""
     import tempfile
-    return set(Path(tempfile.gettempdir()).glob("subzero-ahead-*"))
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
 
 
 @pytest.mark.skipif(not hasattr(os, "fork") or cores() < 2,
                     reason="encoding ahead needs fork and two processors")
 @pytest.mark.parametrize("plan", [PLAN, PAY_FORWARD, MANY], ids=["mixed", "pay-forward", "many"])
-def test_a_made_run_takes_the_childs_encodings_and_is_the_full_run(profiled, monkeypatch, plan):
+def test_a_made_run_takes_the_childs_encodings_and_is_the_full_run(profiled, monkeypatch, plan,
+                                                                   tmp_path):
     st, got = profiled
-    before = _leftovers()
+    tmp = _private_tmp(tmp_path, monkeypatch)
     run_id, taken = _made(st, got, monkeypatch, plan)
     assert taken == []                     # too few cells to be worth a child
     monkeypatch.setattr(ahead, "AHEAD_MIN_CELLS", 0)
@@ -151,7 +157,7 @@ def test_a_made_run_takes_the_childs_encodings_and_is_the_full_run(profiled, mon
     # the record's statistics of each strategy (map_p's expansions of those keyed
     # forward included): what the cost model learns from
     assert _spaces(made) == _spaces(full)
-    assert _leftovers() <= before
+    assert list(tmp.iterdir()) == []
 
 
 def _spaces(run) -> dict:
@@ -170,9 +176,10 @@ def _stall(*a, **k):
 @pytest.mark.skipif(not hasattr(os, "fork") or cores() < 2,
                     reason="encoding ahead needs fork and two processors")
 @pytest.mark.parametrize("fault", ["dies", "stalls", "fails", "hands-over-another"])
-def test_a_child_that_fails_leaves_the_run_encoding_its_lineage_itself(profiled, monkeypatch, fault):
+def test_a_child_that_fails_leaves_the_run_encoding_its_lineage_itself(profiled, monkeypatch, fault,
+                                                                       tmp_path):
     st, got = profiled
-    before = _leftovers()
+    tmp = _private_tmp(tmp_path, monkeypatch)
     monkeypatch.setattr(ahead, "AHEAD_MIN_CELLS", 0)
     real = ahead.prepare_strategy
     if fault == "dies":
@@ -196,4 +203,4 @@ def test_a_child_that_fails_leaves_the_run_encoding_its_lineage_itself(profiled,
     assert time.monotonic() - t0 < 60
     monkeypatch.undo()
     same(st.get(run_id), st.run(WF, params={"replicate": 3}, plan=PLAN, progress=False))
-    assert _leftovers() <= before
+    assert list(tmp.iterdir()) == []

@@ -810,6 +810,8 @@ def test_a_workload_measured_in_two_processes_has_the_steps_of_one(tmp_path, mon
     the steps and sizes one process measures, each logged once; queries a child that
     dies or fails did not bring back are traced by the run's process."""
     import signal
+    import tempfile
+    import time
 
     from subzero.optimizer import workloads as wl
     from subzero.run import Run
@@ -826,7 +828,14 @@ def test_a_workload_measured_in_two_processes_has_the_steps_of_one(tmp_path, mon
         finally:
             st.close()
     one, logged = measured(tmp_path / "one", False)
-    parent, real = os.getpid(), Run.trace
+    parent, real, mkdtemp = os.getpid(), Run.trace, tempfile.mkdtemp
+    folders: list[Path] = []
+
+    def made(*a, **k):
+        d = mkdtemp(*a, **k)
+        if str(k.get("prefix", "")).startswith("subzero-workload-"):
+            folders.append(Path(d))
+        return d
 
     def trace(self, *a, **k):
         if os.getpid() != parent:
@@ -834,7 +843,13 @@ def test_a_workload_measured_in_two_processes_has_the_steps_of_one(tmp_path, mon
                 os.kill(os.getpid(), signal.SIGKILL)
             if fault == "child fails":
                 raise RuntimeError("a fault of the child's")
+        elif folders:      # the child has its share whatever this machine's speed: the run's
+            last = folders[-1] / f"claim-{len(queries) - 1}"      # process waits for its claim
+            until = time.monotonic() + 60
+            while not last.exists() and time.monotonic() < until:
+                time.sleep(0.01)
         return real(self, *a, **k)
+    monkeypatch.setattr(tempfile, "mkdtemp", made)
     monkeypatch.setattr(Run, "trace", trace)
     monkeypatch.setattr(wl, "_traced_beside", _counting(wl._traced_beside, calls := []))
     two, logged_two = measured(tmp_path / "two", True)
