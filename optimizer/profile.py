@@ -46,7 +46,7 @@ from subzero.capture.buffer import Pairs, empty_pairs
 from subzero.capture.runner import run_operator, shape_of
 from subzero.engines.lineage import space_stats, store_lineage
 from subzero.engines.stats import OpStats
-from subzero.forked import cores, cpu_ticks, fork_child
+from subzero.forked import ChildWatch, cores, fork_child
 from subzero.model.cells import csr_take, lengths_to_offsets, unique
 from subzero.model.modes import Mode
 from subzero.model.operator import Operator, lineage_reproducible, map_p_vectorized, reruns
@@ -253,9 +253,9 @@ class Profiler:
         self._queue: list[_Job] = []
         #: children pricing: (pid, result folder, the jobs it was given)
         self._running: list[tuple[int, Path, list[_Job]]] = []
-        #: pid -> (CPU ticks last seen, when they last moved): a child idle for
-        #: ``BESIDE_STALL_S`` is stuck (``_stalled``)
-        self._progress: dict[int, tuple[int, float]] = {}
+        #: pid -> the watch of its CPU time: a child idle for ``BESIDE_STALL_S`` is
+        #: stuck (``_stalled``)
+        self._progress: dict[int, ChildWatch] = {}
         #: jobs a child did not price (it failed, died or was stuck): priced here
         self.repriced = 0
         self._done: list[tuple[tuple[int, Path, list[_Job]], int]] = []   # children that ended
@@ -560,16 +560,10 @@ class Profiler:
         """Whether child ``pid`` has used no CPU time for ``BESIDE_STALL_S`` while not
         waiting on the disk: stuck on a lock it inherited (see ``CHILD_IMPORTS``), which
         would otherwise hold the run's end forever.  Never, where /proc cannot say."""
-        seen = cpu_ticks(pid)
-        if seen is None:
-            return False
-        ticks, on_disk = seen
-        now = time.monotonic()
-        last = self._progress.get(pid)
-        if last is None or ticks != last[0] or on_disk:
-            self._progress[pid] = (ticks, now)
-            return False
-        return now - last[1] >= BESIDE_STALL_S
+        watch = self._progress.get(pid)
+        if watch is None:
+            watch = self._progress[pid] = ChildWatch(pid, BESIDE_STALL_S)
+        return watch.stuck()
 
     def idle(self) -> bool:
         """Whether no child is pricing and no job is queued (after :meth:`ended`, none is

@@ -15,12 +15,18 @@ profiling run) and then reused from the trace log by the query's signature.
 
 from __future__ import annotations
 
+import os
+import pickle
+import shutil
+import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from subzero.errors import WorkloadError
+from subzero.forked import ChildWatch, fork_child
 from subzero.query.tracelog import trace_signature
 from subzero.query.workload import (
     Query,
@@ -29,7 +35,7 @@ from subzero.query.workload import (
     select_cells,
     whole_number,
 )
-from subzero.tuning import WORKLOAD_TRACES
+from subzero.tuning import BESIDE_POLL_S, BESIDE_STALL_S, WORKLOAD_TRACES
 
 
 @dataclass
@@ -93,7 +99,7 @@ def measure(store, run, queries: list[tuple[Query, int | None]], planner=None,
         found.append((cells, next((t for t in reversed(store.catalog.traces(run.row.workflow, sig))
                                    if t["params"] == run.row.params), None)))
     todo = [k for k, (_, logged) in enumerate(found) if logged is None]
-    traced = _traced_beside(store, run, queries, [found[k][0] for k in range(len(found))], todo,
+    traced = _traced_beside(store, run, queries, [cells for cells, _ in found], todo,
                             planner) if split and len(todo) >= 2 else {}
     out = []
     for k, ((q, _size), (cells, logged)) in enumerate(zip(queries, found)):
@@ -147,15 +153,7 @@ def _traced_beside(store, run, queries, cells: list, todo: list[int], planner) -
     caller traces it (and reports what is wrong with it).  The child opens the store
     on its own (a catalog connection is not shared across a fork).  At genomics
     10,000x the workload took 9-12 s on one core while the other had finished pricing."""
-    import os
-    import pickle
-    import shutil
-    import tempfile
-    import time
-
-    from subzero.forked import ChildWatch, fork_child
     from subzero.store import open_store
-    from subzero.tuning import BESIDE_POLL_S, BESIDE_STALL_S
     folder = Path(tempfile.mkdtemp(prefix="subzero-workload-"))
 
     def claim(k: int) -> bool:

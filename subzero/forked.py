@@ -86,22 +86,30 @@ class ChildWatch:
 
     def alive(self) -> bool:
         """False once the child has ended (reaped here) or was killed as stuck."""
-        import time
         if self.pid is None:
             return False
         if os.waitpid(self.pid, os.WNOHANG)[0]:
             self.pid = None
             return False
-        seen, now = cpu_ticks(self.pid), time.monotonic()
-        if seen is None:
-            return True
-        ticks, on_disk = seen
-        if self._seen is None or ticks != self._seen[0] or on_disk:
-            self._seen = (ticks, now)
-        elif now - self._seen[1] >= self.stall_s:
+        if self.stuck():
             self.stop()
             return False
         return True
+
+    def stuck(self) -> bool:
+        """Whether the child has used no CPU time for ``stall_s`` seconds while not
+        waiting on the disk (as seen by the calls so far); never where /proc cannot say.
+        Neither reaps nor kills it (a caller that reaps its children itself asks this)."""
+        import time
+        seen = cpu_ticks(self.pid) if self.pid is not None else None
+        if seen is None:
+            return False
+        ticks, on_disk = seen
+        now = time.monotonic()
+        if self._seen is None or ticks != self._seen[0] or on_disk:
+            self._seen = (ticks, now)
+            return False
+        return now - self._seen[1] >= self.stall_s
 
     def stop(self) -> None:
         """Kill the child if it still runs, and reap it."""

@@ -782,20 +782,12 @@ def test_a_profiled_plan_measures_its_workload_while_the_profile_prices(tmp_path
     monkeypatch.setattr(Profiler, "finish", spy_finish)
     monkeypatch.setattr(planmod, "measure", spy_measure)
     monkeypatch.setattr(planmod, "_choose", spy_choose)
-    st = _store(tmp_path / "s", calibration)
-    try:
-        optimize(st, WF, max_disk="100MB", workload=WORKLOAD, profile_pairs={}, save=False)
-    finally:
-        st.close()
+    _budget_plan(tmp_path / "s", calibration, monkeypatch)
     assert events == ["measure", "finish"]
     early = seen[-1]
     monkeypatch.setattr(planmod, "_measure_early", lambda *a, **k: None)
     events.clear()
-    st = _store(tmp_path / "s2", calibration)
-    try:
-        optimize(st, WF, max_disk="100MB", workload=WORKLOAD, profile_pairs={}, save=False)
-    finally:
-        st.close()
+    _budget_plan(tmp_path / "s2", calibration, monkeypatch)
     assert events == ["finish", "measure"]
     assert early and seen[-1] == early
 

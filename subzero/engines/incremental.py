@@ -48,7 +48,7 @@ from subzero.capture.tiles import Tile, concat_pairs, input_slices, one_cell, ti
 from subzero.engines.base import StepResult
 from subzero.engines.changes import Box, Changes
 from subzero.engines.local import LocalEngine, _native
-from subzero.engines.parent import Parent
+from subzero.engines.parent import Parent, keep_all
 from subzero.engines.progress import Progress
 from subzero.errors import CorruptArray, OperatorError, ParentUnavailable, StoreError, SubZeroError
 from subzero.model.cells import unpack
@@ -190,7 +190,7 @@ class IncrementalEngine(LocalEngine):
             copies = self.parent.copies(name, strategies, self.arrays.run_uid)
             try:
                 full, pay = self.parent.pairs(name, tuple(s for s in strategies if str(s) not in copies),
-                                              len(in_shapes), _all)
+                                              len(in_shapes), keep_all)
             except ParentUnavailable:
                 return None
         p = self.parent.arrays
@@ -551,10 +551,6 @@ def _captured(strategies: tuple[Strategy, ...], full: Pairs | None, pay: Pairs |
         n += next((int(copies[str(s)].record["pairs"]) for s in strategies
                    if s.mode is mode and str(s) in copies), 0)
     return n
-
-
-def _all(keys: np.ndarray) -> np.ndarray:
-    return np.ones(len(keys), bool)
 
 
 def _in_cores(tiles: list[Tile], shape: tuple[int, ...], tile: int) -> Callable[[np.ndarray], np.ndarray]:

@@ -37,6 +37,11 @@ if TYPE_CHECKING:
 
 #: Which output cells (packed ids) a re-run keeps from the parent: a boolean per cell.
 Keep = Callable[[np.ndarray], np.ndarray]
+
+
+def keep_all(cells: np.ndarray) -> np.ndarray:
+    """The :data:`Keep` of a re-run that keeps every output cell of the parent's."""
+    return np.ones(len(cells), bool)
 #: What reads a stored strategy back (the run's LMDB, or the shards Spark tasks wrote).
 Reader = StrategyReader | ShardedReader
 

@@ -31,20 +31,14 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import numpy as np
-
 from subzero.engines.lineage import map_p_counting
-from subzero.engines.parent import Parent
+from subzero.engines.parent import Parent, keep_all
 from subzero.forked import ChildWatch, fork_child
 from subzero.model.modes import Mode
 from subzero.model.strategy import Direction, Strategy
 from subzero.model.workflow import Workflow
 from subzero.storage.lineage import Prepared, prepare_strategy
 from subzero.tuning import AHEAD_MAP_P_FACTOR, AHEAD_MIN_CELLS, BESIDE_POLL_S, BESIDE_STALL_S
-
-
-def _keep_all(cells: np.ndarray) -> np.ndarray:
-    return np.ones(len(cells), bool)
 
 
 def aheadable(s: Strategy) -> bool:
@@ -108,7 +102,7 @@ class EncodedAhead:
         def encode() -> int:            # in the child
             for k, (name, s, _) in enumerate(theirs):
                 out_shape, in_shapes = shapes[name]
-                full, pay = parent.pairs(name, (s,), len(in_shapes), _keep_all)
+                full, pay = parent.pairs(name, (s,), len(in_shapes), keep_all)
                 pairs = pay if s.payload else full
                 counted, expanded = map_p_counting(name, wf.steps[name].operator, in_shapes,
                                                    out_shape)

@@ -22,6 +22,7 @@ uids) writes and reads unbound lineage as before.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import re
@@ -240,7 +241,8 @@ class LineageStore:
                                      map_p_pairs, lambda space: self.rtree_path(op, strategy, space),
                                      f"stored lineage of {op!r} ({strategy})", self.run_uid,
                                      reach, prepared)
-        ahead = prepared.seconds if prepared is not None and not spaces else 0.0   # used
+        # no spaces back: the blocks encoded ahead were written, their encoding counted too
+        ahead = prepared.seconds if prepared is not None and not spaces else 0.0
         return WriteStats(self.bytes_of(op, strategy), time.perf_counter() - t0 + ahead, pairs.n)
 
     def stored_copy(self, op: str, strategy: Strategy) -> StoredCopy | None:
@@ -465,7 +467,7 @@ def prepare_strategy(strategy: Strategy, pairs: Pairs, out_shape: Sequence[int],
         if not enc.one and sp.n:
             assert rtree_dir is not None
             rtree = rtree_dir / sp.name
-            _write_rtree(rtree, sp, 0, lambda ext: 0)
+            _write_rtree(rtree, sp, 0)
         out.append(PreparedSpace(sp.name, int(sp.n), tuple(sp.key_shape), dict(sp.value_shapes),
                                  record_fields(sp, enc), blocks, kblocks,
                                  None if rtree is None else str(rtree)))
@@ -548,8 +550,8 @@ def _write_space(txn: WriteTxn, strategy: Strategy, sp: Space, info: SpaceMeta,
     blocks, kblocks = _encode_space(sp, enc, first, info.key_bits)
     info = _put_space(txn, sp.name, sp.n, first, blocks, kblocks, info, put)
     if not enc.one:
-        files = _write_rtree(rtree_base(sp.name), sp, first,
-                             lambda ext: rtree_start(sp.name, ext))
+        _write_rtree(rtree_base(sp.name), sp, first)
+        files = _rtree_files(rtree_base(sp.name), lambda ext: rtree_start(sp.name, ext))
         if put.checked:
             info = info.with_files(files)
     return info
@@ -595,6 +597,7 @@ def _write_prepared(txn: WriteTxn, name: bytes, strategy: Strategy, prepared: Pr
     meta = meta.in_format(metadata.WRITE_FORMAT) if run_uid is None else meta.bound(run_uid)
     meta = meta.with_pairs_checked(reach, first=True)
     put: _Sealer | _Plain = _Sealer(seed_name(name, meta.run), name) if meta.checksummed else _plain
+    run = meta.run
     for ps in prepared.spaces:
         info = SpaceMeta.new(ps.name, ps.key_shape, ps.fields, ps.value_shapes, KEY_BITS)
         if ps.n:
@@ -602,11 +605,9 @@ def _write_prepared(txn: WriteTxn, name: bytes, strategy: Strategy, prepared: Pr
         if ps.rtree is not None:
             dest = rtree_base(ps.name)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            files = []
             for ext in RTREE_FILES:
                 shutil.move(f"{ps.rtree}.{ext}", f"{dest}.{ext}")
-                files.append((ext, *file_digest(f"{dest}.{ext}",
-                                                rtree_seed(name, meta.run, ps.name, ext))))
+            files = _rtree_files(dest, functools.partial(rtree_seed, name, run, ps.name))
             if put.checked:
                 info = info.with_files(files)
         meta = meta.with_space(info)
@@ -614,10 +615,13 @@ def _write_prepared(txn: WriteTxn, name: bytes, strategy: Strategy, prepared: Pr
     return []
 
 
-def _write_rtree(path: Path, sp: Space, first: int, start: Callable[[str], int],
-                 ) -> list[tuple[str, int, int]]:
-    """Build (or extend) the space's R-tree at ``path``; returns its files' (suffix,
-    size, CRC-32 seeded with ``start(suffix)``)."""
+def _rtree_files(path: Path, start: Callable[[str], int]) -> list[tuple[str, int, int]]:
+    """The R-tree files at ``path``: (suffix, size, CRC-32 seeded with ``start(suffix)``)."""
+    return [(ext, *file_digest(str(path) + "." + ext, start(ext))) for ext in RTREE_FILES]
+
+
+def _write_rtree(path: Path, sp: Space, first: int) -> None:
+    """Build (or extend) the space's R-tree at ``path``."""
     coords = unpack(sp.key, sp.key_shape)
     starts = sp.key_off[:-1]
     mins = np.minimum.reduceat(coords, starts, axis=0).astype(np.float64)
@@ -637,7 +641,6 @@ def _write_rtree(path: Path, sp: Space, first: int, start: Callable[[str], int],
     else:
         idx = rindex.Index(str(path), (ids, mins, maxs), properties=props)
     idx.close()
-    return [(ext, *file_digest(str(path) + "." + ext, start(ext))) for ext in RTREE_FILES]
 
 
 class _Sealer:
