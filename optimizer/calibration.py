@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -50,6 +49,7 @@ from subzero import Mode, Operator, Workflow
 from subzero.errors import StoreError, warn
 from subzero.model.strategy import DIRECTIONS, ENCODINGS, Strategy
 from subzero.operators import WindowComposite, box_payloads
+from subzero.scratch import scratch
 from subzero.tuning import (
     CALIBRATION_REPEATS,
     CAPTURE_OVERHEAD_REPEATS,
@@ -208,7 +208,8 @@ def _load_costs() -> tuple[float, float]:
     arrays are in the page cache, so a read is decompression and copying).
     Opening a Zarr array costs milliseconds whatever its size, so both terms count."""
     from subzero.storage.arrays import ArrayStore
-    tmp = Path(tempfile.mkdtemp(prefix="subzero-load-"))
+    held = scratch("load")
+    tmp = held.path
     rng = np.random.default_rng(1)
     sizes, times = [], []
     try:
@@ -224,7 +225,7 @@ def _load_costs() -> tuple[float, float]:
             sizes.append(n * 8)
             times.append(float(np.median(ts)))
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        held.close()
     slope, intercept = np.polyfit(np.asarray(sizes, float), np.asarray(times), 1)
     return float(max(intercept, 0.0)), float(max(slope, 0.0))
 
@@ -368,7 +369,8 @@ def _rtree_quadratic() -> float:
     CPU seconds (or wall, when lower)."""
     from rtree import index as rindex
     rng = np.random.default_rng(0)
-    tmp = Path(tempfile.mkdtemp(prefix="subzero-rtree-"))
+    held = scratch("rtree")
+    tmp = held.path
     ns, ts = [], []
     try:
         for k, n in enumerate((16384, 65536, 262144)):
@@ -382,7 +384,7 @@ def _rtree_quadratic() -> float:
             ns.append(n)
             ts.append(min(time.perf_counter() - t0, time.process_time() - c0))
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        held.close()
     # imported only to fit: a cached calibration is loaded without scipy.optimize (0.36 s
     # of every budget run's start)
     from scipy.optimize import nnls
@@ -516,7 +518,8 @@ def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
         nonlocal c0
         phases[name] = _cpu_with_children() - c0
         c0 = _cpu_with_children()
-    tmp = Path(tempfile.mkdtemp(prefix="subzero-calibration-"))
+    held = scratch("calibration")
+    tmp = held.path
     rng = np.random.default_rng(seed)
     inputs = {"small": rng.random((192, 192)), "big": rng.random((384, 384)),
               "huge": rng.random((HUGE_SIDE, HUGE_SIDE)),
@@ -572,7 +575,7 @@ def calibrate(repeats: int = CALIBRATION_REPEATS, seed: int = 0,
             phase("rtree and cold start")
     finally:
         store.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        held.close()
     probes.append(busy.probe())
     load = busy.summarise(probes)
     return {"version": VERSION, "load": load, "cpu_s": phases, "coef": coef,

@@ -19,10 +19,8 @@ is assembled, so on a machine with two cores it costs the optimizer no wall time
 from __future__ import annotations
 
 import math
-import shutil
-import tempfile
-from pathlib import Path
 
+from subzero.scratch import Scratch, scratch
 from subzero.tuning import LOADCOST_WAIT_S
 
 from .observers import Child
@@ -53,7 +51,7 @@ class LoadCost:
     """A fresh child timing one load of a workflow's pickle (see the module's docstring);
     ``None`` child when the workflow could not be pickled or no process started."""
 
-    def __init__(self, child: Child | None, folder: Path | None):
+    def __init__(self, child: Child | None, folder: Scratch | None):
         self._child = child
         self._folder = folder
         self._seconds: float | None = None
@@ -77,16 +75,16 @@ class LoadCost:
             self._child.stop()
             self._child = None
         if self._folder is not None:
-            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder.close()
             self._folder = None
 
 
 def start(wf) -> LoadCost:
     """Pickle ``wf`` as a run stores it and start the child that loads it."""
     from subzero.storage.pickles import FILE, save_workflow
-    folder = Path(tempfile.mkdtemp(prefix="subzero-loadcost-"))
-    if not save_workflow(wf, folder):
-        shutil.rmtree(folder, ignore_errors=True)
+    held = scratch("loadcost")
+    if not save_workflow(wf, held.path):
+        held.close()
         return LoadCost(None, None)
-    child = Child(_CODE, str(folder / FILE), stderr=False)
-    return LoadCost(child, folder)
+    child = Child(_CODE, str(held.path / FILE), stderr=False)
+    return LoadCost(child, held)

@@ -33,7 +33,6 @@ import os
 import pickle
 import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -53,6 +52,7 @@ from subzero.model.operator import Operator, lineage_reproducible, map_p_vectori
 from subzero.model.strategy import DIRECTIONS, ENCODINGS, Direction, Strategy, default_for
 from subzero.model.workflow import load_workflow
 from subzero.query.reexec import capture_mode
+from subzero.scratch import scratch
 from subzero.storage.encodings import REC_PAIRS
 from subzero.storage.lineage import LineageStore
 from subzero.tuning import (
@@ -857,7 +857,8 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
     priced (the optimizer prefers mapping there) unless ``all_ops``."""
     wf = load_workflow(workflow, dict(params or {}))
     plain = {n: _profiling_strategies(st.operator) for n, st in wf.steps.items()}
-    tmp = Path(tempfile.mkdtemp(prefix="subzero-profile-"))
+    held = scratch("profile")          # a profile killed outright leaves nothing behind
+    tmp = held.path
     prof = Profiler(tmp / "scratch", all_ops=all_ops, read_samples=read_samples, beside=beside,
                     keep_pairs=keep_pairs, defer_reads=defer_reads, rough=rough)
     unread, ended = None, False
@@ -878,9 +879,9 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
         if ended and prof.unread:
             # it removes the folder when closed
             unread = Unread(tmp, prof.unread, CHILD_IMPORTS, workers=prof.cores,
-                            price=_price_again)
+                            price=_price_again, held=held)
         else:
-            shutil.rmtree(tmp, ignore_errors=True)
+            held.close()
     try:
         # the run's own lineage (the defaults it stored) is not part of the no-lineage time
         stored = sum(float(o.get("lwrite_s") or 0.0) + float(o.get("lineage_s") or 0.0)

@@ -174,8 +174,10 @@ class Unread:
 
     def __init__(self, folder, pending: dict[tuple[str, str], dict],
                  child_imports: tuple[str, ...] = (), workers: int = 1,
-                 price: Callable[[Path, str, dict], dict] | None = None):
+                 price: Callable[[Path, str, dict], dict] | None = None, held=None):
         self.folder = folder
+        #: the folder's hold (``subzero.scratch.Scratch``), let go of when closed
+        self.held = held
         self.pending = pending
         self.child_imports = child_imports
         self.workers = workers
@@ -259,3 +261,5 @@ class Unread:
         self._close_stores()
         self.pending.clear()
         shutil.rmtree(self.folder, ignore_errors=True)
+        if self.held is not None:
+            self.held.close()

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +33,7 @@ from subzero.query.workload import (
     select_cells,
     whole_number,
 )
+from subzero.scratch import scratch
 from subzero.tuning import BESIDE_POLL_S, BESIDE_STALL_S, WORKLOAD_TRACES
 
 
@@ -154,7 +153,8 @@ def _traced_beside(store, run, queries, cells: list, todo: list[int], planner) -
     on its own (a catalog connection is not shared across a fork).  At genomics
     10,000x the workload took 9-12 s on one core while the other had finished pricing."""
     from subzero.store import open_store
-    folder = Path(tempfile.mkdtemp(prefix="subzero-workload-"))
+    held = scratch("workload")
+    folder = held.path
 
     def claim(k: int) -> bool:
         try:
@@ -183,7 +183,7 @@ def _traced_beside(store, run, queries, cells: list, todo: list[int], planner) -
         return got
     pid = fork_child(folder / "traced.pkl", theirs)
     if pid is None:
-        shutil.rmtree(folder, ignore_errors=True)
+        held.close()
         return {}
     watch = ChildWatch(pid, BESIDE_STALL_S)
     mine: dict = {}
@@ -200,7 +200,7 @@ def _traced_beside(store, run, queries, cells: list, todo: list[int], planner) -
             got = {}
     finally:
         watch.stop()
-        shutil.rmtree(folder, ignore_errors=True)
+        held.close()
     return {**got, **mine}
 
 

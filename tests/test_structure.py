@@ -29,8 +29,9 @@ LAYERS = {
 }
 #: modules every layer may import (docs/architecture.md's "leaves"): they import none of
 #: the layers (the process's allocator, ``subzero.heap``, only ``subzero.tuning``; a
-#: forked child, ``subzero.forked``, only the allocator)
-LEAVES = ("subzero.errors", "subzero.tuning", "subzero.version", "subzero.heap", "subzero.forked")
+#: forked child, ``subzero.forked``, only the allocator; scratch folders, none)
+LEAVES = ("subzero.errors", "subzero.tuning", "subzero.version", "subzero.heap", "subzero.forked",
+          "subzero.scratch")
 #: what no layer of the core may import: the outer layers
 OUTER = ("subzero.api", "subzero.store", "subzero.run", "subzero.cli", "subzero.export",
          "subzero.explore", "subzero.optimizer", "subzero.operators", "subzero.workflows",
@@ -180,6 +181,7 @@ def test_dependencies_point_one_way(graph, layer):
 def test_the_leaves_import_no_layer(graph):
     assert graph["subzero.heap"] == {"subzero.tuning"}      # the reader sees them
     assert graph["subzero.forked"] == {"subzero.heap"}
+    assert graph["subzero.scratch"] == set()
     bad = sorted((m, d) for m in LEAVES for d in graph[m] if d not in LEAVES)
     assert bad == [], f"a leaf imports a layer: {bad}"
 

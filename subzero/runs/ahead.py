@@ -25,11 +25,8 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from subzero.engines.lineage import map_p_counting
 from subzero.engines.parent import Parent, keep_all
@@ -37,6 +34,7 @@ from subzero.forked import ChildWatch, fork_child
 from subzero.model.modes import Mode
 from subzero.model.strategy import Direction, Strategy
 from subzero.model.workflow import Workflow
+from subzero.scratch import Scratch, scratch
 from subzero.storage.lineage import Prepared, prepare_strategy
 from subzero.tuning import AHEAD_MAP_P_FACTOR, AHEAD_MIN_CELLS, BESIDE_POLL_S, BESIDE_STALL_S
 
@@ -54,8 +52,9 @@ class EncodedAhead:
     Called as ``Parent.ahead``: ``(operator, strategy)`` -> its encoding, or None (the
     run encodes it)."""
 
-    def __init__(self, folder: Path, jobs: Mapping[tuple[str, str], int], pid: int):
-        self.folder = folder
+    def __init__(self, held: Scratch, jobs: Mapping[tuple[str, str], int], pid: int):
+        self.held = held
+        self.folder = held.path
         self.jobs = dict(jobs)
         self.child = ChildWatch(pid, BESIDE_STALL_S)
 
@@ -93,7 +92,8 @@ class EncodedAhead:
             if side == 0:
                 child.add(k)
         theirs = [job for k, job in enumerate(todo) if k in child]   # in the run's order
-        folder = Path(tempfile.mkdtemp(prefix="subzero-ahead-"))
+        held = scratch("ahead")        # a made run killed outright leaves nothing behind
+        folder = held.path
         jobs = {(name, str(s)): k for k, (name, s, _) in enumerate(theirs)}
         shapes = {name: (tuple(parent.shapes[name]), [tuple(parent.shapes[a])
                                                       for a in wf.steps[name].inputs])
@@ -117,9 +117,9 @@ class EncodedAhead:
             return len(theirs)
         pid = fork_child(folder / "done.pkl", encode)
         if pid is None:
-            shutil.rmtree(folder, ignore_errors=True)
+            held.close()
             return None
-        return cls(folder, jobs, pid)
+        return cls(held, jobs, pid)
 
     def __call__(self, op: str, s: Strategy) -> Prepared | None:
         """The child's encoding of ``s`` of ``op``, waited for; None when it is not the
@@ -141,4 +141,4 @@ class EncodedAhead:
     def close(self) -> None:
         """Stop the child if it still runs and remove its folder."""
         self.child.stop()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        self.held.close()

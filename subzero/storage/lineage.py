@@ -27,7 +27,6 @@ import hashlib
 import os
 import re
 import shutil
-import tempfile
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
@@ -44,6 +43,7 @@ from subzero.errors import ChecksumMismatch, CorruptLineage, NewerLineageFormat
 from subzero.model.cells import unpack
 from subzero.model.modes import Mode
 from subzero.model.strategy import Encoding, Strategy
+from subzero.scratch import scratch
 from subzero.storage import metadata
 from subzero.storage.codec import pack_arrays
 from subzero.storage.encodings import (
@@ -743,7 +743,8 @@ def write_shard(lineage_dir: str | os.PathLike[str], stem: str, attempt: int, op
     t0 = time.perf_counter()
     name = db_name(op, strategy)
     txn = _MemoryTxn()
-    with tempfile.TemporaryDirectory(prefix="subzero-shard-") as tmp:
+    with scratch("shard", swept=False) as held:      # a shard per tile: a later sweep's
+        tmp = held.path
         spaces = encode_strategy(txn, name, strategy, pairs, out_shape, in_shapes, map_p_pairs,
                                  lambda space: Path(tmp) / space, f"a shard of {op!r} ({strategy})",
                                  run_uid, reach)
