@@ -859,8 +859,13 @@ def profile_workflow(store, workflow, params: dict | None = None, inputs: dict |
     plain = {n: _profiling_strategies(st.operator) for n, st in wf.steps.items()}
     held = scratch("profile")          # a profile killed outright leaves nothing behind
     tmp = held.path
-    prof = Profiler(tmp / "scratch", all_ops=all_ops, read_samples=read_samples, beside=beside,
-                    keep_pairs=keep_pairs, defer_reads=defer_reads, rough=rough)
+    try:
+        prof = Profiler(tmp / "scratch", all_ops=all_ops, read_samples=read_samples,
+                        beside=beside, keep_pairs=keep_pairs, defer_reads=defer_reads,
+                        rough=rough)
+    except BaseException:
+        held.close()
+        raise
     unread, ended = None, False
     try:
         t0 = time.perf_counter()
