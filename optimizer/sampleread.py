@@ -260,6 +260,7 @@ class Unread:
         import shutil
         self._close_stores()
         self.pending.clear()
-        shutil.rmtree(self.folder, ignore_errors=True)
-        if self.held is not None:
+        if self.held is not None:       # removes the folder
             self.held.close()
+        else:
+            shutil.rmtree(self.folder, ignore_errors=True)

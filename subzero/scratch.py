@@ -10,7 +10,7 @@ process keeps locked (``flock``) for as long as it uses the folder.  A lock is
 released by the kernel when the last process holding it ends, however it ends --
 children forked while it is held hold it too, so a folder outlives its maker while
 a child still works in it -- and is shared by nothing else.  Making a scratch
-folder first sweeps the folders of its kind whose lock no process holds
+folder first sweeps the scratch folders, of every kind, whose lock no process holds
 (:func:`sweep`): only this user's, only folders with a ``.held`` file (a folder is
 given its name only once that file is locked, so one being made is never taken for an
 abandoned one), and never through a link.
@@ -68,9 +68,9 @@ class Scratch:
 
 def scratch(kind: str, base: str | os.PathLike[str] | None = None, swept: bool = True) -> Scratch:
     """A new scratch folder ``subzero-KIND-XXXXXXXX`` in ``base`` (the system's temporary
-    folder by default), held by this process.  ``swept``: remove first the folders of this
-    kind that no process holds (a caller that makes many small folders, a shard per tile,
-    says False; any later sweep removes its leftovers).
+    folder by default), held by this process.  ``swept``: remove first the scratch folders,
+    of every kind, that no process holds (a caller that makes many small folders, a shard
+    per tile, says False: the next scratch made with a sweep removes its leftovers).
 
     The folder is made under a hidden name (``.subzero-KIND-...``), its :data:`HELD` file
     locked, and only then renamed to its own: a sweep never sees a folder of that name
@@ -78,7 +78,7 @@ def scratch(kind: str, base: str | os.PathLike[str] | None = None, swept: bool =
     an empty file, swept once it is ``MAKING_GRACE_S`` old."""
     where = Path(base) if base is not None else Path(tempfile.gettempdir())
     if swept:
-        sweep(kind, where)
+        sweep(None, where)
     making = Path(tempfile.mkdtemp(prefix=f".{PREFIX}{kind}-", dir=where))
     fd = None
     try:
@@ -100,7 +100,8 @@ def sweep(kind: str | None = None, base: str | os.PathLike[str] | None = None) -
     process holds any more: their makers ended without removing them.  Returns them.
     Folders of other users, folders without a :data:`HELD` file and links are left
     alone; a folder whose lock is held (its process, or a child of it, lives) too, and
-    one still being made (hidden) until it is ``MAKING_GRACE_S`` old."""
+    one still being made (hidden) until it is ``MAKING_GRACE_S`` old: then it goes
+    whether it has its file or not (its maker was killed before it made it)."""
     where = Path(base) if base is not None else Path(tempfile.gettempdir())
     start = PREFIX + (f"{kind}-" if kind else "")
     gone: list[Path] = []
@@ -119,6 +120,10 @@ def sweep(kind: str | None = None, base: str | os.PathLike[str] | None = None) -
                 continue
             if hidden and now - st.st_mtime < MAKING_GRACE_S:
                 continue                      # being made: its lock may not be taken yet
+            if hidden and not os.path.lexists(os.path.join(e.path, HELD)):
+                shutil.rmtree(e.path, ignore_errors=True)   # killed before it made the file
+                gone.append(Path(e.path))
+                continue
             fd = os.open(os.path.join(e.path, HELD), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except OSError:                       # no held file: not a scratch folder
             continue

@@ -98,9 +98,19 @@ def test_a_forked_child_keeps_the_folder_after_its_parent_is_killed(tmp_path):
 def test_only_its_own_kind_is_swept_when_asked(tmp_path):
     p, folder = _holder(tmp_path, kind="other")[:2]
     _kill(p)
-    with scratch("t", tmp_path):
-        assert folder.exists()
+    assert sweep("t", tmp_path) == [] and folder.exists()
     assert sweep(None, tmp_path) == [folder]
+
+
+def test_a_new_scratch_sweeps_every_kind_and_unswept_ones_are_not_left_for_good(tmp_path):
+    """A shard's folder is made without a sweep (one per tile); the next scratch of any
+    kind made with one removes it once its process is gone."""
+    p, folder = _holder(tmp_path, kind="shard")[:2]
+    _kill(p)
+    with scratch("t", tmp_path, swept=False):
+        assert folder.exists()
+    with scratch("profile", tmp_path):
+        assert not folder.exists()
 
 
 def test_folders_not_made_by_scratch_and_links_are_left_alone(tmp_path):
@@ -174,3 +184,8 @@ def test_a_folder_left_half_made_is_swept_only_once_old(tmp_path):
     old = time.time() - MAKING_GRACE_S - 5
     os.utime(half, (old, old))
     assert sweep("t", tmp_path) == [half] and not half.exists()
+    bare = tmp_path / ".subzero-t-bare"         # killed before it made its file
+    bare.mkdir()
+    assert sweep("t", tmp_path) == [] and bare.exists()
+    os.utime(bare, (old, old))
+    assert sweep("t", tmp_path) == [bare] and not bare.exists()

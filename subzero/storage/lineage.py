@@ -743,7 +743,7 @@ def write_shard(lineage_dir: str | os.PathLike[str], stem: str, attempt: int, op
     t0 = time.perf_counter()
     name = db_name(op, strategy)
     txn = _MemoryTxn()
-    with scratch("shard", swept=False) as held:      # a shard per tile: a later sweep's
+    with scratch("shard", swept=False) as held:    # one per tile: swept by the next sweep
         tmp = held.path
         spaces = encode_strategy(txn, name, strategy, pairs, out_shape, in_shapes, map_p_pairs,
                                  lambda space: Path(tmp) / space, f"a shard of {op!r} ({strategy})",
